@@ -1,0 +1,62 @@
+"""Test cases from testcases/*.yaml: each file holds `cases:`, a list of shapes with seed and points."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError
+from .inputs import DISTRIBUTIONS
+from .result import HIDDEN, PUBLIC
+from .schema import build, load_yaml
+
+MAX_DIM = 8192  # keeps one case's buffers and its float64 truth within a few hundred MB
+
+
+@dataclass
+class Case:
+    name: str
+    m: int
+    n: int
+    k: int
+    seed: int
+    points: float
+    distribution: str = "uniform"
+    visibility: str = PUBLIC
+    description: str = ""
+
+    def validate(self):
+        for dim in ("m", "n", "k"):
+            value = getattr(self, dim)
+            if not 1 <= value <= MAX_DIM:
+                return dim, f"must be between 1 and {MAX_DIM}, got {value}"
+        if self.distribution not in DISTRIBUTIONS:
+            return "distribution", f"unknown {self.distribution!r} (known: {', '.join(DISTRIBUTIONS)})"
+        if self.visibility not in (PUBLIC, HIDDEN):
+            return "visibility", f"must be {PUBLIC} or {HIDDEN}, got {self.visibility!r}"
+        if self.points < 0:
+            return "points", "cannot be negative"
+        if not self.name or any(ch.isspace() for ch in self.name):
+            return "name", f"must be a non-empty word without spaces, got {self.name!r}"
+        return None
+
+
+@dataclass
+class CaseFile:
+    cases: list[Case] = field(default_factory=list)
+
+
+def load_cases(folder: Path) -> list[Case]:
+    files = sorted(Path(folder).glob("*.yaml"))
+    if not files:
+        raise ConfigError(str(folder), "", "no *.yaml case files found")
+    cases: list[Case] = []
+    seen: dict[str, str] = {}
+    for path in files:
+        loaded = build(CaseFile, load_yaml(path), str(path))
+        for index, case in enumerate(loaded.cases):
+            if case.name in seen:
+                raise ConfigError(str(path), f"cases[{index}].name",
+                                  f"duplicate case name {case.name!r} (also in {seen[case.name]})")
+            seen[case.name] = str(path)
+            cases.append(case)
+    return cases

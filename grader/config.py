@@ -1,0 +1,163 @@
+"""The grader's configuration (config.yaml), validated into dataclasses.
+
+Relative paths in the file are resolved against the file's own folder, so the grader can be run
+from anywhere.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError
+from .schema import build, load_yaml
+
+KERNEL_ARGS = ("m", "n", "k", "A", "B", "C")
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config.yaml"
+
+
+@dataclass
+class KernelConfig:
+    name: str = "mysgemm"
+    args: list[str] = field(default_factory=lambda: list(KERNEL_ARGS))
+    tile_sizes: list[int] = field(default_factory=lambda: [8, 16, 32])
+
+    def validate(self):
+        if sorted(self.args) != sorted(KERNEL_ARGS):
+            return "args", f"must list each of {', '.join(KERNEL_ARGS)} once, in the kernel's order"
+        if not self.tile_sizes or any(t < 1 or t > 32 for t in self.tile_sizes):
+            return "tile_sizes", "must be a non-empty list of sizes from 1 to 32 (a block holds at most 1024 threads)"
+        if not self.name.isidentifier():
+            return "name", f"{self.name!r} is not a C identifier"
+        return None
+
+
+@dataclass
+class StaticPoints:
+    shared_tiles: float = 2.0
+    load_barrier: float = 4.0
+    use_barrier: float = 4.0
+
+
+@dataclass
+class PointsConfig:
+    compile: float = 0.0
+    static: StaticPoints = field(default_factory=StaticPoints)
+    timing: float = 10.0
+
+    def validate(self):
+        values = {"compile": self.compile, "timing": self.timing, **vars(self.static)}
+        for key, value in values.items():
+            if value < 0:
+                return (key if key in ("compile", "timing") else f"static.{key}"), "points cannot be negative"
+        return None
+
+
+@dataclass
+class ToleranceConfig:
+    # An element passes when |got - truth| <= k_factor * k * eps32 * (|A| @ |B|) + abs: the classic
+    # bound for a length-k float32 dot product, so the tolerance grows with k as rounding error does.
+    k_factor: float = 1.0
+    abs: float = 1e-6
+
+    def validate(self):
+        if self.k_factor <= 0 or self.abs < 0:
+            return "k_factor", "must be positive (and abs not negative)"
+        return None
+
+
+@dataclass
+class TimingConfig:
+    m: int = 2048
+    n: int = 2048
+    k: int = 2048
+    seed: int = 2024
+    warmup: int = 3
+    repetitions: int = 15
+    # Full timing points when student time / reference time <= max_ratio.
+    max_ratio: float = 2.0
+
+    def validate(self):
+        for key in ("m", "n", "k", "repetitions"):
+            if getattr(self, key) < 1:
+                return key, "must be at least 1"
+        if self.warmup < 0:
+            return "warmup", "cannot be negative"
+        if self.max_ratio <= 0:
+            return "max_ratio", "must be positive"
+        return None
+
+
+@dataclass
+class TimeoutsConfig:
+    compile_s: float = 60.0
+    run_s: float = 10.0
+    # After a kernel fault the CUDA context is dead; a fresh child runs the remaining cases, this often.
+    max_restarts: int = 2
+
+    def validate(self):
+        for key in ("compile_s", "run_s"):
+            if getattr(self, key) <= 0:
+                return key, "must be positive"
+        if self.max_restarts < 0:
+            return "max_restarts", "cannot be negative"
+        return None
+
+
+@dataclass
+class CompileConfig:
+    options: list[str] = field(default_factory=lambda: ["-lineinfo"])
+    # Used only when no GPU tells us its architecture (--no-run compile checks, CI).
+    arch_without_gpu: str = "sm_90"
+    cache_dir: str = "~/.cache/sgemm-grader"
+
+
+@dataclass
+class Config:
+    kernel: KernelConfig = field(default_factory=KernelConfig)
+    testcases: str = "testcases"
+    reference: str = "reference/kernel.cu"
+    points: PointsConfig = field(default_factory=PointsConfig)
+    tolerance: ToleranceConfig = field(default_factory=ToleranceConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
+    # Set by load_config: the file the values came from, for messages and relative paths.
+    source: str = ""
+
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.source).resolve().parent if self.source else Path.cwd()
+
+    def path(self, value: str) -> Path:
+        return (self.base_dir / os.path.expanduser(value)).resolve()
+
+    @property
+    def testcases_dir(self) -> Path:
+        return self.path(self.testcases)
+
+    @property
+    def reference_path(self) -> Path:
+        return self.path(self.reference)
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.path(self.compile.cache_dir)
+
+
+def load_config(path: Path | str | None = None) -> Config:
+    path = Path(path) if path else DEFAULT_CONFIG
+    data = load_yaml(path)
+    if isinstance(data, dict) and "source" in data:
+        raise ConfigError(str(path), "source", "unknown key")
+    config = build(Config, data, str(path))
+    config.source = str(path)
+    _check_files(config)
+    return config
+
+
+def _check_files(config: Config) -> None:
+    if not config.testcases_dir.is_dir():
+        raise ConfigError(config.source, "testcases", f"folder not found: {config.testcases_dir}")
+    if not config.reference_path.is_file():
+        raise ConfigError(config.source, "reference", f"file not found: {config.reference_path}")

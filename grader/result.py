@@ -1,0 +1,98 @@
+"""The one result model. Every reporter is a pure function of these dataclasses.
+
+A verdict is decided once, by the stage that owns it, and stored here; reporters only render it.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Check kinds
+COMPILE = "compile"
+STATIC = "static"
+CASE = "case"
+TIMING = "timing"
+
+# Check statuses
+PASSED = "passed"
+FAILED = "failed"  # the submission ran and gave a wrong answer / broke a rule
+ERROR = "error"  # it could not run: compile error, fault, timeout
+SKIPPED = "skipped"  # not attempted, with the reason in the message
+
+# Submission statuses
+GRADED = "graded"
+SUBMISSION_ERROR = "error"
+
+PUBLIC = "public"
+HIDDEN = "hidden"
+
+
+@dataclass
+class CheckResult:
+    name: str
+    kind: str
+    status: str
+    score: float
+    max_score: float
+    message: str = ""
+    visibility: str = PUBLIC
+    # Figures scripts may want (errors, GFLOP/s, ratio, line numbers); never needed to render a verdict.
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+
+def passed(name: str, kind: str, points: float, message: str = "", **extra: Any) -> CheckResult:
+    return CheckResult(name, kind, PASSED, points, points, message, **extra)
+
+
+def failed(name: str, kind: str, points: float, message: str, **extra: Any) -> CheckResult:
+    return CheckResult(name, kind, FAILED, 0.0, points, message, **extra)
+
+
+def errored(name: str, kind: str, points: float, message: str, **extra: Any) -> CheckResult:
+    return CheckResult(name, kind, ERROR, 0.0, points, message, **extra)
+
+
+def skipped(name: str, kind: str, points: float, message: str, **extra: Any) -> CheckResult:
+    return CheckResult(name, kind, SKIPPED, 0.0, points, message, **extra)
+
+
+@dataclass
+class SubmissionResult:
+    submission: str
+    status: str
+    checks: list[CheckResult] = field(default_factory=list)
+    # Why a submission could not be graded at all (status "error"), or notes on how it was graded.
+    message: str = ""
+    backend: str = ""
+    device: str = ""
+    tile_size: int | None = None
+    duration_s: float = 0.0
+    # Full child output, kept for the instructor; student-facing reports never show it.
+    log: str = ""
+
+    @property
+    def score(self) -> float:
+        return round(sum(c.score for c in self.checks), 6)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(c.max_score for c in self.checks), 6)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("log")
+        data["score"] = self.score
+        data["max_score"] = self.max_score
+        ordered = {key: data.pop(key) for key in ("submission", "score", "max_score", "status", "checks")}
+        ordered.update(data)
+        return ordered
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SubmissionResult:
+        fields = {k: v for k, v in data.items() if k not in ("score", "max_score", "checks")}
+        checks = [CheckResult(**c) for c in data.get("checks", [])]
+        return cls(checks=checks, **fields)

@@ -1,0 +1,105 @@
+"""Turns parsed YAML into typed dataclasses, refusing unknown keys and wrong types with the key's path.
+
+Config and case files are both validated through `build`, so both give the same kind of message:
+`config.yaml: timing.repetitions: expected an integer, got 'ten'`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+from .errors import ConfigError
+
+
+def load_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(str(path), "", "file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), "", f"cannot read: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(str(path), "", f"invalid YAML{where}: {problem}") from None
+
+
+def build(cls: type, data: Any, file: str, key: str = "") -> Any:
+    """Build dataclass `cls` from a mapping; missing keys take the field defaults."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(file, key, f"expected a mapping, got {_show(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(map(str, data)) - set(fields))
+    if unknown:
+        raise ConfigError(file, _join(key, unknown[0]), f"unknown key (allowed: {', '.join(sorted(fields))})")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, field in fields.items():
+        sub_key = _join(key, name)
+        if name in data:
+            values[name] = _coerce(hints[name], data[name], file, sub_key)
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise ConfigError(file, sub_key, "required key is missing")
+    obj = cls(**values)
+    validate = getattr(obj, "validate", None)
+    if validate:
+        problem = validate()
+        if problem:
+            bad_key, message = problem
+            raise ConfigError(file, _join(key, bad_key), message)
+    return obj
+
+
+def _coerce(hint: Any, value: Any, file: str, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(options[0], value, file, key)
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, file, key)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(file, key, f"expected a list, got {_show(value)}")
+        (item,) = typing.get_args(hint)
+        return [_coerce(item, v, file, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(file, key, f"expected a mapping, got {_show(value)}")
+        _, item = typing.get_args(hint)
+        return {str(k): _coerce(item, v, file, _join(key, str(k))) for k, v in value.items()}
+    return _scalar(hint, value, file, key)
+
+
+def _scalar(hint: Any, value: Any, file: str, key: str) -> Any:
+    # bool is an int in Python; a YAML `true` must not pass as a size or a count.
+    if hint is bool and isinstance(value, bool):
+        return value
+    if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is str and isinstance(value, str):
+        return value
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    raise ConfigError(file, key, f"expected {names.get(hint, hint)}, got {_show(value)}")
+
+
+def _join(key: str, name: str) -> str:
+    return f"{key}.{name}" if key else name
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
