@@ -1,0 +1,127 @@
+"""Judges one case: the kernel's C (with its guard bands) against a float64 truth.
+
+Pure numpy, no GPU: the parent judges what the child brought back, and the child uses `wrong_mask`
+to verify timed launches. Diagnosis turns the pattern of wrong elements into a hint a student can act on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .inputs import GUARD_BEFORE, GUARD_BITS, POISON_BITS, split_guarded
+from .locate import locate_errors
+from .result import CASE, CheckResult, errored, failed, passed
+from .tolerance import error_bound, within
+
+SHOWN_ELEMENTS = 5
+
+
+@dataclass
+class Truth:
+    value: np.ndarray  # float64 A @ B
+    bound: np.ndarray  # per-element tolerance
+
+
+def truth_of(a: np.ndarray, b: np.ndarray, k_factor: float, abs_tol: float) -> Truth:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return Truth(a64 @ b64, error_bound(a64, b64, k_factor, abs_tol))
+
+
+def wrong_mask(c: np.ndarray, truth: Truth) -> np.ndarray:
+    """True where C is off by more than the bound; NaN and inf are always wrong."""
+    return ~within(c, truth.value, truth.bound)
+
+
+@dataclass
+class CaseRun:
+    """What the child brought back for one case."""
+
+    buffer: np.ndarray  # C with guard bands, as laid out by inputs.guarded_c
+    reference: np.ndarray | None  # the reference kernel's C (m×n), or None if it was not run
+    a_changed: bool = False
+    b_changed: bool = False
+    seconds: float = 0.0
+
+
+def judge_case(
+    name: str, points: float, a: np.ndarray, b: np.ndarray, run: CaseRun, tile: int,
+    k_factor: float, abs_tol: float, visibility: str = "public",
+) -> CheckResult:
+    m, k = a.shape
+    n = b.shape[1]
+    truth = truth_of(a, b, k_factor, abs_tol)
+    before, c, after = split_guarded(run.buffer, m, n)
+    metrics = {"m": m, "n": n, "k": k, "seconds": round(run.seconds, 6)}
+    extra = {"visibility": visibility, "metrics": metrics}
+
+    if run.reference is not None and wrong_mask(run.reference, truth).any():
+        return errored(name, CASE, points, "grader error: the reference kernel fails this case; "
+                       "tell your instructor (the tolerance or the reference is wrong)", **extra)
+
+    problems = _stray_stores(before, after, m, n) + _changed_inputs(run)
+    wrong = wrong_mask(c, truth)
+    metrics.update(_error_figures(c, truth, wrong))
+    if run.reference is not None:
+        metrics["max_diff_vs_reference"] = _finite_max(np.abs(c.astype(np.float64) - run.reference))
+    if wrong.any():
+        problems.insert(0, _wrong_elements(c, truth, wrong, a, b, tile, k_factor, abs_tol))
+    if problems:
+        return failed(name, CASE, points, f"C = A×B with m={m}, n={n}, k={k}: " + "\n".join(problems), **extra)
+    return passed(name, CASE, points, f"correct ({m}×{n}×{k}, max abs error {metrics['max_abs_error']:.3g})",
+                  **extra)
+
+
+def _wrong_elements(c, truth, wrong, a, b, tile, k_factor, abs_tol) -> str:
+    m, n = c.shape
+    count = int(wrong.sum())
+    never_written = int((c.view(np.uint32) == POISON_BITS).sum())
+    lines = [f"{count} of {m * n} elements of C are wrong"]
+    if never_written:
+        lines[0] += f" ({never_written} never written: they still hold the NaN the grader fills C with)"
+    rows, cols = np.nonzero(wrong)
+    for r, col in list(zip(rows, cols))[:SHOWN_ELEMENTS]:
+        lines.append(f"  C[{r}][{col}]: expected {truth.value[r, col]:.6g}, got {c[r, col]:.6g}")
+    if count > SHOWN_ELEMENTS:
+        lines.append(f"  ... and {count - SHOWN_ELEMENTS} more")
+    lines.append(locate_errors(wrong, c, a, b, tile, k_factor, abs_tol))
+    return "\n".join(lines)
+
+
+def _stray_stores(before: np.ndarray, after: np.ndarray, m: int, n: int) -> list[str]:
+    problems = []
+    hit_before = np.nonzero(before.view(np.uint32) != GUARD_BITS)[0]
+    hit_after = np.nonzero(after.view(np.uint32) != GUARD_BITS)[0]
+    if hit_after.size:
+        first = int(hit_after[0])
+        problems.append(
+            f"out-of-bounds write: {hit_after.size} stores past the end of C (the first lands where "
+            f"C[{m + first // n}][{first % n}] would be, but C has only {m} rows): "
+            "check the bounds row < m and col < n before storing to C")
+    if hit_before.size:
+        first = GUARD_BEFORE - int(hit_before[0])
+        problems.append(f"out-of-bounds write: {hit_before.size} stores before the start of C "
+                        f"(the furthest {first} elements before C[0][0]): check the index computation of C")
+    return problems
+
+
+def _changed_inputs(run: CaseRun) -> list[str]:
+    names = [name for name, changed in (("A", run.a_changed), ("B", run.b_changed)) if changed]
+    return [f"the kernel wrote into {name}: inputs must stay unchanged" for name in names]
+
+
+def _error_figures(c: np.ndarray, truth: Truth, wrong: np.ndarray) -> dict:
+    diff = np.abs(c.astype(np.float64) - truth.value)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = diff / np.maximum(np.abs(truth.value), 1e-30)
+    return {
+        "wrong_elements": int(wrong.sum()),
+        "max_abs_error": _finite_max(diff),
+        "max_rel_error": _finite_max(rel),
+    }
+
+
+def _finite_max(values: np.ndarray) -> float | None:
+    """Largest finite value, or None when there is none (JSON has no NaN)."""
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else None

@@ -1,0 +1,82 @@
+"""Says where the wrong elements of C sit, by tile, and what that pattern usually means.
+
+Each pattern is one small test; the first that matches gives the hint.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .tolerance import error_bound, within
+
+
+def locate_errors(wrong: np.ndarray, c: np.ndarray, a: np.ndarray, b: np.ndarray, tile: int,
+                  k_factor: float, abs_tol: float) -> str:
+    m, n = wrong.shape
+    k = a.shape[1]
+    rows, cols = np.nonzero(wrong)
+    tile_rows, tile_cols = sorted(set(rows // tile)), sorted(set(cols // tile))
+    grid_rows, grid_cols = -(-m // tile), -(-n // tile)
+    for hint in (
+        _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol),
+        _partial_edges(rows, cols, m, n, tile),
+        _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k),
+    ):
+        if hint:
+            return hint
+    return (f"wrong elements sit in tile rows {_ranges(tile_rows)} and tile columns {_ranges(tile_cols)} "
+            f"(of {grid_rows}×{grid_cols} tiles of {tile}×{tile})")
+
+
+def _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol) -> str | None:
+    """C equals the product over whole tiles of k only: the phase count rounds down."""
+    k = a.shape[1]
+    whole = (k // tile) * tile
+    if k % tile == 0 or whole == 0:
+        return None
+    a64, b64 = a[:, :whole].astype(np.float64), b[:whole, :].astype(np.float64)
+    matches = within(c, a64 @ b64, error_bound(a64, b64, k_factor, abs_tol))
+    if not matches[wrong].all():
+        return None
+    return (f"C is the product over the first {whole} of k = {k} only: the last, partial tile phase "
+            f"(k % {tile} = {k % tile} terms) is skipped. Round the phase count up, "
+            f"(k + {tile} - 1) / {tile}, and load out-of-range tile entries as 0")
+
+
+def _partial_edges(rows, cols, m, n, tile) -> str | None:
+    last_row_start, last_col_start = (m // tile) * tile, (n // tile) * tile
+    in_last_rows = (m % tile != 0) & (rows >= last_row_start)
+    in_last_cols = (n % tile != 0) & (cols >= last_col_start)
+    if in_last_cols.all():
+        return (f"only the last, partial tile column is wrong (columns {last_col_start}-{n - 1}): "
+                "check the bound on B's column (col < n) when loading the B tile and storing C")
+    if in_last_rows.all():
+        return (f"only the last, partial tile row is wrong (rows {last_row_start}-{m - 1}): "
+                "check the bound on A's row (row < m) when loading the A tile and storing C")
+    if (in_last_rows | in_last_cols).all():
+        return ("only the partial tiles along the bottom and right edges are wrong: "
+                "check the bounds row < m and col < n on the loads and on the store")
+    return None
+
+
+def _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k) -> str | None:
+    if len(tile_rows) < grid_rows or len(tile_cols) < grid_cols:
+        return None
+    hint = "every tile of C has wrong elements"
+    if len({m, n, k}) > 1:
+        hint += (f": with a rectangular problem ({m}×{n}×{k}) check the strides: "
+                 "A[row * k + column] and B[row * n + column]")
+    else:
+        hint += ": check the tile loads, the inner product and the index of C"
+    return hint
+
+
+def _ranges(values: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    parts, start = [], None
+    for i, v in enumerate(values):
+        if start is None:
+            start = v
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            parts.append(str(start) if start == v else f"{start}-{v}")
+            start = None
+    return ", ".join(parts)

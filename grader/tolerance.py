@@ -1,0 +1,21 @@
+"""How far a float32 SGEMM result may sit from the float64 truth.
+
+|error| <= k_factor * k * eps32 * (|A| @ |B|) + abs is the classic bound for a length-k float32 dot
+product: it grows with k as rounding error does, and it holds whatever order the sums are taken in.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def error_bound(a64: np.ndarray, b64: np.ndarray, k_factor: float, abs_tol: float) -> np.ndarray:
+    k = a64.shape[1]
+    return k_factor * max(k, 1) * EPS32 * (np.abs(a64) @ np.abs(b64)) + abs_tol
+
+
+def within(c: np.ndarray, expected: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """True where c is within the bound of expected; NaN and inf never are."""
+    with np.errstate(invalid="ignore"):
+        return np.abs(c.astype(np.float64) - expected) <= bound

@@ -1,0 +1,138 @@
+"""The comparing stage: verdicts and diagnoses for outputs shaped like real kernel bugs."""
+import numpy as np
+import pytest
+
+from grader.compare import CaseRun, judge_case
+from grader.inputs import GUARD_BEFORE, GUARD_BITS, guarded_c, make_inputs, split_guarded
+from grader.result import ERROR, FAILED, PASSED
+from grader.tolerance import EPS32, error_bound
+
+TILE = 16
+
+
+def run_with(c: np.ndarray, m: int, n: int, **flags) -> CaseRun:
+    buffer = guarded_c(m, n)
+    split_guarded(buffer, m, n)[1][:] = c
+    return CaseRun(buffer=buffer, reference=None, **flags)
+
+
+def judge(a, b, c, **flags):
+    m, n = c.shape
+    return judge_case("case", 4, a, b, run_with(c, m, n, **flags), TILE, k_factor=1.0, abs_tol=1e-6)
+
+
+def product(a, b):
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
+def test_float32_product_passes_and_scores():
+    a, b = make_inputs(70, 50, 300, seed=1, distribution="uniform")
+    result = judge(a, b, product(a, b))
+    assert result.status == PASSED and result.score == 4
+    assert result.metrics["wrong_elements"] == 0
+
+
+def test_unwritten_output_fails_as_never_written():
+    a, b = make_inputs(32, 32, 32, seed=2, distribution="uniform")
+    c = product(a, b)
+    c[5:, :] = split_guarded(guarded_c(32, 32), 32, 32)[1][5:, :]  # rows the kernel never stored
+    result = judge(a, b, c)
+    assert result.status == FAILED and result.score == 0
+    assert "864 never written" in result.message
+    assert "C[5][0]: expected" in result.message
+
+
+def test_last_partial_tile_column_is_named():
+    a, b = make_inputs(64, 67, 64, seed=3, distribution="uniform")
+    c = product(a, b)
+    c[:, 64:] = 0.0  # a missing col < n bound that zeroes the ragged edge
+    result = judge(a, b, c)
+    assert result.status == FAILED
+    assert "only the last, partial tile column is wrong (columns 64-66)" in result.message
+    assert "col < n" in result.message
+
+
+def test_last_partial_tile_row_is_named():
+    a, b = make_inputs(67, 64, 64, seed=4, distribution="uniform")
+    c = product(a, b)
+    c[64:, :] += 1.0
+    result = judge(a, b, c)
+    assert "only the last, partial tile row is wrong (rows 64-66)" in result.message
+
+
+def test_truncated_phase_count_is_diagnosed():
+    m, n, k = 64, 64, 67
+    a, b = make_inputs(m, n, k, seed=5, distribution="uniform")
+    c = product(a[:, :64], b[:64, :])  # what k / TILE phases (rounded down) computes
+    result = judge(a, b, c)
+    assert result.status == FAILED
+    assert "last, partial tile phase" in result.message and "(k + 16 - 1) / 16" in result.message
+
+
+def test_wrong_stride_of_b_in_rectangular_case_points_at_strides():
+    m, n, k = 48, 80, 64
+    a, b = make_inputs(m, n, k, seed=6, distribution="uniform")
+    flat = np.concatenate([b.ravel(), np.zeros(k * k, np.float32)])
+    b_as_read = np.array([[flat[i * k + j] for j in range(n)] for i in range(k)], np.float32)  # B[i*k + j]
+    result = judge(a, b, product(a, b_as_read))
+    assert "every tile of C has wrong elements" in result.message
+    assert "B[row * n + column]" in result.message
+
+
+def test_store_past_the_end_of_c_is_an_out_of_bounds_write():
+    m, n, k = 20, 24, 8
+    a, b = make_inputs(m, n, k, seed=7, distribution="uniform")
+    run = run_with(product(a, b), m, n)
+    after = split_guarded(run.buffer, m, n)[2]
+    after[3] = 1.5  # lands where C[20][3] would be
+    result = judge_case("case", 4, a, b, run, TILE, 1.0, 1e-6)
+    assert result.status == FAILED
+    assert "out-of-bounds write: 1 stores past the end of C" in result.message
+    assert "C[20][3]" in result.message
+
+
+def test_store_before_c_is_reported():
+    a, b = make_inputs(16, 16, 16, seed=8, distribution="uniform")
+    run = run_with(product(a, b), 16, 16)
+    run.buffer[GUARD_BEFORE - 2] = 0.0
+    result = judge_case("case", 4, a, b, run, TILE, 1.0, 1e-6)
+    assert "stores before the start of C" in result.message
+
+
+def test_untouched_guards_hold_the_guard_pattern():
+    buffer = guarded_c(3, 5)
+    before, c, after = split_guarded(buffer, 3, 5)
+    assert (before.view(np.uint32) == GUARD_BITS).all() and (after.view(np.uint32) == GUARD_BITS).all()
+    assert np.isnan(c).all()
+
+
+def test_writing_into_b_fails_even_with_a_correct_c():
+    a, b = make_inputs(16, 16, 16, seed=9, distribution="uniform")
+    result = judge(a, b, product(a, b), b_changed=True)
+    assert result.status == FAILED and "wrote into B" in result.message
+
+
+def test_tolerance_scales_with_k():
+    m, n, k = 8, 8, 4096
+    a, b = make_inputs(m, n, k, seed=10, distribution="uniform")
+    truth = a.astype(np.float64) @ b.astype(np.float64)
+    bound = error_bound(a.astype(np.float64), b.astype(np.float64), 1.0, 1e-6)
+    assert bound.min() > 1e-6 + 100 * EPS32  # a long dot product earns more room than a short one
+    assert judge(a, b, (truth + 0.5 * bound).astype(np.float32)).status == PASSED
+    assert judge(a, b, (truth + 3.0 * bound).astype(np.float32)).status == FAILED
+
+
+def test_reference_disagreeing_with_truth_is_a_grader_error():
+    a, b = make_inputs(16, 16, 16, seed=11, distribution="uniform")
+    run = run_with(product(a, b), 16, 16)
+    run.reference = product(a, b) + 1.0
+    result = judge_case("case", 4, a, b, run, TILE, 1.0, 1e-6)
+    assert result.status == ERROR and "reference kernel" in result.message
+
+
+def test_inputs_are_reproducible_from_the_seed():
+    first, second = make_inputs(5, 6, 7, 42, "normal"), make_inputs(5, 6, 7, 42, "normal")
+    assert all(np.array_equal(x, y) for x, y in zip(first, second))
+    assert not np.array_equal(first[0], make_inputs(5, 6, 7, 43, "normal")[0])
+    with pytest.raises(ValueError):
+        make_inputs(1, 1, 1, 0, "cauchy")
