@@ -1,0 +1,62 @@
+"""Terminal report with rich. Must stay readable on a no-colour console: every status is a word."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.padding import Padding
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from grader.result import HIDDEN, PASSED, SKIPPED, SUBMISSION_ERROR, CheckResult, SubmissionResult
+from grader.report.junit_report import format_points
+
+STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold magenta", "skipped": "yellow"}
+
+
+def _header(result: SubmissionResult) -> Text:
+    text = Text("Submission: ", style="bold").append(result.submission)
+    for label, value in (("backend", result.backend), ("device", result.device), ("tile", result.tile_size)):
+        if value not in ("", None):
+            text.append(f"  {label}: {value}")
+    return text
+
+
+def _message_cell(check: CheckResult, show_hidden_details: bool) -> Padding | None:
+    if check.status == PASSED or not check.message:
+        return None
+    if check.visibility == HIDDEN and not show_hidden_details:
+        return None  # students see only the verdict of hidden cases
+    # fold: long unbroken tokens (paths, numbers) wrap instead of being cut off
+    return Padding(Text(check.message, style="dim", overflow="fold"), (0, 0, 0, 2))
+
+
+def _table(result: SubmissionResult, show_hidden_details: bool) -> Table:
+    table = Table(show_lines=False, expand=False)
+    table.add_column("Kind", no_wrap=True)
+    table.add_column("Check", overflow="fold")
+    table.add_column("Status", no_wrap=True)
+    table.add_column("Points", justify="right", no_wrap=True)
+    shown = {result.message}  # one reason for twenty skipped cases is said once
+    for check in result.checks:
+        points = f"{format_points(check.score)}/{format_points(check.max_score)}"
+        status = Text(check.status, style=STATUS_STYLE.get(check.status, ""))
+        table.add_row(Text(check.kind), Text(check.name), status, Text(points))
+        if check.status == SKIPPED and check.message in shown:
+            continue
+        shown.add(check.message)
+        message = _message_cell(check, show_hidden_details)
+        if message is not None:
+            table.add_row("", message, "", "")
+    return table
+
+
+def render(result: SubmissionResult, console: Console | None = None, show_hidden_details: bool = False) -> None:
+    console = console or Console()
+    console.print(_header(result))
+    if result.status == SUBMISSION_ERROR:
+        console.print(Panel(Text(result.message or "(no message)"), title="ERROR: submission could not be graded"))
+    elif result.message:
+        console.print(Text("Note: ", style="bold").append(result.message))
+    if result.checks:
+        console.print(_table(result, show_hidden_details))
+    console.print(Text(f"Total: {format_points(result.score)}/{format_points(result.max_score)}", style="bold"))
