@@ -1,0 +1,169 @@
+"""Turns the GPU child's events into checks: the compile verdict, one verdict per case, the timing verdict.
+
+Every message here is for a student: what happened, where, and what to look at.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .cases import Case
+from .compare import CaseRun, judge_case
+from .config import Config
+from .inputs import make_inputs
+from .result import CASE, COMPILE, TIMING, CheckResult, errored, passed, skipped
+from .timing import NAME as TIMING_NAME
+from .timing import judge_timing
+
+FAULTS = (
+    ("illegal memory access", "kernel fault: illegal memory access: a load or store went outside A, B or C; "
+     "check the bounds on row, col and the k index of every load and store"),
+    ("misaligned address", "kernel fault: misaligned address: check the index arithmetic of your pointers"),
+    ("illegal instruction", "kernel fault: illegal instruction (a trap, an assert, or a corrupted stack)"),
+    ("unspecified launch failure", "kernel fault: the kernel aborted (a trap or an assert)"),
+    ("too many resources", "launch failed: the block asks for too many registers or too much shared memory"),
+    ("invalid argument", "launch failed: invalid launch configuration (check TILE_SIZE)"),
+)
+
+
+def describe_fault(error: str) -> str:
+    lowered = error.lower()
+    for needle, message in FAULTS:
+        if needle in lowered:
+            return message
+    return f"kernel fault: {error.strip()}"
+
+
+class GpuRun:
+    def __init__(self, config: Config, cases: list[Case], workdir: Path):
+        self.config, self.workdir = config, workdir
+        self.cases = {case.name: case for case in cases}
+        self.case_results: dict[str, CheckResult] = {}
+        self.compile_check = skipped("compile", COMPILE, config.points.compile, "the GPU run did not start")
+        self.timing: CheckResult | None = None
+        self.not_run_reason = "not run"
+        self.broken_cases: list[str] = []
+        self.grader_error = ""
+        self.device, self.tile_size, self.log = "", None, ""
+
+    def correct_so_far(self) -> bool:
+        return len(self.case_results) == len(self.cases) and all(c.passed for c in self.case_results.values())
+
+    def handle(self, event: dict) -> None:
+        getattr(self, "on_" + event["event"])(event)
+
+    # -- compile -------------------------------------------------------------------------------
+
+    def on_compiled(self, event: dict) -> None:
+        self.device, self.tile_size = event["device"], event["tile_size"]
+        points, allowed = self.config.points.compile, self.config.kernel.tile_sizes
+        sizes = ", ".join(map(str, allowed))
+        if event["reference_tile"] is None:
+            self.grader_error = "grader error: the reference kernel does not define TILE_SIZE"
+            self._compile_error("not run: the grader's reference kernel is broken")
+        elif self.tile_size is None:
+            self._compile_error(f"TILE_SIZE is not defined: add `#define TILE_SIZE 16` (allowed: {sizes}); "
+                                "the grader launches blocks of TILE_SIZE×TILE_SIZE threads")
+        elif self.tile_size not in allowed:
+            self._compile_error(f"TILE_SIZE is {self.tile_size}; allowed: {sizes}")
+        else:
+            self.compile_check = passed("compile", COMPILE, points,
+                                        f"compiled for {event['arch']} in {event['seconds']:.1f} s, "
+                                        f"TILE_SIZE {self.tile_size}")
+
+    def on_compile_error(self, event: dict) -> None:
+        if event["target"] == "reference":
+            self.grader_error = "grader error: the reference kernel does not compile:\n" + event["message"]
+            self._compile_error("not run: the grader's reference kernel does not compile")
+        else:
+            self._compile_error(event["message"])
+
+    def on_kernel_missing(self, event: dict) -> None:
+        if event["target"] == "reference":
+            self.grader_error = "grader error: " + event["message"] + " (reference)"
+        self._compile_error(event["message"])
+
+    def _compile_error(self, message: str) -> None:
+        self.compile_check = errored("compile", COMPILE, self.config.points.compile, message)
+        self.not_run_reason = "not run: the kernel did not compile or load"
+
+    # -- cases ---------------------------------------------------------------------------------
+
+    def on_case(self, event: dict) -> None:
+        case = self.cases[event["case"]]
+        a, b = make_inputs(case.m, case.n, case.k, case.seed, case.distribution)
+        run = CaseRun(buffer=np.load(self.workdir / f"{case.name}.student.npy"),
+                      reference=np.load(self.workdir / f"{case.name}.reference.npy"),
+                      a_changed=event["a_changed"], b_changed=event["b_changed"], seconds=event["seconds"])
+        tolerance = self.config.tolerance
+        self.case_results[case.name] = judge_case(case.name, case.points, a, b, run, self.tile_size,
+                                                  tolerance.k_factor, tolerance.abs, case.visibility)
+
+    def on_fault(self, event: dict) -> None:
+        self._broken(event, describe_fault(event.get("error", "")))
+
+    def on_timeout(self, event: dict) -> None:
+        limit = event["limit_s"]
+        if event["phase"] in ("startup", "compile"):
+            what = "compilation" if event["phase"] == "compile" else "starting the GPU process"
+            self._compile_error(f"{what} timed out after {limit:g} s")
+            return
+        message = (f"timed out after {limit:g} s: the kernel did not finish (an endless loop, "
+                   "or a __syncthreads() that some threads never reach)")
+        self._broken(event, message)
+
+    def on_crash(self, event: dict) -> None:
+        message = f"the GPU process ended unexpectedly (exit code {event['returncode']})"
+        if event["phase"] in ("startup", "compile"):
+            self.grader_error = "grader error: " + message
+            self._compile_error("not run: " + message)
+        else:
+            self._broken(event, message)
+
+    def _broken(self, event: dict, message: str) -> None:
+        """A fault, hang or crash: it ends the case (or stage) it happened in."""
+        name = event.get("case")
+        if event.get("phase") == "timing":
+            self.timing = errored(TIMING_NAME, TIMING, self.config.points.timing, message)
+        elif name in self.case_results:
+            self.log += f"\n[grader] after case {name} was judged: {message}\n"
+        elif name in self.cases:
+            case = self.cases[name]
+            self.case_results[name] = errored(name, CASE, case.points, f"{message}\n(case: m={case.m}, "
+                                              f"n={case.n}, k={case.k})", visibility=case.visibility)
+            self.broken_cases.append(name)
+            self.not_run_reason = (f"not run: the kernel crashed or hung in {len(self.broken_cases)} cases "
+                                   f"({', '.join(self.broken_cases)}), so the grader stopped running it")
+        else:
+            self._compile_error(message)
+
+    def on_restart(self, event: dict) -> None:
+        self.log += f"\n[grader] restarted the GPU process after a fault in case {event['after']}\n"
+
+    def on_timing(self, event: dict) -> None:
+        self.timing = judge_timing(event, self.config.points.timing, self.config.timing.max_ratio)
+
+    def on_output(self, event: dict) -> None:
+        self.log += event["text"]
+
+    def on_done(self, event: dict) -> None:
+        pass
+
+    # -- results -------------------------------------------------------------------------------
+
+    def case_checks(self) -> list[CheckResult]:
+        return [self.case_results.get(name) or skipped(name, CASE, case.points, self.not_run_reason,
+                                                       visibility=case.visibility)
+                for name, case in self.cases.items()]
+
+    def timing_result(self) -> CheckResult:
+        if self.timing:
+            return self.timing
+        points = self.config.points.timing
+        failing = [c for c in self.case_checks() if not c.passed]
+        if failing:
+            return skipped(TIMING_NAME, TIMING, points,
+                           f"not timed: {len(failing)} of {len(self.cases)} cases did not pass; "
+                           "timing needs a correct kernel")
+        return skipped(TIMING_NAME, TIMING, points, self.not_run_reason)

@@ -1,0 +1,71 @@
+"""What the parent asks a child to run, and the line protocol the child answers on.
+
+The job travels as a JSON file; the child answers with one JSON object per line on a pipe of its own
+(never stdout, which belongs to the student's printf). Big arrays go to .npy files in the job folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class CaseSpec:
+    name: str
+    m: int
+    n: int
+    k: int
+    seed: int
+    distribution: str
+
+
+@dataclass
+class TimingSpec:
+    m: int
+    n: int
+    k: int
+    seed: int
+    warmup: int
+    repetitions: int
+    k_factor: float
+    abs_tol: float
+
+
+@dataclass
+class Job:
+    student_source: str  # prepared: #line directive and TILE_SIZE probe already in
+    reference_source: str
+    kernel_name: str
+    arg_order: list[str]
+    tile_sizes: list[int]
+    options: list[str]
+    cache_dir: str
+    workdir: str
+    cases: list[CaseSpec] = field(default_factory=list)
+    timing: TimingSpec | None = None
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, path: Path) -> Job:
+        data = json.loads(Path(path).read_text())
+        data["cases"] = [CaseSpec(**c) for c in data["cases"]]
+        data["timing"] = TimingSpec(**data["timing"]) if data["timing"] else None
+        return cls(**data)
+
+    def output_path(self, case: str, who: str) -> Path:
+        return Path(self.workdir) / f"{case}.{who}.npy"
+
+
+class Channel:
+    """The child's end of the event pipe."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def send(self, event: str, **fields) -> None:
+        line = json.dumps({"event": event, **fields}) + "\n"
+        os.write(self._fd, line.encode())

@@ -1,0 +1,41 @@
+"""Child processes that can be killed whole: each starts its own process group."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+
+OUTPUT_CAP = 64 * 1024
+TRUNCATION_MARKER = "\n[... output truncated by the grader ...]\n"
+
+
+@dataclass
+class Finished:
+    returncode: int | None  # None when killed on timeout
+    output: str
+    timed_out: bool
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def run_killable(cmd: list[str], timeout: float, cwd: str | None = None, env: dict | None = None) -> Finished:
+    """Run cmd with stdout+stderr merged; on timeout kill its whole process group (nvcc forks cicc, ptxas)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        return Finished(None, "", True)
+    return Finished(proc.returncode, cap(out.decode("utf-8", "replace")), False)
+
+
+def cap(text: str, limit: int = OUTPUT_CAP) -> str:
+    return text if len(text) <= limit else text[:limit] + TRUNCATION_MARKER

@@ -1,0 +1,138 @@
+"""Runs a job in child processes and yields their events; never runs submission code itself.
+
+Each child is spawned fresh (never forked), in its own process group, and killed as a group when the
+current phase outlives its deadline. A child that faulted, hung or crashed is never reused: the
+remaining cases go to a new child, a bounded number of times.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .job import Job
+from .proc import cap, kill_group
+
+PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+# Events after which the child is gone; in a case, the remaining cases go to a fresh child.
+BROKEN = ("fault", "timeout", "crash")
+
+
+@dataclass
+class Limits:
+    startup_s: float  # interpreter, imports and CUDA context
+    compile_s: float
+    run_s: float  # one case, or the whole timing phase
+    max_restarts: int
+
+    def for_phase(self, phase: str) -> float:
+        return {"startup": self.startup_s, "compile": self.compile_s}.get(phase, self.run_s)
+
+
+def run_job(job: Job, limits: Limits, want_timing: Callable[[], bool],
+            command: list[str] | None = None) -> Iterator[dict]:
+    """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'restart', and 'output'
+    (each child's captured stdout and stderr, after it ends).
+
+    A child that finished its cases asks whether to time; `want_timing()` answers, after every case
+    event has been consumed. `command` replaces the worker command line (job file and fds appended).
+    """
+    restarts = 0
+    while True:
+        broken = None
+        for event in Child(job, limits, want_timing, command).events():
+            if event["event"] in BROKEN:
+                broken = event
+            yield event
+        names = [case.name for case in job.cases]
+        if broken is None or broken.get("case") not in names or restarts >= limits.max_restarts:
+            return  # finished, or broken outside the cases (compile, timing), or out of restarts
+        restarts += 1
+        job = replace(job, cases=job.cases[names.index(broken["case"]) + 1:])
+        if not job.cases:
+            return
+        yield {"event": "restart", "after": broken["case"], "restarts": restarts}
+
+
+class Child:
+    def __init__(self, job: Job, limits: Limits, want_timing: Callable[[], bool], command: list[str] | None):
+        self.job, self.limits, self.want_timing = job, limits, want_timing
+        self.command = command or [sys.executable, "-m", "grader.worker"]
+        self.log_path = Path(job.workdir, f"child-{time.monotonic_ns()}.log")
+
+    def events(self) -> Iterator[dict]:
+        job_file = Path(self.job.workdir, "job.json")
+        self.job.save(job_file)
+        read_fd, write_fd = os.pipe()
+        control_read, self.control_fd = os.pipe()
+        with open(self.log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [*self.command, str(job_file), str(write_fd), str(control_read)],
+                pass_fds=(write_fd, control_read), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True, env=_child_env(), cwd=self.job.workdir)
+        os.close(write_fd)
+        os.close(control_read)
+        try:
+            yield from self._read(proc, read_fd)
+        finally:
+            os.close(read_fd)
+            os.close(self.control_fd)
+            kill_group(proc)  # also reaps stragglers the child left behind
+        yield {"event": "output", "text": self.output()}
+
+    def _read(self, proc: subprocess.Popen, read_fd: int) -> Iterator[dict]:
+        phase, case, pending = "startup", None, b""
+        deadline = time.monotonic() + self.limits.for_phase(phase)
+        finished = False
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                kill_group(proc)
+                yield {"event": "timeout", "phase": phase, "case": case, "limit_s": self.limits.for_phase(phase)}
+                return
+            ready, _, _ = select.select([read_fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                event = json.loads(line)
+                if event["event"] == "phase":
+                    phase, case = event["phase"], event.get("case")
+                    deadline = time.monotonic() + self.limits.for_phase(phase)
+                    continue
+                if event["event"] == "await_timing":
+                    answer = b"go\n" if self.want_timing() else b"skip\n"
+                    os.write(self.control_fd, answer)
+                    continue
+                if event["event"] == "fault":
+                    event.update(phase=phase, case=case)
+                finished = event["event"] in ("done", "fault")
+                yield event
+        if not finished:
+            proc.wait()
+            yield {"event": "crash", "phase": phase, "case": case, "returncode": proc.returncode}
+
+    def output(self) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                return cap(log.read(1 << 20).decode("utf-8", "replace"))
+        except OSError:
+            return ""
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The child imports this package whether or not it is installed.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

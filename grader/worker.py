@@ -1,0 +1,276 @@
+"""The GPU child: compiles one submission and the reference, runs the cases, times them.
+
+Runs as `python -m grader.worker JOB_FILE EVENT_FD` in a process of its own; it is the only code that
+touches CUDA. After any CUDA error it reports and exits: a fault poisons the context for good.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .compile import TILE_PROBE_SYMBOL, student_compile_message
+from .inputs import GUARD_BEFORE, POISON_BITS, guarded_c, make_inputs
+from .job import CaseSpec, Channel, Job, TimingSpec
+from .tolerance import error_bound, within
+
+cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
+
+
+class KernelFault(Exception):
+    """A CUDA error during a launch: the context is unusable from here on."""
+
+
+def main(argv: list[str]) -> int:
+    job, channel, control = Job.load(Path(argv[1])), Channel(int(argv[2])), int(argv[3])
+    channel.send("phase", phase="startup")
+    global cuda
+    import pycuda.driver as cuda_driver
+
+    cuda = cuda_driver
+    cuda.init()
+    device = cuda.Device(0)
+    context = device.make_context()
+    try:
+        Worker(job, channel, device, control).run()
+    except KernelFault as fault:
+        channel.send("fault", error=str(fault))
+        os._exit(0)  # skip context teardown: after a fault it can hang or abort
+    context.pop()
+    channel.send("done")
+    return 0
+
+
+class Worker:
+    def __init__(self, job: Job, channel: Channel, device, control_fd: int):
+        self.job, self.channel, self.device, self.control_fd = job, channel, device, control_fd
+        self.arch = "sm_%d%d" % device.compute_capability()
+
+    def run(self) -> None:
+        self.channel.send("phase", phase="compile")
+        loaded = self.load_modules()
+        if loaded is None:
+            return
+        student, reference = loaded
+        for spec in self.job.cases:
+            self.channel.send("phase", phase="case", case=spec.name)
+            self.run_case(spec, student, reference)
+        if self.job.timing and self.parent_wants_timing():
+            self.channel.send("phase", phase="timing")
+            self.channel.send("timing", **self.time_kernels(self.job.timing, student, reference))
+
+    def parent_wants_timing(self) -> bool:
+        """Only the parent judges correctness, so it decides whether timing is worth running."""
+        self.channel.send("await_timing")
+        with os.fdopen(self.control_fd, "r") as control:
+            return control.readline().strip() == "go"
+
+    # -- compile -------------------------------------------------------------------------------
+
+    def load_modules(self):
+        started = time.perf_counter()
+        with ThreadPoolExecutor(2) as pool:
+            compiled = {who: pool.submit(self.compile, source) for who, source in
+                        (("student", self.job.student_source), ("reference", self.job.reference_source))}
+            cubins = {who: future.result() for who, future in compiled.items()}
+        for who in ("reference", "student"):
+            if isinstance(cubins[who], str):
+                self.channel.send("compile_error", target=who, message=cubins[who])
+                return None
+        kernels = {}
+        for who, cubin in cubins.items():
+            kernel = Kernel.load(cubin, self.job.kernel_name, self.job.arg_order)
+            if isinstance(kernel, str):
+                self.channel.send("kernel_missing", target=who, message=kernel)
+                return None
+            kernels[who] = kernel
+        self.channel.send("compiled", device=self.device.name(), arch=self.arch,
+                          tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile,
+                          seconds=round(time.perf_counter() - started, 3))
+        if kernels["student"].tile not in self.job.tile_sizes or not kernels["reference"].tile:
+            return None  # the parent explains why nothing runs
+        return kernels["student"], kernels["reference"]
+
+    def compile(self, source: str) -> bytes | str:
+        """A cubin, or the compiler's message for the student."""
+        from pycuda.compiler import compile as pycuda_compile
+        from pycuda.compiler import get_nvcc_version
+
+        # pycuda's own cache writes in place and keys #include-ing sources by a second nvcc pass; this
+        # one is keyed by the exact text, written atomically, and skipped when local headers are used.
+        key = hashlib.sha256("\0".join([source, *self.job.options, self.arch,
+                                        get_nvcc_version("nvcc")]).encode()).hexdigest()
+        cacheable = '#include "' not in source
+        cached = Path(self.job.cache_dir, key + ".cubin")
+        if cacheable and cached.is_file():
+            return cached.read_bytes()
+        try:
+            # The function SourceModule itself calls: same extern "C" wrapping, same nvcc flags.
+            cubin = pycuda_compile(source, options=list(self.job.options), arch=self.arch, cache_dir=False)
+        except cuda.CompileError as err:
+            return student_compile_message(f"{err.stdout or ''}{err.stderr or ''}")
+        if cacheable:
+            _write_atomically(cached, cubin)
+        return cubin
+
+    # -- cases ---------------------------------------------------------------------------------
+
+    def run_case(self, spec: CaseSpec, student: Kernel, reference: Kernel) -> None:
+        a, b = make_inputs(spec.m, spec.n, spec.k, spec.seed, spec.distribution)
+        with Buffers(a, b) as buffers:
+            ref_out = np.empty((spec.m, spec.n), np.float32)
+            d_ref = buffers.alloc(ref_out.nbytes)
+            reference.launch(spec.m, spec.n, spec.k, buffers.a, buffers.b, int(d_ref))
+            synchronize()
+            cuda.memcpy_dtoh(ref_out, d_ref)
+
+            c_host = guarded_c(spec.m, spec.n)
+            d_c = buffers.upload(c_host)
+            started = time.perf_counter()
+            student.launch(spec.m, spec.n, spec.k, buffers.a, buffers.b, int(d_c) + GUARD_BEFORE * 4)
+            synchronize()
+            seconds = time.perf_counter() - started
+            guarded(cuda.memcpy_dtoh, c_host, d_c)
+            a_changed, b_changed = buffers.inputs_changed()
+        np.save(self.job.output_path(spec.name, "student"), c_host)
+        np.save(self.job.output_path(spec.name, "reference"), ref_out)
+        self.channel.send("case", case=spec.name, seconds=seconds, a_changed=a_changed, b_changed=b_changed)
+
+    # -- timing --------------------------------------------------------------------------------
+
+    def time_kernels(self, spec: TimingSpec, student: Kernel, reference: Kernel) -> dict:
+        """Interleaved CUDA-event timing with an L2 flush before every launch; every student output checked."""
+        m, n, k = spec.m, spec.n, spec.k
+        a, b = make_inputs(m, n, k, spec.seed, "uniform")
+        out = np.empty((m, n), np.float32)
+        # Compared with the reference kernel's output, so both sides carry rounding error: twice the bound.
+        bound = 2 * error_bound(a, b, spec.k_factor, spec.abs_tol)
+        l2_bytes = self.device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE)
+        flush_words = max(2 * l2_bytes, 1 << 20) // 4
+        with Buffers(a, b) as buffers:
+            d_c = buffers.alloc(out.nbytes)
+            flush = buffers.alloc(flush_words * 4)
+            start, stop = cuda.Event(), cuda.Event()
+
+            def launch(kernel: Kernel, rep: int) -> float:
+                guarded(cuda.memset_d32, flush, rep, flush_words)
+                guarded(cuda.memset_d32, d_c, POISON_BITS, m * n)
+                start.record()
+                kernel.launch(m, n, k, buffers.a, buffers.b, int(d_c))
+                stop.record()
+                guarded(stop.synchronize)
+                guarded(cuda.memcpy_dtoh, out, d_c)
+                return stop.time_since(start)
+
+            launch(reference, 0)
+            expected = out.copy()
+            wrong, first_wrong, times = 0, None, {"student": [], "reference": []}
+            total = spec.warmup + spec.repetitions
+            for rep in range(total):
+                order = (("student", student), ("reference", reference))
+                for who, kernel in order if rep % 2 == 0 else reversed(order):
+                    ms = launch(kernel, rep)
+                    if who == "student" and not within(out, expected, bound).all():
+                        wrong += 1
+                        first_wrong = rep + 1 if first_wrong is None else first_wrong
+                    if rep >= spec.warmup:
+                        times[who].append(ms)
+        return {"student_ms": times["student"], "reference_ms": times["reference"], "launches": total,
+                "wrong_launches": wrong, "first_wrong_launch": first_wrong, "m": m, "n": n, "k": k}
+
+
+class Kernel:
+    """A loaded kernel with its tile size, launched with block (T, T) and grid (ceil(n/T), ceil(m/T))."""
+
+    def __init__(self, module, function, tile: int | None, arg_order: list[str]):
+        self.module, self.function, self.tile, self.arg_order = module, function, tile, arg_order
+        function.prepare("".join("i" if arg in "mnk" else "P" for arg in arg_order))
+
+    @classmethod
+    def load(cls, cubin: bytes, name: str, arg_order: list[str]) -> Kernel | str:
+        module = guarded(cuda.module_from_buffer, cubin)
+        try:
+            function = module.get_function(name)
+        except cuda.LogicError:
+            return f"kernel {name} not found in the compiled module"
+        return cls(module, function, _tile_size(module), arg_order)
+
+    def launch(self, m: int, n: int, k: int, a: int, b: int, c: int) -> None:
+        values = {"m": m, "n": n, "k": k, "A": a, "B": b, "C": c}
+        t = self.tile
+        grid, block = ((n + t - 1) // t, (m + t - 1) // t, 1), (t, t, 1)
+        guarded(self.function.prepared_call, grid, block, *(values[arg] for arg in self.arg_order))
+
+
+def _tile_size(module) -> int | None:
+    try:
+        pointer, _ = module.get_global(TILE_PROBE_SYMBOL)
+    except cuda.LogicError:
+        return None
+    value = np.zeros(1, np.int32)
+    guarded(cuda.memcpy_dtoh, value, pointer)
+    return int(value[0])
+
+
+class Buffers:
+    """Device copies of A and B plus scratch allocations, all freed on exit."""
+
+    def __init__(self, a: np.ndarray, b: np.ndarray):
+        self.host_a, self.host_b = a, b
+        self.allocations = []
+        self.a, self.b = int(self.upload(a)), int(self.upload(b))
+
+    def __enter__(self) -> Buffers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            for allocation in self.allocations:
+                allocation.free()
+
+    def alloc(self, nbytes: int):
+        allocation = guarded(cuda.mem_alloc, max(nbytes, 4))
+        self.allocations.append(allocation)
+        return allocation
+
+    def upload(self, host: np.ndarray):
+        allocation = self.alloc(host.nbytes)
+        guarded(cuda.memcpy_htod, allocation, host)
+        return allocation
+
+    def inputs_changed(self) -> tuple[bool, bool]:
+        return tuple(self._changed(host, pointer) for host, pointer in ((self.host_a, self.a), (self.host_b, self.b)))
+
+    @staticmethod
+    def _changed(host: np.ndarray, pointer: int) -> bool:
+        after = np.empty_like(host)
+        guarded(cuda.memcpy_dtoh, after, pointer)
+        return not np.array_equal(after.view(np.uint32), host.view(np.uint32))
+
+
+def synchronize() -> None:
+    guarded(cuda.Context.synchronize)
+
+
+def guarded(call, *args):
+    """Any CUDA error from here on is a fault of the submission's kernel (the reference is trusted)."""
+    try:
+        return call(*args)
+    except cuda.Error as err:
+        raise KernelFault(str(err)) from None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

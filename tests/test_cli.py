@@ -1,0 +1,127 @@
+"""`grade` as a user runs it, on the paths that need no GPU: --no-run, misuse, bad submissions."""
+import json
+import shutil
+
+import pytest
+from junitparser import JUnitXml, Skipped
+
+from grader.cli import main
+from grader.compile import nvcc_path
+from grader.gpu_detect import gpu_unavailable_reason
+
+from conftest import ROOT, SUBMISSIONS
+
+no_gpu_here = pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
+
+
+def load(out, name):
+    return json.loads((out / f"{name}.json").read_text())
+
+
+def test_no_run_checks_statically_compiles_and_skips_gpu_checks(tmp_path):
+    code = main([str(SUBMISSIONS / "good_basic"), "--no-run", "-o", str(tmp_path)])
+    assert code == 0
+    result = load(tmp_path, "good_basic")
+    assert set(result) >= {"submission", "score", "max_score", "status", "checks"}
+    assert result["status"] == "graded" and result["max_score"] == 100
+    by_kind = {}
+    for check in result["checks"]:
+        assert set(check) >= {"name", "kind", "status", "score", "max_score", "message"}
+        by_kind.setdefault(check["kind"], []).append(check)
+    assert all(c["status"] == "passed" for c in by_kind["static"])
+    assert by_kind["compile"][0]["status"] == ("passed" if nvcc_path() else "skipped")
+    for check in by_kind["case"] + by_kind["timing"]:
+        assert check["status"] == "skipped" and "--no-run" in check["message"]
+    assert result["score"] == 10
+
+
+def test_junit_shows_skipped_gpu_checks_to_an_lms(tmp_path):
+    main([str(SUBMISSIONS / "missing_use_barrier"), "--no-run", "-o", str(tmp_path)])
+    suite = next(iter(JUnitXml.fromfile(str(tmp_path / "missing_use_barrier.junit.xml"))))
+    cases = {case.name: case for case in suite}
+    use = next(case for name, case in cases.items() if name.startswith("static barrier after using tiles"))
+    assert use.result and "line" in use.result[0].message
+    skipped_cases = [case for name, case in cases.items() if name.startswith("case ")]
+    assert skipped_cases and all(isinstance(c.result[0], Skipped) for c in skipped_cases)
+
+
+def test_missing_path_is_misuse_but_the_others_are_still_graded(tmp_path, capsys):
+    code = main([str(tmp_path / "nope"), str(SUBMISSIONS / "good_basic"), "--no-run", "-o", str(tmp_path)])
+    assert code == 2
+    assert "nope: no such file or folder" in capsys.readouterr().err
+    assert (tmp_path / "good_basic.json").is_file()
+
+
+def test_bad_config_exits_2_naming_the_key(tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text((ROOT / "config.yaml").read_text().replace("  run_s: 10", "  run_s: soon"))
+    code = main([str(SUBMISSIONS / "good_basic"), "--config", str(config), "--no-run", "-o", str(tmp_path)])
+    assert code == 2
+    assert "timeouts.run_s: expected a number, got 'soon'" in capsys.readouterr().err
+    assert not (tmp_path / "good_basic.json").exists()
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"", "kernel.cu is empty"),
+    (b"  \n\n", "kernel.cu is empty"),
+    (b"\x7fELF\x00\x01binary", "binary file"),
+    (b"// caf\xe9\n__global__ void mysgemm() {}", "line 1: not valid UTF-8"),
+])
+def test_unreadable_submissions_get_an_error_row_not_a_crash(tmp_path, content, words):
+    folder = tmp_path / "student"
+    folder.mkdir()
+    (folder / "kernel.cu").write_bytes(content)
+    assert main([str(folder), "--no-run", "-o", str(tmp_path / "out")]) == 0
+    result = load(tmp_path / "out", "student")
+    assert result["status"] == "error" and words in result["message"]
+    assert result["score"] == 0 and result["max_score"] == 100  # an LMS sees 0 of 100, not 0 of 0
+    assert all(c["status"] == "skipped" and words in c["message"] for c in result["checks"])
+
+
+def test_folder_without_kernel_file_is_an_error_row(tmp_path):
+    (tmp_path / "student").mkdir()
+    assert main([str(tmp_path / "student"), "--no-run", "-o", str(tmp_path / "out")]) == 0
+    assert "kernel.cu: not found" in load(tmp_path / "out", "student")["message"]
+
+
+def test_wrong_kernel_name_is_reported_without_compiling(tmp_path):
+    main([str(SUBMISSIONS / "wrong_kernel_name"), "--no-run", "-o", str(tmp_path)])
+    compile_check = load(tmp_path, "wrong_kernel_name")["checks"][0]
+    assert compile_check["status"] == "error"
+    assert compile_check["message"] == "kernel mysgemm not found; found: MySgemm"
+
+
+def test_a_file_path_is_graded_under_its_stem(tmp_path):
+    file = tmp_path / "alice.cu"
+    shutil.copy(SUBMISSIONS / "good_basic" / "kernel.cu", file)
+    main([str(file), "--no-run", "-o", str(tmp_path / "out")])
+    assert load(tmp_path / "out", "alice")["submission"] == "alice"
+
+
+def test_same_names_do_not_overwrite_each_other(tmp_path):
+    for parent in ("a", "b"):
+        (tmp_path / parent / "sub").mkdir(parents=True)
+        shutil.copy(SUBMISSIONS / "good_basic" / "kernel.cu", tmp_path / parent / "sub" / "kernel.cu")
+    main([str(tmp_path / "a" / "sub"), str(tmp_path / "b" / "sub"), "--no-run", "-o", str(tmp_path / "out")])
+    assert (tmp_path / "out" / "sub.json").is_file() and (tmp_path / "out" / "sub-2.json").is_file()
+
+
+def test_fail_under_returns_1_below_the_threshold(tmp_path):
+    args = [str(SUBMISSIONS / "good_basic"), "--no-run", "-o", str(tmp_path)]
+    assert main(args + ["--fail-under", "50"]) == 1
+    assert main(args + ["--fail-under", "5"]) == 0
+
+
+@no_gpu_here
+def test_without_a_gpu_auto_says_what_is_missing_and_still_checks(tmp_path, capsys):
+    assert main([str(SUBMISSIONS / "good_basic"), "-o", str(tmp_path)]) == 0
+    result = load(tmp_path, "good_basic")
+    assert "no NVIDIA GPU found" in result["message"]
+    assert all(c["status"] == "skipped" for c in result["checks"] if c["kind"] in ("case", "timing"))
+    assert "no NVIDIA GPU found" in capsys.readouterr().out
+
+
+@no_gpu_here
+def test_without_a_gpu_backend_gpu_is_misuse(tmp_path, capsys):
+    assert main([str(SUBMISSIONS / "good_basic"), "--backend", "gpu", "-o", str(tmp_path)]) == 2
+    assert "--backend gpu: no NVIDIA GPU found" in capsys.readouterr().err

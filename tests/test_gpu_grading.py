@@ -1,0 +1,191 @@
+"""End to end on a real GPU: every known submission gets the verdict it must get.
+
+Marked `gpu`; skipped cleanly where there is no NVIDIA GPU or no pycuda.
+"""
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.cases import load_cases
+from grader.cli import main
+from grader.config import load_config
+from grader.gpu_detect import gpu_unavailable_reason
+from grader.pipeline import RunPlan, grade
+from grader.result import ERROR, FAILED, PASSED, SKIPPED
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBMISSIONS = ROOT / "tests" / "submissions"
+RUN_TIMEOUT_S = 3
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(gpu_unavailable_reason() is not None, reason=f"{gpu_unavailable_reason()}"),
+]
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory):
+    """The shipped config with a short run timeout, so the hanging submission costs seconds."""
+    folder = tmp_path_factory.mktemp("config")
+    text = (ROOT / "config.yaml").read_text()
+    text = text.replace("testcases: testcases", f"testcases: {ROOT / 'testcases'}")
+    text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
+    text = text.replace("run_s: 10", f"run_s: {RUN_TIMEOUT_S}")
+    (folder / "config.yaml").write_text(text)
+    return folder / "config.yaml"
+
+
+@pytest.fixture(scope="module")
+def grade_one(config_file):
+    config = load_config(config_file)
+    cases = load_cases(config.testcases_dir)
+    results = {}
+
+    def grade_named(path: Path):
+        if path not in results:
+            results[path] = grade(path, config, cases, RunPlan(True))
+        return results[path]
+
+    return grade_named
+
+
+def checks_of(result, kind=None):
+    return {c.name: c for c in result.checks if kind is None or c.kind == kind}
+
+
+@pytest.fixture
+def reference_submission(tmp_path):
+    folder = tmp_path / "reference_as_submission"
+    folder.mkdir()
+    shutil.copy(ROOT / "reference" / "kernel.cu", folder / "kernel.cu")
+    return folder
+
+
+def test_reference_gets_full_marks(grade_one, reference_submission):
+    result = grade_one(reference_submission)
+    not_passed = [(c.name, c.message) for c in result.checks if c.status != PASSED]
+    assert not not_passed
+    assert result.score == result.max_score == 100
+    assert result.tile_size == 16 and result.device
+
+
+@pytest.mark.parametrize("name, tile", [("good_basic", 16), ("good_tile8_renamed", 8),
+                                        ("good_tile32_macro_sync", 32)])
+def test_good_submissions_pass_every_case(grade_one, name, tile):
+    result = grade_one(SUBMISSIONS / name)
+    assert result.tile_size == tile
+    failing = [(c.name, c.message) for c in result.checks if c.kind != "timing" and c.status != PASSED]
+    assert not failing
+    # Tile 8 may be slower than the 16-wide reference, but it must have been timed with verified outputs.
+    assert checks_of(result, "timing")["speed vs reference"].metrics["ratio"] > 0
+
+
+def test_student_template_compiles_and_fails_the_cases(grade_one):
+    result = grade_one(ROOT / "student_template")
+    assert checks_of(result)["compile"].status == PASSED
+    cases = checks_of(result, "case").values()
+    assert cases and all(c.status == FAILED for c in cases)
+    assert "never written" in next(iter(cases)).message
+
+
+@pytest.mark.parametrize("name, check, words", [
+    ("missing_load_barrier", "barrier after loading tiles", "line"),
+    ("missing_use_barrier", "barrier after using tiles", "line"),
+    ("conditional_barrier", "barrier after loading tiles", "threadIdx"),
+])
+def test_barrier_mistakes_fail_their_static_check(grade_one, name, check, words):
+    result = grade_one(SUBMISSIONS / name)
+    assert checks_of(result)[check].status == FAILED
+    assert words in checks_of(result)[check].message
+
+
+def test_barriers_left_in_comments_do_not_count(grade_one):
+    statics = checks_of(grade_one(SUBMISSIONS / "barrier_in_comment"), "static")
+    assert statics["barrier after loading tiles"].status == FAILED
+    assert statics["barrier after using tiles"].status == FAILED
+
+
+def test_missing_bounds_checks_fail_ragged_cases_only(grade_one):
+    cases = checks_of(grade_one(SUBMISSIONS / "no_bounds_checks"), "case")
+    assert cases["square_64"].status == PASSED and cases["square_512"].status == PASSED
+    for ragged in ("ragged_m", "ragged_n", "ragged_all", "primes_small"):
+        assert cases[ragged].status in (FAILED, ERROR)
+    messages = " ".join(c.message for c in cases.values())
+    assert "out-of-bounds write" in messages or "illegal memory access" in messages
+
+
+def test_wrong_stride_of_b_fails_rectangular_cases_and_says_so(grade_one):
+    cases = checks_of(grade_one(SUBMISSIONS / "b_wrong_stride"), "case")
+    assert cases["square_256"].status == PASSED
+    assert cases["rect_tall"].status == FAILED
+    assert "strides" in cases["rect_tall"].message
+
+
+def test_truncated_phase_count_is_diagnosed(grade_one):
+    cases = checks_of(grade_one(SUBMISSIONS / "truncated_phases"), "case")
+    assert cases["square_256"].status == PASSED
+    assert cases["ragged_k"].status == FAILED
+    assert "last, partial tile phase" in cases["ragged_k"].message
+
+
+def test_store_outside_c_is_an_out_of_bounds_write(grade_one):
+    cases = checks_of(grade_one(SUBMISSIONS / "store_outside_c"), "case")
+    failing = [c for c in cases.values() if c.status == FAILED]
+    assert failing and all("out-of-bounds write" in c.message for c in failing)
+
+
+def test_hanging_kernel_times_out_without_taking_the_grader_down(grade_one):
+    started = time.monotonic()
+    result = grade_one(SUBMISSIONS / "hang")
+    cases = list(checks_of(result, "case").values())
+    tries = 1 + load_config().timeouts.max_restarts  # each hang gets a fresh child for the rest
+    assert all(c.status == ERROR and f"timed out after {RUN_TIMEOUT_S} s" in c.message for c in cases[:tries])
+    assert all(c.status == SKIPPED and "crashed or hung in 3 cases" in c.message for c in cases[tries:])
+    assert time.monotonic() - started < tries * (RUN_TIMEOUT_S + 10)
+
+
+@pytest.mark.parametrize("name, words", [("trap", "kernel fault"),
+                                         ("illegal_address", "kernel fault: illegal memory access")])
+def test_faults_end_the_case_with_a_clear_verdict(grade_one, name, words):
+    result = grade_one(SUBMISSIONS / name)
+    cases = list(checks_of(result, "case").values())
+    assert cases[0].status == ERROR and cases[0].message.startswith(words)
+    assert "Traceback" not in " ".join(c.message for c in result.checks)
+
+
+def test_compile_error_names_the_students_line(grade_one):
+    compile_check = checks_of(grade_one(SUBMISSIONS / "compile_error"))["compile"]
+    assert compile_check.status == ERROR
+    assert "line 12: error" in compile_check.message
+
+
+def test_wrong_kernel_name_lists_what_is_there(grade_one):
+    compile_check = checks_of(grade_one(SUBMISSIONS / "wrong_kernel_name"))["compile"]
+    assert compile_check.message == "kernel mysgemm not found; found: MySgemm"
+
+
+def test_call_counting_cheat_fails_timing(grade_one):
+    result = grade_one(SUBMISSIONS / "call_counter")
+    timing = checks_of(result, "timing")["speed vs reference"]
+    assert all(c.status == PASSED for c in checks_of(result, "case").values())
+    assert timing.status == FAILED and "wrong in" in timing.message
+
+
+def test_missing_tile_size_is_explained(grade_one):
+    compile_check = checks_of(grade_one(SUBMISSIONS / "no_tile_size"))["compile"]
+    assert compile_check.status == ERROR and "TILE_SIZE is not defined" in compile_check.message
+
+
+def test_cli_writes_json_and_junit_and_exits_zero(config_file, reference_submission, tmp_path):
+    out = tmp_path / "out"
+    code = main([str(reference_submission), str(SUBMISSIONS / "empty"), "-o", str(out),
+                 "--config", str(config_file), "--backend", "gpu"])
+    assert code == 0
+    graded = json.loads((out / "reference_as_submission.json").read_text())
+    assert graded["status"] == "graded" and graded["score"] == graded["max_score"]
+    empty = json.loads((out / "empty.json").read_text())
+    assert empty["status"] == "error" and "empty" in empty["message"]
+    assert (out / "reference_as_submission.junit.xml").is_file()

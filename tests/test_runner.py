@@ -1,0 +1,154 @@
+"""The parent's supervision of child processes, with real children that misbehave on purpose.
+
+These children stand in for nothing GPU-specific: they exercise the process handling (deadlines,
+process-group kills, crash detection, restarts after a fault) that every submission goes through.
+"""
+import json
+import os
+import sys
+import textwrap
+import time
+
+import pytest
+
+from grader.job import CaseSpec, Job
+from grader.runner import Limits, run_job
+
+CHILD_PRELUDE = """
+import json, os, sys, time, subprocess
+job = json.load(open(sys.argv[1]))
+fd, control = int(sys.argv[2]), int(sys.argv[3])
+def send(event, **fields):
+    os.write(fd, (json.dumps({"event": event, **fields}) + "\\n").encode())
+"""
+
+
+def make_job(tmp_path, cases=("one", "two", "three")):
+    return Job(student_source="", reference_source="", kernel_name="mysgemm", arg_order=["m"],
+               tile_sizes=[16], options=[], cache_dir=str(tmp_path / "cache"), workdir=str(tmp_path),
+               cases=[CaseSpec(name, 1, 1, 1, 0, "uniform") for name in cases], timing=None)
+
+
+def child(tmp_path, body: str) -> list[str]:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD_PRELUDE + textwrap.dedent(body))
+    return [sys.executable, str(script)]
+
+
+LIMITS = Limits(startup_s=5, compile_s=5, run_s=1, max_restarts=2)
+
+
+def events_of(tmp_path, body, want_timing=lambda: True, limits=LIMITS, cases=("one", "two", "three")):
+    return list(run_job(make_job(tmp_path, cases), limits, want_timing, child(tmp_path, body)))
+
+
+def test_events_pass_through_and_the_parent_decides_on_timing(tmp_path):
+    body = """
+    for case in job["cases"]:
+        send("phase", phase="case", case=case["name"])
+        send("case", case=case["name"])
+    send("await_timing")
+    answer = os.fdopen(control).readline().strip()
+    send("answer", value=answer)
+    print("student printf output")
+    send("done")
+    """
+    for wanted, answer in ((True, "go"), (False, "skip")):
+        events = events_of(tmp_path, body, want_timing=lambda: wanted)
+        kinds = [e["event"] for e in events]
+        assert kinds == ["case", "case", "case", "answer", "done", "output"]
+        assert events[3]["value"] == answer
+        assert "student printf output" in events[-1]["text"]
+
+
+def test_hung_case_times_out_and_its_whole_process_group_dies(tmp_path):
+    body = """
+    send("phase", phase="case", case="one")
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    open(os.path.join(job["workdir"], "helper.pid"), "w").write(str(helper.pid))
+    time.sleep(60)
+    """
+    started = time.monotonic()
+    events = events_of(tmp_path, body, cases=("one",))
+    assert time.monotonic() - started < 5
+    assert events[0] == {"event": "timeout", "phase": "case", "case": "one", "limit_s": 1}
+    helper = int((tmp_path / "helper.pid").read_text())
+    time.sleep(0.2)
+    assert not alive(helper)  # the grandchild went with the group
+
+
+def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie waiting for a reaper."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_phase_deadlines_are_per_phase(tmp_path):
+    body = """
+    send("phase", phase="compile")
+    time.sleep(2)  # longer than run_s, shorter than compile_s
+    send("phase", phase="case", case="one")
+    send("case", case="one")
+    send("done")
+    """
+    kinds = [e["event"] for e in events_of(tmp_path, body, cases=("one",))]
+    assert kinds == ["case", "done", "output"]
+
+
+def test_child_dying_without_a_word_is_a_crash(tmp_path):
+    body = """
+    send("phase", phase="case", case="two")
+    print("Segmentation fault", file=sys.stderr)
+    os._exit(139)
+    """
+    events = events_of(tmp_path, body)
+    assert events[0] == {"event": "crash", "phase": "case", "case": "two", "returncode": 139}
+    assert "Segmentation fault" in events[1]["text"]
+
+
+def test_a_fault_gets_a_fresh_child_for_the_remaining_cases_only(tmp_path):
+    body = """
+    names = [c["name"] for c in job["cases"]]
+    send("started", cases=names)
+    for name in names:
+        send("phase", phase="case", case=name)
+        if name != "three":
+            send("fault", error="an illegal memory access was encountered")
+            os._exit(0)
+        send("case", case=name)
+    send("done")
+    """
+    events = [e for e in events_of(tmp_path, body) if e["event"] != "output"]
+    assert [e["event"] for e in events] == ["started", "fault", "restart", "started", "fault", "restart",
+                                            "started", "case", "done"]
+    assert events[0]["cases"] == ["one", "two", "three"] and events[3]["cases"] == ["two", "three"]
+    assert events[1]["case"] == "one" and events[4]["case"] == "two"
+
+
+def test_a_hang_also_gets_a_fresh_child_for_the_rest(tmp_path):
+    body = """
+    names = [c["name"] for c in job["cases"]]
+    send("phase", phase="case", case=names[0])
+    if names[0] == "one":
+        time.sleep(60)
+    send("case", case=names[0])
+    send("done")
+    """
+    events = [e for e in events_of(tmp_path, body, cases=("one", "two")) if e["event"] != "output"]
+    assert [e["event"] for e in events] == ["timeout", "restart", "case", "done"]
+    assert events[2]["case"] == "two"
+
+
+def test_restarts_are_bounded(tmp_path):
+    body = """
+    name = job["cases"][0]["name"]
+    send("phase", phase="case", case=name)
+    send("fault", error="unspecified launch failure")
+    os._exit(0)
+    """
+    limits = Limits(startup_s=5, compile_s=5, run_s=1, max_restarts=1)
+    events = [e for e in events_of(tmp_path, body, limits=limits) if e["event"] != "output"]
+    assert [e["event"] for e in events] == ["fault", "restart", "fault"]
