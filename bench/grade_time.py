@@ -47,10 +47,13 @@ def main() -> None:
             out = work / label.replace(" ", "_")
             wall, result = timed_grade(submission, config, out)
             timing = next(c for c in result["checks"] if c["kind"] == "timing")
+            compiled = next(c for c in result["checks"] if c["kind"] == "compile")
             verdict = "meets" if wall < TARGET_S else "MISSES"
             print(f"{label}: grade wall {wall:.2f} s ({verdict} the {TARGET_S:g} s target); "
-                  f"score {result['score']}/{result['max_score']}; child+checks {result['duration_s']:.2f} s; "
-                  f"timing: {timing['message'].splitlines()[0]}")
+                  f"score {result['score']}/{result['max_score']}; grading {result['duration_s']:.2f} s, of it "
+                  f"child ready (imports, context, compile) {compiled['metrics'].get('ready_after_s')} s, "
+                  f"child done timing {timing['metrics'].get('done_after_s')} s")
+            print(f"  timing: {timing['message'].splitlines()[0]}")
 
 
 if __name__ == "__main__":

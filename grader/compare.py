@@ -65,26 +65,29 @@ def judge_case(
     if run.reference is not None:
         metrics["max_diff_vs_reference"] = _finite_max(np.abs(c.astype(np.float64) - run.reference))
     if wrong.any():
-        problems.insert(0, _wrong_elements(c, truth, wrong, a, b, tile, k_factor, abs_tol))
+        problems.insert(0, _wrong_elements(c, truth, wrong, a, b, tile, k_factor, abs_tol, metrics))
     if problems:
         return failed(name, CASE, points, f"C = A×B with m={m}, n={n}, k={k}: " + "\n".join(problems), **extra)
     return passed(name, CASE, points, f"correct ({m}×{n}×{k}, max abs error {metrics['max_abs_error']:.3g})",
                   **extra)
 
 
-def _wrong_elements(c, truth, wrong, a, b, tile, k_factor, abs_tol) -> str:
+def _wrong_elements(c, truth, wrong, a, b, tile, k_factor, abs_tol, figures) -> str:
     m, n = c.shape
     count = int(wrong.sum())
-    never_written = int((c.view(np.uint32) == POISON_BITS).sum())
+    unwritten = c.view(np.uint32) == POISON_BITS
+    never_written = int(unwritten.sum())
     lines = [f"{count} of {m * n} elements of C are wrong"]
+    if figures["max_abs_error"] is not None:
+        lines[0] += f" (max abs error {figures['max_abs_error']:.3g}, max rel error {figures['max_rel_error']:.3g})"
     if never_written:
-        lines[0] += f" ({never_written} never written: they still hold the NaN the grader fills C with)"
+        lines.append(f"{never_written} elements were never written: they still hold the NaN the grader fills C with")
     rows, cols = np.nonzero(wrong)
     for r, col in list(zip(rows, cols))[:SHOWN_ELEMENTS]:
         lines.append(f"  C[{r}][{col}]: expected {truth.value[r, col]:.6g}, got {c[r, col]:.6g}")
     if count > SHOWN_ELEMENTS:
         lines.append(f"  ... and {count - SHOWN_ELEMENTS} more")
-    lines.append(locate_errors(wrong, c, a, b, tile, k_factor, abs_tol))
+    lines.append(locate_errors(wrong, unwritten, c, a, b, tile, k_factor, abs_tol))
     return "\n".join(lines)
 
 
@@ -96,7 +99,7 @@ def _stray_stores(before: np.ndarray, after: np.ndarray, m: int, n: int) -> list
         first = int(hit_after[0])
         problems.append(
             f"out-of-bounds write: {hit_after.size} stores past the end of C (the first lands where "
-            f"C[{m + first // n}][{first % n}] would be, but C has only {m} rows): "
+            f"C[{m + first // n}][{first % n}] would be, but C has {m} row{'s' if m != 1 else ''}): "
             "check the bounds row < m and col < n before storing to C")
     if hit_before.size:
         first = GUARD_BEFORE - int(hit_before[0])

@@ -69,8 +69,8 @@ class GpuRun:
             self._compile_error(f"TILE_SIZE is {self.tile_size}; allowed: {sizes}")
         else:
             self.compile_check = passed("compile", COMPILE, points,
-                                        f"compiled for {event['arch']} in {event['seconds']:.1f} s, "
-                                        f"TILE_SIZE {self.tile_size}")
+                                        f"compiled for {event['arch']}, TILE_SIZE {self.tile_size}",
+                                        metrics={"ready_after_s": event["elapsed_s"]})
 
     def on_compile_error(self, event: dict) -> None:
         if event["target"] == "reference":
@@ -139,10 +139,11 @@ class GpuRun:
             self._compile_error(message)
 
     def on_restart(self, event: dict) -> None:
-        self.log += f"\n[grader] restarted the GPU process after a fault in case {event['after']}\n"
+        self.log += f"\n[grader] case {event['after']} crashed or hung: a fresh GPU process runs the rest\n"
 
     def on_timing(self, event: dict) -> None:
         self.timing = judge_timing(event, self.config.points.timing, self.config.timing.max_ratio)
+        self.timing.metrics["done_after_s"] = event["elapsed_s"]
 
     def on_output(self, event: dict) -> None:
         self.log += event["text"]

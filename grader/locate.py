@@ -9,22 +9,37 @@ import numpy as np
 from .tolerance import error_bound, within
 
 
-def locate_errors(wrong: np.ndarray, c: np.ndarray, a: np.ndarray, b: np.ndarray, tile: int,
-                  k_factor: float, abs_tol: float) -> str:
+def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np.ndarray, b: np.ndarray,
+                  tile: int, k_factor: float, abs_tol: float) -> str:
     m, n = wrong.shape
     k = a.shape[1]
     rows, cols = np.nonzero(wrong)
     tile_rows, tile_cols = sorted(set(rows // tile)), sorted(set(cols // tile))
     grid_rows, grid_cols = -(-m // tile), -(-n // tile)
+    where = (f"tile rows {_ranges(tile_rows)} and tile columns {_ranges(tile_cols)} "
+             f"(of {grid_rows}×{grid_cols} tiles of {tile}×{tile})")
     for hint in (
+        _nothing_stored(unwritten),
         _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol),
         _partial_edges(rows, cols, m, n, tile),
-        _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k),
+        _unwritten_only(wrong, unwritten, where),
+        _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile),
     ):
         if hint:
             return hint
-    return (f"wrong elements sit in tile rows {_ranges(tile_rows)} and tile columns {_ranges(tile_cols)} "
-            f"(of {grid_rows}×{grid_cols} tiles of {tile}×{tile})")
+    return f"wrong elements sit in {where}"
+
+
+def _nothing_stored(unwritten: np.ndarray) -> str | None:
+    if unwritten.all():
+        return "the kernel stored nothing to C: each thread must write its sum to C[row * n + col]"
+    return None
+
+
+def _unwritten_only(wrong: np.ndarray, unwritten: np.ndarray, where: str) -> str | None:
+    if unwritten[wrong].all():
+        return f"the elements never written sit in {where}: check the condition and the index of the store to C"
+    return None
 
 
 def _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol) -> str | None:
@@ -58,16 +73,19 @@ def _partial_edges(rows, cols, m, n, tile) -> str | None:
     return None
 
 
-def _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k) -> str | None:
+def _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile) -> str | None:
     if len(tile_rows) < grid_rows or len(tile_cols) < grid_cols:
         return None
-    hint = "every tile of C has wrong elements"
+    causes = []
     if len({m, n, k}) > 1:
-        hint += (f": with a rectangular problem ({m}×{n}×{k}) check the strides: "
-                 "A[row * k + column] and B[row * n + column]")
-    else:
-        hint += ": check the tile loads, the inner product and the index of C"
-    return hint
+        causes.append(f"the strides, as the problem is rectangular ({m}×{n}×{k}): "
+                      "A[row * k + column] and B[row * n + column]")
+    if k % tile:
+        causes.append(f"the k bounds, as k = {k} is not a multiple of the tile ({tile}): the last phase's "
+                      "tiles stick out of A and B, so load entries with column or row >= k as 0")
+    if not causes:
+        causes.append("the tile loads, the inner product and the index of C")
+    return "every tile of C has wrong elements: check " + "; and ".join(causes)
 
 
 def _ranges(values: list[int]) -> str:

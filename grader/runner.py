@@ -87,7 +87,7 @@ class Child:
         yield {"event": "output", "text": self.output()}
 
     def _read(self, proc: subprocess.Popen, read_fd: int) -> Iterator[dict]:
-        phase, case, pending = "startup", None, b""
+        phase, case, pending, spawned = "startup", None, b"", time.monotonic()
         deadline = time.monotonic() + self.limits.for_phase(phase)
         finished = False
         while True:
@@ -106,6 +106,7 @@ class Child:
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 event = json.loads(line)
+                event["elapsed_s"] = round(time.monotonic() - spawned, 3)  # for the instructor's figures
                 if event["event"] == "phase":
                     phase, case = event["phase"], event.get("case")
                     deadline = time.monotonic() + self.limits.for_phase(phase)

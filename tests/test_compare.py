@@ -38,8 +38,26 @@ def test_unwritten_output_fails_as_never_written():
     c[5:, :] = split_guarded(guarded_c(32, 32), 32, 32)[1][5:, :]  # rows the kernel never stored
     result = judge(a, b, c)
     assert result.status == FAILED and result.score == 0
-    assert "864 never written" in result.message
+    assert "864 elements were never written" in result.message
     assert "C[5][0]: expected" in result.message
+    assert "the elements never written sit in tile rows 0-1 and tile columns 0-1" in result.message
+
+
+def test_kernel_storing_nothing_is_told_so():
+    a, b = make_inputs(20, 20, 20, seed=2, distribution="uniform")
+    c = split_guarded(guarded_c(20, 20), 20, 20)[1].copy()
+    result = judge(a, b, c)
+    assert "400 elements were never written" in result.message
+    assert "the kernel stored nothing to C" in result.message
+
+
+def test_garbage_everywhere_with_ragged_k_points_at_the_k_bounds():
+    a, b = make_inputs(40, 40, 40, seed=12, distribution="uniform")
+    padded_a = np.concatenate([a, np.ones((40, 8), np.float32)], axis=1)  # reads past column k
+    padded_b = np.concatenate([b, np.ones((8, 40), np.float32)], axis=0)
+    result = judge(a, b, product(padded_a, padded_b))
+    assert "every tile of C has wrong elements: check the k bounds, as k = 40 is not a multiple" in result.message
+    assert "strides" not in result.message
 
 
 def test_last_partial_tile_column_is_named():
@@ -49,6 +67,7 @@ def test_last_partial_tile_column_is_named():
     result = judge(a, b, c)
     assert result.status == FAILED
     assert "only the last, partial tile column is wrong (columns 64-66)" in result.message
+    assert "192 of 4288 elements of C are wrong (max abs error" in result.message
     assert "col < n" in result.message
 
 
