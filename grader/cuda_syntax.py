@@ -343,10 +343,7 @@ def macros_mentioning(macros: dict[str, str], words: Iterable[str]) -> set[str]:
 def controlling_condition(parent: Node, child: Node) -> Node | None:
     """The condition that decides whether `child` (a direct child of parent) runs, if parent has one."""
     kind = parent.type
-    if kind == "if_statement":
-        if child in (parent.child_by_field_name("consequence"), parent.child_by_field_name("alternative")):
-            return parent.child_by_field_name("condition")
-    elif kind == "conditional_expression":
+    if kind == "if_statement" or kind == "conditional_expression":
         if child in (parent.child_by_field_name("consequence"), parent.child_by_field_name("alternative")):
             return parent.child_by_field_name("condition")
     elif kind in ("switch_statement", "while_statement", "do_statement"):

@@ -16,8 +16,18 @@ from .compile import compile_check, nvcc_path, prepare_source
 from .config import Config
 from .gpu_events import GpuRun
 from .job import CaseSpec, Job, TimingSpec
-from .result import (CASE, COMPILE, GRADED, SUBMISSION_ERROR, TIMING, CheckResult, SubmissionResult,
-                     errored, passed, skipped)
+from .result import (
+    CASE,
+    COMPILE,
+    GRADED,
+    SUBMISSION_ERROR,
+    TIMING,
+    CheckResult,
+    SubmissionResult,
+    errored,
+    passed,
+    skipped,
+)
 from .runner import Limits, run_job
 from .static_check import find_kernels, skipped_static_checks, static_checks
 from .submission import Submission, SubmissionError, locate, read_submission

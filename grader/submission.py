@@ -37,7 +37,8 @@ def read_submission(path: Path) -> Submission:
     if size == 0:
         raise SubmissionError(f"{file.name} is empty: write your kernel in it")
     if size > MAX_BYTES:
-        raise SubmissionError(f"{file.name} is {size // 1024} kB: larger than {MAX_BYTES // 1024} kB, so it is not graded")
+        raise SubmissionError(f"{file.name} is {size // 1024} kB: larger than {MAX_BYTES // 1024} kB, "
+                              "so it is not graded")
     data = file.read_bytes()
     if b"\0" in data:
         raise SubmissionError(f"{file.name} is a binary file, not CUDA source")

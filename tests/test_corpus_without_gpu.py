@@ -1,12 +1,11 @@
 """The known-submission corpus through every stage that needs no GPU: static check and compilation."""
 import pytest
+from conftest import ROOT, SUBMISSIONS
 
 from grader.compile import compile_check, nvcc_path
 from grader.config import load_config
-from grader.static_check import find_kernels, static_checks
 from grader.result import FAILED, PASSED
-
-from conftest import ROOT, SUBMISSIONS
+from grader.static_check import find_kernels, static_checks
 
 POINTS = {"shared_tiles": 2, "load_barrier": 4, "use_barrier": 4}
 LOAD, USE, TILES = "barrier after loading tiles", "barrier after using tiles", "shared-memory tiles"

@@ -11,11 +11,11 @@ from grader.report import render, to_json, to_junit_suite, to_junit_xml, write_j
 from grader.result import (
     CASE,
     COMPILE,
+    GRADED,
     HIDDEN,
     STATIC,
     SUBMISSION_ERROR,
     TIMING,
-    GRADED,
     CheckResult,
     SubmissionResult,
     errored,

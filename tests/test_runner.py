@@ -3,13 +3,9 @@
 These children stand in for nothing GPU-specific: they exercise the process handling (deadlines,
 process-group kills, crash detection, restarts after a fault) that every submission goes through.
 """
-import json
-import os
 import sys
 import textwrap
 import time
-
-import pytest
 
 from grader.job import CaseSpec, Job
 from grader.runner import Limits, run_job
@@ -54,7 +50,7 @@ def test_events_pass_through_and_the_parent_decides_on_timing(tmp_path):
     send("done")
     """
     for wanted, answer in ((True, "go"), (False, "skip")):
-        events = events_of(tmp_path, body, want_timing=lambda: wanted)
+        events = events_of(tmp_path, body, want_timing=lambda wanted=wanted: wanted)
         kinds = [e["event"] for e in events]
         assert kinds == ["case", "case", "case", "answer", "done", "output"]
         assert events[3]["value"] == answer

@@ -1,7 +1,6 @@
 """Static checks of the tiled SGEMM kernel on small inline CUDA sources."""
 from __future__ import annotations
 
-
 import pytest
 
 from grader.result import FAILED, PASSED, SKIPPED, STATIC
