@@ -1,6 +1,6 @@
 """The GPU child: compiles one submission and the reference, runs the cases, times them.
 
-Runs as `python -m grader.worker JOB_FILE EVENT_FD` in a process of its own; it is the only code that
+Runs as `python -m grader.worker JOB_FILE EVENT_FD CONTROL_FD` in a process of its own; the only code that
 touches CUDA. After any CUDA error it reports and exits: a fault poisons the context for good.
 """
 from __future__ import annotations
