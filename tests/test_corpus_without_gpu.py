@@ -70,3 +70,10 @@ def test_compile_error_is_reported_at_the_students_line(submission_source):
     assert not outcome.ok
     assert 'line 12: error: identifier "threadidx" is undefined' in outcome.message
     assert "/tmp/" not in outcome.message
+
+
+@needs_nvcc
+def test_compile_timeout_is_reported_not_waited_for(submission_source):
+    outcome = compile_check(submission_source("good_basic"), "sm_90", ["-lineinfo"], timeout=0.01)
+    assert not outcome.ok and outcome.timed_out
+    assert outcome.message == "compilation timed out after 0.01 s"

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from junitparser import Error, JUnitXml
 
 from grader.cases import load_cases
 from grader.cli import main
@@ -181,11 +182,16 @@ def test_missing_tile_size_is_explained(grade_one):
 
 def test_cli_writes_json_and_junit_and_exits_zero(config_file, reference_submission, tmp_path):
     out = tmp_path / "out"
-    code = main([str(reference_submission), str(SUBMISSIONS / "empty"), "-o", str(out),
-                 "--config", str(config_file), "--backend", "gpu"])
+    code = main([str(reference_submission), str(SUBMISSIONS / "empty"), str(SUBMISSIONS / "illegal_address"),
+                 "-o", str(out), "--config", str(config_file), "--backend", "gpu"])
     assert code == 0
     graded = json.loads((out / "reference_as_submission.json").read_text())
     assert graded["status"] == "graded" and graded["score"] == graded["max_score"]
     empty = json.loads((out / "empty.json").read_text())
     assert empty["status"] == "error" and "empty" in empty["message"]
-    assert (out / "reference_as_submission.junit.xml").is_file()
+    suite = next(iter(JUnitXml.fromfile(str(out / "reference_as_submission.junit.xml"))))
+    assert suite.tests == 26 and suite.failures == suite.errors == suite.skipped == 0
+    faulted = next(iter(JUnitXml.fromfile(str(out / "illegal_address.junit.xml"))))
+    first_case = next(case for case in faulted if case.name.startswith("case square_16"))
+    assert isinstance(first_case.result[0], Error)
+    assert "illegal memory access" in first_case.result[0].message
