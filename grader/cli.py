@@ -19,7 +19,7 @@ from .report import render, write_json, write_junit
 from .result import SubmissionResult
 from .submission import locate
 
-EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,7 +67,12 @@ def main(argv: list[str] | None = None) -> int:
             errors.print(f"[bold red]error:[/] {path}: no such file or folder", highlight=False)
             code = EXIT_USAGE
             continue
-        result = grade(path, config, cases, plan)
+        try:
+            result = grade(path, config, cases, plan)
+        except KeyboardInterrupt:
+            # The runner has already killed the child's process group; results so far are on disk.
+            errors.print(f"[bold red]interrupted[/] while grading {path}", highlight=False)
+            return EXIT_INTERRUPTED
         render(result, console)
         write_outputs(result, args.output, unique_name(locate(path)[0], names))
         if code == EXIT_OK and args.fail_under is not None and result.score < args.fail_under:
