@@ -73,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
             # The runner has already killed the child's process group; results so far are on disk.
             errors.print(f"[bold red]interrupted[/] while grading {path}", highlight=False)
             return EXIT_INTERRUPTED
-        render(result, console)
+        # Files first: a closed terminal (`grade ... | head`) must not cost the results.
         write_outputs(result, args.output, unique_name(locate(path)[0], names))
+        render(result, console)
         if code == EXIT_OK and args.fail_under is not None and result.score < args.fail_under:
             code = EXIT_BELOW_THRESHOLD
     return code
