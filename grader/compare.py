@@ -1,7 +1,7 @@
 """Judges one case: the kernel's C (with its guard bands) against a float64 truth.
 
-Pure numpy, no GPU: the parent judges what the child brought back, and the child uses `wrong_mask`
-to verify timed launches. Diagnosis turns the pattern of wrong elements into a hint a student can act on.
+Pure numpy, no GPU: the parent judges what the child brought back. Diagnosis (locate.py) turns the
+pattern of wrong elements into a hint a student can act on.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import numpy as np
 from .compile import TILE_PROBE_SYMBOL, student_compile_message
 from .inputs import GUARD_BEFORE, POISON_BITS, guarded_c, make_inputs
 from .job import CaseSpec, Channel, Job, TimingSpec
-from .tolerance import error_bound
+from .tolerance import error_bound, within
 
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
 
@@ -176,7 +176,7 @@ class Worker:
                 order = (("student", student), ("reference", reference))
                 for who, kernel in order if rep % 2 == 0 else reversed(order):
                     ms = launch(kernel, rep)
-                    if who == "student" and not (np.abs(out - expected) <= bound).all():  # NaN fails too
+                    if who == "student" and not within(out, expected, bound).all():
                         wrong += 1
                         first_wrong = rep + 1 if first_wrong is None else first_wrong
                     if rep >= spec.warmup:
