@@ -65,6 +65,9 @@ class SubmissionResult:
     submission: str
     status: str
     checks: list[CheckResult] = field(default_factory=list)
+    # Who handed it in, as the LMS knows them (batch intake fills these; empty for a single folder).
+    student_id: str = ""
+    student_name: str = ""
     # Why a submission could not be graded at all (status "error"), or notes on how it was graded.
     message: str = ""
     backend: str = ""
