@@ -6,22 +6,22 @@ for lives in static_check.py. All tree walks are iterative: student files can ne
 from __future__ import annotations
 
 import re
+import threading
 from typing import Iterable, Iterator
 
 from tree_sitter import Language, Node, Parser, Tree
 
 LOOP_TYPES = frozenset({"for_statement", "while_statement", "do_statement", "for_range_loop"})
 
-_PARSER: Parser | None = None
+_LOCAL = threading.local()  # a Parser must not be shared between threads (batch grading uses several)
 
 
 def parser() -> Parser:
-    global _PARSER
-    if _PARSER is None:
+    if getattr(_LOCAL, "parser", None) is None:
         import tree_sitter_cuda
 
-        _PARSER = Parser(Language(tree_sitter_cuda.language()))
-    return _PARSER
+        _LOCAL.parser = Parser(Language(tree_sitter_cuda.language()))
+    return _LOCAL.parser
 
 
 def parse(source: str) -> Tree:

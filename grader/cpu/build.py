@@ -1,0 +1,107 @@
+"""Builds the CPU emulation of a submission: its device side, instrumented, linked into the harness.
+
+The build is cached by the sha256 of everything that goes into it and written atomically, like the GPU
+path's cubin cache. Compiler messages are turned into `line N: ...` with the student's line numbers.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE
+from ..device_side import device_side
+from .instrument import instrument
+
+HERE = Path(__file__).resolve().parent
+FLAGS = [
+    "-std=c++17", "-O2", "-w", "-fmax-errors=10", "-fno-diagnostics-show-caret",
+    # GPU semantics rather than C++'s: signed overflow wraps, and an empty spin loop is kept (C++ may
+    # assume it ends and delete it, turning a kernel that hangs on the GPU into one that "works").
+    "-fwrapv", "-fno-finite-loops", "-fno-strict-aliasing",
+]
+
+
+@dataclass
+class Build:
+    binary: Path | None
+    message: str = ""  # the compiler's errors for the student when binary is None
+
+
+def compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
+def compiler_version(path: str) -> str:
+    """`g++ (Debian 12.2.0-14) 12.2.0` -> `g++ 12.2.0`: part of the build's cache key and of reports."""
+    finished = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    first = finished.stdout.splitlines()[0] if finished.stdout else path
+    return f"{Path(path).name} {first.split()[-1]}"
+
+
+def emulator_sources(source: str, kernel_name: str, arg_order: list[str]) -> dict[str, str]:
+    """The two files the harness includes: the student's device side and the launch of their kernel."""
+    values = {"m": "args.m", "n": "args.n", "k": "args.k",
+              "A": "AnyPointer{args.A}", "B": "AnyPointer{args.B}", "C": "AnyPointer{args.C}"}
+    call = ", ".join(values[arg] for arg in arg_order)
+    return {
+        "student.cu": f'#line 1 "{STUDENT_FILE}"\n{instrument(device_side(source))}\n',
+        "launch.inc": (
+            '#line 1 "<grader: kernel launch>"\n'
+            "static void cuda_emu_kernel_call() {\n"
+            "    using cuda_emu_harness::args;\n    using cuda_emu_harness::AnyPointer;\n"
+            f"    {kernel_name}({call});\n}}\n"
+        ),
+    }
+
+
+def build(source: str, kernel_name: str, arg_order: list[str], cache_dir: Path, workdir: Path) -> Build:
+    cxx = compiler()
+    if cxx is None:
+        return Build(None, "the CPU emulator needs a C++ compiler (g++), and none is on PATH")
+    sources = emulator_sources(source, kernel_name, arg_order)
+    inputs = [*sources.values(), (HERE / "harness.cpp").read_text(), (HERE / "cuda_emu.h").read_text()]
+    key = hashlib.sha256("\0".join([*inputs, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
+    cached = Path(cache_dir, "cpu", key)
+    if cached.is_file():
+        return Build(cached)
+    folder = Path(workdir, "emulator")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in sources.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    binary = folder / "harness"
+    finished = subprocess.run(
+        [cxx, *FLAGS, "-I", str(folder), "-I", str(HERE), "-I", str(HERE / "include"), str(HERE / "harness.cpp"),
+         "-o", str(binary)],
+        capture_output=True, text=True, check=False, env={**os.environ, "LC_ALL": "C"},
+    )
+    if finished.returncode != 0:
+        return Build(None, compiler_message(finished.stderr + finished.stdout))
+    _store_atomically(binary, cached)
+    return Build(cached)
+
+
+_LOCATION = re.compile(r"^(?:[^\s:]*/)?kernel\.cu:(\d+):(?:\d+:)? ", re.MULTILINE)
+
+
+def compiler_message(log: str) -> str:
+    """g++'s `kernel.cu:12:5: error: ...` as `line 12: error: ...`, without the grader's own paths."""
+    text = _LOCATION.sub(lambda m: f"line {m.group(1)}: ", log)
+    text = re.sub(r"^(?:[^\s:]*/)?kernel\.cu: ", "", text, flags=re.MULTILINE)
+    text = re.sub(r"(?:/[^\s:'\"]*)?/grader/cpu/", "", text)
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("compilation terminated", "In file included from"))]
+    if len(lines) > MAX_MESSAGE_LINES:
+        lines = lines[:MAX_MESSAGE_LINES] + [f"[... {len(lines) - MAX_MESSAGE_LINES} more lines truncated ...]"]
+    return "compile error:\n" + "\n".join(lines) if lines else "compile error (the compiler printed nothing)"
+
+
+def _store_atomically(binary: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    shutil.copy2(binary, temporary)
+    os.replace(temporary, target)

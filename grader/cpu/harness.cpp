@@ -1,0 +1,251 @@
+// Runs one student kernel on the CPU: one launch, one schedule, one case.
+//
+//   harness --tile                     prints TILE_SIZE (or "none")
+//   harness RUN_FILE REPORT_FILE       runs the launch RUN_FILE describes
+//
+// RUN_FILE: "m n k schedule layout a.bin b.bin c.bin out.bin c_offset" (c_offset: floats of guard band
+// before C). Reports go to REPORT_FILE as JSON lines; printf goes to stdout.
+#include "cuda_emu.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <numeric>
+
+#include "student.cu"
+#line 1 "<grader harness>"
+
+namespace cuda_emu_harness {
+
+using cuda_emu::Fiber;
+
+// A pointer argument that converts to whatever pointer type the kernel's parameter has.
+struct AnyPointer {
+    void *address;
+    template <class T>
+    operator T *() const { return (T *)address; }
+};
+
+struct Arguments {
+    int m, n, k;
+    void *A, *B, *C;
+};
+Arguments args;
+
+}  // namespace cuda_emu_harness
+
+#include "launch.inc"  // defines cuda_emu_kernel_call(): the kernel called with args, in the config's order
+#line 1 "<grader harness, after the launch>"
+
+namespace cuda_emu_harness {
+
+// ---- A, B and C between inaccessible pages --------------------------------------------------------------
+
+struct GuardedBuffer {
+    const char *name;
+    char *low_guard = nullptr, *data = nullptr, *high_guard = nullptr;
+    size_t bytes = 0, page = 0;
+};
+
+GuardedBuffer buffers[3] = {{"A"}, {"B"}, {"C"}};
+
+// `at_end`: the data ends exactly where the high guard page begins, so the first element past the end
+// faults; otherwise it starts right after the low guard page, so the first element before it faults.
+void *allocate(GuardedBuffer &buffer, size_t bytes, bool at_end) {
+    size_t page = sysconf(_SC_PAGESIZE);
+    size_t data_pages = (bytes + page - 1) / page + 1;
+    char *memory = (char *)mmap(nullptr, (data_pages + 2) * page, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) cuda_emu::report_thread_and_exit("out_of_memory", 5);
+    mprotect(memory, page, PROT_NONE);
+    mprotect(memory + (data_pages + 1) * page, page, PROT_NONE);
+    buffer.low_guard = memory;
+    buffer.high_guard = memory + (data_pages + 1) * page;
+    buffer.data = at_end ? buffer.high_guard - bytes : memory + page;
+    buffer.bytes = bytes;
+    buffer.page = page;
+    return buffer.data;
+}
+
+// ---- faults ----------------------------------------------------------------------------------------------
+
+char alternate_stack[64 * 1024];
+
+void on_fault(int signal, siginfo_t *info, void *context) {
+    const char *address = (const char *)info->si_addr;
+    const char *access = "access";
+#if defined(__x86_64__)
+    auto *uc = (ucontext_t *)context;
+    access = (uc->uc_mcontext.gregs[REG_ERR] & 2) ? "write" : "read";
+#else
+    (void)context;
+#endif
+    uint3 t = cuda_emu::current ? cuda_emu::current->idx : uint3{0, 0, 0};
+    if (signal == SIGSEGV || signal == SIGBUS) {
+        for (const GuardedBuffer &buffer : buffers) {
+            if (buffer.data == nullptr) continue;
+            const char *end = buffer.data + buffer.bytes;
+            bool before = address >= buffer.low_guard && address < buffer.low_guard + buffer.page + 0 &&
+                          address < buffer.data;
+            bool after = address >= end && address < buffer.high_guard + buffer.page;
+            if (!before && !after) continue;
+            long offset = before ? (long)((buffer.data - address + 3) / 4) : (long)((address - end) / 4);
+            cuda_emu::report("{\"event\": \"fault\", \"what\": \"out_of_bounds\", \"buffer\": \"%s\", "
+                             "\"access\": \"%s\", \"side\": \"%s\", \"elements\": %ld, \"thread\": [%u, %u, %u], "
+                             "\"block\": [%u, %u, %u]}",
+                             buffer.name, access, before ? "before" : "after", offset, t.x, t.y, t.z, blockIdx.x,
+                             blockIdx.y, blockIdx.z);
+            _exit(3);
+        }
+        if (cuda_emu::current != nullptr && address >= cuda_emu::current->stack &&
+            address < cuda_emu::current->stack + 2 * sysconf(_SC_PAGESIZE))
+            cuda_emu::report_thread_and_exit("stack_overflow", 3);
+        cuda_emu::report("{\"event\": \"fault\", \"what\": \"invalid_address\", \"access\": \"%s\", "
+                         "\"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
+                         access, t.x, t.y, t.z, blockIdx.x, blockIdx.y, blockIdx.z);
+        _exit(3);
+    }
+    cuda_emu::report_thread_and_exit(signal == SIGFPE ? "arithmetic" : signal == SIGABRT ? "abort" : "illegal", 3);
+}
+
+void install_fault_handlers() {
+    stack_t stack{};
+    stack.ss_sp = alternate_stack;
+    stack.ss_size = sizeof alternate_stack;
+    sigaltstack(&stack, nullptr);  // the faulting fiber's own stack may be the problem
+    struct sigaction action {};
+    action.sa_sigaction = on_fault;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    for (int signal : {SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL}) sigaction(signal, &action, nullptr);
+}
+
+// ---- the launch ------------------------------------------------------------------------------------------
+
+std::vector<Fiber> fibers;
+
+void divergence(const Fiber &waiting, const Fiber &other, const char *kind) {
+    cuda_emu::report("{\"event\": \"divergence\", \"kind\": \"%s\", \"line\": %d, \"thread\": [%u, %u, %u], "
+                     "\"other_line\": %d, \"other_thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
+                     kind, waiting.barrier_line, waiting.idx.x, waiting.idx.y, waiting.idx.z, other.barrier_line,
+                     other.idx.x, other.idx.y, other.idx.z, blockIdx.x, blockIdx.y, blockIdx.z);
+    _exit(4);
+}
+
+// Runs every fiber to its next barrier (or its end), in `order`, until all have finished.
+void run_block(const std::vector<int> &order) {
+    for (Fiber &fiber : fibers) cuda_emu::start_fiber(fiber);
+    ++cuda_emu::epoch;
+    while (true) {
+        for (int index : order)
+            if (fibers[index].state != cuda_emu::FINISHED) cuda_emu::resume(fibers[index]);
+        const Fiber *finished = nullptr, *waiting = nullptr;
+        for (const Fiber &fiber : fibers) {
+            if (fiber.state == cuda_emu::FINISHED) {
+                finished = finished ? finished : &fiber;
+            } else if (waiting == nullptr) {
+                waiting = &fiber;
+            } else if (fiber.barrier_line != waiting->barrier_line) {
+                divergence(*waiting, fiber, "different_barriers");
+            }
+        }
+        if (waiting == nullptr) return;
+        if (finished != nullptr) divergence(*waiting, *finished, "exited");
+        ++cuda_emu::epoch;
+        for (Fiber &fiber : fibers) {
+            fiber.state = cuda_emu::READY;
+            fiber.read_shared = false;
+        }
+    }
+}
+
+void launch(dim3 grid, dim3 block, bool reversed) {
+    blockDim = block;
+    gridDim = grid;
+    int threads = block.x * block.y * block.z;
+    fibers.assign(threads, Fiber{});
+    for (int linear = 0; linear < threads; ++linear) {
+        fibers[linear].linear = linear;
+        fibers[linear].idx = cuda_emu::thread_of(linear);
+    }
+    std::vector<int> order(threads);
+    std::iota(order.begin(), order.end(), 0);
+    if (reversed) std::reverse(order.begin(), order.end());
+    cuda_emu::kernel_body = cuda_emu_kernel_call;
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) {
+                blockIdx = reversed ? uint3{grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z} : uint3{x, y, z};
+                run_block(order);
+            }
+}
+
+bool read_file(const char *path, void *data, size_t bytes) {
+    FILE *file = fopen(path, "rb");
+    if (file == nullptr) return false;
+    bool ok = fread(data, 1, bytes, file) == bytes;
+    fclose(file);
+    return ok;
+}
+
+bool write_file(const char *path, const void *data, size_t bytes) {
+    FILE *file = fopen(path, "wb");
+    if (file == nullptr) return false;
+    bool ok = fwrite(data, 1, bytes, file) == bytes;
+    return fclose(file) == 0 && ok;
+}
+
+int run(const char *run_file, const char *report_file) {
+    cuda_emu::report_fd = open(report_file, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    FILE *spec = fopen(run_file, "r");
+    int m, n, k, tile;
+    char schedule[32], layout[32], a_path[4096], b_path[4096], c_path[4096], out_path[4096];
+    size_t c_floats, c_offset;
+    if (spec == nullptr || fscanf(spec, "%d %d %d %d %31s %31s %4095s %4095s %4095s %4095s %zu %zu", &m, &n, &k,
+                                  &tile, schedule, layout, a_path, b_path, c_path, out_path, &c_floats,
+                                  &c_offset) != 12) {
+        fprintf(stderr, "harness: unreadable run file %s\n", run_file);
+        return 2;
+    }
+    fclose(spec);
+    bool at_end = strcmp(layout, "end") == 0;
+    size_t a_bytes = (size_t)m * k * 4, b_bytes = (size_t)k * n * 4, c_bytes = c_floats * 4;
+    auto *a = (float *)allocate(buffers[0], a_bytes, at_end);
+    auto *b = (float *)allocate(buffers[1], b_bytes, at_end);
+    auto *c = (float *)allocate(buffers[2], c_bytes, at_end);
+    if (!read_file(a_path, a, a_bytes) || !read_file(b_path, b, b_bytes) || !read_file(c_path, c, c_bytes)) {
+        fprintf(stderr, "harness: cannot read the inputs\n");
+        return 2;
+    }
+    std::vector<float> a_before(a, a + (size_t)m * k), b_before(b, b + (size_t)k * n);
+    args = {m, n, k, a, b, c + c_offset};
+    install_fault_handlers();
+    dim3 grid((n + tile - 1) / tile, (m + tile - 1) / tile), block(tile, tile);
+    launch(grid, block, strcmp(schedule, "reversed") == 0);
+    fflush(stdout);
+    bool a_changed = memcmp(a_before.data(), a, a_bytes) != 0, b_changed = memcmp(b_before.data(), b, b_bytes) != 0;
+    if (!write_file(out_path, c, c_bytes)) {
+        fprintf(stderr, "harness: cannot write the output\n");
+        return 2;
+    }
+    cuda_emu::report("{\"event\": \"done\", \"a_changed\": %s, \"b_changed\": %s, \"races\": %ld}",
+                     a_changed ? "true" : "false", b_changed ? "true" : "false", cuda_emu::races_found);
+    return 0;
+}
+
+}  // namespace cuda_emu_harness
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--tile") == 0) {
+#ifdef TILE_SIZE
+        fprintf(stdout, "%d\n", (int)(TILE_SIZE));
+#else
+        fprintf(stdout, "none\n");
+#endif
+        return 0;
+    }
+    if (argc != 3) {
+        fprintf(stderr, "usage: harness --tile | harness RUN_FILE REPORT_FILE\n");
+        return 2;
+    }
+    return cuda_emu_harness::run(argv[1], argv[2]);
+}

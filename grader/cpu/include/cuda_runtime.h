@@ -1,0 +1,2 @@
+// Empty on purpose: the CPU emulator (cuda_emu.h, included first) supplies what kernels use from cuda_runtime.h.
+#pragma once

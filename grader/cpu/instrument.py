@@ -1,0 +1,75 @@
+"""Rewrites shared-array accesses so the CPU emulator sees every load and store of shared memory.
+
+`As[ty][tx] = v` becomes `CUDA_EMU_WRITE(As[ty][tx]) = v`, a read becomes `CUDA_EMU_READ(...)`, `+=` and
+`++` become `CUDA_EMU_UPDATE(...)`, and each `__shared__` declaration registers its array. Only text is
+inserted, never a newline, so lines stay the student's. Accesses through pointers or macros are not
+seen; the schedule comparison still catches the races they cause.
+"""
+from __future__ import annotations
+
+from tree_sitter import Node
+
+from .. import cuda_syntax as cs
+
+READ, WRITE, UPDATE = "CUDA_EMU_READ", "CUDA_EMU_WRITE", "CUDA_EMU_UPDATE"
+
+
+def instrument(source: str) -> str:
+    tree = cs.parse(source)
+    insertions: list[tuple[int, str]] = []
+    for function in cs.function_definitions(tree.root_node):
+        body = function.child_by_field_name("body")
+        if body is not None:
+            insertions.extend(_function_insertions(body))
+    data = source.encode("utf-8", "replace")
+    for position, text in sorted(insertions, key=lambda item: item[0], reverse=True):
+        data = data[:position] + text.encode() + data[position:]
+    return data.decode("utf-8", "replace")
+
+
+def _function_insertions(body: Node) -> list[tuple[int, str]]:
+    arrays: dict[str, int] = {}  # name -> dimensions
+    insertions: list[tuple[int, str]] = []
+    for node in cs.iter_live(body):
+        if node.type == "declaration" and _is_shared(node):
+            declared = []
+            for declarator in node.children_by_field_name("declarator"):
+                pointers, dims = cs.declarator_shape(declarator)
+                name = cs.declared_name(declarator)
+                if name and dims and not pointers:
+                    arrays[name] = dims
+                    declared.append(f" CUDA_EMU_SHARE({name});")
+            insertions.append((node.end_byte, "".join(declared)))
+    if not arrays:
+        return insertions
+    for node in cs.iter_live(body):
+        if node.type == "subscript_expression":
+            wrapper = _access_wrapper(node, arrays)
+            if wrapper:
+                insertions += [(node.start_byte, wrapper + "("), (node.end_byte, ")")]
+    return insertions
+
+
+def _is_shared(declaration: Node) -> bool:
+    return any(c.type == "type_qualifier" and cs.text(c) == "__shared__" for c in declaration.children)
+
+
+def _access_wrapper(node: Node, arrays: dict[str, int]) -> str | None:
+    """The macro for a full subscript of a shared array (`As[i][j]`, not the row `As[i]`), else None."""
+    parent = node.parent
+    if parent is not None and parent.type == "subscript_expression" and parent.child_by_field_name("argument") == node:
+        return None  # the outer subscript is the access
+    base, depth = node, 0
+    while base is not None and base.type == "subscript_expression":
+        base, depth = base.child_by_field_name("argument"), depth + 1
+    if base is None or base.type != "identifier" or arrays.get(cs.text(base)) != depth:
+        return None
+    kind = parent.type if parent is not None else ""
+    if kind == "pointer_expression" or kind in ("sizeof_expression", "alignof_expression"):
+        return None  # &As[i][j] is an address, not an access
+    if kind == "update_expression":
+        return UPDATE
+    if kind == "assignment_expression" and parent.child_by_field_name("left") == node:
+        operator = parent.child_by_field_name("operator")
+        return WRITE if operator is not None and cs.text(operator) == "=" else UPDATE
+    return READ

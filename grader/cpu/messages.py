@@ -1,0 +1,96 @@
+"""What the CPU emulator found, told to a student: races, barrier divergence, out-of-bounds accesses.
+
+Pure functions of the harness's reports (see harness.cpp and cuda_emu.h for their fields).
+"""
+from __future__ import annotations
+
+LOAD_BARRIER = ("the barrier after loading the tiles is missing: add __syncthreads() after the loads, "
+                "before any thread reads the tiles")
+USE_BARRIER = ("the barrier after using the tiles is missing: add __syncthreads() after the loop that reads the "
+               "tiles, so no thread loads the next phase's tiles while others still read these")
+
+
+def _xy(values: list[int]) -> str:
+    x, y, z = values
+    return f"({x}, {y})" if z == 0 else f"({x}, {y}, {z})"
+
+
+def _element(race: dict) -> str:
+    return (f"{race['array']}[{race['row']}][{race['column']}]" if race["two_d"]
+            else f"{race['array']}[{race['column']}]")
+
+
+def describe_race(race: dict) -> str:
+    element, block = _element(race), _xy(race["block"])
+    store = f"thread {_xy(race['store_thread'])} stores {element} at line {race['store_line']}"
+    other = f"thread {_xy(race['other_thread'])}"
+    if race["kind"] == "read_after_store":
+        what = (f"{other} reads {element} at line {race['other_line']} after {store}, in the same phase "
+                f"(block {block}, no __syncthreads() between them)")
+    elif race["kind"] == "store_after_read":
+        reader = other if race["other_thread"] != race["store_thread"] else "other threads"
+        what = (f"{store} while {reader} still read it at line {race['other_line']} "
+                f"(block {block}, no __syncthreads() between them)")
+    else:
+        what = (f"{store}, and {other} stores it at line {race['other_line']}, with no __syncthreads() "
+                f"between them (block {block})")
+    return f"shared-memory race: {what}; {USE_BARRIER if race['store_after_read'] else LOAD_BARRIER}"
+
+
+def describe_races(races: list[dict], differing: int, elements: int) -> str:
+    """'' when the run showed no race."""
+    lines = [describe_race(race) for race in races]
+    if differing and not lines:
+        lines.append(
+            f"race: the result depends on the order the threads run in ({differing} of {elements} elements of C "
+            "differ between forward and reversed thread order). Some thread reads data another thread writes "
+            "with no __syncthreads() between them")
+    return "\n".join(lines)
+
+
+def describe_problem(problem: dict) -> str:
+    """A fault or barrier divergence that ended the emulated launch."""
+    if problem["event"] == "divergence":
+        return _divergence(problem)
+    what = problem["what"]
+    where = (f"thread {_xy(problem['thread'])} of block {_xy(problem['block'])}"
+             if "thread" in problem else "the kernel")
+    if what == "out_of_bounds":
+        return _out_of_bounds(problem, where)
+    if what == "invalid_address":
+        return (f"invalid memory {problem['access']}: {where} accessed an address outside A, B and C; check the "
+                "index arithmetic of every load and store")
+    if what == "trap":
+        return f"kernel aborted: __trap() at line {problem['line']} ({where})"
+    if what == "abort":
+        return f"kernel aborted: an assert failed ({where})"
+    if what == "stack_overflow":
+        return f"stack overflow in {where}: a very large local array, or endless recursion"
+    if what == "arithmetic":
+        return f"arithmetic fault in {where}: an integer division or remainder by zero"
+    if what == "crashed":
+        return f"the emulated kernel crashed (exit code {problem['returncode']})"
+    return f"kernel fault ({what}) in {where}"
+
+
+def _out_of_bounds(problem: dict, where: str) -> str:
+    buffer, count = problem["buffer"], problem["elements"]
+    if problem["side"] == "after":
+        position = "just past the end" if count == 0 else f"{count + 1} elements past the end"
+    else:
+        position = f"{count} element{'s' if count != 1 else ''} before the start"
+    shape = {"A": "m×k", "B": "k×n", "C": "m×n"}[buffer]
+    access = {"read": "read", "write": "write"}.get(problem["access"], "access")
+    return (f"out-of-bounds {access} of {buffer}: {where} touched {buffer} {position} ({buffer} is {shape}); "
+            "check the bounds on the row, the column and the k index of every load and store")
+
+
+def _divergence(problem: dict) -> str:
+    block, waiting, other = _xy(problem["block"]), _xy(problem["thread"]), _xy(problem["other_thread"])
+    rule = ("every thread of a block must reach every __syncthreads(): do not put one inside an if, or return "
+            "early, on a condition only some threads meet")
+    if problem["kind"] == "exited":
+        return (f"barrier divergence in block {block}: thread {waiting} waits at the __syncthreads() on line "
+                f"{problem['line']}, but thread {other} has already returned; {rule}")
+    return (f"barrier divergence in block {block}: thread {waiting} waits at the __syncthreads() on line "
+            f"{problem['line']} while thread {other} waits at the one on line {problem['other_line']}; {rule}")

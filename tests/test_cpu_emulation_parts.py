@@ -1,0 +1,101 @@
+"""The CPU backend's pure parts: device-side extraction, shared-access instrumentation, student texts."""
+from conftest import SUBMISSIONS
+
+from grader.cpu.instrument import instrument
+from grader.cpu.messages import describe_problem, describe_races
+from grader.device_side import device_side
+
+WITH_HOST = """#include <iostream>
+#include <stdio.h>
+#define TILE_SIZE 16
+__device__ int launches;
+const int WIDTH = 4;
+int host_counter = 0;
+std::string label = "x";
+void basicSgemm(int m);
+__device__ float twice(float x) { return 2 * x; }
+__global__ void mysgemm(int m, int n, int k, const float *A, const float *B, float *C) { C[0] = twice(A[0]); }
+void basicSgemm(int m) { std::cout << m; mysgemm<<<1, 1>>>(m, m, m, 0, 0, 0); }
+int main() { return 0; }
+"""
+
+
+def test_device_side_keeps_device_code_and_line_numbers():
+    device = device_side(WITH_HOST)
+    lines = device.split("\n")
+    assert len(lines) == len(WITH_HOST.split("\n"))
+    for kept in ("#include <stdio.h>", "#define TILE_SIZE 16", "__device__ int launches;", "const int WIDTH = 4;",
+                 "__device__ float twice", "__global__ void mysgemm"):
+        assert kept in device
+    for dropped in ("<iostream>", "host_counter", "std::string", "void basicSgemm", "std::cout", "int main"):
+        assert dropped not in device
+    assert lines[9].startswith("__global__ void mysgemm")  # line 10, where the student wrote it
+
+
+def test_a_file_without_host_code_is_unchanged(submission_source):
+    source = submission_source("missing_use_barrier")
+    assert device_side(source) == source
+
+
+def test_shared_accesses_are_instrumented_by_kind():
+    source = """__global__ void f(float *x) {
+    __shared__ float s[4][4], t[8];
+    s[0][1] = x[0];
+    s[1][1] += 2;
+    t[2]++;
+    float y = s[0][0] * t[s[0][0] > 0];
+    float *p = &s[0][0];
+    float *row = s[1];
+}"""
+    out = instrument(source)
+    assert out.count("\n") == source.count("\n")
+    assert "CUDA_EMU_SHARE(s); CUDA_EMU_SHARE(t);" in out
+    assert "CUDA_EMU_WRITE(s[0][1]) = x[0]" in out
+    assert "CUDA_EMU_UPDATE(s[1][1]) += 2" in out and "CUDA_EMU_UPDATE(t[2])++" in out
+    assert "CUDA_EMU_READ(s[0][0]) * CUDA_EMU_READ(t[CUDA_EMU_READ(s[0][0]) > 0])" in out
+    assert "&s[0][0]" in out and "= s[1];" in out  # addresses and rows are not accesses
+
+
+def test_macro_barriers_keep_their_line(submission_source):
+    """SYNC() expands to __syncthreads() at the line where SYNC() is written."""
+    out = instrument(device_side(submission_source("good_tile32_macro_sync")))
+    assert out.split("\n")[21].strip().startswith("SYNC();")
+
+
+RACE = {"array": "As", "two_d": True, "row": 0, "column": 1, "store_line": 16, "store_thread": [1, 0, 0],
+        "other_line": 20, "other_thread": [0, 0, 0], "block": [2, 3, 0]}
+
+
+def test_a_store_before_the_reads_means_the_load_barrier_is_missing():
+    text = describe_races([{**RACE, "kind": "store_after_read", "store_after_read": False}], 7, 100)
+    assert text.startswith("shared-memory race: thread (1, 0) stores As[0][1] at line 16 while thread (0, 0)")
+    assert "line 20" in text and "block (2, 3)" in text
+    assert "the barrier after loading the tiles is missing" in text
+    assert "differ" not in text  # the shadow memory's explanation is better than the count
+
+
+def test_a_store_after_the_reads_means_the_use_barrier_is_missing():
+    race = {**RACE, "kind": "read_after_store", "store_after_read": True}
+    text = describe_races([race], 0, 100)
+    assert "thread (0, 0) reads As[0][1] at line 20 after thread (1, 0) stores As[0][1] at line 16" in text
+    assert "the barrier after using the tiles is missing" in text
+
+
+def test_outputs_that_depend_on_thread_order_are_a_race_even_unseen():
+    assert "12 of 100 elements of C differ" in describe_races([], 12, 100)
+    assert describe_races([], 0, 100) == ""
+
+
+def test_fault_texts_name_the_buffer_the_side_and_the_thread():
+    text = describe_problem({"event": "fault", "what": "out_of_bounds", "buffer": "B", "access": "read",
+                             "side": "after", "elements": 0, "thread": [3, 15, 0], "block": [4, 0, 0]})
+    assert text.startswith("out-of-bounds read of B: thread (3, 15) of block (4, 0) touched B just past the end")
+    text = describe_problem({"event": "divergence", "kind": "exited", "line": 14, "thread": [0, 0, 0],
+                             "other_line": 0, "other_thread": [5, 3, 0], "block": [0, 4, 0]})
+    assert "thread (0, 0) waits at the __syncthreads() on line 14, but thread (5, 3) has already returned" in text
+
+
+def test_every_corpus_file_instruments_without_losing_lines():
+    for folder in (p for p in SUBMISSIONS.iterdir() if p.is_dir()):
+        source = (folder / "kernel.cu").read_text(errors="replace")
+        assert instrument(device_side(source)).count("\n") == source.count("\n"), folder.name
