@@ -23,6 +23,8 @@ class Case:
     distribution: str = "uniform"
     visibility: str = PUBLIC
     description: str = ""
+    # Too big for the CPU emulator's time budget: only the GPU backend runs it.
+    gpu_only: bool = False
 
     def validate(self):
         for dim in ("m", "n", "k"):

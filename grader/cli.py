@@ -12,9 +12,10 @@ from rich.console import Console
 
 from .cases import load_cases
 from .config import load_config
+from .cpu.build import compiler
 from .errors import UsageError
 from .gpu_detect import gpu_unavailable_reason
-from .pipeline import RunPlan, grade
+from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade
 from .report import render, write_json, write_junit
 from .result import SubmissionResult
 from .submission import locate
@@ -30,8 +31,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="where <name>.json and <name>.junit.xml go (default: results/)")
     parser.add_argument("--config", type=Path, default=None, metavar="FILE",
                         help="grader configuration (default: the project's config.yaml)")
-    parser.add_argument("--backend", choices=("gpu", "auto"), default="auto",
-                        help="gpu: require a GPU; auto (default): without one, check statically and compile only")
+    parser.add_argument("--backend", choices=("gpu", "cpu", "auto"), default="auto",
+                        help="gpu: require a GPU; cpu: emulate the kernel on the CPU (correctness only, no timing); "
+                             "auto (default): the GPU when there is one, otherwise the CPU")
     parser.add_argument("--no-run", action="store_true",
                         help="static check and compilation only; the GPU checks are reported as skipped")
     parser.add_argument("--fail-under", type=float, default=None, metavar="SCORE",
@@ -41,14 +43,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_plan(args: argparse.Namespace) -> RunPlan:
     if args.no_run:
-        return RunPlan(False, "not run: --no-run asks for the static check and compilation only")
-    missing = gpu_unavailable_reason()
-    if missing is None:
-        return RunPlan(True)
-    if args.backend == "gpu":
-        raise UsageError(f"--backend gpu: {missing}")
-    return RunPlan(False, f"not run: {missing}. Only the static check and compilation ran; "
-                          "grade on a machine with an NVIDIA GPU for the cases and timing")
+        return RunPlan(None, "not run: --no-run asks for the static check and compilation only")
+    gpu_missing = gpu_unavailable_reason()
+    if args.backend == GPU or (args.backend == "auto" and gpu_missing is None):
+        if gpu_missing is not None:
+            raise UsageError(f"--backend gpu: {gpu_missing}")
+        return RunPlan(GPU)
+    if compiler() is None:
+        reason = "the CPU emulator needs a C++ compiler (g++), and none is on PATH"
+        if args.backend == CPU:
+            raise UsageError(f"--backend cpu: {reason}")
+        return RunPlan(None, f"not run: {gpu_missing}, and {reason}. Only the static check and compilation ran")
+    if args.backend == CPU:
+        return RunPlan(CPU, note=CPU_NOTE)
+    return RunPlan(CPU, note=f"{CPU_NOTE} ({gpu_missing})")
 
 
 def main(argv: list[str] | None = None) -> int:

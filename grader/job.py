@@ -45,6 +45,9 @@ class Job:
     workdir: str
     cases: list[CaseSpec] = field(default_factory=list)
     timing: TimingSpec | None = None
+    original_source: str = ""  # the file as handed in: the CPU emulator extracts its own device side
+    # When the whole file does not compile under extern "C", the GPU child tries its device side alone.
+    device_side_source: str = ""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))

@@ -1,10 +1,12 @@
 """Grades one submission: submission → static check → compile → run cases → compare → time → result.
 
-Each stage is a function returning checks; data flows one way into one SubmissionResult.
+Each stage is a function returning checks; data flows one way into one SubmissionResult. The cases run
+in a child process: the GPU worker, or the CPU emulator when no GPU is at hand.
 """
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -12,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cases import Case
-from .compile import compile_check, nvcc_path, prepare_source
+from .compile import CompileOutcome, compile_check, nvcc_path, prepare_source
 from .config import Config
-from .gpu_events import GpuRun
+from .device_side import HOST_CODE_LEFT_OUT, device_side
 from .job import CaseSpec, Job, TimingSpec
 from .result import (
     CASE,
     COMPILE,
+    ERROR,
     GRADED,
     SUBMISSION_ERROR,
     TIMING,
@@ -28,18 +31,23 @@ from .result import (
     passed,
     skipped,
 )
+from .run_events import RunEvents
 from .runner import Limits, run_job
 from .static_check import find_kernels, skipped_static_checks, static_checks
 from .submission import Submission, SubmissionError, locate, read_submission
 from .timing import NAME as TIMING_NAME
 
+GPU, CPU = "gpu", "cpu"
+CPU_NOTE = "CPU emulation: correctness checked, timing skipped"
+
 
 @dataclass
 class RunPlan:
-    """Whether GPU checks run, and if not, the reason shown on each skipped check."""
+    """Where the cases run: "gpu", "cpu" (emulation), or None for the static check and compile only."""
 
-    run: bool
-    skip_reason: str = ""
+    backend: str | None
+    skip_reason: str = ""  # shown on each skipped check when backend is None
+    note: str = ""  # why this backend, shown with the result
 
 
 def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
@@ -57,21 +65,26 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
 
 def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
     submission = read_submission(path)
-    result = SubmissionResult(submission.name, GRADED, backend="gpu" if plan.run else "none")
+    result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none")
     statics = static_checks(submission.source, config.kernel.name, vars(config.points.static))
     kernels = find_kernels(submission.source)
     if config.kernel.name not in kernels:
         found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
         message = f"kernel {config.kernel.name} not found; {found}"
         result.checks = [errored("compile", COMPILE, config.points.compile, message), *statics,
-                         *_skip_gpu_checks(config, cases, f"not run: {message}")]
+                         *_skip_run_checks(config, cases, f"not run: {message}")]
         return result
-    if not plan.run:
+    if plan.backend is None:
         result.message = plan.skip_reason
         result.checks = [compile_without_gpu(submission, config), *statics,
-                         *_skip_gpu_checks(config, cases, plan.skip_reason)]
+                         *_skip_run_checks(config, cases, plan.skip_reason)]
         return result
-    run = run_on_gpu(submission, config, cases)
+    if plan.backend == CPU:
+        result.message = plan.note or CPU_NOTE
+        compiled, case_checks, timing = _checks_on_cpu(submission, config, cases, result)
+        result.checks = [compiled, *statics, *case_checks, timing]
+        return result
+    run = run_child(submission, config, cases, GPU)
     result.device, result.tile_size, result.log = run.device, run.tile_size, run.log
     if run.grader_error:
         result.status, result.message = SUBMISSION_ERROR, run.grader_error
@@ -79,10 +92,35 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
     return result
 
 
+def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case],
+                   result: SubmissionResult) -> tuple[CheckResult, list[CheckResult], CheckResult]:
+    """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, timing skipped."""
+    nvcc = compile_without_gpu(submission, config)
+    timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE)
+    if nvcc.status == ERROR:
+        reason = "not run: the kernel did not compile"
+        return nvcc, [skipped(c.name, CASE, c.points, reason, visibility=c.visibility) for c in cases], timing
+    emulated = [case for case in cases if not case.gpu_only]
+    run = run_child(submission, config, emulated, CPU)
+    result.device, result.tile_size, result.log = run.device, run.tile_size, run.log
+    compile_result, by_name = run.compile_check, {check.name: check for check in run.case_checks()}
+    if run.emulator_compile_error and nvcc.passed:
+        reason = ("not run: nvcc compiles this kernel but the CPU emulator cannot build it; grade it on a GPU. "
+                  f"The emulator said:\n{compile_result.message}")
+        compile_result, by_name = nvcc, {c.name: skipped(c.name, CASE, c.points, reason, visibility=c.visibility)
+                                         for c in emulated}
+    elif compile_result.passed and nvcc.passed:
+        compile_result.message = f"{nvcc.message}; emulated on the CPU with TILE_SIZE {run.tile_size}"
+    gpu_only = "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU"
+    checks = [by_name.get(case.name) or skipped(case.name, CASE, case.points, gpu_only, visibility=case.visibility)
+              for case in cases]
+    return compile_result, checks, timing
+
+
 def not_graded(path: Path, config: Config, cases: list[Case], reason: str) -> SubmissionResult:
     """Every check skipped with the reason, so the score reads 0 of the full total, not 0 of 0."""
     checks = [skipped("compile", COMPILE, config.points.compile, reason),
-              *skipped_static_checks(vars(config.points.static), reason), *_skip_gpu_checks(config, cases, reason)]
+              *skipped_static_checks(vars(config.points.static), reason), *_skip_run_checks(config, cases, reason)]
     return SubmissionResult(locate(path)[0], SUBMISSION_ERROR, checks, message=reason)
 
 
@@ -90,30 +128,43 @@ def compile_without_gpu(submission: Submission, config: Config) -> CheckResult:
     points = config.points.compile
     if nvcc_path() is None:
         return skipped("compile", COMPILE, points, "not compiled: nvcc is not on PATH")
-    outcome = compile_check(submission.source, config.compile.arch_without_gpu, config.compile.options,
-                            config.timeouts.compile_s)
+    outcome = _compile_with_fallback(submission.source, config)
     if not outcome.ok:
         return errored("compile", COMPILE, points, outcome.message)
     return passed("compile", COMPILE, points, f"{outcome.message} (for {config.compile.arch_without_gpu}, no GPU run)")
 
 
-def run_on_gpu(submission: Submission, config: Config, cases: list[Case]) -> GpuRun:
+def _compile_with_fallback(source: str, config: Config) -> CompileOutcome:
+    """nvcc on the whole file, as SourceModule would; on failure, on its device side alone."""
+    options, arch, timeout = config.compile.options, config.compile.arch_without_gpu, config.timeouts.compile_s
+    outcome = compile_check(source, arch, options, timeout)
+    device = device_side(source)
+    if outcome.ok or outcome.timed_out or device == source:
+        return outcome
+    fallback = compile_check(device, arch, options, timeout)
+    return CompileOutcome(True, f"{fallback.message} ({HOST_CODE_LEFT_OUT})") if fallback.ok else outcome
+
+
+def run_child(submission: Submission, config: Config, cases: list[Case], backend: str) -> RunEvents:
+    """Runs the cases in a child process of the backend's kind; the parent only reads its events."""
     workdir = tempfile.mkdtemp(prefix="sgemm-grade-")
     try:
-        job = _job(submission, config, cases, workdir)
+        job = _job(submission, config, cases, workdir, timed=backend == GPU)
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts)
-        run = GpuRun(config, cases, Path(workdir))
-        for event in run_job(job, limits, want_timing=run.correct_so_far):
+        command = [sys.executable, "-m", "grader.cpu.worker"] if backend == CPU else None
+        run = RunEvents(config, cases, Path(workdir))
+        for event in run_job(job, limits, want_timing=run.correct_so_far, command=command):
             run.handle(event)
         return run
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _job(submission: Submission, config: Config, cases: list[Case], workdir: str) -> Job:
+def _job(submission: Submission, config: Config, cases: list[Case], workdir: str, timed: bool) -> Job:
     reference = config.reference_path.read_text(encoding="utf-8")
     t = config.timing
+    device = device_side(submission.source)
     return Job(
         student_source=prepare_source(submission.source),
         reference_source=prepare_source(reference, "reference.cu"),
@@ -121,10 +172,12 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
         options=config.compile.options, cache_dir=str(config.cache_dir), workdir=workdir,
         cases=[CaseSpec(c.name, c.m, c.n, c.k, c.seed, c.distribution) for c in cases],
         timing=TimingSpec(t.m, t.n, t.k, t.seed, t.warmup, t.repetitions,
-                          config.tolerance.k_factor, config.tolerance.abs),
+                          config.tolerance.k_factor, config.tolerance.abs) if timed else None,
+        original_source=submission.source,
+        device_side_source=prepare_source(device) if device != submission.source else "",
     )
 
 
-def _skip_gpu_checks(config: Config, cases: list[Case], reason: str) -> list[CheckResult]:
+def _skip_run_checks(config: Config, cases: list[Case], reason: str) -> list[CheckResult]:
     checks = [skipped(c.name, CASE, c.points, reason, visibility=c.visibility) for c in cases]
     return [*checks, skipped(TIMING_NAME, TIMING, config.points.timing, reason)]

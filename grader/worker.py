@@ -39,8 +39,8 @@ def main(argv: list[str]) -> int:
     channel.send("phase", phase="compile")
     with ThreadPoolExecutor(2) as pool:
         # nvcc needs no context: compile both kernels while the context is being created.
-        cubins = {who: pool.submit(worker.compile, source) for who, source in
-                  (("student", job.student_source), ("reference", job.reference_source))}
+        cubins = {"student": pool.submit(worker.compile_student),
+                  "reference": pool.submit(worker.compile, job.reference_source)}
         context = device.make_context()
         cubins = {who: future.result() for who, future in cubins.items()}
     try:
@@ -57,6 +57,7 @@ class Worker:
     def __init__(self, job: Job, channel: Channel, device, control_fd: int):
         self.job, self.channel, self.device, self.control_fd = job, channel, device, control_fd
         self.arch = "sm_%d%d" % device.compute_capability()
+        self.host_code_left_out = False
 
     def run(self, cubins: dict[str, bytes | str]) -> None:
         loaded = self.load_modules(cubins)
@@ -91,10 +92,21 @@ class Worker:
                 return None
             kernels[who] = kernel
         self.channel.send("compiled", device=self.device.name(), arch=self.arch,
-                          tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile)
+                          tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile,
+                          host_code_left_out=self.host_code_left_out)
         if kernels["student"].tile not in self.job.tile_sizes or not kernels["reference"].tile:
             return None  # the parent explains why nothing runs
         return kernels["student"], kernels["reference"]
+
+    def compile_student(self) -> bytes | str:
+        """The whole file, as SourceModule compiles it; failing that, its device side alone."""
+        cubin = self.compile(self.job.student_source)
+        if isinstance(cubin, str) and self.job.device_side_source:
+            fallback = self.compile(self.job.device_side_source)
+            if not isinstance(fallback, str):
+                self.host_code_left_out = True
+                return fallback
+        return cubin
 
     def compile(self, source: str) -> bytes | str:
         """A cubin, or the compiler's message for the student."""

@@ -5,21 +5,15 @@ Marked `gpu`; skipped cleanly where there is no NVIDIA GPU or no pycuda.
 import json
 import shutil
 import time
-from pathlib import Path
 
 import pytest
+from conftest import ROOT, RUN_TIMEOUT_S, SUBMISSIONS
 from junitparser import Error, JUnitXml
 
-from grader.cases import load_cases
 from grader.cli import main
 from grader.config import load_config
 from grader.gpu_detect import gpu_unavailable_reason
-from grader.pipeline import RunPlan, grade
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
-
-ROOT = Path(__file__).resolve().parent.parent
-SUBMISSIONS = ROOT / "tests" / "submissions"
-RUN_TIMEOUT_S = 3
 
 pytestmark = [
     pytest.mark.gpu,
@@ -28,29 +22,8 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def config_file(tmp_path_factory):
-    """The shipped config with a short run timeout, so the hanging submission costs seconds."""
-    folder = tmp_path_factory.mktemp("config")
-    text = (ROOT / "config.yaml").read_text()
-    text = text.replace("testcases: testcases", f"testcases: {ROOT / 'testcases'}")
-    text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
-    text = text.replace("run_s: 10", f"run_s: {RUN_TIMEOUT_S}")
-    (folder / "config.yaml").write_text(text)
-    return folder / "config.yaml"
-
-
-@pytest.fixture(scope="module")
-def grade_one(config_file):
-    config = load_config(config_file)
-    cases = load_cases(config.testcases_dir)
-    results = {}
-
-    def grade_named(path: Path):
-        if path not in results:
-            results[path] = grade(path, config, cases, RunPlan(True))
-        return results[path]
-
-    return grade_named
+def grade_one(graders):
+    return graders("gpu")
 
 
 def checks_of(result, kind=None):

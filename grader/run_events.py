@@ -1,4 +1,4 @@
-"""Turns the GPU child's events into checks: the compile verdict, one verdict per case, the timing verdict.
+"""Turns a child's events (GPU or CPU emulation) into checks: compile, one verdict per case, timing.
 
 Every message here is for a student: what happened, where, and what to look at.
 """
@@ -11,6 +11,8 @@ import numpy as np
 from .cases import Case
 from .compare import CaseRun, judge_case
 from .config import Config
+from .cpu.messages import describe_problem, describe_races
+from .device_side import HOST_CODE_LEFT_OUT
 from .inputs import make_inputs
 from .result import CASE, COMPILE, TIMING, CheckResult, errored, passed, skipped
 from .timing import NAME as TIMING_NAME
@@ -35,7 +37,7 @@ def describe_fault(error: str) -> str:
     return f"kernel fault: {error.strip()}"
 
 
-class GpuRun:
+class RunEvents:
     def __init__(self, config: Config, cases: list[Case], workdir: Path):
         self.config, self.workdir = config, workdir
         self.cases = {case.name: case for case in cases}
@@ -45,6 +47,7 @@ class GpuRun:
         self.not_run_reason = "not run"
         self.broken_cases: list[str] = []
         self.grader_error = ""
+        self.emulator_compile_error = False  # the CPU emulator's build failed (maybe where nvcc would not)
         self.device, self.tile_size, self.log = "", None, ""
 
     def correct_so_far(self) -> bool:
@@ -59,7 +62,7 @@ class GpuRun:
         self.device, self.tile_size = event["device"], event["tile_size"]
         points, allowed = self.config.points.compile, self.config.kernel.tile_sizes
         sizes = ", ".join(map(str, allowed))
-        if event["reference_tile"] is None:
+        if "reference_tile" in event and event["reference_tile"] is None:
             self.grader_error = "grader error: the reference kernel does not define TILE_SIZE"
             self._compile_error("not run: the grader's reference kernel is broken")
         elif self.tile_size is None:
@@ -68,11 +71,13 @@ class GpuRun:
         elif self.tile_size not in allowed:
             self._compile_error(f"TILE_SIZE is {self.tile_size}; allowed: {sizes}")
         else:
+            note = f" ({HOST_CODE_LEFT_OUT})" if event.get("host_code_left_out") else ""
             self.compile_check = passed("compile", COMPILE, points,
-                                        f"compiled for {event['arch']}, TILE_SIZE {self.tile_size}",
+                                        f"compiled for {event['arch']}, TILE_SIZE {self.tile_size}{note}",
                                         metrics={"ready_after_s": event["elapsed_s"]})
 
     def on_compile_error(self, event: dict) -> None:
+        self.emulator_compile_error = bool(event.get("emulator"))
         if event["target"] == "reference":
             self.grader_error = "grader error: the reference kernel does not compile:\n" + event["message"]
             self._compile_error("not run: the grader's reference kernel does not compile")
@@ -93,12 +98,21 @@ class GpuRun:
     def on_case(self, event: dict) -> None:
         case = self.cases[event["case"]]
         a, b = make_inputs(case.m, case.n, case.k, case.seed, case.distribution)
+        reference = self.workdir / f"{case.name}.reference.npy"  # the CPU backend runs no reference kernel
         run = CaseRun(buffer=np.load(self.workdir / f"{case.name}.student.npy"),
-                      reference=np.load(self.workdir / f"{case.name}.reference.npy"),
-                      a_changed=event["a_changed"], b_changed=event["b_changed"], seconds=event["seconds"])
+                      reference=np.load(reference) if reference.is_file() else None,
+                      a_changed=event["a_changed"], b_changed=event["b_changed"], seconds=event["seconds"],
+                      race=describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n))
         tolerance = self.config.tolerance
         self.case_results[case.name] = judge_case(case.name, case.points, a, b, run, self.tile_size,
                                                   tolerance.k_factor, tolerance.abs, case.visibility)
+
+    def on_case_error(self, event: dict) -> None:
+        """The CPU emulator stopped one case (fault, divergence); the next case runs as usual."""
+        case = self.cases[event["case"]]
+        self.case_results[case.name] = errored(
+            case.name, CASE, case.points, f"{describe_problem(event['problem'])}\n(case: m={case.m}, n={case.n}, "
+            f"k={case.k}; thread order: {event['schedule']})", visibility=case.visibility)
 
     def on_fault(self, event: dict) -> None:
         self._broken(event, describe_fault(event.get("error", "")))

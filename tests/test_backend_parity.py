@@ -1,0 +1,41 @@
+"""On a GPU machine: the CPU emulator and the GPU give every corpus submission the same verdicts.
+
+For each case the CPU runs, passed-or-not must agree. Racy kernels are the exception the emulator exists
+for: the GPU's outcome depends on warp timing (see tests/submissions/README.md), so there the CPU, which
+always reports the race, must fail at least every case the GPU failed.
+"""
+import pytest
+from conftest import SUBMISSIONS
+
+from grader.cpu.build import compiler
+from grader.gpu_detect import gpu_unavailable_reason
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(gpu_unavailable_reason() is not None, reason=f"{gpu_unavailable_reason()}"),
+    pytest.mark.skipif(compiler() is None, reason="no C++ compiler for the CPU emulator"),
+]
+RACY = {"missing_load_barrier", "missing_use_barrier", "barrier_in_comment"}
+CORPUS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
+
+
+@pytest.fixture(scope="module")
+def both(graders):
+    graders("cpu").prefetch([SUBMISSIONS / name for name in CORPUS])  # the GPU ones run one at a time
+    return lambda name: (graders("gpu")(SUBMISSIONS / name), graders("cpu")(SUBMISSIONS / name))
+
+
+def outcomes(result) -> dict:
+    return {c.name: c.passed for c in result.checks if c.kind in ("case", "compile") and "GPU only" not in c.message}
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_cpu_and_gpu_verdicts_agree(both, name):
+    gpu, cpu = both(name)
+    on_cpu = outcomes(cpu)
+    on_gpu = {case: passed for case, passed in outcomes(gpu).items() if case in on_cpu}
+    assert on_gpu.keys() == on_cpu.keys()
+    if name in RACY:
+        assert [case for case, passed in on_cpu.items() if passed and not on_gpu[case]] == []
+    else:
+        assert {case: (on_gpu[case], on_cpu[case]) for case in on_cpu if on_gpu[case] != on_cpu[case]} == {}

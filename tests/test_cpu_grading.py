@@ -1,0 +1,234 @@
+"""End to end on the CPU emulator: the whole corpus, graded the way a student without a GPU grades it.
+
+Needs only a C++ compiler, so CI runs all of it. Beyond what the GPU shows, the emulator must name
+races (which barrier is missing), barrier divergence and out-of-bounds reads.
+"""
+import shutil
+
+import pytest
+from conftest import ROOT, RUN_TIMEOUT_S, SUBMISSIONS
+
+from grader.cpu.build import compiler
+from grader.pipeline import CPU_NOTE
+from grader.result import ERROR, FAILED, PASSED, SKIPPED
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="no C++ compiler for the CPU emulator")
+LOAD_MISSING = "the barrier after loading the tiles is missing"
+USE_MISSING = "the barrier after using the tiles is missing"
+TILE = 16
+
+
+@pytest.fixture(scope="module")
+def grade_one(graders):
+    grade = graders("cpu")
+    grade.prefetch(sorted(p for p in SUBMISSIONS.iterdir() if p.is_dir()))
+    return grade
+
+
+def cases_of(result) -> dict:
+    return {c.name: c for c in result.checks if c.kind == "case"}
+
+
+def emulated(result) -> dict:
+    """The cases the CPU ran (the gpu_only ones are skipped)."""
+    return {name: c for name, c in cases_of(result).items() if "GPU only" not in c.message}
+
+
+def submit(tmp_path, source: str):
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / "kernel.cu").write_text(source)
+    return folder
+
+
+def test_reference_passes_every_emulated_case_and_timing_is_skipped(grade_one, tmp_path):
+    folder = tmp_path / "reference_as_submission"
+    folder.mkdir()
+    shutil.copy(ROOT / "reference" / "kernel.cu", folder / "kernel.cu")
+    result = grade_one(folder)
+    assert result.backend == "cpu" and CPU_NOTE in result.message and result.tile_size == TILE
+    assert all(c.status == PASSED for c in emulated(result).values())
+    assert len(emulated(result)) == 18
+    gpu_only = [c for c in cases_of(result).values() if c.status == SKIPPED]
+    assert {c.name for c in gpu_only} == {"square_512", "large_ragged", "large_hidden"}
+    timing = next(c for c in result.checks if c.kind == "timing")
+    assert timing.status == SKIPPED and CPU_NOTE in timing.message
+
+
+@pytest.mark.parametrize("name, tile", [("good_basic", 16), ("good_tile8_renamed", 8),
+                                        ("good_tile32_macro_sync", 32)])
+def test_good_submissions_pass_every_emulated_case(grade_one, name, tile):
+    result = grade_one(SUBMISSIONS / name)
+    assert result.tile_size == tile
+    assert [(c.name, c.message) for c in emulated(result).values() if c.status != PASSED] == []
+
+
+def test_student_template_fails_with_nothing_stored(grade_one):
+    cases = emulated(grade_one(ROOT / "student_template"))
+    assert all(c.status == FAILED and "the kernel stored nothing to C" in c.message for c in cases.values())
+
+
+def test_missing_load_barrier_is_a_race_in_every_case(grade_one):
+    for case in emulated(grade_one(SUBMISSIONS / "missing_load_barrier")).values():
+        assert case.status == FAILED, case.name
+        assert case.message.count("shared-memory race") == 1 and LOAD_MISSING in case.message
+        assert "line 16" in case.message and "line 20" in case.message  # the store and the read
+
+
+def test_missing_use_barrier_is_a_race_wherever_there_is_a_next_phase(grade_one):
+    for case in emulated(grade_one(SUBMISSIONS / "missing_use_barrier")).values():
+        k = case.metrics["k"]
+        if k > TILE:
+            assert case.status == FAILED and USE_MISSING in case.message, case.name
+            assert LOAD_MISSING not in case.message
+        else:  # one phase: nothing is overwritten, and the kernel is right
+            assert case.status == PASSED, case.name
+
+
+def test_barriers_in_comments_are_both_reported_missing(grade_one):
+    cases = emulated(grade_one(SUBMISSIONS / "barrier_in_comment"))
+    assert all(c.status == FAILED and LOAD_MISSING in c.message for c in cases.values())
+    assert all(USE_MISSING in c.message for c in cases.values() if c.metrics["k"] > TILE)
+
+
+def test_races_are_reported_identically_on_every_run(graders, config_file, tmp_path):
+    """The schedule is the emulator's choice, not the OS's: a second run says exactly the same."""
+    from conftest import make_grader
+
+    fresh = make_grader(config_file, "cpu")  # not the cached results of the other tests
+    first = fresh(SUBMISSIONS / "missing_use_barrier")
+    again = graders("cpu")(SUBMISSIONS / "missing_use_barrier")
+    def verdicts(result):
+        return [(c.name, c.status, c.message) for c in result.checks]
+
+    assert verdicts(first) == verdicts(again)
+
+
+def test_conditional_barrier_is_divergence_on_ragged_shapes(grade_one):
+    for case in emulated(grade_one(SUBMISSIONS / "conditional_barrier")).values():
+        m, n = case.metrics.get("m"), case.metrics.get("n")
+        if case.status == ERROR:
+            assert "barrier divergence" in case.message and "line 21" in case.message
+            assert "line 25" in case.message
+        else:
+            assert case.status == PASSED and m % TILE == 0 and n % TILE == 0, case.name
+
+
+def test_missing_bounds_checks_read_outside_the_inputs(grade_one):
+    cases = emulated(grade_one(SUBMISSIONS / "no_bounds_checks"))
+    assert cases["square_64"].status == PASSED
+    for ragged in ("ragged_m", "ragged_n", "ragged_all", "primes_small"):
+        assert cases[ragged].status == ERROR and "out-of-bounds read of" in cases[ragged].message
+
+
+def test_wrong_stride_of_b(grade_one):
+    cases = emulated(grade_one(SUBMISSIONS / "b_wrong_stride"))
+    assert cases["square_256"].status == PASSED
+    assert cases["rect_wide"].status == FAILED and "strides" in cases["rect_wide"].message
+    # k > n: the wrong stride runs off the end of B
+    assert cases["rect_tall"].status == ERROR and "out-of-bounds read of B" in cases["rect_tall"].message
+
+
+def test_truncated_phase_count_is_diagnosed(grade_one):
+    cases = emulated(grade_one(SUBMISSIONS / "truncated_phases"))
+    assert cases["square_256"].status == PASSED
+    assert cases["ragged_k"].status == FAILED and "last, partial tile phase" in cases["ragged_k"].message
+
+
+def test_store_outside_c_is_an_out_of_bounds_write(grade_one):
+    cases = emulated(grade_one(SUBMISSIONS / "store_outside_c"))
+    failing = [c for c in cases.values() if c.status == FAILED]
+    assert failing and all("out-of-bounds write" in c.message for c in failing)
+    assert cases["square_64"].status == PASSED
+
+
+def test_hang_times_out_like_on_the_gpu(grade_one):
+    cases = list(emulated(grade_one(SUBMISSIONS / "hang")).values())
+    assert all(c.status == ERROR and f"timed out after {RUN_TIMEOUT_S} s" in c.message for c in cases[:3])
+    assert all(c.status == SKIPPED for c in cases[3:])
+
+
+@pytest.mark.parametrize("name, words", [("trap", "kernel aborted: __trap() at line 10"),
+                                         ("illegal_address", "invalid memory")])
+def test_faults_end_the_case_with_a_clear_verdict(grade_one, name, words):
+    cases = emulated(grade_one(SUBMISSIONS / name))
+    assert all(c.status == ERROR and c.message.startswith(words) for c in cases.values())
+
+
+@pytest.mark.parametrize("name, words", [("compile_error", "line 12: error"),
+                                         ("wrong_kernel_name", "kernel mysgemm not found; found: MySgemm"),
+                                         ("no_tile_size", "TILE_SIZE is not defined")])
+def test_compile_problems_as_on_the_gpu(grade_one, name, words):
+    compiled = next(c for c in grade_one(SUBMISSIONS / name).checks if c.kind == "compile")
+    assert compiled.status == ERROR and words in compiled.message
+
+
+def test_call_counter_passes_every_case(grade_one):
+    assert all(c.status == PASSED for c in emulated(grade_one(SUBMISSIONS / "call_counter")).values())
+
+
+def test_empty_file_is_not_graded(grade_one):
+    result = grade_one(SUBMISSIONS / "empty")
+    assert result.status == "error" and "empty" in result.message and result.score == 0
+
+
+# --- what only the emulator shows, on files written here -------------------------------------------------
+
+KERNEL = """#define TILE_SIZE 16
+__global__ void mysgemm(int m, int n, int k, const float *A, const float *B, float *C)
+{
+    __shared__ float As[TILE_SIZE][TILE_SIZE];
+    __shared__ float Bs[TILE_SIZE][TILE_SIZE];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int row = blockIdx.y * TILE_SIZE + ty, col = blockIdx.x * TILE_SIZE + tx;
+    EARLY_EXIT
+    float sum = 0.0f;
+    for (int p = 0; p < (k + TILE_SIZE - 1) / TILE_SIZE; ++p) {
+        int a = p * TILE_SIZE + tx, b = p * TILE_SIZE + ty;
+        As[ty][tx] = (row < m && a < k) ? A[row * k + a OFFSET] : 0.0f;
+        Bs[ty][tx] = (b < k && col < n) ? B[b * n + col] : 0.0f;
+        __syncthreads();
+        for (int i = 0; i < TILE_SIZE; ++i)
+            sum += As[ty][i] * Bs[i][tx];
+        __syncthreads();
+    }
+    if (row < m && col < n) C[row * n + col] = sum;
+}
+"""
+
+
+def kernel(early_exit: str = "", offset: str = "") -> str:
+    return KERNEL.replace("EARLY_EXIT", early_exit).replace("OFFSET", offset)
+
+
+def test_threads_that_return_before_a_barrier_are_divergence(grade_one, tmp_path):
+    result = grade_one(submit(tmp_path, kernel(early_exit="if (row >= m || col >= n) return;")))
+    cases = emulated(result)
+    assert cases["square_64"].status == PASSED  # no thread returns when the tiles fit
+    assert cases["ragged_m"].status == ERROR
+    assert "waits at the __syncthreads() on line 14" in cases["ragged_m"].message
+    assert "has already returned" in cases["ragged_m"].message
+
+
+def test_a_read_before_the_start_of_a_is_caught(grade_one, tmp_path):
+    cases = emulated(grade_one(submit(tmp_path, kernel(offset="- 1"))))
+    assert cases["square_16"].status == ERROR
+    assert "out-of-bounds read of A" in cases["square_16"].message and "before the start" in cases["square_16"].message
+
+
+def test_host_code_that_does_not_compile_in_extern_c_is_left_out(grade_one, tmp_path):
+    host = """
+#include <iostream>
+#include <vector>
+void basicSgemm(int m, int n, int k, const float *A, const float *B, float *C) {
+    std::vector<float> check(m * n);
+    dim3 grid((n + TILE_SIZE - 1) / TILE_SIZE, (m + TILE_SIZE - 1) / TILE_SIZE), block(TILE_SIZE, TILE_SIZE);
+    mysgemm<<<grid, block>>>(m, n, k, A, B, C);
+    std::cout << "launched" << std::endl;
+}
+int main() { return 0; }
+"""
+    result = grade_one(submit(tmp_path, kernel() + host))
+    compiled = next(c for c in result.checks if c.kind == "compile")
+    assert compiled.status == PASSED
+    assert all(c.status == PASSED for c in emulated(result).values())
