@@ -5,13 +5,18 @@ from pathlib import Path
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
-from grader.result import ERROR, FAILED, PASSED, SKIPPED, SUBMISSION_ERROR, CheckResult, SubmissionResult
-
-
-def format_points(value: float) -> str:
-    """4.0 -> "4", 2.5 -> "2.5"; fixed-point so large or tiny values never turn into exponents."""
-    text = f"{round(float(value), 6):.6f}".rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
+from grader.report.points import format_points
+from grader.report.status import status_label
+from grader.report.student_view import student_message
+from grader.result import (
+    ERROR,
+    FAILED,
+    PASSED,
+    SKIPPED,
+    SUBMISSION_ERROR,
+    CheckResult,
+    SubmissionResult,
+)
 
 
 def _points(check: CheckResult) -> str:
@@ -34,13 +39,15 @@ def _attach(case: TestCase, status: str, message: str) -> None:
         case.add_error_info(message=f"unknown status {status!r}: {message}", output=message)
 
 
-def _check_case(submission: str, check: CheckResult) -> TestCase:
+def _check_case(submission: str, check: CheckResult, student_facing: bool) -> TestCase:
     case = TestCase(
         f"{check.kind} {check.name} [{_points(check)} pts]",
         classname=f"{submission}.{check.kind}",
         elapsed_sec=check.metrics.get("seconds"),
     )
-    _attach(case, check.status, check.message)
+    # A student's own file goes to an LMS or CI they see: hidden cases show only their verdict, texts are
+    # capped. The class-wide file is the instructor's and keeps everything.
+    _attach(case, check.status, student_message(check) if student_facing else check.message)
     return case
 
 
@@ -59,8 +66,8 @@ def _properties(result: SubmissionResult) -> dict[str, str]:
     return props
 
 
-def to_junit_suite(result: SubmissionResult) -> TestSuite:
-    cases = [_check_case(result.submission, c) for c in result.checks]
+def to_junit_suite(result: SubmissionResult, student_facing: bool = True) -> TestSuite:
+    cases = [_check_case(result.submission, c, student_facing) for c in result.checks]
     if result.status == SUBMISSION_ERROR:
         # Keep the failure visible to CI even when there is no check to hang it on.
         case = TestCase("submission", classname=f"{result.submission}.submission")
@@ -71,6 +78,30 @@ def to_junit_suite(result: SubmissionResult) -> TestSuite:
 
 def to_junit_xml(results: list[SubmissionResult]) -> str:
     return to_xml_report_string([to_junit_suite(r) for r in results])
+
+
+def _student_label(result: SubmissionResult) -> str:
+    who = result.student_name or result.student_id
+    if result.student_name and result.student_id:
+        who = f"{result.student_name} ({result.student_id})"
+    return f"{who} [{result.submission}]" if who else result.submission
+
+
+def to_combined_junit(results: list[SubmissionResult]) -> str:
+    """The whole class in one file: one testsuite per student, named by who handed it in.
+
+    Why: a CI page or an LMS plugin loads one JUnit file per run; each suite is to_junit_suite's
+    (same cases, same verdicts), renamed for the student and with their id, name and status label
+    added to its properties. Instructor-facing: messages are complete, hidden cases included.
+    """
+    suites = []
+    for result in results:
+        suite = to_junit_suite(result, student_facing=False)
+        suite.name = _student_label(result)
+        suite.properties.update({"submission": result.submission, "student_id": result.student_id,
+                                 "student_name": result.student_name, "status_label": status_label(result)})
+        suites.append(suite)
+    return to_xml_report_string(suites)
 
 
 def write_junit(result: SubmissionResult, path: str | Path) -> None:

@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from grader.report.junit_report import format_points
+from grader.report.points import format_points
 from grader.result import HIDDEN, PASSED, SKIPPED, SUBMISSION_ERROR, CheckResult, SubmissionResult
 
 STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold magenta", "skipped": "yellow"}

@@ -1,0 +1,46 @@
+"""The student-facing projection of a result: what a student may read, and how much of it.
+
+Why one module: every student-facing output (Gradescope, PrairieLearn, ...) must hide the same
+things and cut at the same length, or one export leaks what another hides. Hidden checks show
+only their verdict word (no shapes, no diagnostics), and every text is capped with a visible
+marker so an LMS never silently drops the end of a long compiler log. Instructor outputs
+(grades.csv, the JSON result, logs, the class summary) keep the full text and do not use this.
+"""
+from __future__ import annotations
+
+from grader.report.points import format_points
+from grader.report.status import status_label
+from grader.result import HIDDEN, SUBMISSION_ERROR, CheckResult, SubmissionResult
+
+DEFAULT_LIMIT = 4000
+
+
+def truncation_marker(dropped: int) -> str:
+    return f"\n[... {dropped} more characters truncated ...]"
+
+
+def cap(text: str, limit: int = DEFAULT_LIMIT) -> str:
+    """The first `limit` characters of text, then a marker saying how many were cut."""
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    if len(text) <= limit:
+        return text
+    return text[:limit] + truncation_marker(len(text) - limit)
+
+
+def student_message(check: CheckResult, limit: int = DEFAULT_LIMIT) -> str:
+    """What a student sees under one check: the verdict word only for hidden checks."""
+    if check.visibility == HIDDEN:
+        return check.status
+    return cap(check.message, limit)
+
+
+def student_summary(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> str:
+    """The text shown for the whole submission: the outcome, the score, and why it was not graded."""
+    label = status_label(result)
+    lines = [f"Score: {format_points(result.score)}/{format_points(result.max_score)} ({label})"]
+    if result.status == SUBMISSION_ERROR:
+        lines.append(f"Your submission could not be graded: {result.message or 'no reason was recorded'}")
+    elif result.message:
+        lines.append(f"Note: {result.message}")
+    return cap("\n".join(lines), limit)

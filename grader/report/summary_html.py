@@ -1,0 +1,148 @@
+"""The class summary page: how the batch went, at a glance, in one self-contained index.html.
+
+Why: after grading a class an instructor wants the shape of it before any single student's file:
+how many compiled, the score distribution, how fast kernels were against the reference, and which
+mistakes were common (grouped by check and first line of the message, so twenty "wrong elements
+in the last tile column" failures read as one row). Instructor-facing: full messages, hidden cases
+included. Everything comes from the results as stored; every student text is HTML-escaped.
+The plots are PNGs written next to the page and also inlined, so the page can be mailed alone.
+matplotlib is imported only here and only when plotting; without it the page says so.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from grader.report.points import format_points
+from grader.report.status import LABELS, status_label
+from grader.result import ERROR, FAILED, TIMING, SubmissionResult
+
+SCORE_PNG = "score_histogram.png"
+TIMING_PNG = "timing_ratio.png"
+TOP_FAILURES = 10
+
+_CSS = """body{font-family:sans-serif;margin:2em;max-width:60em}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #999;padding:.3em .6em;text-align:left;vertical-align:top}td.n{text-align:right}
+pre{margin:0;white-space:pre-wrap}img{max-width:100%}.note{color:#555}"""
+
+
+def timing_ratios(results: list[SubmissionResult]) -> list[float]:
+    """Student time / reference time from each timing check that measured one (metrics["ratio"])."""
+    return [float(c.metrics["ratio"]) for r in results for c in r.checks
+            if c.kind == TIMING and isinstance(c.metrics.get("ratio"), (int, float))]
+
+
+def common_failures(results: list[SubmissionResult], top: int = TOP_FAILURES) -> list[tuple[str, str, int]]:
+    """(check name, first line of its message, count) over failed and errored checks, most common first."""
+    counts = Counter((c.name, (c.message.strip().splitlines() or [""])[0]) for r in results for c in r.checks
+                     if c.status in (FAILED, ERROR))
+    return [(name, line, n) for (name, line), n in counts.most_common(top)]
+
+
+def _plots(results: list[SubmissionResult], outdir: Path) -> dict[str, Path] | None:
+    """Write the PNGs; None when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display on a grading server
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
+    except ImportError:
+        return None
+    written: dict[str, Path] = {}
+    scores = [r.score for r in results]
+    if scores:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.hist(scores, bins=min(20, max(5, len(set(scores)))), color="#4477aa", edgecolor="white")
+        ax.set_xlabel("score (points)")
+        ax.set_ylabel("submissions")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title("Scores")
+        fig.tight_layout()
+        fig.savefig(outdir / SCORE_PNG, format="png")
+        plt.close(fig)
+        written[SCORE_PNG] = outdir / SCORE_PNG
+    ratios = timing_ratios(results)
+    if ratios:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.hist(ratios, bins=min(20, max(5, len(ratios))), color="#228833", edgecolor="white")
+        limits = {c.metrics["max_ratio"] for r in results for c in r.checks
+                  if c.kind == TIMING and isinstance(c.metrics.get("max_ratio"), (int, float))}
+        for limit in sorted(limits):
+            ax.axvline(limit, color="#cc3311", linestyle="--", label=f"limit {limit:g}×")
+        if limits:
+            ax.legend()
+        ax.set_xlabel("student time / reference time")
+        ax.set_ylabel("submissions")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title("Kernel time against the reference")
+        fig.tight_layout()
+        fig.savefig(outdir / TIMING_PNG, format="png")
+        plt.close(fig)
+        written[TIMING_PNG] = outdir / TIMING_PNG
+    return written
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<p><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"></p>'
+
+
+def _row(*cells: str, numeric: tuple[int, ...] = ()) -> str:
+    return "<tr>" + "".join(f'<td{" class=n" if i in numeric else ""}>{c}</td>' for i, c in enumerate(cells)) + "</tr>"
+
+
+def render_summary(results: list[SubmissionResult], plots: dict[str, Path] | None) -> str:
+    e = html.escape
+    labels = Counter(status_label(r) for r in results)
+    scores = [r.score for r in results]
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             "<title>Class summary</title>", f"<style>{_CSS}</style></head><body>",
+             "<h1>Class summary</h1>", f"<p>{len(results)} submissions.</p>",
+             "<h2>Submissions by status</h2>", "<table><tr><th>status</th><th>count</th></tr>"]
+    for label in [*LABELS, *sorted(set(labels) - set(LABELS))]:
+        parts.append(_row(e(label), str(labels.get(label, 0)), numeric=(1,)))
+    parts.append("</table>")
+    parts.append("<h2>Scores</h2>")
+    if scores:
+        out_of = format_points(max(r.max_score for r in results))
+        parts.append(f"<p>mean {format_points(round(statistics.mean(scores), 2))}, "
+                     f"median {format_points(round(statistics.median(scores), 2))} points out of {out_of}, "
+                     "over all submissions (those not graded count as they scored).</p>")
+    else:
+        parts.append("<p>No submissions.</p>")
+    if plots is None:
+        parts.append('<p class="note">The plots need matplotlib (pip install matplotlib).</p>')
+    elif SCORE_PNG in plots:
+        parts.append(_img(plots[SCORE_PNG], "histogram of scores"))
+    parts.append("<h2>Timing</h2>")
+    ratios = timing_ratios(results)
+    if not ratios:
+        parts.append('<p class="note">No timing measurements in these results.</p>')
+    else:
+        parts.append(f"<p>{len(ratios)} kernels timed; median ratio to the reference "
+                     f"{statistics.median(ratios):.2f}×.</p>")
+        if plots and TIMING_PNG in plots:
+            parts.append(_img(plots[TIMING_PNG], "distribution of student time / reference time"))
+    parts.append(f"<h2>Most common failures (top {TOP_FAILURES})</h2>")
+    failures = common_failures(results)
+    if failures:
+        parts.append("<table><tr><th>check</th><th>first line of the message</th><th>count</th></tr>")
+        parts.extend(_row(e(name), f"<pre>{e(line)}</pre>", str(n), numeric=(2,)) for name, line, n in failures)
+        parts.append("</table>")
+    else:
+        parts.append("<p>No failed or errored checks.</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_summary(results: list[SubmissionResult], outdir: str | Path) -> Path:
+    """Write outdir/index.html (and the plot PNGs beside it); return the page's path."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    page = outdir / "index.html"
+    page.write_text(render_summary(results, _plots(results, outdir)), encoding="utf-8")
+    return page

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Gradescope runs this once, as root, when it builds the autograder image.
+# The autograder zip holds this file and run_autograder at its root, next to the grader's source
+# (pyproject.toml, README.md, grader/, config.yaml, testcases/, reference/), extracted to
+# /autograder/source. Build it from the repository root with:
+#   zip -r autograder.zip pyproject.toml README.md grader config.yaml testcases reference
+#   zip -j autograder.zip gradescope/setup.sh gradescope/run_autograder
+set -euo pipefail
+
+SOURCE=/autograder/source
+VENV=/autograder/venv
+
+apt-get update -qq
+apt-get install -y -qq python3 python3-venv python3-pip >/dev/null
+
+# A venv, so pip never fights the system Python; editable, so the grader finds config.yaml,
+# testcases/ and reference/ beside its package in $SOURCE.
+python3 -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip
+extra=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+    extra="[gpu]"  # pycuda builds against the CUDA toolkit, which a GPU image must provide
+fi
+"$VENV/bin/pip" install -q -e "${SOURCE}${extra}"

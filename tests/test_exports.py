@@ -1,0 +1,555 @@
+"""Instructor and LMS exports: each is a pure function of SubmissionResults; check what its consumer relies on."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+from conftest import ROOT
+from junitparser import Error, Failure, JUnitXml
+
+from grader.report.canvas_csv import to_canvas_csv, write_canvas_csv
+from grader.report.grades_csv import to_grades_csv, write_grades_csv
+from grader.report.gradescope import to_gradescope, write_gradescope
+from grader.report.junit_report import to_combined_junit
+from grader.report.prairielearn import to_prairielearn, write_prairielearn
+from grader.report.status import status_label
+from grader.report.student_view import cap, student_message, student_summary
+from grader.report.summary_html import (
+    SCORE_PNG,
+    TIMING_PNG,
+    common_failures,
+    timing_ratios,
+    write_summary,
+)
+from grader.result import (
+    CASE,
+    COMPILE,
+    GRADED,
+    HIDDEN,
+    STATIC,
+    SUBMISSION_ERROR,
+    TIMING,
+    CheckResult,
+    SubmissionResult,
+    errored,
+    failed,
+    passed,
+    skipped,
+)
+
+SECRET = "SECRET_SHAPE_129x257x65"
+# A hidden case's diagnostic long enough to be truncated, full of things a student must not see.
+HIDDEN_DIAGNOSTIC = f"{SECRET}: 812 of 33153 elements wrong\n" + "expected 1.0 got 2.0 at (128, 256)\n" * 200
+LONG_PUBLIC = "nvcc: error: something\n" * 300  # 6900 characters
+HOSTILE = '<script>alert("x")</script> & µs'
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _timing(ratio: float, points: float = 10) -> CheckResult:
+    metrics = {"student_ms": 1.0 * ratio, "reference_ms": 1.0, "ratio": ratio, "max_ratio": 2.0}
+    if ratio <= 2.0:
+        return passed("speed vs reference", TIMING, points, f"{ratio:.2f}× the reference's time", metrics=metrics)
+    return failed("speed vs reference", TIMING, points, f"{ratio:.2f}× the reference's time: too slow",
+                  metrics=metrics)
+
+
+def _statics(all_pass: bool = True) -> list[CheckResult]:
+    return [
+        passed("shared-memory tiles", STATIC, 2, "tiles As, Bs"),
+        passed("barrier after loading tiles", STATIC, 4, "line 20"),
+        passed("barrier after using tiles", STATIC, 4, "line 25") if all_pass
+        else failed("barrier after using tiles", STATIC, 4, "line 25: no __syncthreads() after the inner loop"),
+    ]
+
+
+def alice() -> SubmissionResult:
+    """Everything passes."""
+    return SubmissionResult(
+        "alice_sub", GRADED, student_id="1001", student_name="Alice Archer", duration_s=12.4,
+        checks=[passed("compile", COMPILE, 1, "compiled for sm_90, TILE_SIZE 16"), *_statics(),
+                passed("square_64", CASE, 3), passed("ragged_m", CASE, 4),
+                passed("rect_hidden", CASE, 4, "ok", visibility=HIDDEN), _timing(1.1)])
+
+
+def bob() -> SubmissionResult:
+    """Failed and errored cases, a failed hidden case with a long diagnostic, timing skipped."""
+    return SubmissionResult(
+        "bob_sub", GRADED, student_id="1002", student_name="Bob <Builder> & Co",
+        checks=[passed("compile", COMPILE, 1, "compiled"), *_statics(all_pass=False),
+                passed("square_64", CASE, 3),
+                failed("ragged_m", CASE, 4, f"{HOSTILE}\nrows 64..66 wrong"),
+                errored("ragged_n", CASE, 4, "timed out after 10 s: the kernel did not finish\n(case: m=64, n=67)"),
+                failed("rect_hidden", CASE, 4, HIDDEN_DIAGNOSTIC, visibility=HIDDEN),
+                skipped("speed vs reference", TIMING, 10, "not timed: 3 of 4 cases did not pass")])
+
+
+def carol() -> SubmissionResult:
+    """Does not compile; cases skipped."""
+    reason = "not run: the kernel did not compile or load"
+    return SubmissionResult(
+        "carol_sub", GRADED, student_id="1003", student_name="Carol Chen",
+        checks=[errored("compile", COMPILE, 1, "kernel.cu(12): error: identifier \"tile\" is undefined"),
+                *_statics(), skipped("square_64", CASE, 3, reason), skipped("ragged_m", CASE, 4, reason),
+                skipped("rect_hidden", CASE, 4, reason, visibility=HIDDEN),
+                skipped("speed vs reference", TIMING, 10, reason)])
+
+
+def dave() -> SubmissionResult:
+    """Not graded at all: no kernel file, no checks."""
+    return SubmissionResult("dave_sub", SUBMISSION_ERROR, student_id="1004", student_name="Dave Doe",
+                            message="no kernel file found: hand in kernel.cu")
+
+
+def erin() -> SubmissionResult:
+    """The grader broke on this one: every check skipped with the reason."""
+    reason = "internal grader error: tell your instructor"
+    return SubmissionResult(
+        "erin_sub", SUBMISSION_ERROR, student_id="1005", student_name="Erin Eve", message=reason,
+        checks=[skipped("compile", COMPILE, 1, reason), skipped("square_64", CASE, 3, reason),
+                skipped("rect_hidden", CASE, 4, reason, visibility=HIDDEN),
+                skipped("speed vs reference", TIMING, 10, reason)])
+
+
+def frank() -> SubmissionResult:
+    """Compilation timed out; a slow kernel's timing from an earlier check is not there."""
+    return SubmissionResult(
+        "frank_sub", GRADED, student_id="1006", student_name="Frank Fox",
+        checks=[errored("compile", COMPILE, 1, "compilation timed out after 60 s"), *_statics(),
+                skipped("square_64", CASE, 3, "not run"), _timing(3.5)])
+
+
+def everyone() -> list[SubmissionResult]:
+    return [alice(), bob(), carol(), dave(), erin(), frank()]
+
+
+# ---------------------------------------------------------------- status label
+
+
+@pytest.mark.parametrize("make, label", [(alice, "graded"), (bob, "graded"), (carol, "compile error"),
+                                         (dave, "submission error"), (erin, "grader error"), (frank, "timed out")])
+def test_status_label(make, label):
+    assert status_label(make()) == label
+
+
+def test_status_label_grader_error_from_gpu_run():
+    # The pipeline's GPU-side grader errors keep the compile check's own wording.
+    r = SubmissionResult("x", SUBMISSION_ERROR, [errored("compile", COMPILE, 1, "not run: the GPU process ended")],
+                         message="grader error: the GPU process ended unexpectedly (exit code -9)")
+    assert status_label(r) == "grader error"
+
+
+# ---------------------------------------------------------------- student view
+
+
+def test_cap_marks_what_it_cuts():
+    text = "x" * 5000
+    capped = cap(text)
+    assert capped == "x" * 4000 + "\n[... 1000 more characters truncated ...]"
+    assert cap(text, 10).endswith("\n[... 4990 more characters truncated ...]")
+    assert cap("y" * 4000) == "y" * 4000  # exactly at the limit: untouched
+    with pytest.raises(ValueError):
+        cap("z", -1)
+
+
+def test_student_message_hides_hidden_cases():
+    hidden = bob().checks[7]
+    assert hidden.visibility == HIDDEN
+    assert student_message(hidden) == "failed"
+    err = errored("h", CASE, 1, "timed out (case: m=1, n=2, k=3)", visibility=HIDDEN)
+    assert student_message(err) == "error"
+    assert student_message(skipped("h", CASE, 1, "not run: m=1", visibility=HIDDEN)) == "skipped"
+    assert student_message(passed("h", CASE, 1, "m=1 fine", visibility=HIDDEN)) == "passed"
+
+
+def test_student_message_caps_public_text():
+    check = errored("compile", COMPILE, 1, LONG_PUBLIC)
+    shown = student_message(check)
+    assert shown.startswith(LONG_PUBLIC[:4000])
+    assert shown.endswith(f"[... {len(LONG_PUBLIC) - 4000} more characters truncated ...]")
+    assert student_message(check, limit=100) == LONG_PUBLIC[:100] + f"\n[... {len(LONG_PUBLIC) - 100} more " \
+                                                                    "characters truncated ...]"
+    assert student_message(failed("c", CASE, 1, "short")) == "short"
+
+
+def test_student_summary():
+    assert student_summary(alice()).startswith("Score: 32/32 (graded)")
+    summary = student_summary(dave())
+    assert "could not be graded" in summary and "no kernel file found" in summary
+
+
+# ---------------------------------------------------------------- grades.csv
+
+
+def _grades_rows(text: str) -> tuple[list[str], dict[str, str], list[dict[str, str]]]:
+    reader = csv.DictReader(io.StringIO(text))
+    rows = list(reader)
+    return reader.fieldnames, rows[0], rows[1:]
+
+
+def test_grades_csv_row_per_student_and_points_possible(tmp_path):
+    results = everyone()
+    path = write_grades_csv(results, tmp_path / "grades.csv")
+    header, possible, rows = _grades_rows(path.read_text(encoding="utf-8"))
+    assert header[:4] == ["submission", "student_id", "student_name", "status"]
+    assert header[-2:] == ["total", "max"]
+    # Union of check names in first-seen order: bob adds ragged_n, dave has none.
+    assert header[4:-2] == [*(c.name for c in alice().checks), "ragged_n"]
+    assert possible["submission"] == "points possible"
+    assert [possible[n] for n in header[4:-2]] == ["1", "2", "4", "4", "3", "4", "4", "10", "4"]
+    assert possible["total"] == possible["max"] == "36"
+    assert [r["submission"] for r in rows] == [r.submission for r in results]
+    assert [r["student_id"] for r in rows] == ["1001", "1002", "1003", "1004", "1005", "1006"]
+    assert [r["status"] for r in rows] == ["graded", "graded", "compile error", "submission error",
+                                           "grader error", "timed out"]
+    for row, result in zip(rows, results):
+        assert float(row["total"]) == pytest.approx(result.score)
+        assert float(row["max"]) == pytest.approx(result.max_score)
+        cells = [float(row[n]) for n in header[4:-2] if row[n] != ""]
+        assert sum(cells) == pytest.approx(float(row["total"]))
+
+
+def test_grades_csv_values():
+    _, _, rows = _grades_rows(to_grades_csv(everyone()))
+    alice_row, bob_row, _, dave_row, erin_row, frank_row = rows
+    assert alice_row["total"] == alice_row["max"] == "32"
+    assert (bob_row["total"], bob_row["ragged_m"], bob_row["rect_hidden"], bob_row["square_64"]) == ("10", "0", "0", "3")
+    assert bob_row["student_name"] == "Bob <Builder> & Co"
+    assert (dave_row["total"], dave_row["max"], dave_row["compile"]) == ("0", "0", "")
+    assert erin_row["barrier after loading tiles"] == ""  # erin has no static checks
+    assert frank_row["ragged_m"] == alice_row["ragged_n"] == ""
+    assert bob_row["ragged_n"] == "0"
+    assert frank_row["speed vs reference"] == "0"
+
+
+def test_grades_csv_check_named_like_a_fixed_column():
+    r = SubmissionResult("s", GRADED, [passed("total", CASE, 2), passed("status", STATIC, 1)])
+    header, possible, (row,) = _grades_rows(to_grades_csv([r]))
+    assert header == ["submission", "student_id", "student_name", "status", "check total", "check status",
+                      "total", "max"]
+    assert (row["status"], row["check total"], row["total"]) == ("graded", "2", "3")
+    assert (possible["check total"], possible["check status"], possible["total"]) == ("2", "1", "3")
+
+
+# ---------------------------------------------------------------- Canvas
+
+
+def test_canvas_csv_header_points_and_rows(tmp_path):
+    path = write_canvas_csv(everyone(), tmp_path / "canvas.csv", "Lab 3: tiled SGEMM")
+    rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
+    assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Lab 3: tiled SGEMM"]
+    assert rows[1] == ["Points Possible", "", "", "", "", "36"]  # the largest max_score
+    assert rows[2] == ["Alice Archer", "1001", "", "", "", "32"]
+    assert rows[3] == ["Bob <Builder> & Co", "1002", "", "", "", "10"]
+    assert [r[1] for r in rows[2:]] == ["1001", "1002", "1003", "1004", "1005", "1006"]
+    assert [r[5] for r in rows[2:]] == ["32", "10", "10", "0", "0", "10"]
+    assert all(len(r) == 6 for r in rows)
+
+
+def test_canvas_csv_options():
+    rows = list(csv.reader(io.StringIO(to_canvas_csv(
+        [alice(), dave()], "Lab 3", id_column="SIS User ID", points_possible=40, blank_if_not_graded=True))))
+    assert rows[1][5] == "40"
+    assert rows[2] == ["Alice Archer", "", "1001", "", "", "32"]
+    assert rows[3] == ["Dave Doe", "", "1004", "", "", ""]
+    # No LMS identity (a folder graded on its own): the folder name is the best name Canvas can match.
+    (row,) = list(csv.reader(io.StringIO(to_canvas_csv([SubmissionResult("eve_dir", GRADED)], "Lab 3"))))[2:]
+    assert row[:2] == ["eve_dir", ""]
+    with pytest.raises(ValueError):
+        to_canvas_csv([alice()], "Lab 3", id_column="Email")
+    with pytest.raises(ValueError):
+        to_canvas_csv([alice()], "  ")
+
+
+# ---------------------------------------------------------------- Gradescope
+
+FORMAT = {"enum": ["text", "html", "simple_format", "md", "ansi"]}
+VISIBILITY = {"enum": ["hidden", "after_due_date", "after_published", "visible"]}
+# Written from https://gradescope-autograders.readthedocs.io/en/latest/specs/ ("Output format",
+# "Test case status", "Output String Formatting"); unknown keys are refused to catch typos.
+GRADESCOPE_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "score": {"type": "number"},
+        "execution_time": {"type": "number", "minimum": 0},
+        "output": {"type": "string"},
+        "output_format": FORMAT,
+        "test_output_format": FORMAT,
+        "test_name_format": FORMAT,
+        "visibility": VISIBILITY,
+        "stdout_visibility": VISIBILITY,
+        "extra_data": {"type": "object"},
+        "tests": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "score": {"type": "number"},
+                    "max_score": {"type": "number"},
+                    "status": {"enum": ["passed", "failed"]},
+                    "name": {"type": "string"},
+                    "name_format": FORMAT,
+                    "number": {"type": "string"},
+                    "output": {"type": "string"},
+                    "output_format": FORMAT,
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "visibility": VISIBILITY,
+                    "extra_data": {"type": "object"},
+                },
+            },
+        },
+        "leaderboard": {"type": "array", "items": {"type": "object", "required": ["name", "value"]}},
+    },
+    # "score: optional, but required if not on each test case"
+    "anyOf": [{"required": ["score"]},
+              {"required": ["tests"], "properties": {"tests": {"items": {"required": ["score"]}}}}],
+}
+
+
+@pytest.mark.parametrize("make", [alice, bob, carol, dave, erin, frank])
+def test_gradescope_matches_spec(make):
+    result = make()
+    data = to_gradescope(result)
+    jsonschema.validate(data, GRADESCOPE_SCHEMA)
+    assert json.loads(json.dumps(data)) == data
+    assert len(data["tests"]) == len(result.checks)
+
+
+def test_gradescope_scores_and_statuses():
+    data = to_gradescope(bob(), execution_time=41.6)
+    assert data["score"] == 10
+    assert data["execution_time"] == 42
+    tests = {t["name"]: t for t in data["tests"]}
+    assert tests["case: square_64"] == {**tests["case: square_64"], "score": 3, "max_score": 3, "status": "passed"}
+    assert tests["case: ragged_m"]["status"] == "failed"
+    assert tests["case: ragged_n"]["status"] == "failed"
+    assert tests["case: ragged_n"]["extra_data"] == {"kind": "case", "status": "error"}
+    assert tests["case: ragged_m"]["output"].startswith(HOSTILE)  # shown as text, not HTML
+    assert data["output_format"] == data["test_output_format"] == "text"
+    # A passed check keeps "passed" even with partial points.
+    partial = SubmissionResult("p", GRADED, [CheckResult("speed", TIMING, "passed", 1.5, 3, "slowish")])
+    assert to_gradescope(partial)["tests"][0]["status"] == "passed"
+    assert to_gradescope(alice())["execution_time"] == 12  # the result's own duration
+    assert "execution_time" not in to_gradescope(carol())
+
+
+def test_gradescope_never_shows_hidden_text():
+    data = to_gradescope(bob())
+    text = json.dumps(data)
+    assert SECRET not in text
+    assert "expected 1.0 got 2.0" not in text
+    (hidden,) = [t for t in data["tests"] if t["name"] == "case: rect_hidden"]
+    assert hidden["output"] == "failed"
+    assert hidden["visibility"] == "visible"  # the verdict is shown, nothing else
+    assert hidden["score"] == 0 and hidden["max_score"] == 4
+
+
+def test_gradescope_caps_long_output():
+    r = SubmissionResult("s", GRADED, [errored("compile", COMPILE, 1, LONG_PUBLIC)])
+    output = to_gradescope(r)["tests"][0]["output"]
+    assert output.endswith(f"[... {len(LONG_PUBLIC) - 4000} more characters truncated ...]")
+    assert len(output) < 4100
+
+
+def test_gradescope_submission_error_is_valid_with_score_zero(tmp_path):
+    # A grader error that happened after static checks earned points still scores 0 on Gradescope.
+    r = SubmissionResult("x", SUBMISSION_ERROR, [passed("shared-memory tiles", STATIC, 2, "ok")],
+                         message="grader error: the reference kernel does not compile")
+    data = to_gradescope(r)
+    jsonschema.validate(data, GRADESCOPE_SCHEMA)
+    assert data["score"] == 0
+    assert "could not be graded" in data["output"] and "reference kernel" in data["output"]
+    path = write_gradescope(dave(), tmp_path / "results" / "results.json", execution_time=3)
+    written = json.loads(path.read_text(encoding="utf-8"))
+    jsonschema.validate(written, GRADESCOPE_SCHEMA)
+    assert (written["score"], written["tests"], written["execution_time"]) == (0, [], 3)
+    assert "no kernel file found" in written["output"]
+
+
+def test_gradescope_scripts_are_valid_shell():
+    for name in ("setup.sh", "run_autograder"):
+        path = ROOT / "gradescope" / name
+        assert path.stat().st_mode & 0o111, f"{name} must be executable"
+        text = path.read_text()
+        assert text.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in text
+        if shutil.which("bash"):
+            subprocess.run(["bash", "-n", str(path)], check=True)
+    run = (ROOT / "gradescope" / "run_autograder").read_text()
+    assert "python3 -m grader gradescope /autograder/submission \"$RESULTS\"" in run
+    assert "RESULTS=/autograder/results/results.json" in run
+
+
+# ---------------------------------------------------------------- PrairieLearn
+
+# Written from https://prairielearn.readthedocs.io/en/latest/externalGrading/ ("Grading results").
+PL_TEST_KEYS = {"name", "description", "points", "max_points", "message", "output", "images"}
+PL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "gradable": {"type": "boolean"},
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "message": {"type": "string"},
+        "output": {"type": "string"},
+        "format_errors": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+        "images": {"type": "array"},
+        "tests": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "points", "max_points"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "description": {"type": "string"},
+                    "points": {"type": "number", "minimum": 0},
+                    "max_points": {"type": "number", "minimum": 0},
+                    "message": {"type": "string"},
+                    "output": {"type": "string"},
+                    "images": {"type": "array"},
+                },
+            },
+        },
+    },
+    # "If the submission is gradable, the result only has one mandatory field: score"
+    "if": {"properties": {"gradable": {"const": False}}, "required": ["gradable"]},
+    "then": {"required": ["format_errors"]},
+    "else": {"required": ["score"]},
+}
+
+
+@pytest.mark.parametrize("make", [alice, bob, carol, dave, erin, frank])
+def test_prairielearn_matches_docs(make):
+    data = to_prairielearn(make())
+    jsonschema.validate(data, PL_SCHEMA)
+    assert set(data) <= {"gradable", "score", "message", "output", "format_errors", "tests"}
+    assert all(set(t) <= PL_TEST_KEYS for t in data["tests"])
+
+
+def test_prairielearn_scores():
+    assert to_prairielearn(alice())["score"] == 1.0
+    assert to_prairielearn(bob())["score"] == pytest.approx(10 / 36)
+    assert to_prairielearn(carol())["score"] == pytest.approx(10 / 32)
+    tests = {t["name"]: t for t in to_prairielearn(bob())["tests"]}
+    assert (tests["square_64"]["points"], tests["square_64"]["max_points"]) == (3, 3)
+    assert tests["ragged_n"]["message"] == "error"
+    assert tests["ragged_n"]["output"].startswith("timed out after 10 s")
+
+
+def test_prairielearn_hidden_and_not_gradable(tmp_path):
+    data = to_prairielearn(bob())
+    assert SECRET not in json.dumps(data)
+    (hidden,) = [t for t in data["tests"] if t["name"] == "rect_hidden"]
+    assert (hidden["message"], hidden["output"]) == ("failed", "")
+    assert data["gradable"] is True
+    path = write_prairielearn(erin(), tmp_path / "grade" / "results" / "results.json")
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert written["gradable"] is False
+    assert written["score"] == 0.0
+    assert written["format_errors"] == ["internal grader error: tell your instructor"]
+    assert written["message"].startswith("grader error")
+
+
+# ---------------------------------------------------------------- combined JUnit
+
+
+def test_combined_junit_one_suite_per_student(tmp_path):
+    results = everyone()
+    path = tmp_path / "class.junit.xml"
+    path.write_text(to_combined_junit(results), encoding="utf-8")
+    suites = list(JUnitXml.fromfile(str(path)))
+    assert [s.name for s in suites] == ["Alice Archer (1001) [alice_sub]", "Bob <Builder> & Co (1002) [bob_sub]",
+                                        "Carol Chen (1003) [carol_sub]", "Dave Doe (1004) [dave_sub]",
+                                        "Erin Eve (1005) [erin_sub]", "Frank Fox (1006) [frank_sub]"]
+    for suite, result in zip(suites, results):
+        statuses = [c.status for c in result.checks]
+        not_graded = result.status == SUBMISSION_ERROR
+        assert suite.tests == len(statuses) + not_graded
+        assert suite.failures == statuses.count("failed")
+        assert suite.errors == statuses.count("error") + not_graded
+        assert suite.skipped == statuses.count("skipped")
+        props = {p.name: p.value for p in suite.properties()}
+        assert props["student_id"] == result.student_id
+        assert props["status_label"] == status_label(result)
+    bob_suite = suites[1]
+    assert (bob_suite.failures, bob_suite.errors) == (3, 1)
+    failures = [r for case in bob_suite for r in case.result if isinstance(r, Failure)]
+    assert any(SECRET in f.text for f in failures)  # instructor-facing: full hidden text kept
+    dave_cases = list(suites[3])
+    assert [type(r) for r in dave_cases[0].result] == [Error]
+
+
+def test_combined_junit_without_identity_uses_submission():
+    xml = to_combined_junit([SubmissionResult("folder_a", GRADED, [passed("c", CASE, 1)])])
+    assert [s.name for s in JUnitXml.fromstring(xml)] == ["folder_a"]
+
+
+# ---------------------------------------------------------------- class summary
+
+
+def test_summary_metrics():
+    assert timing_ratios(everyone()) == [1.1, 3.5]
+    # Ties keep the order they were first seen in.
+    assert common_failures(everyone()) == [
+        ("barrier after using tiles", "line 25: no __syncthreads() after the inner loop", 1),
+        ("ragged_m", HOSTILE, 1),
+        ("ragged_n", "timed out after 10 s: the kernel did not finish", 1),
+        ("rect_hidden", f"{SECRET}: 812 of 33153 elements wrong", 1),
+        ("compile", 'kernel.cu(12): error: identifier "tile" is undefined', 1),
+        ("compile", "compilation timed out after 60 s", 1),
+        ("speed vs reference", "3.50× the reference's time: too slow", 1),
+    ]
+    many = [SubmissionResult(f"s{i}", GRADED, [failed("square_64", CASE, 3, "wrong\nmore")]) for i in range(4)]
+    assert common_failures(many + [bob()])[0] == ("square_64", "wrong", 4)
+    assert len(common_failures([SubmissionResult("s", GRADED, [failed(f"c{i}", CASE, 1, "x") for i in range(15)])])) \
+        == 10
+
+
+def test_summary_page_with_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    page = write_summary(everyone(), tmp_path / "summary")
+    text = page.read_text(encoding="utf-8")
+    assert page.name == "index.html"
+    for label, count in (("graded", 2), ("compile error", 1), ("timed out", 1), ("grader error", 1),
+                         ("submission error", 1)):
+        assert f"<tr><td>{label}</td><td class=n>{count}</td></tr>" in text
+    assert "6 submissions" in text
+    # scores: 32, 10, 10, 0, 0, 10 -> mean 10.33, median 10
+    assert "mean 10.33, median 10 points out of 36" in text
+    for name in (SCORE_PNG, TIMING_PNG):
+        assert (tmp_path / "summary" / name).read_bytes().startswith(PNG_MAGIC)
+    assert text.count("data:image/png;base64,") == 2
+    # Student text is escaped, never live markup.
+    assert "<script>" not in text
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; µs" in text
+    assert "Most common failures" in text
+
+
+def test_summary_without_timing_data(tmp_path):
+    pytest.importorskip("matplotlib")
+    page = write_summary([carol(), dave()], tmp_path)
+    text = page.read_text(encoding="utf-8")
+    assert (tmp_path / SCORE_PNG).read_bytes().startswith(PNG_MAGIC)
+    assert not (tmp_path / TIMING_PNG).exists()
+    assert "No timing measurements" in text
+
+
+def test_summary_without_matplotlib(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    page = write_summary(everyone(), tmp_path)
+    text = page.read_text(encoding="utf-8")
+    assert "plots need matplotlib" in text
+    assert "<tr><td>compile error</td><td class=n>1</td></tr>" in text
+    assert not list(tmp_path.glob("*.png"))
+    assert "data:image/png" not in text
+
+
+def test_summary_of_no_results(tmp_path):
+    text = write_summary([], tmp_path).read_text(encoding="utf-8")
+    assert "0 submissions" in text and "No submissions." in text
