@@ -1,15 +1,23 @@
-"""`grade PATH [PATH ...]`: grade submissions, print a summary, write JSON and JUnit XML per submission.
+"""The `grade` command.
 
-Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2 for misuse.
+    grade PATH [PATH ...]                 grade submissions, print each, write JSON and JUnit XML per submission
+    grade batch PATH [PATH ...]           a whole class: folders, LMS zips, Gradescope exports; --resume
+    grade gradescope SUBMISSION RESULTS   the Gradescope autograder entry (run_autograder calls it)
+    grade prairielearn SUBMISSION RESULTS the PrairieLearn external-grader entry
+
+Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2 for misuse, 130 on Ctrl-C.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
 
+from .batch import BatchOptions, run_batch
 from .cases import load_cases
 from .config import load_config
 from .cpu.build import compiler
@@ -17,18 +25,16 @@ from .errors import UsageError
 from .gpu_detect import gpu_unavailable_reason
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade
 from .report import render, write_json, write_junit
+from .report.gradescope import write_gradescope
+from .report.prairielearn import write_prairielearn
+from .report.status import status_label
 from .result import SubmissionResult
 from .submission import locate
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="grade", description="Grade tiled-SGEMM CUDA submissions.")
-    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
-                        help="a folder holding kernel.cu, or the .cu file itself")
-    parser.add_argument("-o", "--output", type=Path, default=Path("results"), metavar="OUTDIR",
-                        help="where <name>.json and <name>.junit.xml go (default: results/)")
+def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None, metavar="FILE",
                         help="grader configuration (default: the project's config.yaml)")
     parser.add_argument("--backend", choices=("gpu", "cpu", "auto"), default="auto",
@@ -36,9 +42,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "auto (default): the GPU when there is one, otherwise the CPU")
     parser.add_argument("--no-run", action="store_true",
                         help="static check and compilation only; the GPU checks are reported as skipped")
-    parser.add_argument("--fail-under", type=float, default=None, metavar="SCORE",
-                        help="exit with 1 when a submission scores below SCORE")
-    return parser.parse_args(argv)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    argv = sys.argv[1:] if argv is None else argv
+    command = argv[0] if argv and argv[0] in ("batch", "gradescope", "prairielearn") else "grade"
+    rest = argv[1:] if command != "grade" else argv
+    parser = argparse.ArgumentParser(prog="grade" if command == "grade" else f"grade {command}",
+                                     description="Grade tiled-SGEMM CUDA submissions.")
+    if command in ("gradescope", "prairielearn"):
+        parser.add_argument("submission", type=Path, help="the folder the LMS put the student's files in")
+        parser.add_argument("results", type=Path, help="where the LMS reads results.json")
+    else:
+        parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                            help="a folder holding kernel.cu, or the .cu file itself" if command == "grade" else
+                            "a folder of student folders, a class zip (Canvas, Gradescope export), or one student")
+        parser.add_argument("-o", "--output", type=Path, default=Path("results"), metavar="OUTDIR",
+                            help="where the result files go (default: results/)")
+    _common(parser)
+    if command == "grade":
+        parser.add_argument("--fail-under", type=float, default=None, metavar="SCORE",
+                            help="exit with 1 when a submission scores below SCORE")
+    if command == "batch":
+        again = parser.add_mutually_exclusive_group()
+        again.add_argument("--resume", action="store_true",
+                           help="grade only students with no stored result for this kernel and configuration")
+        again.add_argument("--force", action="store_true", help="grade everyone again")
+        parser.add_argument("--jobs", type=int, default=0, metavar="N",
+                            help="submissions graded at once (default: one per CPU core)")
+        parser.add_argument("--assignment", default="SGEMM lab", metavar="TITLE",
+                            help="the Canvas assignment column title in canvas.csv")
+    args = parser.parse_args(rest)
+    args.command = command
+    return args
 
 
 def run_plan(args: argparse.Namespace) -> RunPlan:
@@ -69,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_USAGE
+    if args.command == "batch":
+        return grade_batch(args, config, cases, plan, console, errors)
+    if args.command in ("gradescope", "prairielearn"):
+        return lms_entry(args, config, cases, plan)
     code, names = EXIT_OK, set()
     for path in args.paths:
         if not path.exists():
@@ -106,6 +146,34 @@ def write_outputs(result: SubmissionResult, outdir: Path, name: str) -> None:
     if result.log.strip():
         # The child's raw output (printf, runtime messages) is for the instructor, not the summary.
         (outdir / f"{name}.log").write_text(result.log, encoding="utf-8")
+
+
+def grade_batch(args, config, cases, plan, console: Console, errors: Console) -> int:
+    options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
+                           assignment=args.assignment)
+    outcome = run_batch(args.paths, config, cases, plan, options, console)
+    if outcome.interrupted:
+        errors.print(f"[bold red]interrupted[/]: {outcome.graded_now} submissions graded and saved in "
+                     f"{args.output}/students; run the same command with --resume to grade the rest", highlight=False)
+        return EXIT_INTERRUPTED
+    statuses = Counter(status_label(r) for r in outcome.results)
+    console.print(f"{len(outcome.results)} students: {outcome.graded_now} graded now, {outcome.reused} kept from "
+                  f"earlier runs; " + ", ".join(f"{n} {label}" for label, n in sorted(statuses.items())))
+    console.print(f"grades: {args.output / 'grades.csv'}, Canvas: {args.output / 'canvas.csv'}, "
+                  f"JUnit: {args.output / 'junit.xml'}, summary: {args.output / 'summary' / 'index.html'}")
+    return EXIT_OK
+
+
+def lms_entry(args, config, cases, plan) -> int:
+    """One submission for an LMS: the results file is always written, whatever happened."""
+    started = time.perf_counter()
+    result = grade(args.submission, config, cases, plan)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    if args.command == "gradescope":
+        write_gradescope(result, args.results, execution_time=time.perf_counter() - started)
+    else:
+        write_prairielearn(result, args.results)
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from .result import (
     skipped,
 )
 from .run_events import RunEvents
-from .runner import Limits, run_job
+from .runner import Limits, Placement, run_job
 from .static_check import find_kernels, skipped_static_checks, static_checks
 from .submission import Submission, SubmissionError, locate, read_submission
 from .timing import NAME as TIMING_NAME
@@ -48,6 +48,7 @@ class RunPlan:
     backend: str | None
     skip_reason: str = ""  # shown on each skipped check when backend is None
     note: str = ""  # why this backend, shown with the result
+    placement: Placement | None = None  # which GPU, and its timing lock, in a batch
 
 
 def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
@@ -81,10 +82,10 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
         return result
     if plan.backend == CPU:
         result.message = plan.note or CPU_NOTE
-        compiled, case_checks, timing = _checks_on_cpu(submission, config, cases, result)
+        compiled, case_checks, timing = _checks_on_cpu(submission, config, cases, result, plan.placement)
         result.checks = [compiled, *statics, *case_checks, timing]
         return result
-    run = run_child(submission, config, cases, GPU)
+    run = run_child(submission, config, cases, GPU, plan.placement)
     result.device, result.tile_size, result.log = run.device, run.tile_size, run.log
     if run.grader_error:
         result.status, result.message = SUBMISSION_ERROR, run.grader_error
@@ -92,8 +93,8 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
     return result
 
 
-def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case],
-                   result: SubmissionResult) -> tuple[CheckResult, list[CheckResult], CheckResult]:
+def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
+                   placement: Placement | None) -> tuple[CheckResult, list[CheckResult], CheckResult]:
     """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, timing skipped."""
     nvcc = compile_without_gpu(submission, config)
     timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE)
@@ -101,7 +102,7 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case],
         reason = "not run: the kernel did not compile"
         return nvcc, [skipped(c.name, CASE, c.points, reason, visibility=c.visibility) for c in cases], timing
     emulated = [case for case in cases if not case.gpu_only]
-    run = run_child(submission, config, emulated, CPU)
+    run = run_child(submission, config, emulated, CPU, placement)
     result.device, result.tile_size, result.log = run.device, run.tile_size, run.log
     compile_result, by_name = run.compile_check, {check.name: check for check in run.case_checks()}
     if run.emulator_compile_error and nvcc.passed:
@@ -145,7 +146,8 @@ def _compile_with_fallback(source: str, config: Config) -> CompileOutcome:
     return CompileOutcome(True, f"{fallback.message} ({HOST_CODE_LEFT_OUT})") if fallback.ok else outcome
 
 
-def run_child(submission: Submission, config: Config, cases: list[Case], backend: str) -> RunEvents:
+def run_child(submission: Submission, config: Config, cases: list[Case], backend: str,
+              placement: Placement | None = None) -> RunEvents:
     """Runs the cases in a child process of the backend's kind; the parent only reads its events."""
     workdir = tempfile.mkdtemp(prefix="sgemm-grade-")
     try:
@@ -154,7 +156,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts)
         command = [sys.executable, "-m", "grader.cpu.worker"] if backend == CPU else None
         run = RunEvents(config, cases, Path(workdir))
-        for event in run_job(job, limits, want_timing=run.correct_so_far, command=command):
+        for event in run_job(job, limits, want_timing=run.correct_so_far, command=command, placement=placement):
             run.handle(event)
         return run
     finally:

@@ -1,11 +1,13 @@
 """Child processes that can be killed whole: each starts its own process group."""
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 from dataclasses import dataclass
 
+PR_SET_PDEATHSIG = 1
 OUTPUT_CAP = 64 * 1024
 TRUNCATION_MARKER = "\n[... output truncated by the grader ...]\n"
 
@@ -39,3 +41,15 @@ def run_killable(cmd: list[str], timeout: float, cwd: str | None = None, env: di
 
 def cap(text: str, limit: int = OUTPUT_CAP) -> str:
     return text if len(text) <= limit else text[:limit] + TRUNCATION_MARKER
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when the grader that started it dies, even by kill -9,
+    so no orphaned child keeps a GPU busy with a hung kernel."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return  # not Linux: the parent's timeouts and Ctrl-C handling still apply
+    if os.getppid() == 1:
+        os._exit(1)  # the parent died before the request took effect

@@ -76,6 +76,8 @@ class SubmissionResult:
     duration_s: float = 0.0
     # Full child output, kept for the instructor; student-facing reports never show it.
     log: str = ""
+    # What the grade depends on (kernel, config, cases, grader), so a batch --resume can trust it.
+    fingerprint: str = ""
 
     @property
     def score(self) -> float:

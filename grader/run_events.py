@@ -4,12 +4,13 @@ Every message here is for a student: what happened, where, and what to look at.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from .cases import Case
-from .compare import CaseRun, judge_case
+from .compare import CaseRun, judge_case, truth_of
 from .config import Config
 from .cpu.messages import describe_problem, describe_races
 from .device_side import HOST_CODE_LEFT_OUT
@@ -27,6 +28,15 @@ FAULTS = (
     ("too many resources", "launch failed: the block asks for too many registers or too much shared memory"),
     ("invalid argument", "launch failed: invalid launch configuration (check TILE_SIZE)"),
 )
+
+
+@lru_cache(maxsize=64)
+def case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: float, abs_tol: float):
+    """A case's inputs and float64 truth, computed once per process however many students are graded."""
+    a, b = make_inputs(m, n, k, seed, distribution)
+    for array in (a, b):
+        array.setflags(write=False)  # shared between submissions graded at once
+    return a, b, truth_of(a, b, k_factor, abs_tol)
 
 
 def describe_fault(error: str) -> str:
@@ -97,15 +107,16 @@ class RunEvents:
 
     def on_case(self, event: dict) -> None:
         case = self.cases[event["case"]]
-        a, b = make_inputs(case.m, case.n, case.k, case.seed, case.distribution)
+        tolerance = self.config.tolerance
+        a, b, truth = case_truth(case.m, case.n, case.k, case.seed, case.distribution, tolerance.k_factor,
+                                 tolerance.abs)
         reference = self.workdir / f"{case.name}.reference.npy"  # the CPU backend runs no reference kernel
         run = CaseRun(buffer=np.load(self.workdir / f"{case.name}.student.npy"),
                       reference=np.load(reference) if reference.is_file() else None,
                       a_changed=event["a_changed"], b_changed=event["b_changed"], seconds=event["seconds"],
                       race=describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n))
-        tolerance = self.config.tolerance
         self.case_results[case.name] = judge_case(case.name, case.points, a, b, run, self.tile_size,
-                                                  tolerance.k_factor, tolerance.abs, case.visibility)
+                                                  tolerance.k_factor, tolerance.abs, case.visibility, truth)
 
     def on_case_error(self, event: dict) -> None:
         """The CPU emulator stopped one case (fault, divergence); the next case runs as usual."""

@@ -11,9 +11,10 @@ import os
 import select
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .job import Job
@@ -35,18 +36,39 @@ class Limits:
         return {"startup": self.startup_s, "compile": self.compile_s}.get(phase, self.run_s)
 
 
+@dataclass
+class Placement:
+    """Where a child runs: which GPU it sees, and the lock that keeps timed runs one at a time on it."""
+
+    gpu: int | None = None
+    timing_lock: threading.Lock | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+_live: set[subprocess.Popen] = set()
+_live_guard = threading.Lock()
+
+
+def kill_all_children() -> None:
+    """Ctrl-C in a batch: every running child (and what it started) goes at once."""
+    with _live_guard:
+        running = list(_live)
+    for proc in running:
+        kill_group(proc)
+
+
 def run_job(job: Job, limits: Limits, want_timing: Callable[[], bool],
-            command: list[str] | None = None) -> Iterator[dict]:
+            command: list[str] | None = None, placement: Placement | None = None) -> Iterator[dict]:
     """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'restart', and 'output'
     (each child's captured stdout and stderr, after it ends).
 
     A child that finished its cases asks whether to time; `want_timing()` answers, after every case
     event has been consumed. `command` replaces the worker command line (job file and fds appended).
     """
-    restarts = 0
+    restarts, placement = 0, placement or Placement()
     while True:
         broken = None
-        for event in Child(job, limits, want_timing, command).events():
+        for event in Child(job, limits, want_timing, command, placement).events():
             if event["event"] in BROKEN:
                 broken = event
             yield event
@@ -61,9 +83,11 @@ def run_job(job: Job, limits: Limits, want_timing: Callable[[], bool],
 
 
 class Child:
-    def __init__(self, job: Job, limits: Limits, want_timing: Callable[[], bool], command: list[str] | None):
-        self.job, self.limits, self.want_timing = job, limits, want_timing
+    def __init__(self, job: Job, limits: Limits, want_timing: Callable[[], bool], command: list[str] | None,
+                 placement: Placement):
+        self.job, self.limits, self.want_timing, self.placement = job, limits, want_timing, placement
         self.command = command or [sys.executable, "-m", "grader.worker"]
+        self.timing_held = False
         self.log_path = Path(job.workdir, f"child-{time.monotonic_ns()}.log")
 
     def events(self) -> Iterator[dict]:
@@ -75,7 +99,10 @@ class Child:
             proc = subprocess.Popen(
                 [*self.command, str(job_file), str(write_fd), str(control_read)],
                 pass_fds=(write_fd, control_read), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True, env=_child_env(), cwd=self.job.workdir)
+                stderr=subprocess.STDOUT, start_new_session=True, env=_child_env(self.placement),
+                cwd=self.job.workdir)
+        with _live_guard:
+            _live.add(proc)
         os.close(write_fd)
         os.close(control_read)
         try:
@@ -84,6 +111,9 @@ class Child:
             os.close(read_fd)
             os.close(self.control_fd)
             kill_group(proc)  # also reaps stragglers the child left behind
+            self._release_timing()
+            with _live_guard:
+                _live.discard(proc)
         yield {"event": "output", "text": self.output()}
 
     def _read(self, proc: subprocess.Popen, read_fd: int) -> Iterator[dict]:
@@ -112,9 +142,10 @@ class Child:
                     deadline = time.monotonic() + self.limits.for_phase(phase)
                     continue
                 if event["event"] == "await_timing":
-                    answer = b"go\n" if self.want_timing() else b"skip\n"
-                    os.write(self.control_fd, answer)
+                    os.write(self.control_fd, b"go\n" if self._may_time() else b"skip\n")
                     continue
+                if event["event"] == "timing":
+                    self._release_timing()
                 if event["event"] == "fault":
                     event.update(phase=phase, case=case)
                 finished = event["event"] in ("done", "fault")
@@ -122,6 +153,20 @@ class Child:
         if not finished:
             proc.wait()
             yield {"event": "crash", "phase": phase, "case": case, "returncode": proc.returncode}
+
+    def _may_time(self) -> bool:
+        """Yes if the parent wants timing; then wait for the GPU's timing lock (one timed run per GPU)."""
+        if not self.want_timing():
+            return False
+        if self.placement.timing_lock is not None:
+            self.placement.timing_lock.acquire()
+            self.timing_held = True
+        return True
+
+    def _release_timing(self) -> None:
+        if self.timing_held:
+            self.timing_held = False
+            self.placement.timing_lock.release()
 
     def output(self) -> str:
         try:
@@ -131,8 +176,11 @@ class Child:
             return ""
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(placement: Placement) -> dict[str, str]:
     env = dict(os.environ)
+    env.update(placement.environment)
+    if placement.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(placement.gpu)
     # The child imports this package whether or not it is installed.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"

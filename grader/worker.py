@@ -17,6 +17,7 @@ import numpy as np
 from .compile import TILE_PROBE_SYMBOL, student_compile_message
 from .inputs import GUARD_BEFORE, POISON_BITS, guarded_c, make_inputs
 from .job import CaseSpec, Channel, Job, TimingSpec
+from .proc import die_with_parent
 from .tolerance import error_bound, within
 
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
@@ -27,6 +28,7 @@ class KernelFault(Exception):
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent()
     job, channel, control = Job.load(Path(argv[1])), Channel(int(argv[2])), int(argv[3])
     channel.send("phase", phase="startup")
     global cuda

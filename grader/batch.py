@@ -1,0 +1,193 @@
+"""`grade batch`: a whole class in one command, without losing a result when something breaks.
+
+intake → one grade() per student, several at once → each result written atomically as it finishes →
+the class-wide files, all rendered from the stored results. Submissions run in parallel threads, each
+in its own child, so compiles and static checks use every core; correctness runs share a GPU; a timed
+run holds its GPU's lock, so two are never timed at once on one GPU. `--resume` skips every student
+whose stored result has the same fingerprint (their kernel, the config, cases, reference and grader).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from . import __version__
+from .cases import Case
+from .config import Config
+from .intake import Entry, Intake, Refusal, discover
+from .pipeline import GPU, RunPlan, grade, not_graded
+from .report.canvas_csv import to_canvas_csv
+from .report.grades_csv import to_grades_csv
+from .report.json_report import to_json
+from .report.junit_report import to_combined_junit, to_junit_xml
+from .report.summary_html import write_summary
+from .result import SUBMISSION_ERROR, SubmissionResult
+from .runner import Placement, kill_all_children
+
+STUDENTS = "students"  # per-student files, each written when that student is done
+
+
+@dataclass
+class BatchOptions:
+    outdir: Path
+    resume: bool = False
+    force: bool = False
+    jobs: int = 0  # 0: one per CPU core
+    assignment: str = "SGEMM lab"
+
+
+@dataclass
+class BatchOutcome:
+    results: list[SubmissionResult]
+    graded_now: int
+    reused: int
+    interrupted: bool = False
+
+
+def fingerprint(config: Config, cases: list[Case], backend: str | None, source: bytes) -> str:
+    """Everything a grade depends on; a stored result with the same fingerprint is still right."""
+    digest = hashlib.sha256()
+    for part in (__version__, backend or "none", Path(config.source).read_bytes() if config.source else b"",
+                 config.reference_path.read_bytes(), json.dumps([vars(c) for c in cases], sort_keys=True), source):
+        digest.update(part if isinstance(part, bytes) else part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPlan, options: BatchOptions,
+              console: Console) -> BatchOutcome:
+    outdir = options.outdir
+    (outdir / STUDENTS).mkdir(parents=True, exist_ok=True)
+    intake = discover(paths, outdir / "submissions")
+    _write_intake_notes(intake, outdir)
+    rows: dict[str, SubmissionResult] = {}
+    for refusal in intake.refused:
+        if refusal.key:
+            rows[refusal.key] = _refused(refusal, config, cases)
+            _store(rows[refusal.key], outdir, refusal.key)
+    todo: list[tuple[Entry, str]] = []
+    for entry in intake.submissions:
+        mark = fingerprint(config, cases, plan.backend, entry.kernel.read_bytes())
+        stored = None if options.force or not options.resume else _stored(outdir, entry.key, mark)
+        if stored is not None:
+            rows[entry.key] = stored
+        else:
+            todo.append((entry, mark))
+    reused = len(rows) - sum(1 for r in intake.refused if r.key)
+    graded, interrupted = _grade_all(todo, config, cases, plan, options, console, rows)
+    results = [rows[key] for key in sorted(rows)]
+    if not interrupted:
+        write_class_files(results, outdir, options.assignment)
+    return BatchOutcome(results, graded, reused, interrupted)
+
+
+def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, bool]:
+    jobs = options.jobs or os.cpu_count() or 2
+    placements = _placements(plan)
+    cancelled = threading.Event()
+    counts = {"pass": 0, "fail": 0, "error": 0}
+
+    def grade_one(index: int, entry: Entry, mark: str) -> SubmissionResult:
+        placed = replace(plan, placement=placements[index % len(placements)])
+        result = grade(entry.path, config, cases, placed)
+        result.student_id, result.student_name, result.fingerprint = entry.student_id, entry.student_name, mark
+        if not cancelled.is_set():  # a child killed by Ctrl-C says nothing true about the kernel
+            _store(result, options.outdir, entry.key)
+        return result
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=False) as progress, ThreadPoolExecutor(jobs) as pool:
+        task = progress.add_task(_describe(counts), total=len(todo))
+        pending: dict[Future, str] = {pool.submit(grade_one, i, entry, mark): entry.key
+                                      for i, (entry, mark) in enumerate(todo)}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    key = pending.pop(future)
+                    rows[key] = future.result()
+                    counts[_outcome(rows[key])] += 1
+                    progress.update(task, advance=1, description=_describe(counts))
+        except KeyboardInterrupt:
+            cancelled.set()
+            for future in pending:
+                future.cancel()
+            kill_all_children()
+            return len(todo) - len(pending), True
+    return len(todo), False
+
+
+def _placements(plan: RunPlan) -> list[Placement]:
+    """One placement per GPU (round robin), each with the lock that serialises timing on it."""
+    if plan.backend != GPU:
+        return [Placement()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = ([int(g) for g in visible.split(",") if g.strip().isdigit()] if visible
+            else list(range(len(glob.glob("/dev/nvidia[0-9]*")))))
+    return [Placement(gpu=g, timing_lock=threading.Lock()) for g in gpus or [0]]
+
+
+def _outcome(result: SubmissionResult) -> str:
+    if result.status == SUBMISSION_ERROR or any(c.kind == "compile" and c.status == "error" for c in result.checks):
+        return "error"
+    return "pass" if result.score >= result.max_score else "fail"
+
+
+def _describe(counts: dict[str, int]) -> str:
+    return (f"[green]{counts['pass']} full marks[/] [red]{counts['fail']} lost points[/] "
+            f"[magenta]{counts['error']} errors[/]")
+
+
+def _refused(refusal: Refusal, config: Config, cases: list[Case]) -> SubmissionResult:
+    result = not_graded(Path(refusal.key), config, cases, f"not graded: {refusal.reason}")
+    result.submission, result.student_id, result.student_name = refusal.key, refusal.student_id, refusal.student_name
+    return result
+
+
+# --- files ------------------------------------------------------------------------------------------------
+
+
+def _store(result: SubmissionResult, outdir: Path, key: str) -> None:
+    """The student's files, each replaced atomically; the JSON last, as the mark that the result is whole."""
+    folder = outdir / STUDENTS
+    if result.log.strip():
+        _atomic_write(folder / f"{key}.log", result.log)
+    _atomic_write(folder / f"{key}.junit.xml", to_junit_xml([result]))
+    _atomic_write(folder / f"{key}.json", to_json(result))
+
+
+def _stored(outdir: Path, key: str, mark: str) -> SubmissionResult | None:
+    path = outdir / STUDENTS / f"{key}.json"
+    try:
+        result = SubmissionResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None  # missing, or not ours: grade again
+    return result if result.fingerprint == mark else None
+
+
+def write_class_files(results: list[SubmissionResult], outdir: Path, assignment: str) -> None:
+    _atomic_write(outdir / "grades.csv", to_grades_csv(results))
+    _atomic_write(outdir / "canvas.csv", to_canvas_csv(results, assignment))
+    _atomic_write(outdir / "junit.xml", to_combined_junit(results))
+    write_summary(results, outdir / "summary")
+
+
+def _write_intake_notes(intake: Intake, outdir: Path) -> None:
+    lines = [*intake.notes, *(f"refused: {refusal.message}" for refusal in intake.refused)]
+    _atomic_write(outdir / "intake.txt", "\n".join(lines) + "\n" if lines else "")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)

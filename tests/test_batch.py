@@ -1,0 +1,129 @@
+"""`grade batch` end to end on the CPU backend: a row per student whatever happens, and --resume after kill -9."""
+import csv
+import io
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+
+import pytest
+from conftest import ROOT, SUBMISSIONS
+from junitparser import JUnitXml
+
+from grader.cpu.build import compiler
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="no C++ compiler for the CPU emulator")
+CLASS = ["good_basic", "missing_use_barrier", "trap", "compile_error", "good_tile8_renamed", "truncated_phases"]
+
+
+@pytest.fixture(scope="module")
+def small_config(tmp_path_factory):
+    """Three small cases, so a batch of several students takes seconds."""
+    folder = tmp_path_factory.mktemp("batch-config")
+    (folder / "cases").mkdir()
+    (folder / "cases" / "small.yaml").write_text(
+        "cases:\n"
+        "  - {name: square_32, m: 32, n: 32, k: 32, seed: 1, points: 30}\n"
+        "  - {name: ragged, m: 37, n: 21, k: 45, seed: 2, points: 30}\n"
+        "  - {name: hidden_one, m: 19, n: 40, k: 33, seed: 3, points: 20, visibility: hidden}\n")
+    text = (ROOT / "config.yaml").read_text()
+    text = text.replace("testcases: testcases", f"testcases: {folder / 'cases'}")
+    text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
+    (folder / "config.yaml").write_text(text)
+    return folder / "config.yaml"
+
+
+def class_folder(tmp_path):
+    folder = tmp_path / "class"
+    for name in CLASS:
+        (folder / name).mkdir(parents=True)
+        (folder / name / "kernel.cu").write_bytes((SUBMISSIONS / name / "kernel.cu").read_bytes())
+    return folder
+
+
+def batch(config, *args, **popen):
+    command = [sys.executable, "-m", "grader", "batch", *map(str, args), "--config", str(config), "--backend", "cpu"]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def grades(outdir) -> dict:
+    rows = list(csv.DictReader(io.StringIO((outdir / "grades.csv").read_text())))
+    return {row["submission"]: row for row in rows}
+
+
+def test_a_canvas_zip_yields_a_row_per_student_with_refusals_kept(small_config, tmp_path):
+    archive = tmp_path / "submissions.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("archer_1001_5001_kernel.cu", (SUBMISSIONS / "good_basic" / "kernel.cu").read_text())
+        z.writestr("builder_1002_5002_kernel.cu", (SUBMISSIONS / "missing_load_barrier" / "kernel.cu").read_text())
+        z.writestr("chen_1003_5003_kernel.cu", "")
+        z.writestr("../../evil_1004_5004_kernel.cu", "int x;")
+    out = tmp_path / "out"
+    finished = batch(small_config, archive, "-o", out)
+    stdout, stderr = finished.communicate(timeout=120)
+    assert finished.returncode == 0, stderr
+    rows = grades(out)
+    assert rows["points possible"]["total"] == "100"
+    students = {row["student_id"]: row for name, row in rows.items() if name != "points possible"}
+    assert students["1001"]["total"] == "90" and students["1001"]["status"] == "graded"  # timing needs a GPU
+    assert students["1002"]["total"] == "6"  # 2 of the static checks; every case races
+    assert students["1003"]["status"] == "submission error"
+    assert "evil" in (out / "intake.txt").read_text()
+    suites = {s.name: s for s in JUnitXml.fromfile(str(out / "junit.xml"))}
+    assert len(suites) == len(students)
+    canvas = list(csv.reader(io.StringIO((out / "canvas.csv").read_text())))
+    assert canvas[0][:2] == ["Student", "ID"] and canvas[1][0].strip() == "Points Possible"
+    own = (out / "students" / f"{next(n for n, r in rows.items() if r['student_id'] == '1002')}.junit.xml").read_text()
+    assert "hidden_one" in own and "m=19" not in own  # a student's own JUnit: hidden case verdict only
+    assert (out / "summary" / "index.html").is_file()
+
+
+def test_killed_and_resumed_gives_the_same_grades_as_one_run(small_config, tmp_path):
+    folder = class_folder(tmp_path)
+    whole = tmp_path / "whole"
+    finished = batch(small_config, folder, "-o", whole, "--jobs", "2")
+    assert finished.wait(timeout=180) == 0
+
+    broken = tmp_path / "broken"
+    running = batch(small_config, folder, "-o", broken, "--jobs", "1")
+    deadline = time.monotonic() + 120
+    while len(list((broken / "students").glob("*.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running.send_signal(signal.SIGKILL)
+    running.wait()
+    saved = len(list((broken / "students").glob("*.json")))
+    assert 2 <= saved < len(CLASS) and not (broken / "grades.csv").exists()
+    assert not list((broken / "students").glob(".*.tmp"))  # nothing half-written is left looking whole
+
+    resumed = batch(small_config, folder, "-o", broken, "--resume", "--jobs", "2")
+    stdout, stderr = resumed.communicate(timeout=180)
+    assert resumed.returncode == 0, stderr
+    assert f"{len(CLASS) - saved} graded now, {saved} kept from earlier runs" in " ".join(stdout.split())
+    assert grades(broken) == grades(whole)
+
+
+def test_ctrl_c_stops_the_batch_and_resume_finishes_it(small_config, tmp_path):
+    folder = class_folder(tmp_path)
+    out = tmp_path / "out"
+    running = batch(small_config, folder, "-o", out, "--jobs", "1")
+    deadline = time.monotonic() + 120
+    while not list((out / "students").glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running.send_signal(signal.SIGINT)
+    stdout, stderr = running.communicate(timeout=60)
+    assert running.returncode == 130 and "--resume" in stderr and "Traceback" not in stderr
+    resumed = batch(small_config, folder, "-o", out, "--resume")
+    resumed.communicate(timeout=180)
+    assert resumed.returncode == 0 and len(grades(out)) == len(CLASS) + 1
+
+
+def test_force_regrades_everyone(small_config, tmp_path):
+    folder = tmp_path / "one"
+    (folder / "alice").mkdir(parents=True)
+    (folder / "alice" / "kernel.cu").write_bytes((SUBMISSIONS / "good_basic" / "kernel.cu").read_bytes())
+    out = tmp_path / "out"
+    for flags, expected in (((), "1 graded now"), (("--resume",), "0 graded now"), (("--force",), "1 graded now")):
+        finished = batch(small_config, folder, "-o", out, *flags)
+        stdout, _ = finished.communicate(timeout=120)
+        assert expected in " ".join(stdout.split())
