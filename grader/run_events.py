@@ -84,7 +84,8 @@ class RunEvents:
             note = f" ({HOST_CODE_LEFT_OUT})" if event.get("host_code_left_out") else ""
             self.compile_check = passed("compile", COMPILE, points,
                                         f"compiled for {event['arch']}, TILE_SIZE {self.tile_size}{note}",
-                                        metrics={"ready_after_s": event["elapsed_s"]})
+                                        metrics={"ready_after_s": event["elapsed_s"],
+                                                 "child_cpu_s": event.get("cpu_s")})
 
     def on_compile_error(self, event: dict) -> None:
         self.emulator_compile_error = bool(event.get("emulator"))
@@ -168,7 +169,7 @@ class RunEvents:
 
     def on_timing(self, event: dict) -> None:
         self.timing = judge_timing(event, self.config.points.timing, self.config.timing.max_ratio)
-        self.timing.metrics["done_after_s"] = event["elapsed_s"]
+        self.timing.metrics.update(done_after_s=event["elapsed_s"], phase_s=round(event.get("phase_s", 0), 3))
 
     def on_output(self, event: dict) -> None:
         self.log += event["text"]

@@ -23,3 +23,13 @@ def within(c: np.ndarray, expected: np.ndarray, bound: np.ndarray) -> np.ndarray
     """
     with np.errstate(invalid="ignore"):
         return np.abs(c - expected) <= bound
+
+
+def band(expected: np.ndarray, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[low, high] around expected: checking many outputs against one band is two comparisons each."""
+    return expected - bound, expected + bound
+
+
+def in_band(got: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
+    """Whether every element lies in its band; NaN never does (every comparison with NaN is false)."""
+    return bool(np.all(got >= low) and np.all(got <= high))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,7 @@ from .compile import TILE_PROBE_SYMBOL, student_compile_message
 from .inputs import GUARD_BEFORE, POISON_BITS, guarded_c, make_inputs
 from .job import CaseSpec, Channel, Job, TimingSpec
 from .proc import die_with_parent
-from .tolerance import error_bound, within
+from .tolerance import band, error_bound, in_band
 
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
 
@@ -93,7 +94,7 @@ class Worker:
                 self.channel.send("kernel_missing", target=who, message=kernel)
                 return None
             kernels[who] = kernel
-        self.channel.send("compiled", device=self.device.name(), arch=self.arch,
+        self.channel.send("compiled", device=self.device.name(), arch=self.arch, cpu_s=cpu_seconds(),
                           tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile,
                           host_code_left_out=self.host_code_left_out)
         if kernels["student"].tile not in self.job.tile_sizes or not kernels["reference"].tile:
@@ -161,7 +162,8 @@ class Worker:
         """Interleaved CUDA-event timing with an L2 flush before every launch; every student output checked."""
         m, n, k = spec.m, spec.n, spec.k
         a, b = make_inputs(m, n, k, spec.seed, "uniform")
-        out = np.empty((m, n), np.float32)
+        phase_started = time.perf_counter()
+        out = cuda.pagelocked_empty((m, n), np.float32)  # page-locked: each copy back is several times faster
         # Compared with the reference kernel's output, so both sides carry rounding error: twice the bound.
         # float32 keeps the per-launch check of a 2048² output to a few milliseconds.
         bound = (2 * error_bound(a, b, spec.k_factor, spec.abs_tol)).astype(np.float32)
@@ -183,20 +185,21 @@ class Worker:
                 return stop.time_since(start)
 
             launch(reference, 0)
-            expected = out.copy()
+            low, high = band(out.copy(), bound)
             wrong, first_wrong, times = 0, None, {"student": [], "reference": []}
             total = spec.warmup + spec.repetitions
             for rep in range(total):
                 order = (("student", student), ("reference", reference))
                 for who, kernel in order if rep % 2 == 0 else reversed(order):
                     ms = launch(kernel, rep)
-                    if who == "student" and not within(out, expected, bound).all():
+                    if who == "student" and not in_band(out, low, high):
                         wrong += 1
                         first_wrong = rep + 1 if first_wrong is None else first_wrong
                     if rep >= spec.warmup:
                         times[who].append(ms)
         return {"student_ms": times["student"], "reference_ms": times["reference"], "launches": total,
-                "wrong_launches": wrong, "first_wrong_launch": first_wrong, "m": m, "n": n, "k": k}
+                "wrong_launches": wrong, "first_wrong_launch": first_wrong, "m": m, "n": n, "k": k,
+                "phase_s": time.perf_counter() - phase_started}
 
 
 class Kernel:
@@ -266,6 +269,12 @@ class Buffers:
         after = np.empty_like(host)
         guarded(cuda.memcpy_dtoh, after, pointer)
         return not np.array_equal(after.view(np.uint32), host.view(np.uint32))
+
+
+def cpu_seconds() -> float:
+    """CPU time of this child so far, nvcc's included: what a batch's compile stage costs."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(time.process_time() + children.ru_utime + children.ru_stime, 3)
 
 
 def synchronize() -> None:
