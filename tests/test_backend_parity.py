@@ -1,7 +1,7 @@
 """On a GPU machine: the CPU emulator and the GPU give every corpus submission the same verdicts.
 
-For each case the CPU runs, passed-or-not must agree. Racy kernels are the exception the emulator exists
-for: the GPU's outcome depends on warp timing (see tests/submissions/README.md), so there the CPU, which
+For each case both ran, passed-or-not must agree (after three hung cases the GPU gives up and skips
+the rest; those are not compared). Racy kernels are the exception the emulator exists for: the GPU's outcome depends on warp timing (see tests/submissions/README.md), so there the CPU, which
 always reports the race, must fail at least every case the GPU failed.
 """
 import pytest
@@ -26,15 +26,17 @@ def both(graders):
 
 
 def outcomes(result) -> dict:
-    return {c.name: c.passed for c in result.checks if c.kind in ("case", "compile") and "GPU only" not in c.message}
+    """passed or not, for each check that ran (skipped ones, GPU-only or given up on, are left out)."""
+    return {c.name: c.passed for c in result.checks if c.kind in ("case", "compile") and c.status != "skipped"}
 
 
 @pytest.mark.parametrize("name", CORPUS)
 def test_cpu_and_gpu_verdicts_agree(both, name):
     gpu, cpu = both(name)
-    on_cpu = outcomes(cpu)
-    on_gpu = {case: passed for case, passed in outcomes(gpu).items() if case in on_cpu}
-    assert on_gpu.keys() == on_cpu.keys()
+    on_cpu, on_gpu = outcomes(cpu), outcomes(gpu)
+    both_ran = on_cpu.keys() & on_gpu.keys()
+    assert len(both_ran) >= min(len(on_cpu), len(on_gpu), 3)
+    on_cpu, on_gpu = ({case: o[case] for case in both_ran} for o in (on_cpu, on_gpu))
     if name in RACY:
         assert [case for case, passed in on_cpu.items() if passed and not on_gpu[case]] == []
     else:
