@@ -76,6 +76,9 @@ class TimingConfig:
     repetitions: int = 15
     # Full timing points when student time / reference time <= max_ratio.
     max_ratio: float = 2.0
+    # Faster than this fraction of the reference's time (or above the GPU's FP32 peak) is implausible for a
+    # tiled kernel: the result is kept but flagged for the instructor to review.
+    min_plausible_ratio: float = 0.25
 
     def validate(self):
         for key in ("m", "n", "k", "repetitions"):

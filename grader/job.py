@@ -53,8 +53,12 @@ class Job:
         path.write_text(json.dumps(asdict(self)))
 
     @classmethod
-    def load(cls, path: Path) -> Job:
+    def load(cls, path: Path, forget: bool = False) -> Job:
+        """`forget` deletes the file once read: it names every case, hidden ones included, and the child
+        that reads it goes on to run student code."""
         data = json.loads(Path(path).read_text())
+        if forget:
+            Path(path).unlink()
         data["cases"] = [CaseSpec(**c) for c in data["cases"]]
         data["timing"] = TimingSpec(**data["timing"]) if data["timing"] else None
         return cls(**data)

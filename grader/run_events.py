@@ -168,7 +168,8 @@ class RunEvents:
         self.log += f"\n[grader] case {event['after']} crashed or hung: a fresh GPU process runs the rest\n"
 
     def on_timing(self, event: dict) -> None:
-        self.timing = judge_timing(event, self.config.points.timing, self.config.timing.max_ratio)
+        timing = self.config.timing
+        self.timing = judge_timing(event, self.config.points.timing, timing.max_ratio, timing.min_plausible_ratio)
         self.timing.metrics.update(done_after_s=event["elapsed_s"], phase_s=round(event.get("phase_s", 0), 3))
 
     def on_output(self, event: dict) -> None:

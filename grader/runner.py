@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .job import Job
 from .proc import cap, kill_group
+from .sandbox import child_environment
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 # Events after which the child is gone; in a case, the remaining cases go to a fresh child.
@@ -99,7 +100,7 @@ class Child:
             proc = subprocess.Popen(
                 [*self.command, str(job_file), str(write_fd), str(control_read)],
                 pass_fds=(write_fd, control_read), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True, env=_child_env(self.placement),
+                stderr=subprocess.STDOUT, start_new_session=True, env=_child_env(self.placement, self.job.workdir),
                 cwd=self.job.workdir)
         with _live_guard:
             _live.add(proc)
@@ -176,12 +177,8 @@ class Child:
             return ""
 
 
-def _child_env(placement: Placement) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(placement.environment)
+def _child_env(placement: Placement, workdir: str) -> dict[str, str]:
+    extra = dict(placement.environment)
     if placement.gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(placement.gpu)
-    # The child imports this package whether or not it is installed.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+        extra["CUDA_VISIBLE_DEVICES"] = str(placement.gpu)
+    return child_environment(workdir, PACKAGE_ROOT, extra)

@@ -8,7 +8,16 @@ from .result import TIMING, CheckResult, failed, passed
 NAME = "speed vs reference"
 
 
-def judge_timing(measured: dict, points: float, max_ratio: float) -> CheckResult:
+def implausible(ratio: float, gflops: float, peak_gflops: float | None, min_ratio: float) -> str:
+    """Why a measured time cannot be honest, or ''."""
+    if peak_gflops and gflops > peak_gflops:
+        return f"{gflops:.0f} GFLOP/s is above this GPU's FP32 peak of {peak_gflops:.0f} GFLOP/s"
+    if ratio < min_ratio:
+        return f"{1 / ratio:.1f}× faster than the reference tiled kernel (more than {1 / min_ratio:g}×)"
+    return ""
+
+
+def judge_timing(measured: dict, points: float, max_ratio: float, min_ratio: float = 0.25) -> CheckResult:
     m, n, k = measured["m"], measured["n"], measured["k"]
     if measured["wrong_launches"]:
         return failed(NAME, TIMING, points,
@@ -25,6 +34,10 @@ def judge_timing(measured: dict, points: float, max_ratio: float) -> CheckResult
     summary = (f"{m}×{n}×{k}: your kernel {student:.3f} ms ({metrics['student_gflops']:.0f} GFLOP/s), "
                f"reference {reference:.3f} ms ({metrics['reference_gflops']:.0f} GFLOP/s): "
                f"{ratio:.2f}× the reference's time (limit {max_ratio:g}×)")
+    flag = implausible(ratio, metrics["student_gflops"], measured.get("peak_gflops"), min_ratio)
+    if flag:
+        metrics["flagged_for_review"] = flag
+        summary += f"\nflagged for review by your instructor: {flag}"
     if ratio <= max_ratio:
         return passed(NAME, TIMING, points, summary, metrics=metrics)
     return failed(NAME, TIMING, points, summary + ": too slow. Check that each thread reads its tiles from "

@@ -19,9 +19,26 @@ from .compile import TILE_PROBE_SYMBOL, student_compile_message
 from .inputs import GUARD_BEFORE, POISON_BITS, guarded_c, make_inputs
 from .job import CaseSpec, Channel, Job, TimingSpec
 from .proc import die_with_parent
-from .tolerance import band, error_bound, in_band
+from .sandbox import limit_this_process
+from .tolerance import uniform_bound
 
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
+
+
+FILL_KERNEL = "sgemm_grader_fill"
+# Fresh timing inputs, uniform in [-1, 1), made on the GPU from a seed (a hash per element): no upload per
+# repetition. Compiled into the reference's module, which is the grader's own code.
+FILL_SOURCE = f"""
+#line 1 "<grader: input fill>"
+__global__ void {FILL_KERNEL}(float *x, unsigned int n, unsigned int seed)
+{{
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned int h = (i * 2654435761u) ^ seed;
+    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+    x[i] = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}}
+"""
 
 
 class KernelFault(Exception):
@@ -30,7 +47,8 @@ class KernelFault(Exception):
 
 def main(argv: list[str]) -> int:
     die_with_parent()
-    job, channel, control = Job.load(Path(argv[1])), Channel(int(argv[2])), int(argv[3])
+    limit_this_process()
+    job, channel, control = Job.load(Path(argv[1]), forget=True), Channel(int(argv[2])), int(argv[3])
     channel.send("phase", phase="startup")
     global cuda
     import pycuda.driver as cuda_driver
@@ -43,7 +61,7 @@ def main(argv: list[str]) -> int:
     with ThreadPoolExecutor(2) as pool:
         # nvcc needs no context: compile both kernels while the context is being created.
         cubins = {"student": pool.submit(worker.compile_student),
-                  "reference": pool.submit(worker.compile, job.reference_source)}
+                  "reference": pool.submit(worker.compile, job.reference_source + FILL_SOURCE)}
         context = device.make_context()
         cubins = {who: future.result() for who, future in cubins.items()}
     try:
@@ -136,14 +154,9 @@ class Worker:
     # -- cases ---------------------------------------------------------------------------------
 
     def run_case(self, spec: CaseSpec, student: Kernel, reference: Kernel) -> None:
+        """The student's kernel first: the reference's output is never in GPU memory while student code runs."""
         a, b = make_inputs(spec.m, spec.n, spec.k, spec.seed, spec.distribution)
         with Buffers(a, b) as buffers:
-            ref_out = np.empty((spec.m, spec.n), np.float32)
-            d_ref = buffers.alloc(ref_out.nbytes)
-            reference.launch(spec.m, spec.n, spec.k, buffers.a, buffers.b, int(d_ref))
-            synchronize()
-            cuda.memcpy_dtoh(ref_out, d_ref)
-
             c_host = guarded_c(spec.m, spec.n)
             d_c = buffers.upload(c_host)
             started = time.perf_counter()
@@ -152,6 +165,13 @@ class Worker:
             seconds = time.perf_counter() - started
             guarded(cuda.memcpy_dtoh, c_host, d_c)
             a_changed, b_changed = buffers.inputs_changed()
+            buffers.restore_inputs()  # the student may have written into A or B
+
+            ref_out = np.empty((spec.m, spec.n), np.float32)
+            d_ref = buffers.alloc(ref_out.nbytes)
+            reference.launch(spec.m, spec.n, spec.k, buffers.a, buffers.b, int(d_ref))
+            synchronize()
+            guarded(cuda.memcpy_dtoh, ref_out, d_ref)
         np.save(self.job.output_path(spec.name, "student"), c_host)
         np.save(self.job.output_path(spec.name, "reference"), ref_out)
         self.channel.send("case", case=spec.name, seconds=seconds, a_changed=a_changed, b_changed=b_changed)
@@ -159,47 +179,55 @@ class Worker:
     # -- timing --------------------------------------------------------------------------------
 
     def time_kernels(self, spec: TimingSpec, student: Kernel, reference: Kernel) -> dict:
-        """Interleaved CUDA-event timing with an L2 flush before every launch; every student output checked."""
+        """Interleaved CUDA-event timing with an L2 flush before every launch.
+
+        Every repetition gets fresh A and B (filled on the GPU from a new seed), and the student's output is
+        compared on the host with the reference's on the same inputs; C is poisoned before every launch, so
+        no output of an earlier launch (and no expected value) is in GPU memory while student code runs.
+        """
         m, n, k = spec.m, spec.n, spec.k
-        a, b = make_inputs(m, n, k, spec.seed, "uniform")
         phase_started = time.perf_counter()
-        out = cuda.pagelocked_empty((m, n), np.float32)  # page-locked: each copy back is several times faster
-        # Compared with the reference kernel's output, so both sides carry rounding error: twice the bound.
-        # float32 keeps the per-launch check of a 2048² output to a few milliseconds.
-        bound = (2 * error_bound(a, b, spec.k_factor, spec.abs_tol)).astype(np.float32)
+        outputs = {who: cuda.pagelocked_empty((m, n), np.float32) for who in ("student", "reference")}
+        bound = np.float32(uniform_bound(k, spec.k_factor, spec.abs_tol))
         l2_bytes = self.device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE)
         flush_words = max(2 * l2_bytes, 1 << 20) // 4
-        with Buffers(a, b) as buffers:
-            d_c = buffers.alloc(out.nbytes)
+        fill = reference.module.get_function(FILL_KERNEL)
+        with Buffers() as buffers:
+            d_a, d_b, d_c = (buffers.alloc(count * 4) for count in (m * k, k * n, m * n))
             flush = buffers.alloc(flush_words * 4)
             start, stop = cuda.Event(), cuda.Event()
 
-            def launch(kernel: Kernel, rep: int) -> float:
+            def refill(rep: int) -> None:
+                for pointer, count, salt in ((d_a, m * k, 0x51ED), (d_b, k * n, 0xB0B)):
+                    seed = np.uint32((spec.seed * 1_000_003 + rep * 7919 + salt) & 0xFFFFFFFF)
+                    guarded(lambda: fill(pointer, np.uint32(count), seed, block=(256, 1, 1),
+                                         grid=((count + 255) // 256, 1)))
+
+            def launch(kernel: Kernel, rep: int, out: np.ndarray) -> float:
                 guarded(cuda.memset_d32, flush, rep, flush_words)
                 guarded(cuda.memset_d32, d_c, POISON_BITS, m * n)
                 start.record()
-                kernel.launch(m, n, k, buffers.a, buffers.b, int(d_c))
+                kernel.launch(m, n, k, int(d_a), int(d_b), int(d_c))
                 stop.record()
                 guarded(stop.synchronize)
                 guarded(cuda.memcpy_dtoh, out, d_c)
                 return stop.time_since(start)
 
-            launch(reference, 0)
-            low, high = band(out.copy(), bound)
             wrong, first_wrong, times = 0, None, {"student": [], "reference": []}
             total = spec.warmup + spec.repetitions
             for rep in range(total):
+                refill(rep)
                 order = (("student", student), ("reference", reference))
                 for who, kernel in order if rep % 2 == 0 else reversed(order):
-                    ms = launch(kernel, rep)
-                    if who == "student" and not in_band(out, low, high):
-                        wrong += 1
-                        first_wrong = rep + 1 if first_wrong is None else first_wrong
+                    ms = launch(kernel, rep, outputs[who])
                     if rep >= spec.warmup:
                         times[who].append(ms)
+                if not agree(outputs["student"], outputs["reference"], bound):
+                    wrong += 1
+                    first_wrong = rep + 1 if first_wrong is None else first_wrong
         return {"student_ms": times["student"], "reference_ms": times["reference"], "launches": total,
                 "wrong_launches": wrong, "first_wrong_launch": first_wrong, "m": m, "n": n, "k": k,
-                "phase_s": time.perf_counter() - phase_started}
+                "phase_s": time.perf_counter() - phase_started, "peak_gflops": fp32_peak_gflops(self.device)}
 
 
 class Kernel:
@@ -236,12 +264,13 @@ def _tile_size(module) -> int | None:
 
 
 class Buffers:
-    """Device copies of A and B plus scratch allocations, all freed on exit."""
+    """Device copies of A and B (when given) plus scratch allocations, all freed on exit."""
 
-    def __init__(self, a: np.ndarray, b: np.ndarray):
+    def __init__(self, a: np.ndarray | None = None, b: np.ndarray | None = None):
         self.host_a, self.host_b = a, b
         self.allocations = []
-        self.a, self.b = int(self.upload(a)), int(self.upload(b))
+        if a is not None and b is not None:
+            self.a, self.b = int(self.upload(a)), int(self.upload(b))
 
     def __enter__(self) -> Buffers:
         return self
@@ -261,6 +290,10 @@ class Buffers:
         guarded(cuda.memcpy_htod, allocation, host)
         return allocation
 
+    def restore_inputs(self) -> None:
+        guarded(cuda.memcpy_htod, self.a, self.host_a)
+        guarded(cuda.memcpy_htod, self.b, self.host_b)
+
     def inputs_changed(self) -> tuple[bool, bool]:
         return tuple(self._changed(host, pointer) for host, pointer in ((self.host_a, self.a), (self.host_b, self.b)))
 
@@ -269,6 +302,22 @@ class Buffers:
         after = np.empty_like(host)
         guarded(cuda.memcpy_dtoh, after, pointer)
         return not np.array_equal(after.view(np.uint32), host.view(np.uint32))
+
+
+def agree(student: np.ndarray, reference: np.ndarray, bound: np.float32) -> bool:
+    """Every element within the bound of the reference's; NaN never is."""
+    return bool(np.all(np.abs(student - reference) <= bound))
+
+
+# FP32 lanes per SM by compute capability (NVIDIA's tables); 128 from Ampere consumer parts on.
+_FP32_LANES = {(7, 0): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128, (9, 0): 128}
+
+
+def fp32_peak_gflops(device) -> float:
+    attribute = cuda.device_attribute
+    lanes = _FP32_LANES.get(device.compute_capability(), 128)
+    clock_khz = device.get_attribute(attribute.CLOCK_RATE)
+    return round(device.get_attribute(attribute.MULTIPROCESSOR_COUNT) * lanes * 2 * clock_khz / 1e6, 1)
 
 
 def cpu_seconds() -> float:

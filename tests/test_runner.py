@@ -148,3 +148,47 @@ def test_restarts_are_bounded(tmp_path):
     limits = Limits(startup_s=5, compile_s=5, run_s=1, max_restarts=1)
     events = [e for e in events_of(tmp_path, body, limits=limits) if e["event"] != "output"]
     assert [e["event"] for e in events] == ["fault", "restart", "fault"]
+
+
+def test_a_child_sees_no_secret_and_a_home_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGEMM_GRADER_SECRET", "s3cret-seed")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak")
+    body = """
+    send("env", names=sorted(os.environ), home=os.environ["HOME"], values=" ".join(os.environ.values()))
+    send("done")
+    """
+    seen = next(e for e in events_of(tmp_path, body) if e["event"] == "env")
+    assert "s3cret-seed" not in seen["values"] and "leak" not in seen["values"]
+    assert "SGEMM_GRADER_SECRET" not in seen["names"] and "PATH" in seen["names"]
+    assert seen["home"] == str(tmp_path)
+
+
+def test_timed_runs_take_turns_on_one_gpu(tmp_path):
+    """Two children asking to time at once: the second waits until the first has reported its timing."""
+    import threading
+
+    from grader.runner import Placement
+
+    body = """
+    send("await_timing")
+    os.fdopen(control).readline()
+    send("phase", phase="timing")
+    started = time.time(); time.sleep(0.3)
+    send("timing", started=started, ended=time.time())
+    send("done")
+    """
+    placement = Placement(gpu=0, timing_lock=threading.Lock())
+    spans = []
+
+    def one(folder):
+        folder.mkdir()
+        events = run_job(make_job(folder, cases=()), LIMITS, lambda: True, child(folder, body), placement)
+        spans.extend((e["started"], e["ended"]) for e in events if e["event"] == "timing")
+
+    threads = [threading.Thread(target=one, args=(tmp_path / name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    (first_start, first_end), (second_start, second_end) = sorted(spans)
+    assert second_start >= first_end

@@ -19,6 +19,7 @@ import numpy as np
 from ..inputs import GUARD_BEFORE, guarded_c, make_inputs
 from ..job import CaseSpec, Channel, Job
 from ..proc import die_with_parent
+from ..sandbox import limit_this_process
 from .build import build, compiler, compiler_version
 
 # (thread order, where the buffers sit against their guard pages)
@@ -28,7 +29,8 @@ PROBLEMS = ("fault", "divergence")
 
 def main(argv: list[str]) -> int:
     die_with_parent()
-    job, channel = Job.load(Path(argv[1])), Channel(int(argv[2]))
+    limit_this_process()
+    job, channel = Job.load(Path(argv[1]), forget=True), Channel(int(argv[2]))
     channel.send("phase", phase="startup")
     channel.send("phase", phase="compile")
     workdir = Path(job.workdir)
