@@ -10,6 +10,7 @@ Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import Counter
@@ -18,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .batch import BatchOptions, run_batch
-from .cases import load_cases
+from .cases import load_cases, mix_seed, with_secret
 from .config import load_config
 from .cpu.build import compiler
 from .errors import UsageError
@@ -32,11 +33,15 @@ from .result import SubmissionResult
 from .submission import locate
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None, metavar="FILE",
                         help="grader configuration (default: the project's config.yaml)")
+    parser.add_argument("--secret-file", type=Path, default=None, metavar="FILE",
+                        help=f"mix this secret into every seed (default: ${SECRET_VARIABLE}, if set); "
+                             "for graded runs, so inputs cannot be known in advance")
     parser.add_argument("--backend", choices=("gpu", "cpu", "auto"), default="auto",
                         help="gpu: require a GPU; cpu: emulate the kernel on the CPU (correctness only, no timing); "
                              "auto (default): the GPU when there is one, otherwise the CPU")
@@ -77,6 +82,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def load_secret(path: Path | None) -> str:
+    """The instructor's secret; the children never see it (their environment is allow-listed)."""
+    if path is None:
+        return os.environ.get(SECRET_VARIABLE, "")
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise UsageError(f"--secret-file {path}: {exc.strerror}") from None
+
+
 def run_plan(args: argparse.Namespace) -> RunPlan:
     if args.no_run:
         return RunPlan(None, "not run: --no-run asks for the static check and compilation only")
@@ -101,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         cases = load_cases(config.testcases_dir)
+        secret = load_secret(args.secret_file)
+        if secret:
+            cases = with_secret(cases, secret)
+            config.timing.seed = mix_seed(config.timing.seed, secret)
         plan = run_plan(args)
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)

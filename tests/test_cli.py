@@ -127,3 +127,21 @@ def test_without_a_gpu_auto_emulates_on_the_cpu_and_says_so(tmp_path, capsys):
 def test_without_a_gpu_backend_gpu_is_misuse(tmp_path, capsys):
     assert main([str(SUBMISSIONS / "good_basic"), "--backend", "gpu", "-o", str(tmp_path)]) == 2
     assert "--backend gpu: no NVIDIA GPU found" in capsys.readouterr().err
+
+
+def test_a_secret_changes_the_inputs_but_not_the_shapes(tmp_path, monkeypatch):
+    from grader.cases import load_cases, with_secret
+    from grader.config import load_config
+
+    cases = load_cases(load_config().testcases_dir)
+    mixed = with_secret(cases, "instructor secret")
+    assert [(c.name, c.m, c.n, c.k) for c in mixed] == [(c.name, c.m, c.n, c.k) for c in cases]
+    assert all(a.seed != b.seed for a, b in zip(cases, mixed))
+    assert with_secret(cases, "instructor secret") == mixed  # reproducible for the instructor
+    assert with_secret(cases, "another") != mixed
+
+
+def test_secret_file_that_cannot_be_read_is_misuse(tmp_path, capsys):
+    code = main([str(SUBMISSIONS / "good_basic"), "--no-run", "--secret-file", str(tmp_path / "missing"),
+                 "-o", str(tmp_path)])
+    assert code == 2 and "--secret-file" in capsys.readouterr().err
