@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
+from .include_policy import DEFAULT_ALLOWED_HEADERS
 from .schema import build, load_yaml
 
 KERNEL_ARGS = ("m", "n", "k", "A", "B", "C")
@@ -97,9 +98,11 @@ class TimeoutsConfig:
     run_s: float = 10.0
     # After a kernel fault the CUDA context is dead; a fresh child runs the remaining cases, this often.
     max_restarts: int = 2
+    # Each compute-sanitizer tool, on its small shape (a deadlock never ends under it either).
+    sanitizer_s: float = 40.0
 
     def validate(self):
-        for key in ("compile_s", "run_s"):
+        for key in ("compile_s", "run_s", "sanitizer_s"):
             if getattr(self, key) <= 0:
                 return key, "must be positive"
         if self.max_restarts < 0:
@@ -113,6 +116,8 @@ class CompileConfig:
     # Used only when no GPU tells us its architecture (--no-run compile checks, CI).
     arch_without_gpu: str = "sm_90"
     cache_dir: str = "~/.cache/sgemm-grader"
+    # `#include <name>` is allowed for these only; anything else is refused before any compiler runs.
+    allowed_headers: list[str] = field(default_factory=lambda: list(DEFAULT_ALLOWED_HEADERS))
 
 
 @dataclass

@@ -17,12 +17,15 @@ from .cases import Case
 from .compile import CompileOutcome, compile_check, nvcc_path, prepare_source
 from .config import Config
 from .device_side import HOST_CODE_LEFT_OUT, device_side
+from .include_policy import check_source
+from .include_policy import describe as describe_violations
 from .job import CaseSpec, Job, TimingSpec
 from .result import (
     CASE,
     COMPILE,
     ERROR,
     GRADED,
+    SANITIZER,
     SUBMISSION_ERROR,
     TIMING,
     CheckResult,
@@ -33,6 +36,8 @@ from .result import (
 )
 from .run_events import RunEvents
 from .runner import Limits, Placement, run_job
+from .sanitize import NAME as SANITIZER_NAME
+from .sanitize import sanitize
 from .static_check import find_kernels, skipped_static_checks, static_checks
 from .submission import Submission, SubmissionError, locate, read_submission
 from .timing import NAME as TIMING_NAME
@@ -49,6 +54,7 @@ class RunPlan:
     skip_reason: str = ""  # shown on each skipped check when backend is None
     note: str = ""  # why this backend, shown with the result
     placement: Placement | None = None  # which GPU, and its timing lock, in a batch
+    sanitize: bool = False  # also run compute-sanitizer's diagnosis (GPU backend)
 
 
 def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
@@ -75,6 +81,12 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
         result.checks = [errored("compile", COMPILE, config.points.compile, message), *statics,
                          *_skip_run_checks(config, cases, f"not run: {message}")]
         return result
+    violations = check_source(submission.source, config.compile.allowed_headers)
+    if violations:  # before any compiler can open a file: no byte of one may reach a report
+        message = describe_violations(violations, config.compile.allowed_headers)
+        result.checks = [errored("compile", COMPILE, config.points.compile, message), *statics,
+                         *_skip_run_checks(config, cases, "not run: the kernel was not compiled")]
+        return result
     if plan.backend is None:
         result.message = plan.skip_reason
         result.checks = [compile_without_gpu(submission, config), *statics,
@@ -90,7 +102,16 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
     if run.grader_error:
         result.status, result.message = SUBMISSION_ERROR, run.grader_error
     result.checks = [run.compile_check, *statics, *run.case_checks(), run.timing_result()]
+    if plan.sanitize:
+        result.checks.append(_sanitizer_check(submission, config, run, plan))
     return result
+
+
+def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan) -> CheckResult:
+    if not run.compile_check.passed or not run.tile_size:
+        return skipped(SANITIZER_NAME, SANITIZER, 0, "not run: the kernel did not compile")
+    return sanitize(submission.source, config.kernel.name, run.tile_size, config.timeouts.sanitizer_s,
+                    plan.placement, run.student_cubin)
 
 
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,

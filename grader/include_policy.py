@@ -1,0 +1,633 @@
+"""Which preprocessor (and assembler) features a submission may use: nothing that can open a file.
+
+nvcc runs the host compiler's preprocessor over kernel.cu before anything else; a quoted or absolute
+`#include` would make it open any file on the grading machine, and its compile errors would quote that
+file's lines back to the student. So a submission may include only the toolkit/system headers of an
+allowed list, written as `#include <name>`; everything else that can make a tool open a file is refused
+before the compiler sees the source:
+
+- quoted includes, absolute paths, `..` components and backslashes in header names, header names that
+  are not in the allowed list, and `#include MACRO` (a computed include: the macro could name any file);
+- `#include_next`, `#import`, `#embed` and every directive not in `_ALLOWED_DIRECTIVES`;
+- `__has_include`, `__has_include_next`, `__has_embed` anywhere (they probe files on the grading machine);
+- the file-opening pragmas (`#pragma GCC dependency`, `GCC pch_preprocess`, MSVC `include_alias` and
+  `comment`, any unknown `#pragma GCC ...`), `_Pragma` with anything but a plain string, `__pragma`;
+- inline assembly whose text is not a plain string literal, or whose text uses `.incbin`, `.include` or
+  the assembler's macro features (which could assemble those directives from pieces);
+- token pasting (`##`, `%:%:`): it can assemble any of the names above from harmless-looking pieces;
+- C++20 header-unit imports (`import <x>;`).
+
+Strictness: directives are looked for everywhere, including inside `#if 0` groups; a `#` counts as
+the start of a directive whenever only white space and comments precede it on its line. The source is
+read the way the preprocessor reads it: `\\r` and `\\r\\n` are line ends, a backslash followed by a
+line end joins lines (also with spaces in between, as GCC accepts), `%:` is `#`, comments and string
+literals (raw strings too) hide what they contain. Where compilers and language versions differ
+(trigraphs such as `??=`, a backslash followed by spaces before the line end, digit separators as in
+`1'000`, raw string literals, which C++03 does not have) every reading is checked and any violation
+counts. Each violation is reported once per line.
+Comments and string literals never cause a violation: `// #include "x"` and `puts("#include")` are fine.
+
+`#line` directives that name a file (or whose operands come from a macro) are refused by
+line_directive_violations(): they would make the compiler and the sanitizer attribute errors to another
+file name. `#line N` alone only renumbers the student's own lines and is allowed.
+
+No file is ever opened here: a violation holds the line number, the student's own text of the offending
+line (control characters escaped, shortened) and the reason.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+DEFAULT_ALLOWED_HEADERS: tuple[str, ...] = (
+    "cuda_runtime.h",
+    "cuda.h",
+    "device_launch_parameters.h",
+    "cuda_fp16.h",
+    "math.h",
+    "cmath",
+    "stdio.h",
+    "cstdio",
+    "stdlib.h",
+    "cstdlib",
+    "stdint.h",
+    "cstdint",
+    "float.h",
+    "cfloat",
+    "assert.h",
+    "cassert",
+    "limits.h",
+    "climits",
+    # Standard headers a host wrapper or test driver uses: the compiler's own, no file of the machine's.
+    "string.h",
+    "cstring",
+    "time.h",
+    "ctime",
+    "iostream",
+    "vector",
+    "algorithm",
+    "chrono",
+)
+
+MAX_DESCRIBED = 10  # describe() lists at most this many violations
+MAX_DIRECTIVE_CHARS = 100  # longer offending lines are shortened in violations
+
+# Violation kinds (IncludeViolation.kind).
+INCLUDE = "include"  # an #include-like directive or a header probe
+DIRECTIVE = "directive"  # a directive this lab does not allow
+PRAGMA = "pragma"
+ASSEMBLY = "asm"
+PASTE = "paste"
+LINE = "line"
+
+_ALLOWED_DIRECTIVES = frozenset({
+    "define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif",
+    "error", "warning", "pragma", "include", "line",
+})
+_INCLUDE_LIKE = frozenset({"include", "include_next", "import", "embed"})
+_HEADER_PROBES = frozenset({"__has_include", "__has_include_next", "__has_embed"})
+_ASM_KEYWORDS = frozenset({"asm", "__asm", "__asm__"})
+_ASM_QUALIFIERS = frozenset({"volatile", "__volatile", "__volatile__", "inline", "__inline", "__inline__", "goto"})
+_RAW_PREFIXES = frozenset({"R", "LR", "uR", "UR", "u8R"})
+# Pragmas that open files (GCC, MSVC), by their first word.
+_FILE_PRAGMAS = frozenset({"include_alias", "comment", "dependency", "pch_preprocess"})
+# `#pragma GCC <word>` is refused unless <word> is one of these (GCC has several file-related ones).
+_SAFE_GCC_PRAGMAS = frozenset({
+    "diagnostic", "unroll", "ivdep", "novector", "optimize", "push_options", "pop_options",
+    "reset_options", "target", "visibility", "poison", "system_header", "warning", "error",
+})
+# Inside inline assembly text: directives that read files, and macro features that could spell them.
+_ASM_FORBIDDEN = re.compile(r"incbin|\.include\b|\.macro\b|\.irpc?\b|\.altmacro\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class IncludeViolation:
+    line: int  # 1-based line of the student's file
+    directive: str  # the student's own text of that (logical) line, never anything of another file
+    reason: str  # why it is refused, for the student
+    kind: str = INCLUDE  # INCLUDE, DIRECTIVE, PRAGMA, ASSEMBLY, PASTE or LINE
+
+
+# --- public API -----------------------------------------------------------------------------------
+
+
+def check_includes(source: str, allowed: Sequence[str] | None = None) -> list[IncludeViolation]:
+    """Everything in source that could make the preprocessor, compiler or assembler open a file,
+    except #line (see line_directive_violations). Empty when the source is acceptable."""
+    allowed_set = frozenset(DEFAULT_ALLOWED_HEADERS if allowed is None else allowed)
+    return _collect(source, lambda reading: _include_findings(reading, allowed_set))
+
+
+def line_directive_violations(source: str) -> list[IncludeViolation]:
+    """#line directives (and GCC's `# 12 "file"` line markers) that name a file or take macro operands."""
+    return _collect(source, _line_findings)
+
+
+def check_source(source: str, allowed: Sequence[str] | None = None) -> list[IncludeViolation]:
+    """Both checks, in line order: what the grader runs before compiling a submission."""
+    found = check_includes(source, allowed) + line_directive_violations(source)
+    return sorted(found, key=lambda v: v.line)
+
+
+def describe(violations: Sequence[IncludeViolation], allowed: Sequence[str] | None = None) -> str:
+    """A student-facing message, one line per violation, then the allowed headers where they matter."""
+    if not violations:
+        return ""
+    headers = DEFAULT_ALLOWED_HEADERS if allowed is None else tuple(allowed)
+    lines = [("kernel.cu is not compiled: these lines could make the compiler read other files "
+              "on the grading machine.")]
+    for violation in violations[:MAX_DESCRIBED]:
+        lines.append(f"line {violation.line}: {violation.directive} is not allowed: {violation.reason}")
+    if len(violations) > MAX_DESCRIBED:
+        lines.append(f"... and {len(violations) - MAX_DESCRIBED} more")
+    if any(v.kind == INCLUDE for v in violations):
+        names = ", ".join(f"<{h}>" for h in headers) if headers else "(none)"
+        lines.append(f"Only these headers may be included, written as #include <name>: {names}")
+    return "\n".join(lines)
+
+
+# --- reading the source as the preprocessor does ----------------------------------------------------
+
+# A reading is (trigraphs, backslash-spaces-newline is a splice, digit separators as in 1'000, raw strings);
+# (False, True, True, True) is how GCC, nvcc's host preprocessor, reads C++14 and later.
+_TRIGRAPHS = {"=": "#", "/": "\\", "'": "^", "(": "[", ")": "]", "!": "|", "<": "{", ">": "}", "-": "~"}
+
+
+class _Reading:
+    """The source after translation phases 1-2 (trigraphs optional, line splicing), with a map back
+    to offsets in the physical text (whose line ends are normalised to \\n)."""
+
+    def __init__(self, physical: str, trigraphs: bool, space_splice: bool, separators: bool,
+                 raw_strings: bool) -> None:
+        self.physical = physical
+        self.separators = separators
+        self.raw_strings = raw_strings
+        blank = r"[ \t\f\v]*" if space_splice else ""
+        alternatives = []
+        if trigraphs:
+            alternatives.append(rf"\?\?/{blank}\n")
+        alternatives.append(rf"\\{blank}\n")
+        if trigraphs:
+            alternatives.append(r"\?\?[=/'()!<>\-]")
+        pattern = re.compile("|".join(alternatives))
+        pieces: list[str] = []
+        self._logical_starts: list[int] = []
+        self._physical_starts: list[int] = []
+        self._identity: list[bool] = []
+        position = length = 0
+        for match in pattern.finditer(physical):
+            if match.start() > position:
+                self._segment(length, position, True)
+                pieces.append(physical[position:match.start()])
+                length += match.start() - position
+            token = match.group()
+            if not token.endswith("\n"):  # a trigraph: three characters read as one
+                self._segment(length, match.start(), False)
+                pieces.append(_TRIGRAPHS[token[2]])
+                length += 1
+            position = match.end()
+        if position < len(physical):
+            self._segment(length, position, True)
+            pieces.append(physical[position:])
+            length += len(physical) - position
+        self.text = "".join(pieces)
+        self._newlines = [i for i, c in enumerate(physical) if c == "\n"]
+
+    def _segment(self, logical: int, phys: int, identity: bool) -> None:
+        self._logical_starts.append(logical)
+        self._physical_starts.append(phys)
+        self._identity.append(identity)
+
+    def phys(self, logical: int) -> int:
+        """Physical offset of a logical offset (the end of the text maps to the end)."""
+        k = bisect.bisect_right(self._logical_starts, logical) - 1
+        if k < 0:
+            return logical
+        return self._physical_starts[k] + (logical - self._logical_starts[k])
+
+    def logical(self, phys: int) -> int:
+        """The first logical offset whose physical offset is phys or later."""
+        k = bisect.bisect_right(self._physical_starts, phys) - 1
+        if k < 0:
+            return 0
+        start = self._logical_starts[k]
+        end = self._logical_starts[k + 1] if k + 1 < len(self._logical_starts) else len(self.text)
+        offset = phys - self._physical_starts[k]
+        if not self._identity[k]:
+            return start + (1 if offset > 0 else 0)
+        return start + min(offset, end - start)
+
+    def line_of(self, logical: int) -> int:
+        return bisect.bisect_right(self._newlines, self.phys(logical) - 1) + 1
+
+    def display(self, start: int, end: int) -> str:
+        """The student's text from logical start to end, as written (continuations joined)."""
+        raw = self.physical[self.phys(start):self.phys(end) if end < len(self.text) else len(self.physical)]
+        raw = re.sub(r"(?:\\|\?\?/)[ \t\f\v]*\n", "", raw)
+        return _printable(" ".join(raw.split("\n")).strip())
+
+
+def _printable(text: str) -> str:
+    """Text safe to show in a terminal or report: control, format (bidi, zero-width) and line-separator
+    characters escaped, tabs as spaces, shortened to MAX_DIRECTIVE_CHARS."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char == "\t":
+            out.append(" ")
+        elif unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    text = "".join(out)
+    if len(text) > MAX_DIRECTIVE_CHARS:
+        text = text[:MAX_DIRECTIVE_CHARS - 3] + "..."
+    return text
+
+
+# --- tokens -----------------------------------------------------------------------------------------
+
+_TOKEN_PATTERN = r"""
+      (?P<nl>\n)
+    | (?P<ws>(?:[^\S\n]|[\ufeff\u200b])+)
+    | (?P<comment>//[^\n]*)
+    | (?P<number>\.?\d(?:[eEpP][+-]|SEPARATOR\w|\.)*)
+    | (?P<ident>(?:[^\W\d]|\$|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})(?:\w|\$|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})*)
+    | (?P<string>"(?:\\[^\n]|[^"\\\n])*(?:"|(?=\n)|\Z))
+    | (?P<char>'(?:\\[^\n]|[^'\\\n])*(?:'|(?=\n)|\Z))
+    | (?P<punct>%:%:|%:|\#\#|\#|\S)
+    """
+_TOKEN = {  # with and without C++14 digit separators
+    separators: re.compile(_TOKEN_PATTERN.replace("SEPARATOR", "'\\w|" if separators else ""), re.VERBOSE | re.DOTALL)
+    for separators in (True, False)
+}
+_HEADER_NAME = re.compile(r"<[^>\n]*>")
+_RAW_DELIMITER = re.compile(r'([^ ()\\\t\v\f\n]{0,16})\(')
+
+
+@dataclass
+class _Token:
+    kind: str  # nl, ws, comment, number, ident, string, char, punct, header, raw
+    start: int  # logical offsets
+    end: int
+    text: str
+    directive: int | None = None  # index into _Scan.directives when inside a directive
+
+
+@dataclass
+class _Directive:
+    start: int  # logical offset of the '#'
+    end: int  # logical offset of the line end
+    tokens: list[_Token]  # significant tokens after the '#': name first
+
+
+class _Scan:
+    """Tokens and directives of one reading of the source."""
+
+    def __init__(self, reading: _Reading) -> None:
+        self.reading = reading
+        self.tokens: list[_Token] = []
+        self.directives: list[_Directive] = []
+        # A /* with no */ after it is not a comment (the strict reading: what follows stays visible).
+        self._last_close = reading.text.rfind("*/")
+        self._unterminated: dict[str, int] = {}  # raw-string terminator -> physical offset it is absent after
+        self._lex()
+        self.line_ends = [t.start for t in self.tokens if t.kind == "nl"]
+
+    def _lex(self) -> None:
+        text, reading = self.reading.text, self.reading
+        position, line_start = 0, True
+        directive: _Directive | None = None
+        expect_header = False  # after #include-like names and __has_include(
+        while position < len(text):
+            if expect_header and text[position] == "<":
+                header = _HEADER_NAME.match(text, position)
+                if header:
+                    self._add(_Token("header", position, header.end(), header.group()), directive)
+                    position, expect_header, line_start = header.end(), False, False
+                    continue
+            if text.startswith("/*", position) and position + 2 <= self._last_close:
+                end = text.find("*/", position + 2) + 2
+                if "\n" in text[position:end] and directive is None:
+                    line_start = True  # strict: a # after a multi-line comment still counts
+                position = end
+                continue
+            match = _TOKEN[reading.separators].match(text, position)
+            assert match is not None
+            kind, value, end = match.lastgroup or "punct", match.group(), match.end()
+            if (kind == "ident" and value in _RAW_PREFIXES and text.startswith('"', end) and directive is None
+                    and reading.raw_strings and not self._suffix_position(position)):
+                raw_end = self._raw_string_end(end)
+                if raw_end is not None:
+                    kind, end, value = "raw", raw_end, text[position:raw_end]
+            if kind == "nl":
+                if directive is not None:
+                    directive.end = position
+                    directive = None
+                line_start, expect_header = True, False
+                self.tokens.append(_Token(kind, position, end, value))
+                position = end
+                continue
+            if kind in ("ws", "comment"):
+                position = end
+                continue
+            token = _Token(kind, position, end, value)
+            if kind == "punct" and value in ("#", "%:") and line_start and directive is None:
+                directive = _Directive(position, len(text), [])
+                self.directives.append(directive)
+                token.directive = len(self.directives) - 1
+                self.tokens.append(token)
+                line_start, position = False, end
+                continue
+            self._add(token, directive)
+            if directive is not None and len(directive.tokens) == 1:
+                expect_header = kind == "ident" and value in _INCLUDE_LIKE
+            elif kind == "punct" and value == "(" and self._previous_ident() in _HEADER_PROBES:
+                expect_header = True
+            else:
+                expect_header = False
+            line_start, position = False, end
+
+    def _add(self, token: _Token, directive: _Directive | None) -> None:
+        if directive is not None:
+            token.directive = len(self.directives) - 1
+            directive.tokens.append(token)
+        self.tokens.append(token)
+
+    def _suffix_position(self, position: int) -> bool:
+        """Whether an identifier at position is the ud-suffix of the literal just before it ("x"R)."""
+        previous = self.tokens[-1] if self.tokens else None
+        return previous is not None and previous.end == position and previous.kind in ("string", "char", "raw")
+
+    def _previous_ident(self) -> str | None:
+        significant = [t for t in self.tokens[-2:] if t.kind != "nl"]
+        return significant[0].text if len(significant) == 2 and significant[0].kind == "ident" else None
+
+    def _raw_string_end(self, quote: int) -> int | None:
+        """Logical end of a raw string whose opening quote is at logical offset quote, or None when
+        the delimiter is invalid or the string never ends (then it is read as an ordinary string,
+        which ends at the line end at the latest: the strict reading)."""
+        physical = self.reading.physical
+        start = self.reading.phys(quote) + 1
+        delimiter = _RAW_DELIMITER.match(physical, start)
+        if delimiter is None:
+            return None
+        terminator = ")" + delimiter.group(1) + '"'
+        if delimiter.end() >= self._unterminated.get(terminator, len(physical) + 1):
+            return None
+        close = physical.find(terminator, delimiter.end())
+        if close < 0:
+            self._unterminated[terminator] = min(delimiter.end(), self._unterminated.get(terminator, delimiter.end()))
+            return None
+        return self.reading.logical(close + len(delimiter.group(1)) + 2)
+
+
+# --- findings ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Finding:
+    start: int  # logical offsets of the text to show
+    end: int
+    reason: str
+    kind: str
+
+
+def _collect(source: str, find) -> list[IncludeViolation]:
+    physical = source.replace("\r\n", "\n").replace("\r", "\n")
+    found: dict[int, IncludeViolation] = {}  # one violation per line: the GCC reading's first,
+    for options in _readings(physical):       # unless another reading sees an include there
+        reading = _Reading(physical, *options)
+        for finding in find(_Scan(reading)):
+            line = reading.line_of(finding.start)
+            if line not in found or (finding.kind == INCLUDE and found[line].kind != INCLUDE):
+                found[line] = IncludeViolation(line, reading.display(finding.start, finding.end),
+                                               finding.reason, finding.kind)
+    return [found[line] for line in sorted(found)]
+
+
+def _readings(physical: str) -> list[tuple[bool, bool, bool, bool]]:
+    """GCC's reading first, then every other one that can differ from it for this text (digit
+    separators came with C++14, after raw strings, so there is no reading with the first only)."""
+    trigraphs = (False, True) if "??" in physical else (False,)
+    splices = (True, False) if re.search(r"(?:\\|\?\?/)[ \t\f\v]+\n", physical) else (True,)
+    separators = re.search(r"\w'", physical) is not None
+    raw = re.search(r"R[\\?/ \t\f\v\n]*\"", physical) is not None
+    versions = [(True, True)] + ([(False, True)] if separators else []) + ([(False, False)] if raw else [])
+    return [(t, s, sep, r) for t in trigraphs for s in splices for sep, r in versions]
+
+
+def _significant(tokens: Iterable[_Token]) -> list[_Token]:
+    return [t for t in tokens if t.kind != "nl"]
+
+
+def _include_findings(scan: _Scan, allowed: frozenset[str]) -> list[_Finding]:
+    findings: list[_Finding] = []
+    for directive in scan.directives:
+        reason = _directive_problem(directive, allowed)
+        if reason is not None:
+            findings.append(_Finding(directive.start, directive.end, *reason))
+    findings.extend(_token_findings(scan))
+    return findings
+
+
+def _directive_problem(directive: _Directive, allowed: frozenset[str]) -> tuple[str, str] | None:
+    if not directive.tokens:
+        return None  # the null directive
+    name, operands = directive.tokens[0], directive.tokens[1:]
+    if name.kind == "number":
+        return None  # a GCC line marker: line_directive_violations
+    if name.kind != "ident":
+        return "this is not a preprocessor directive the lab allows", DIRECTIVE
+    word = name.text
+    if word == "include":
+        return _include_problem(operands, allowed)
+    if word in _INCLUDE_LIKE:
+        return f"#{word} can open any file; only #include <name> of an allowed header is accepted", INCLUDE
+    if word == "pragma":
+        problem = _pragma_problem([t.text for t in operands if t.kind in ("ident", "number")][:2])
+        return (problem, PRAGMA) if problem else None
+    if word not in _ALLOWED_DIRECTIVES:
+        return f"#{word} is not a preprocessor directive the lab allows", DIRECTIVE
+    return None
+
+
+def _include_problem(operands: list[_Token], allowed: frozenset[str]) -> tuple[str, str] | None:
+    if not operands:
+        return "#include needs a header name", INCLUDE
+    first = operands[0]
+    if first.kind in ("string", "raw"):
+        return ('a quoted #include ("...") can open any file; include toolkit headers with <...>', INCLUDE)
+    if first.kind != "header":
+        return ("the header name comes from a macro or expression, so it could name any file; "
+                "write it out as <name>"), INCLUDE
+    name = first.text[1:-1]
+    if "\\" in name:
+        return "backslashes are not allowed in header names", INCLUDE
+    if name.startswith(("/", "~")) or re.match(r"[A-Za-z]:", name):
+        return "absolute paths are not allowed in header names", INCLUDE
+    if ".." in name.split("/"):
+        return '".." is not allowed in header names', INCLUDE
+    if name not in allowed:
+        return f"<{name}> is not one of the allowed headers", INCLUDE
+    if operands[1:]:
+        return "there is extra text after the header name", INCLUDE
+    return None
+
+
+def _pragma_problem(words: list[str]) -> str | None:
+    """Why a pragma with these leading words is refused, or None."""
+    if not words:
+        return None
+    first = words[0]
+    if first in _FILE_PRAGMAS:
+        return f"#pragma {first} can open files"
+    if first == "GCC":
+        second = words[1] if len(words) > 1 else ""
+        if second in _FILE_PRAGMAS:
+            return f"#pragma GCC {second} can open files"
+        if second not in _SAFE_GCC_PRAGMAS:
+            return f"#pragma GCC {second} is not one of the GCC pragmas the lab allows".replace("  ", " ")
+    return None
+
+
+def _token_findings(scan: _Scan) -> list[_Finding]:
+    """Problems that are not about one directive's name: they are looked for in code and directives alike."""
+    findings: list[_Finding] = []
+    tokens = [t for t in scan.tokens if t.kind != "nl"]
+    directive_starts = {d.start for d in scan.directives}
+    for i, token in enumerate(tokens):
+        start, end = _line_span(scan, token)
+        text, kind = token.text, token.kind
+        following = tokens[i + 1] if i + 1 < len(tokens) else None
+        if kind == "ident" and text in _HEADER_PROBES:
+            findings.append(_Finding(start, end, f"{text} probes files on the grading machine", INCLUDE))
+        elif kind == "punct" and text in ("##", "%:%:"):
+            findings.append(_Finding(start, end, "token pasting (##) is not allowed: it can assemble "
+                                     "names such as asm or _Pragma from harmless-looking pieces", PASTE))
+        elif (kind == "punct" and text in ("#", "%:") and token.start not in directive_starts
+              and following is not None and following.kind == "ident" and following.text in _INCLUDE_LIKE):
+            findings.append(_Finding(start, end, f"#{following.text} may only appear as a directive of its own",
+                                     INCLUDE))
+        elif kind == "ident" and text == "import" and following is not None and (
+                following.kind in ("string", "raw") or following.text == "<"):
+            findings.append(_Finding(start, end, "importing a header unit can open any file", INCLUDE))
+        elif kind == "ident" and text == "__pragma":
+            findings.append(_Finding(start, end, "__pragma is not allowed; use #pragma", PRAGMA))
+        elif kind == "ident" and text == "_Pragma":
+            problem = _operator_pragma_problem(tokens[i + 1:i + 4])
+            if problem:
+                findings.append(_Finding(start, end, problem, PRAGMA))
+        elif kind == "ident" and text in _ASM_KEYWORDS:
+            problem = _asm_problem(tokens, i + 1)
+            if problem:
+                findings.append(_Finding(start, end, problem, ASSEMBLY))
+    return findings
+
+
+def _line_span(scan: _Scan, token: _Token) -> tuple[int, int]:
+    """The logical line around a token (the whole directive when the token is in one)."""
+    if token.directive is not None:
+        directive = scan.directives[token.directive]
+        return directive.start, directive.end
+    ends = scan.line_ends
+    k = bisect.bisect_left(ends, token.start)
+    start = ends[k - 1] + 1 if k > 0 else 0
+    return start, ends[k] if k < len(ends) else len(scan.reading.text)
+
+
+def _operator_pragma_problem(after: list[_Token]) -> str | None:
+    if (len(after) == 3 and after[0].text == "(" and after[1].kind == "string" and after[2].text == ")"):
+        content = _string_value(after[1].text)
+        problem = _pragma_problem(re.findall(r"[A-Za-z_]\w*", content)[:2])
+        return problem.replace("#pragma", "_Pragma") if problem else None
+    return "_Pragma must be given one plain string literal"
+
+
+def _asm_problem(tokens: list[_Token], index: int) -> str | None:
+    while index < len(tokens) and tokens[index].text in _ASM_QUALIFIERS:
+        index += 1
+    if index >= len(tokens) or tokens[index].text != "(":
+        return "asm may only be used as asm(\"...\") with the assembly written out as a string"
+    parts: list[str] = []
+    index += 1
+    while index < len(tokens) and tokens[index].kind in ("string", "raw"):
+        parts.append(_string_value(tokens[index].text))
+        index += 1
+    if not parts or index >= len(tokens) or tokens[index].text not in (":", ")"):
+        return "the assembly text of asm(...) must be written out as string literals, not come from a macro"
+    if _ASM_FORBIDDEN.search("".join(parts)):
+        return "inline assembly may not use .incbin, .include or assembler macros: they can read files"
+    return None
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "e": "\x1b",
+            "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+
+def _string_value(literal: str) -> str:
+    """The characters of a (possibly prefixed, possibly raw) string literal, escapes decoded."""
+    quote = literal.index('"')
+    prefix = literal[:quote]
+    if prefix.endswith("R"):
+        body = literal[quote + 1:-1]
+        return body[body.index("(") + 1:body.rindex(")")] if "(" in body and ")" in body else body
+    body = literal[quote + 1:]
+    body = body.removesuffix('"')
+    out, i = [], 0
+    while i < len(body):
+        char = body[i]
+        if char != "\\" or i + 1 >= len(body):
+            out.append(char)
+            i += 1
+            continue
+        nxt = body[i + 1]
+        if nxt in "01234567":
+            digits = re.match(r"[0-7]{1,3}", body[i + 1:]).group()
+            out.append(chr(int(digits, 8)))
+            i += 1 + len(digits)
+        elif nxt == "x":
+            digits = re.match(r"[0-9A-Fa-f]*", body[i + 2:]).group()
+            out.append(chr(int(digits, 16) % 0x110000) if digits else "x")
+            i += 2 + len(digits)
+        elif nxt in "uU":
+            width = 4 if nxt == "u" else 8
+            digits = body[i + 2:i + 2 + width]
+            if re.fullmatch(r"[0-9A-Fa-f]+", digits or "-") and len(digits) == width:
+                out.append(chr(int(digits, 16) % 0x110000))
+                i += 2 + width
+            else:
+                out.append(nxt)
+                i += 2
+        else:
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+    return "".join(out)
+
+
+def _line_findings(scan: _Scan) -> list[_Finding]:
+    findings = []
+    for directive in scan.directives:
+        if not directive.tokens:
+            continue
+        name, operands = directive.tokens[0], directive.tokens[1:]
+        if name.kind == "number":  # GCC line marker: `# 12 "file" 1`
+            operands = [name, *operands]
+        elif not (name.kind == "ident" and name.text == "line"):
+            continue
+        problem = _line_problem(operands)
+        if problem:
+            findings.append(_Finding(directive.start, directive.end, problem, LINE))
+    return findings
+
+
+def _line_problem(operands: list[_Token]) -> str | None:
+    if operands and operands[0].kind == "number" and operands[0].text.isdigit():
+        if len(operands) == 1:
+            return None
+        if operands[1].kind in ("string", "raw"):
+            return "it names a file, so messages would point at another file"
+    return "only a plain line number may follow #line"

@@ -1,0 +1,316 @@
+"""What a submission may #include, and every trick that could make the compiler open another file."""
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+
+import pytest
+
+from grader.include_policy import (
+    ASSEMBLY,
+    DEFAULT_ALLOWED_HEADERS,
+    DIRECTIVE,
+    INCLUDE,
+    LINE,
+    PASTE,
+    PRAGMA,
+    IncludeViolation,
+    check_includes,
+    check_source,
+    describe,
+    line_directive_violations,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+QUOTED = 'a quoted #include ("...") can open any file; include toolkit headers with <...>'
+COMPUTED = "the header name comes from a macro or expression, so it could name any file; write it out as <name>"
+KERNEL = "__global__ void mysgemm(int m, int n, int k, const float *A, const float *B, float *C) {}\n"
+
+
+def only(source: str, allowed=None) -> IncludeViolation:
+    violations = check_includes(source, allowed)
+    assert len(violations) == 1, violations
+    return violations[0]
+
+
+# --- what is refused ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "line", "directive", "reason"), [
+    ('#include "/etc/passwd"\n', 1, '#include "/etc/passwd"', QUOTED),
+    ('#include "helper.cuh"\n', 1, '#include "helper.cuh"', QUOTED),
+    ("#include </etc/passwd>\n", 1, "#include </etc/passwd>", "absolute paths are not allowed in header names"),
+    ("#include <C:/secret.h>\n", 1, "#include <C:/secret.h>", "absolute paths are not allowed in header names"),
+    ("#include <../../etc/passwd>\n", 1, "#include <../../etc/passwd>", '".." is not allowed in header names'),
+    ("#include <sys/../stdio.h>\n", 1, "#include <sys/../stdio.h>", '".." is not allowed in header names'),
+    ("#include <..\\secret.h>\n", 1, "#include <..\\secret.h>", "backslashes are not allowed in header names"),
+    ("#include <unistd.h>\n", 1, "#include <unistd.h>", "<unistd.h> is not one of the allowed headers"),
+    ("#include < stdio.h >\n", 1, "#include < stdio.h >", "< stdio.h > is not one of the allowed headers"),
+    ("#include <stdio.h> extra\n", 1, "#include <stdio.h> extra", "there is extra text after the header name"),
+    ("#include\n", 1, "#include", "#include needs a header name"),
+    ("#include FOO\n", 1, "#include FOO", COMPUTED),
+    ('#define F "/etc/passwd"\n#include F\n', 2, "#include F", COMPUTED),
+    ("#define H(x) <x>\n#include H(stdio.h)\n", 2, "#include H(stdio.h)", COMPUTED),
+    ("#include_next <stdio.h>\n", 1, "#include_next <stdio.h>",
+     "#include_next can open any file; only #include <name> of an allowed header is accepted"),
+    ("#import <stdio.h>\n", 1, "#import <stdio.h>",
+     "#import can open any file; only #include <name> of an allowed header is accepted"),
+    ('const char d[] = {\n#embed "/etc/passwd"\n};\n', 2, '#embed "/etc/passwd"',
+     "#embed can open any file; only #include <name> of an allowed header is accepted"),
+    ("#embed <cuda.h>\n", 1, "#embed <cuda.h>",
+     "#embed can open any file; only #include <name> of an allowed header is accepted"),
+])
+def test_refused_includes(source, line, directive, reason):
+    assert only(source) == IncludeViolation(line, directive, reason, INCLUDE)
+
+
+@pytest.mark.parametrize(("source", "line", "directive"), [
+    ('#inc\\\nlude "/etc/passwd"\n', 1, '#include "/etc/passwd"'),  # line continuation inside the name
+    ('#\\\ninclude "/etc/passwd"\n', 1, '#include "/etc/passwd"'),
+    ('#include \\\n"/etc/passwd"\n', 1, '#include "/etc/passwd"'),
+    ('int x;\n#inc\\   \nlude "/etc/passwd"\n', 2, '#include "/etc/passwd"'),  # spaces after the backslash (GCC)
+    ('#inc\\\r\nlude "/etc/passwd"\r\n', 1, '#include "/etc/passwd"'),  # CRLF
+    ('%:include "/etc/passwd"\n', 1, '%:include "/etc/passwd"'),  # digraph
+    ('%:  include "/etc/passwd"\n', 1, '%:  include "/etc/passwd"'),
+    ('??=include "/etc/passwd"\n', 1, '??=include "/etc/passwd"'),  # trigraph (C++14 and older, -trigraphs)
+    ('#inc??/\nlude "/etc/passwd"\n', 1, '#include "/etc/passwd"'),  # trigraph backslash continuation
+    ('#/**/include "/etc/passwd"\n', 1, '#/**/include "/etc/passwd"'),
+    ('# /* a */ include /* b */ "/etc/passwd"\n', 1, '# /* a */ include /* b */ "/etc/passwd"'),
+    ('/* hello */ #include "/etc/passwd"\n', 1, '#include "/etc/passwd"'),
+    ('/* a\n comment */ #include "/etc/passwd"\n', 2, '#include "/etc/passwd"'),
+    ('\ufeff#include "/etc/passwd"\n', 1, '#include "/etc/passwd"'),  # byte-order mark
+    ('  \t #  include "/etc/passwd"\n', 1, '#  include "/etc/passwd"'),
+    ('#if 0\n#include "/etc/passwd"\n#endif\n', 2, '#include "/etc/passwd"'),  # inactive code counts too
+    ('#ifdef NEVER_DEFINED\n# include "/etc/passwd"\n#endif\n', 2, '# include "/etc/passwd"'),
+    ('// a comment\r#include "/etc/passwd"\n', 2, '#include "/etc/passwd"'),  # a lone CR ends a line
+    ('int x = f(1,\n#include "/etc/passwd"\n);\n', 2, '#include "/etc/passwd"'),  # inside macro arguments
+    ('int x; /* never closed\n#include "/etc/passwd"\n', 2, '#include "/etc/passwd"'),
+    ("int x = 1'0; /* '\n#include \"/etc/passwd\"\n*/\n", 2, '#include "/etc/passwd"'),  # C++11: no digit separators
+    ('// comment ??/\n#include "/etc/passwd"\n', 2, '#include "/etc/passwd"'),  # hidden only with trigraphs
+    ('// comment \\ \n#include "/etc/passwd"\n', 2, '#include "/etc/passwd"'),  # hidden only by GCC
+])
+def test_disguised_includes_are_refused(source, line, directive):
+    violation = only(source)
+    assert (violation.line, violation.directive, violation.reason) == (line, directive, QUOTED)
+
+
+def test_raw_strings_hide_nothing_from_cxx03():
+    # C++11 reads line 2 as part of a raw string; C++03 (nvcc -std=c++03) has no raw strings and
+    # reads a directive there. Strict: it counts.
+    assert only('auto s = R"(\n#include "/etc/passwd"\n)";\n').line == 2
+
+
+def test_an_r_after_a_string_is_a_suffix_not_a_raw_string():
+    # Found by differential fuzzing against g++ -E: "..."R is a string with a user-defined-literal
+    # suffix, so R"( does not start a raw string and line 2 is a directive.
+    source = 'auto s = "a"R"(x\n#include "/etc/passwd"\n)";\n'
+    assert only(source).line == 2
+
+
+def test_raw_string_delimiters_are_read_on_the_unspliced_text():
+    # The compiler undoes line splicing inside raw strings: the raw string ends on line 2, and line 3
+    # is a real directive. Reading the spliced text would end it on line 1 and open a comment instead.
+    source = 'auto s = R"x(a)x\\\n" /* )x";\n#include "/etc/passwd"\n */\n'
+    assert only(source).line == 3
+
+
+@pytest.mark.parametrize("source", [
+    "#if __has_include(</etc/shadow>)\n#endif\n",
+    '#if __has_include("/etc/shadow")\n#endif\n',
+    "#if defined(__has_include) && __has_include_next(<stdio.h>)\n#endif\n",
+    "#if __has_embed(</etc/shadow>)\n#endif\n",
+    "#define PROBE __has_include\n",
+    "int x = __has_include(<stdio.h>);\n",
+])
+def test_header_probes_are_refused(source):
+    violation = only(source)
+    assert violation.kind == INCLUDE and "probes files on the grading machine" in violation.reason
+
+
+@pytest.mark.parametrize(("source", "reason"), [
+    ('#pragma GCC dependency "/etc/passwd"\n', "#pragma GCC dependency can open files"),
+    ('#pragma GCC pch_preprocess "/tmp/x.gch"\n', "#pragma GCC pch_preprocess can open files"),
+    ('#pragma include_alias("cuda.h", "/etc/passwd")\n', "#pragma include_alias can open files"),
+    ('#pragma comment(lib, "/etc/passwd")\n', "#pragma comment can open files"),
+    ("#pragma GCC whatever\n", "#pragma GCC whatever is not one of the GCC pragmas the lab allows"),
+    ('_Pragma("GCC dependency \\"/etc/passwd\\"")\n', "_Pragma GCC dependency can open files"),
+    ("#define P(x) _Pragma(#x)\n", "_Pragma must be given one plain string literal"),
+    ("_Pragma(FOO)\n", "_Pragma must be given one plain string literal"),
+    ('__pragma(comment(lib, "x"))\n', "__pragma is not allowed; use #pragma"),
+])
+def test_file_opening_pragmas_are_refused(source, reason):
+    assert (only(source).reason, only(source).kind) == (reason, PRAGMA)
+
+
+INCBIN = "inline assembly may not use .incbin, .include or assembler macros: they can read files"
+ASM_COMPUTED = "the assembly text of asm(...) must be written out as string literals, not come from a macro"
+
+
+@pytest.mark.parametrize(("source", "reason"), [
+    ('void f() { asm(".incbin \\"/etc/passwd\\""); }\n', INCBIN),
+    ('void f() { __asm__ __volatile__(".incbin \\"/etc/passwd\\""); }\n', INCBIN),
+    ('void f() { asm(".inc" "bin \\"/etc/passwd\\""); }\n', INCBIN),  # literal concatenation
+    ('void f() { asm("\\x2eincbin \\"/etc/passwd\\""); }\n', INCBIN),  # escapes
+    ('void f() { asm("\\056INCBIN \\"/etc/passwd\\""); }\n', INCBIN),
+    ('void f() { asm(R"(.incbin "/etc/passwd")"); }\n', INCBIN),  # raw string
+    ('void f() { asm(".include \\"/etc/passwd.s\\""); }\n', INCBIN),
+    ('void f() { asm(".macro m a\\n.\\\\a \\"/etc/passwd\\"\\n.endm\\nm incbin"); }\n', INCBIN),
+    ('#define S ".incbin \\"/etc/passwd\\""\nvoid f() { asm(S); }\n', ASM_COMPUTED),
+    ("#define STR(x) #x\nvoid f() { asm(STR(.incbin \"/etc/passwd\")); }\n", ASM_COMPUTED),
+    ("#define A asm\n", 'asm may only be used as asm("...") with the assembly written out as a string'),
+])
+def test_assembler_file_reads_are_refused(source, reason):
+    violations = check_includes(source)
+    assert [(v.reason, v.kind) for v in violations][-1] == (reason, ASSEMBLY)
+
+
+def test_token_pasting_is_refused():
+    violation = only("#define J(a, b) a ## b\nvoid f() { J(as, m)(\"nop\"); }\n")
+    assert (violation.line, violation.kind) == (1, PASTE)
+    assert only("#define J(a, b) a %:%: b\n").kind == PASTE
+
+
+def test_header_unit_imports_are_refused():
+    assert only("import <stdio.h>;\n").reason == "importing a header unit can open any file"
+    assert only('export import "x.h";\n').kind == INCLUDE
+
+
+@pytest.mark.parametrize("source", ["#ident \"x\"\n", "#assert machine(x)\n", "#sccs \"x\"\n", "#using <x.dll>\n"])
+def test_other_directives_are_refused(source):
+    assert only(source).kind == DIRECTIVE
+
+
+def test_a_file_is_never_opened(monkeypatch, tmp_path):
+    secret = tmp_path / "secret.h"
+    secret.write_text("int the_secret_value = 42;\n")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("check_includes opened a file")
+
+    monkeypatch.setattr(builtins, "open", refuse)
+    violations = check_source(f'#include "{secret}"\n#include <{secret}>\n#line 3 "{secret}"\n')
+    assert [v.line for v in violations] == [1, 2, 3]
+    assert all("the_secret_value" not in v.directive + v.reason for v in violations)
+
+
+def test_directive_text_is_made_safe_to_print():
+    violation = only('#include "\x1b[2J\u202e/etc/passwd"\n')
+    assert violation.directive == '#include "\\x1b[2J\\u202e/etc/passwd"'
+    long = only('#include "' + "a" * 300 + '"\n')
+    assert len(long.directive) == 100 and long.directive.endswith("...")
+
+
+def test_one_violation_per_line_and_lines_in_order():
+    source = '#include "b"\nint x;\n#include "a"\n#if __has_include("c") // and ## here\n#endif\n'
+    assert [v.line for v in check_includes(source)] == [1, 3, 4]
+
+
+# --- what is accepted -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", [
+    "#include <cuda_runtime.h>\n",
+    "#  include <cuda_runtime.h>\n",
+    "\t#\tinclude\t<cuda_runtime.h>\t\n",
+    "#include<stdio.h>\n",
+    "#include <stdio.h> // the usual\n",
+    "#include <stdio.h> /* the usual */\n",
+    "# /* c */ include /* c */ <math.h>\n",
+    "%:include <cmath>\n",
+    "#inc\\\nlude <cstdio>\n",
+    "#include <cuda_runtime.h>\r\n#include <cuda.h>\r\n",
+    '// #include "/etc/passwd"\n',
+    '/* #include "/etc/passwd"\n#include "/etc/passwd"\n */\n',
+    '// a comment continued \\\n#include "/etc/passwd"\n',  # the second line is part of the comment
+    'const char *s = "#include \\"/etc/passwd\\"";\n',
+    'const char *s = "abc\\\n#include \\"x\\"";\n',  # the continuation keeps the include in the string
+    "char c = '#';\n",
+    'auto s = R"delim(\n)" #include "x" \n)delim";\n',
+    "int x = 1'000'000; /* '\n#include \"/etc/passwd\"\n*/\n",  # digit separators: the comment is a comment
+    'printf("use .incbin to embed a file\\n");\n',
+    "#pragma unroll\n#pragma unroll 4\n#pragma once\n#pragma GCC unroll 8\n#pragma GCC diagnostic push\n",
+    "#pragma nv_diag_suppress 177\n#pragma message(\"hello\")\n",
+    '_Pragma("unroll")\n',
+    'void f() { unsigned r; asm volatile("mov.u32 %0, %%laneid;" : "=r"(r)); }\n',
+    'void f() { asm("membar.gl;"); }\n',
+    "#define TILE_SIZE 16\n#if TILE_SIZE > 8\n#elif 0\n#else\n#endif\n#undef TILE_SIZE\n#error no\n#warning hm\n",
+    "#define S(x) #x\n#define T S(tile)\n",
+    "#\n#   \n",
+    "#line 12\n",
+    "int include = 3; int import = include < 4;\n",
+    "#if 0\nit's a note, don't mind the apostrophes\n#endif\n",
+])
+def test_accepted(source):
+    assert check_source(source) == []
+
+
+def test_every_default_header_is_allowed():
+    source = "".join(f"#include <{name}>\n" for name in DEFAULT_ALLOWED_HEADERS) + KERNEL
+    assert check_includes(source) == []
+
+
+def test_the_allowed_list_comes_from_the_caller():
+    assert check_includes("#include <cuda_fp8.h>\n", [*DEFAULT_ALLOWED_HEADERS, "cuda_fp8.h"]) == []
+    assert only("#include <stdio.h>\n", ["cuda_runtime.h"]).reason == "<stdio.h> is not one of the allowed headers"
+    # Path checks come before the list: a bad entry in the configuration cannot allow a path.
+    assert only("#include </etc/passwd>\n", ["/etc/passwd"]).reason == "absolute paths are not allowed in header names"
+
+
+def test_template_reference_and_corpus_are_accepted():
+    files = [ROOT / "student_template" / "kernel.cu", *sorted((ROOT / "reference").glob("*.cu")),
+             *sorted((ROOT / "tests" / "submissions").glob("*/kernel.cu"))]
+    assert len(files) > 3
+    for file in files:
+        assert check_source(file.read_text()) == [], file
+
+
+# --- #line ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "reason"), [
+    ('#line 5 "evil.cu"\n', "it names a file, so messages would point at another file"),
+    ('#line 1 "kernel.cu"\n', "it names a file, so messages would point at another file"),
+    ('# 12 "x.cu" 1 3\n', "it names a file, so messages would point at another file"),
+    ("#line FOO\n", "only a plain line number may follow #line"),
+    ("#line 5 FILE\n", "only a plain line number may follow #line"),
+    ("#line\n", "only a plain line number may follow #line"),
+    ("#line 0x10\n", "only a plain line number may follow #line"),
+    ('#li\\\nne 5 "evil.cu"\n', "it names a file, so messages would point at another file"),
+    ('%:line 5 "evil.cu"\n', "it names a file, so messages would point at another file"),
+])
+def test_line_directives(source, reason):
+    violations = line_directive_violations(source)
+    assert [(v.line, v.reason, v.kind) for v in violations] == [(1, reason, LINE)]
+    assert check_includes(source) == []  # #line is only line_directive_violations' business
+
+
+def test_plain_line_numbers_are_allowed():
+    assert line_directive_violations("#line 40\n# 7\nint x;\n") == []
+
+
+def test_check_source_has_both():
+    source = '#include "a.h"\n#line 3 "b.cu"\n'
+    assert [(v.line, v.kind) for v in check_source(source)] == [(1, INCLUDE), (2, LINE)]
+
+
+# --- the student's message ------------------------------------------------------------------------
+
+
+def test_describe():
+    violations = check_source('#include <stdio.h>\n#include "/etc/passwd"\n#line 9 "x.cu"\n')
+    assert describe(violations, ["stdio.h", "cuda_runtime.h"]) == (
+        "kernel.cu is not compiled: these lines could make the compiler read other files on the grading machine.\n"
+        'line 2: #include "/etc/passwd" is not allowed: ' + QUOTED + "\n"
+        'line 3: #line 9 "x.cu" is not allowed: it names a file, so messages would point at another file\n'
+        "Only these headers may be included, written as #include <name>: <stdio.h>, <cuda_runtime.h>")
+
+
+def test_describe_without_include_problems_has_no_header_list():
+    text = describe(check_source("#pragma GCC dependency \"x\"\n"))
+    assert "Only these headers" not in text and text.endswith("#pragma GCC dependency can open files")
+
+
+def test_describe_is_capped_and_empty_without_violations():
+    assert describe([]) == ""
+    text = describe(check_includes("".join(f'#include "f{i}.h"\n' for i in range(15))))
+    assert "line 10:" in text and "line 11:" not in text and "... and 5 more" in text
