@@ -47,6 +47,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                              "auto (default): the GPU when there is one, otherwise the CPU")
     parser.add_argument("--no-run", action="store_true",
                         help="static check and compilation only; the GPU checks are reported as skipped")
+    parser.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=None,
+                        help="also run compute-sanitizer (racecheck, memcheck, synccheck) on a small shape and "
+                             "explain what it finds (GPU only; default: on in batch, off otherwise)")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -99,7 +102,8 @@ def run_plan(args: argparse.Namespace) -> RunPlan:
     if args.backend == GPU or (args.backend == "auto" and gpu_missing is None):
         if gpu_missing is not None:
             raise UsageError(f"--backend gpu: {gpu_missing}")
-        return RunPlan(GPU)
+        sanitize = args.command == "batch" if args.sanitize is None else args.sanitize
+        return RunPlan(GPU, sanitize=sanitize)
     if compiler() is None:
         reason = "the CPU emulator needs a C++ compiler (g++), and none is on PATH"
         if args.backend == CPU:

@@ -12,6 +12,7 @@ COMPILE = "compile"
 STATIC = "static"
 CASE = "case"
 TIMING = "timing"
+SANITIZER = "sanitizer"  # compute-sanitizer's diagnosis: feedback, worth no points
 
 # Check statuses
 PASSED = "passed"

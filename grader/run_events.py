@@ -59,6 +59,7 @@ class RunEvents:
         self.grader_error = ""
         self.emulator_compile_error = False  # the CPU emulator's build failed (maybe where nvcc would not)
         self.device, self.tile_size, self.log = "", None, ""
+        self.student_cubin = ""  # the GPU child's cached cubin of the student's file, when there is one
 
     def correct_so_far(self) -> bool:
         return len(self.case_results) == len(self.cases) and all(c.passed for c in self.case_results.values())
@@ -70,6 +71,7 @@ class RunEvents:
 
     def on_compiled(self, event: dict) -> None:
         self.device, self.tile_size = event["device"], event["tile_size"]
+        self.student_cubin = event.get("student_cubin", "")
         points, allowed = self.config.points.compile, self.config.kernel.tile_sizes
         sizes = ", ".join(map(str, allowed))
         if "reference_tile" in event and event["reference_tile"] is None:

@@ -1,6 +1,7 @@
 """The program compute-sanitizer watches: one launch of the student's kernel on a small, ragged shape.
 
-Run as `python -m grader.sanitize_launch SOURCE KERNEL TILE M N K` under compute-sanitizer. A, B and C
+Run as `python -m grader.sanitize_launch SOURCE KERNEL TILE M N K` under compute-sanitizer; a SOURCE.cubin
+beside SOURCE (with the .cu suffix replaced) is loaded instead of compiling. A, B and C
 are allocated at exactly their sizes (memcheck's padding then makes any overrun hit no other buffer), and
 their device addresses are printed first, so the parent can name the buffer an address belongs to.
 """
@@ -22,8 +23,11 @@ def main(argv: list[str]) -> int:
     import pycuda.driver as cuda
     from pycuda.compiler import SourceModule
 
-    # The same text the grader compiles: the #line directive keeps the sanitizer's lines the student's.
-    module = SourceModule(prepare_source(source), options=["-lineinfo"], cache_dir=False)
+    cubin = Path(argv[1]).with_suffix(".cubin")
+    if cubin.is_file():  # the GPU run's own build of this file
+        module = cuda.module_from_buffer(cubin.read_bytes())
+    else:  # the same text the grader compiles: the #line directive keeps the sanitizer's lines the student's
+        module = SourceModule(prepare_source(source), options=["-lineinfo"], cache_dir=False)
     kernel = module.get_function(kernel_name)
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32)

@@ -79,6 +79,7 @@ class Worker:
         self.job, self.channel, self.device, self.control_fd = job, channel, device, control_fd
         self.arch = "sm_%d%d" % device.compute_capability()
         self.host_code_left_out = False
+        self.cubin_paths: dict[str, str] = {}  # source -> its cached cubin, which the sanitizer pass reuses
 
     def run(self, cubins: dict[str, bytes | str]) -> None:
         loaded = self.load_modules(cubins)
@@ -114,7 +115,8 @@ class Worker:
             kernels[who] = kernel
         self.channel.send("compiled", device=self.device.name(), arch=self.arch, cpu_s=cpu_seconds(),
                           tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile,
-                          host_code_left_out=self.host_code_left_out)
+                          host_code_left_out=self.host_code_left_out,
+                          student_cubin=self.cubin_paths.get(self.job.student_source, ""))
         if kernels["student"].tile not in self.job.tile_sizes or not kernels["reference"].tile:
             return None  # the parent explains why nothing runs
         return kernels["student"], kernels["reference"]
@@ -141,6 +143,7 @@ class Worker:
         cacheable = '#include "' not in source
         cached = Path(self.job.cache_dir, key + ".cubin")
         if cacheable and cached.is_file():
+            self.cubin_paths[source] = str(cached)
             return cached.read_bytes()
         try:
             # The function SourceModule itself calls: same extern "C" wrapping, same nvcc flags.
@@ -149,6 +152,7 @@ class Worker:
             return student_compile_message(f"{err.stdout or ''}{err.stderr or ''}")
         if cacheable:
             _write_atomically(cached, cubin)
+            self.cubin_paths[source] = str(cached)
         return cubin
 
     # -- cases ---------------------------------------------------------------------------------
@@ -200,8 +204,8 @@ class Worker:
             def refill(rep: int) -> None:
                 for pointer, count, salt in ((d_a, m * k, 0x51ED), (d_b, k * n, 0xB0B)):
                     seed = np.uint32((spec.seed * 1_000_003 + rep * 7919 + salt) & 0xFFFFFFFF)
-                    guarded(lambda: fill(pointer, np.uint32(count), seed, block=(256, 1, 1),
-                                         grid=((count + 255) // 256, 1)))
+                    guarded(lambda p=pointer, c=count, s=seed: fill(p, np.uint32(c), s, block=(256, 1, 1),
+                                                                     grid=((c + 255) // 256, 1)))
 
             def launch(kernel: Kernel, rep: int, out: np.ndarray) -> float:
                 guarded(cuda.memset_d32, flush, rep, flush_words)
