@@ -1,9 +1,9 @@
 """`grade batch`: a whole class in one command, without losing a result when something breaks.
 
 intake → one grade() per student, several at once → each result written atomically as it finishes →
-the class-wide files, all rendered from the stored results. Submissions run in parallel threads, each
-in its own child, so compiles and static checks use every core; correctness runs share a GPU; a timed
-run holds its GPU's lock, so two are never timed at once on one GPU. `--resume` skips every student
+the class-wide files, all rendered from the stored results. Submissions run in parallel worker processes,
+each with its own child, so compiles, static checks and judging use every core; correctness runs share a
+GPU; a timed run holds its GPU's lock file, so two are never timed at once on one GPU. `--resume` skips every student
 whose stored result has the same fingerprint (their kernel, the config, cases, reference and grader).
 """
 from __future__ import annotations
@@ -11,9 +11,10 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import multiprocessing
 import os
 import threading
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from .report.json_report import to_json
 from .report.junit_report import to_combined_junit, to_junit_xml
 from .report.summary_html import write_summary
 from .result import SUBMISSION_ERROR, SubmissionResult
-from .runner import Placement, kill_all_children
+from .runner import FileLock, Placement
 
 STUDENTS = "students"  # per-student files, each written when that student is done
 
@@ -91,25 +92,23 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
 
 
 def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, bool]:
+    """Each submission in a worker process of its own (no lock shared on the parent's side: the judging of
+    outputs is numpy work that threads would serialise); every result is stored by the worker that made it."""
     jobs = options.jobs or os.cpu_count() or 2
-    placements = _placements(plan)
-    cancelled = threading.Event()
+    placements = _placements(plan, options.outdir)
     counts = {"pass": 0, "fail": 0, "error": 0}
-
-    def grade_one(index: int, entry: Entry, mark: str) -> SubmissionResult:
-        placed = replace(plan, placement=placements[index % len(placements)])
-        result = grade(entry.path, config, cases, placed)
-        result.student_id, result.student_name, result.fingerprint = entry.student_id, entry.student_name, mark
-        if not cancelled.is_set():  # a child killed by Ctrl-C says nothing true about the kernel
-            _store(result, options.outdir, entry.key)
-        return result
-
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=False) as progress, ThreadPoolExecutor(jobs) as pool:
+    # Spawned, not forked: the parent has threads (the progress bar's), and a fork would copy their locks.
+    context = multiprocessing.get_context("spawn")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")  # many workers: a few BLAS threads each
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context)
+    with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(_describe(counts), total=len(todo))
-        pending: dict[Future, str] = {pool.submit(grade_one, i, entry, mark): entry.key
-                                      for i, (entry, mark) in enumerate(todo)}
+        pending: dict[Future, str] = {
+            pool.submit(grade_and_store, entry, mark, config, cases,
+                        replace(plan, placement=placements[i % len(placements)]), options.outdir): entry.key
+            for i, (entry, mark) in enumerate(todo)}
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -119,22 +118,32 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
                     counts[_outcome(rows[key])] += 1
                     progress.update(task, advance=1, description=_describe(counts))
         except KeyboardInterrupt:
-            cancelled.set()
-            for future in pending:
-                future.cancel()
-            kill_all_children()
+            # Workers die at once, before they can store anything; their children die with them.
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
             return len(todo) - len(pending), True
+    pool.shutdown()
     return len(todo), False
 
 
-def _placements(plan: RunPlan) -> list[Placement]:
-    """One placement per GPU (round robin), each with the lock that serialises timing on it."""
+def grade_and_store(entry: Entry, mark: str, config: Config, cases: list[Case], plan: RunPlan,
+                    outdir: Path) -> SubmissionResult:
+    """Runs in a worker process: grade one student and store their files before reporting back."""
+    result = grade(entry.path, config, cases, plan)
+    result.student_id, result.student_name, result.fingerprint = entry.student_id, entry.student_name, mark
+    _store(result, outdir, entry.key)
+    return result
+
+
+def _placements(plan: RunPlan, outdir: Path) -> list[Placement]:
+    """One placement per GPU (round robin), each with the lock file that serialises timing on it."""
     if plan.backend != GPU:
         return [Placement()]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = ([int(g) for g in visible.split(",") if g.strip().isdigit()] if visible
             else list(range(len(glob.glob("/dev/nvidia[0-9]*")))))
-    return [Placement(gpu=g, timing_lock=threading.Lock()) for g in gpus or [0]]
+    return [Placement(gpu=g, timing_lock=FileLock(outdir / f".timing-gpu{g}.lock")) for g in gpus or [0]]
 
 
 def _outcome(result: SubmissionResult) -> str:

@@ -6,6 +6,7 @@ remaining cases go to a new child, a bounded number of times.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
@@ -42,20 +43,34 @@ class Placement:
     """Where a child runs: which GPU it sees, and the lock that keeps timed runs one at a time on it."""
 
     gpu: int | None = None
-    timing_lock: threading.Lock | None = None
+    timing_lock: threading.Lock | FileLock | None = None
     environment: dict[str, str] = field(default_factory=dict)
 
 
-_live: set[subprocess.Popen] = set()
-_live_guard = threading.Lock()
+class FileLock:
+    """A lock that works across processes (batch workers): flock on a file, one per GPU. Each holder opens
+    the file itself, so one object may be shared by threads too."""
 
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._held = threading.local()
 
-def kill_all_children() -> None:
-    """Ctrl-C in a batch: every running child (and what it started) goes at once."""
-    with _live_guard:
-        running = list(_live)
-    for proc in running:
-        kill_group(proc)
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._held.fd = fd
+
+    def release(self) -> None:
+        fd = getattr(self._held, "fd", None)
+        if fd is not None:
+            os.close(fd)  # closing drops the lock
+            self._held.fd = None
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}  # a held lock never travels to another process
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])
 
 
 def run_job(job: Job, limits: Limits, want_timing: Callable[[], bool],
@@ -102,8 +117,6 @@ class Child:
                 pass_fds=(write_fd, control_read), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True, env=_child_env(self.placement, self.job.workdir),
                 cwd=self.job.workdir)
-        with _live_guard:
-            _live.add(proc)
         os.close(write_fd)
         os.close(control_read)
         try:
@@ -113,8 +126,6 @@ class Child:
             os.close(self.control_fd)
             kill_group(proc)  # also reaps stragglers the child left behind
             self._release_timing()
-            with _live_guard:
-                _live.discard(proc)
         yield {"event": "output", "text": self.output()}
 
     def _read(self, proc: subprocess.Popen, read_fd: int) -> Iterator[dict]:

@@ -7,6 +7,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from grader.job import CaseSpec, Job
 from grader.runner import Limits, run_job
 
@@ -163,11 +165,12 @@ def test_a_child_sees_no_secret_and_a_home_of_its_own(tmp_path, monkeypatch):
     assert seen["home"] == str(tmp_path)
 
 
-def test_timed_runs_take_turns_on_one_gpu(tmp_path):
+@pytest.mark.parametrize("lock_kind", ["thread", "file"])
+def test_timed_runs_take_turns_on_one_gpu(tmp_path, lock_kind):
     """Two children asking to time at once: the second waits until the first has reported its timing."""
     import threading
 
-    from grader.runner import Placement
+    from grader.runner import FileLock, Placement
 
     body = """
     send("await_timing")
@@ -177,7 +180,8 @@ def test_timed_runs_take_turns_on_one_gpu(tmp_path):
     send("timing", started=started, ended=time.time())
     send("done")
     """
-    placement = Placement(gpu=0, timing_lock=threading.Lock())
+    lock = threading.Lock() if lock_kind == "thread" else FileLock(tmp_path / "gpu0.lock")
+    placement = Placement(gpu=0, timing_lock=lock)
     spans = []
 
     def one(folder):
