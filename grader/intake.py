@@ -461,7 +461,8 @@ class _Run:
                     base = f"{names[0]}_{first_id or folder}"
                     if len(who) > 1:
                         base += f"_and_{len(who) - 1}_more"
-                student = students[folder] = _Student(base, "/".join(prefix + (folder,)) + "/", ",".join(i for i in ids if i),
+                where = "/".join(prefix + (folder,)) + "/"
+                student = students[folder] = _Student(base, where, ",".join(i for i in ids if i),
                                                       ", ".join(n for n in names if n),
                                                       members=list(who) if len(who) > 1 else [])
             return student, rel[1:]
