@@ -1,8 +1,9 @@
 """On a GPU machine: the CPU emulator and the GPU give every corpus submission the same verdicts.
 
 For each case both ran, passed-or-not must agree (after three hung cases the GPU gives up and skips
-the rest; those are not compared). Racy kernels are the exception the emulator exists for: the GPU's outcome depends on warp timing (see tests/submissions/README.md), so there the CPU, which
-always reports the race, must fail at least every case the GPU failed.
+the rest; those are not compared). Racy kernels are the exception the emulator exists for: the GPU's
+outcome depends on warp timing (see tests/submissions/README.md), so there the CPU, which always
+reports the race, must fail at least every case the GPU failed.
 """
 import pytest
 from conftest import SUBMISSIONS
