@@ -17,7 +17,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchlib import ROOT, config_with_cache
+
 TARGET_S = 180.0
 # (corpus kernel, how many in 300): mostly correct, the usual mistakes, a few that crash or hang.
 MIX = [("good_basic", 90), ("good_tile8_renamed", 30), ("good_tile32_macro_sync", 30), ("missing_use_barrier", 25),
@@ -43,14 +44,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
         generate(work / "class", count)
-        text = (ROOT / "config.yaml").read_text().replace("cache_dir: ~/.cache/sgemm-grader",
-                                                          f"cache_dir: {work / 'cache'}")
-        text = text.replace("testcases: testcases", f"testcases: {ROOT / 'testcases'}")
-        text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
-        (work / "config.yaml").write_text(text)
+        config = config_with_cache(work / "cache", work)
         started = time.perf_counter()
         subprocess.run([sys.executable, "-m", "grader", "batch", str(work / "class"), "-o", str(work / "out"),
-                        "--config", str(work / "config.yaml"), "--backend", "gpu", "--no-sanitize"],
+                        "--config", str(config), "--backend", "gpu", "--no-sanitize"],
                        check=True, cwd=ROOT)
         wall = time.perf_counter() - started
         results = [json.loads(p.read_text()) for p in (work / "out" / "students").glob("*.json")]

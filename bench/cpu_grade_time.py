@@ -13,19 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchlib import ROOT, config_with_cache
+
 TARGET_S = 10.0
 DEFAULT = ["good_basic", "good_tile8_renamed", "good_tile32_macro_sync", "missing_use_barrier"]
-
-
-def config_with_cache(cache: Path, folder: Path) -> Path:
-    text = (ROOT / "config.yaml").read_text()
-    text = text.replace("testcases: testcases", f"testcases: {ROOT / 'testcases'}")
-    text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
-    text = text.replace("cache_dir: ~/.cache/sgemm-grader", f"cache_dir: {cache}")
-    path = folder / "config.yaml"
-    path.write_text(text)
-    return path
 
 
 def timed_grade(submission: Path, config: Path, out: Path) -> tuple[float, dict]:

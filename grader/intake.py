@@ -339,6 +339,15 @@ class _Run:
         self.intake.notes.append(f"{source}: read as {_LAYOUT_NAMES[layout]}; {len(students)} "
                                  f"{'student' if len(students) == 1 else 'students'}, {graded} to grade")
 
+    def _assign(self, members, bad, prefix, student_for, students):
+        """Each member file to the student it belongs to; refused entries to theirs where known."""
+        for m in members:
+            found = student_for(m.parts[len(prefix):])
+            if found:
+                found[0].files.append(_File(found[1], m, m.name))
+        stray = self._attach_bad(bad, prefix, student_for)
+        return list(students.values()), stray
+
     def _attach_bad(self, bad: list[Bad], prefix: tuple[str, ...], student_of) -> list[Bad]:
         """Give each refused member to its student (student_of(rel parts) -> (_Student, rel) or None)."""
         stray = []
@@ -379,12 +388,7 @@ class _Run:
             student = students.setdefault(name, _Student(name, label))
             return student, own
 
-        for m in members:
-            found = student_for(m.parts[len(prefix):])
-            if found:
-                found[0].files.append(_File(found[1], m, m.name))
-        stray = self._attach_bad(bad, prefix, student_for)
-        return list(students.values()), stray
+        return self._assign(members, bad, prefix, student_for, students)
 
     def _canvas(self, members, bad, prefix, source, outer_name):
         students: dict[str, _Student] = {}
@@ -467,12 +471,7 @@ class _Run:
                                                       members=list(who) if len(who) > 1 else [])
             return student, rel[1:]
 
-        for m in members:
-            found = student_for(m.parts[len(prefix):])
-            if found:
-                found[0].files.append(_File(found[1], m, m.name))
-        stray = self._attach_bad(bad, prefix, student_for)
-        return list(students.values()), stray
+        return self._assign(members, bad, prefix, student_for, students)
 
     # one student
 
