@@ -555,3 +555,21 @@ def test_summary_without_matplotlib(tmp_path, monkeypatch):
 def test_summary_of_no_results(tmp_path):
     text = write_summary([], tmp_path).read_text(encoding="utf-8")
     assert "0 submissions" in text and "No submissions." in text
+
+
+@pytest.mark.parametrize("entry", ["gradescope", "prairielearn"])
+def test_lms_entries_always_write_a_valid_results_file(entry, tmp_path, config_file):
+    """The CLI entries the LMS containers call: a graded kernel, and a folder with no kernel.cu at all."""
+    from grader.cli import main
+
+    schema = GRADESCOPE_SCHEMA if entry == "gradescope" else PL_SCHEMA
+    good, empty = tmp_path / "good", tmp_path / "empty"
+    good.mkdir()
+    empty.mkdir()
+    shutil.copy(ROOT / "tests" / "submissions" / "good_basic" / "kernel.cu", good / "kernel.cu")
+    for folder in (good, empty):
+        results = tmp_path / "out" / folder.name / "results.json"
+        assert main([entry, str(folder), str(results), "--config", str(config_file), "--no-run"]) == 0
+        data = json.loads(results.read_text())
+        jsonschema.validate(data, schema)
+    assert json.loads((tmp_path / "out" / "empty" / "results.json").read_text())["score"] == 0
