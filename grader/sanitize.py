@@ -61,11 +61,15 @@ def sanitize(source: str, kernel_name: str, tile: int, timeout_s: float, placeme
                        "--log-file", str(log), *launch]
             finished = run_killable(command, timeout_s, cwd=work, env=env)
             seconds = time.perf_counter() - started
-            if finished.timed_out:
-                return tool, [f"{tool} timed out after {timeout_s:g} s: the kernel did not finish on a {m}×{n}×{k} "
-                              "problem (threads waiting at a __syncthreads() others never reach?)"], seconds
             report = parse(tool, log.read_text(errors="replace") if log.is_file() else "")
-            return tool, describe(report, _buffers(finished.output), barrier_lines=syncthreads_lines(source)), seconds
+            found = describe(report, _buffers(finished.output), barrier_lines=syncthreads_lines(source))
+            if finished.timed_out:
+                # What the tool logged before the kernel hung is still true (synccheck may have seen the
+                # divergent barrier that hangs it); the "did not complete" remark gives way to the timeout.
+                found = [s for s in found if "did not complete" not in s]
+                found.append(f"{tool} timed out after {timeout_s:g} s: the kernel did not finish on a {m}×{n}×{k} "
+                             "problem (threads waiting at a __syncthreads() others never reach?)")
+            return tool, found, seconds
 
         with ThreadPoolExecutor(len(TOOLS)) as pool:
             outcomes = list(pool.map(one, TOOLS))
