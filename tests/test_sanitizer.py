@@ -1,6 +1,7 @@
-"""compute-sanitizer logs (hand-written fixtures, see tests/sanitizer_logs/README.md) into hazards and sentences."""
+"""compute-sanitizer logs into hazards and sentences: hand-written fixtures, and logs captured on an H100."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -335,3 +336,30 @@ def test_nothing_but_numbers_and_the_students_file_reach_the_student():
             for leak in ("/tmp", "/home", "/usr", "mysgemm", "tile_barrier", "cuCtx", "cudaError", "Host Frame",
                          "0x", "hpp", "python", "libcuda"):
                 assert leak not in sentence, (path.name, sentence)
+
+
+CAPTURED = Path(__file__).parent / "sanitizer_logs" / "captured"
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("missing_load_barrier.racecheck", "store at line 17 and the read at line 20: a __syncthreads() is missing "
+                                       "between them (the barrier after loading the tiles)"),
+    ("missing_use_barrier.racecheck", "store at line 16 and the read at line 21: a __syncthreads() is missing "
+                                      "after the read, before the next tile is stored (the barrier after using"),
+    ("no_bounds_checks.memcheck", "out-of-bounds read of A at line 15 in block (0, 1)"),
+])
+def test_logs_captured_on_an_h100_give_the_expected_sentence(name, expected):
+    text = (CAPTURED / f"{name}.log").read_text()
+    submission = name.split(".")[0]
+    source = (Path(__file__).parent / "submissions" / submission / "kernel.cu").read_text()
+    buffers = next((json.loads(line.split(" ", 1)[1]) for line in text.splitlines()
+                    if line.startswith("SGEMM_GRADER_BUFFERS ")), None)
+    sentences = describe(parse(name.split(".")[1], text), buffers and {k: tuple(v) for k, v in buffers.items()},
+                         barrier_lines=syncthreads_lines(source))
+    assert any(expected in sentence for sentence in sentences), sentences
+
+
+@pytest.mark.parametrize("name", ["good_basic.racecheck", "good_basic.memcheck"])
+def test_clean_captured_logs_say_nothing(name):
+    report = parse(name.split(".")[1], (CAPTURED / f"{name}.log").read_text())
+    assert report.complete and report.error_count == 0 and describe(report) == []
