@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .proc import run_killable
 from .result import SANITIZER, CheckResult, failed, passed, skipped
 from .runner import PACKAGE_ROOT, Placement
 from .sandbox import child_environment
@@ -52,8 +53,6 @@ def sanitize(source: str, kernel_name: str, tile: int, timeout_s: float, placeme
                   str(k)]
 
         def one(tool: str) -> tuple[str, list[str], float]:
-            from .proc import run_killable
-
             started = time.perf_counter()
             # The tool's report goes to a file of its own: the kernel's printf cannot forge sanitizer lines.
             log = Path(work, f"{tool}.log")

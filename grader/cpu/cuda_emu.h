@@ -250,7 +250,7 @@ inline uint3 thread_of(int linear) {
 }
 
 // A store and a read (or two stores) of one shared element by different threads with no barrier between.
-inline void race(const Region &region, const Cell &cell, const void *address, const char *kind, int store_line,
+inline void race(const Region &region, const void *address, const char *kind, int store_line,
                  int store_thread, int other_line, int other_thread, bool store_after_read) {
     // The first race of each kind explains the bug (a store before the phase's reads: the barrier after
     // loading is missing; a store after them: the one after using); the total is reported at the end.
@@ -267,7 +267,6 @@ inline void race(const Region &region, const Cell &cell, const void *address, co
            "\"block\": [%u, %u, %u], \"store_after_read\": %s}",
            kind, region.name, region.row_elements ? "true" : "false", row, column, store_line, s.x, s.y, s.z,
            other_line, o.x, o.y, o.z, blockIdx.x, blockIdx.y, blockIdx.z, store_after_read ? "true" : "false");
-    (void)cell;
 }
 
 template <class T>
@@ -277,7 +276,7 @@ inline T *shared_read(T *address, int line) {
     if (cell == nullptr) return address;
     int me = current->linear;
     if (cell->write_epoch == epoch && cell->writer != me)
-        race(*region, *cell, address, "read_after_store", cell->write_line, cell->writer, line, me,
+        race(*region, address, "read_after_store", cell->write_line, cell->writer, line, me,
              cell->write_after_read);
     if (cell->read_epoch != epoch) {
         cell->read_epoch = epoch;
@@ -299,9 +298,9 @@ inline T *shared_write(T *address, int line) {
     int me = current->linear;
     bool after_read = current->read_shared;
     if (cell->write_epoch == epoch && cell->writer != me)
-        race(*region, *cell, address, "store_after_store", line, me, cell->write_line, cell->writer, after_read);
+        race(*region, address, "store_after_store", line, me, cell->write_line, cell->writer, after_read);
     else if (cell->read_epoch == epoch && (cell->reader != me || cell->several_readers))
-        race(*region, *cell, address, "store_after_read", line, me, cell->read_line,
+        race(*region, address, "store_after_read", line, me, cell->read_line,
              cell->reader != me ? cell->reader : -1, after_read);
     cell->write_epoch = epoch;
     cell->writer = me;
