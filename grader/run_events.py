@@ -39,6 +39,10 @@ def case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: f
     return a, b, truth_of(a, b, k_factor, abs_tol)
 
 
+def _shape(case: Case) -> str:
+    return f"case: m={case.m}, n={case.n}, k={case.k}"
+
+
 def describe_fault(error: str) -> str:
     lowered = error.lower()
     for needle, message in FAULTS:
@@ -125,8 +129,9 @@ class RunEvents:
         """The CPU emulator stopped one case (fault, divergence); the next case runs as usual."""
         case = self.cases[event["case"]]
         self.case_results[case.name] = errored(
-            case.name, CASE, case.points, f"{describe_problem(event['problem'])}\n(case: m={case.m}, n={case.n}, "
-            f"k={case.k}; thread order: {event['schedule']})", visibility=case.visibility)
+            case.name, CASE, case.points,
+            f"{describe_problem(event['problem'])}\n({_shape(case)}; thread order: {event['schedule']})",
+            visibility=case.visibility)
 
     def on_fault(self, event: dict) -> None:
         self._broken(event, describe_fault(event.get("error", "")))
@@ -158,8 +163,8 @@ class RunEvents:
             self.log += f"\n[grader] after case {name} was judged: {message}\n"
         elif name in self.cases:
             case = self.cases[name]
-            self.case_results[name] = errored(name, CASE, case.points, f"{message}\n(case: m={case.m}, "
-                                              f"n={case.n}, k={case.k})", visibility=case.visibility)
+            self.case_results[name] = errored(name, CASE, case.points, f"{message}\n({_shape(case)})",
+                                              visibility=case.visibility)
             self.broken_cases.append(name)
             self.not_run_reason = (f"not run: the kernel crashed or hung in {len(self.broken_cases)} cases "
                                    f"({', '.join(self.broken_cases)}), so the grader stopped running it")

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .job import Job
@@ -44,7 +44,10 @@ class Placement:
 
     gpu: int | None = None
     timing_lock: threading.Lock | FileLock | None = None
-    environment: dict[str, str] = field(default_factory=dict)
+
+    def environment(self) -> dict[str, str]:
+        """What a child started here adds to its allow-listed environment: the one GPU it may see."""
+        return {} if self.gpu is None else {"CUDA_VISIBLE_DEVICES": str(self.gpu)}
 
 
 class FileLock:
@@ -189,7 +192,4 @@ class Child:
 
 
 def _child_env(placement: Placement, workdir: str) -> dict[str, str]:
-    extra = dict(placement.environment)
-    if placement.gpu is not None:
-        extra["CUDA_VISIBLE_DEVICES"] = str(placement.gpu)
-    return child_environment(workdir, PACKAGE_ROOT, extra)
+    return child_environment(workdir, PACKAGE_ROOT, placement.environment())

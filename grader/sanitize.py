@@ -45,8 +45,7 @@ def sanitize(source: str, kernel_name: str, tile: int, timeout_s: float, placeme
     m, n, k = shape_for(tile)
     with tempfile.TemporaryDirectory(prefix="sgemm-sanitize-") as work:
         Path(work, "kernel.cu").write_text(source, encoding="utf-8")
-        extra = {} if placement is None or placement.gpu is None else {"CUDA_VISIBLE_DEVICES": str(placement.gpu)}
-        env = child_environment(work, PACKAGE_ROOT, extra)
+        env = child_environment(work, PACKAGE_ROOT, (placement or Placement()).environment())
         if cubin and Path(cubin).is_file():
             shutil.copy(cubin, Path(work, "kernel.cubin"))
         launch = [sys.executable, "-m", "grader.sanitize_launch", "kernel.cu", kernel_name, str(tile), str(m), str(n),

@@ -20,7 +20,7 @@ from .inputs import GUARD_BEFORE, POISON_BITS, guarded_c, make_inputs
 from .job import CaseSpec, Channel, Job, TimingSpec
 from .proc import die_with_parent
 from .sandbox import limit_this_process
-from .tolerance import uniform_bound
+from .tolerance import uniform_bound, within
 
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
 
@@ -226,7 +226,7 @@ class Worker:
                     ms = launch(kernel, rep, outputs[who])
                     if rep >= spec.warmup:
                         times[who].append(ms)
-                if not agree(outputs["student"], outputs["reference"], bound):
+                if not within(outputs["student"], outputs["reference"], bound).all():
                     wrong += 1
                     first_wrong = rep + 1 if first_wrong is None else first_wrong
         return {"student_ms": times["student"], "reference_ms": times["reference"], "launches": total,
@@ -306,11 +306,6 @@ class Buffers:
         after = np.empty_like(host)
         guarded(cuda.memcpy_dtoh, after, pointer)
         return not np.array_equal(after.view(np.uint32), host.view(np.uint32))
-
-
-def agree(student: np.ndarray, reference: np.ndarray, bound: np.float32) -> bool:
-    """Every element within the bound of the reference's; NaN never is."""
-    return bool(np.all(np.abs(student - reference) <= bound))
 
 
 # FP32 lanes per SM by compute capability (NVIDIA's tables); 128 from Ampere consumer parts on.
