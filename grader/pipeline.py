@@ -23,10 +23,13 @@ from .job import CaseSpec, Job, TimingSpec
 from .result import (
     CASE,
     COMPILE,
+    COMPILE_ERROR,
     ERROR,
     GRADED,
+    GRADER_ERROR,
     SANITIZER,
     SUBMISSION_ERROR,
+    TIMED_OUT,
     TIMING,
     CheckResult,
     SubmissionResult,
@@ -64,7 +67,7 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
     except SubmissionError as exc:
         result = not_graded(path, config, cases, str(exc))
     except Exception:  # a grader bug must cost one submission, never the batch
-        result = not_graded(path, config, cases, "internal grader error: tell your instructor")
+        result = not_graded(path, config, cases, "internal grader error: tell your instructor", GRADER_ERROR)
         result.log = traceback.format_exc()
     result.duration_s = round(time.perf_counter() - started, 3)
     return result
@@ -80,17 +83,20 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
         message = f"kernel {config.kernel.name} not found; {found}"
         result.checks = [errored("compile", COMPILE, config.points.compile, message), *statics,
                          *_skip_run_checks(config, cases, f"not run: {message}")]
+        result.outcome = COMPILE_ERROR
         return result
     violations = check_source(submission.source, config.compile.allowed_headers)
     if violations:  # before any compiler can open a file: no byte of one may reach a report
         message = describe_violations(violations, config.compile.allowed_headers)
         result.checks = [errored("compile", COMPILE, config.points.compile, message), *statics,
                          *_skip_run_checks(config, cases, "not run: the kernel was not compiled")]
+        result.outcome = COMPILE_ERROR
         return result
     if plan.backend is None:
         result.message = plan.skip_reason
-        result.checks = [compile_without_gpu(submission, config), *statics,
-                         *_skip_run_checks(config, cases, plan.skip_reason)]
+        compiled = compile_without_gpu(submission, config)
+        result.checks = [compiled.check, *statics, *_skip_run_checks(config, cases, plan.skip_reason)]
+        result.outcome = compiled.outcome
         return result
     if plan.backend == CPU:
         result.message = plan.note or CPU_NOTE
@@ -98,13 +104,19 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
         result.checks = [compiled, *statics, *case_checks, timing]
         return result
     run = run_child(submission, config, cases, GPU, plan.placement)
-    result.device, result.tile_size, result.log = run.device, run.tile_size, run.log
-    if run.grader_error:
-        result.status, result.message = SUBMISSION_ERROR, run.grader_error
+    _take_run(result, run)
     result.checks = [run.compile_check, *statics, *run.case_checks(), run.timing_result()]
     if plan.sanitize:
         result.checks.append(_sanitizer_check(submission, config, run, plan))
     return result
+
+
+def _take_run(result: SubmissionResult, run: RunEvents) -> None:
+    """What the child's run says of the submission as a whole: device, tile, log and the outcome."""
+    result.device, result.tile_size, result.log = run.device, run.tile_size, run.log
+    result.outcome = run.outcome
+    if run.grader_error:
+        result.message = run.grader_error
 
 
 def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan) -> CheckResult:
@@ -117,16 +129,19 @@ def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, pla
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
                    placement: Placement | None) -> tuple[CheckResult, list[CheckResult], CheckResult]:
     """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, timing skipped."""
-    nvcc = compile_without_gpu(submission, config)
+    compiled = compile_without_gpu(submission, config)
+    nvcc = compiled.check
     timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE)
     if nvcc.status == ERROR:
         reason = "not run: the kernel did not compile"
+        result.outcome = compiled.outcome
         return nvcc, [skipped(c.name, CASE, c.points, reason, visibility=c.visibility) for c in cases], timing
     emulated = [case for case in cases if not case.gpu_only]
     run = run_child(submission, config, emulated, CPU, placement)
-    result.device, result.tile_size, result.log = run.device, run.tile_size, run.log
+    _take_run(result, run)
     compile_result, by_name = run.compile_check, {check.name: check for check in run.case_checks()}
     if run.emulator_compile_error and nvcc.passed:
+        result.outcome = GRADED  # nvcc's verdict stands: the emulator's limit is not the student's error
         reason = ("not run: nvcc compiles this kernel but the CPU emulator cannot build it; grade it on a GPU. "
                   f"The emulator said:\n{compile_result.message}")
         compile_result, by_name = nvcc, {c.name: skipped(c.name, CASE, c.points, reason, visibility=c.visibility)
@@ -139,21 +154,30 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
     return compile_result, checks, timing
 
 
-def not_graded(path: Path, config: Config, cases: list[Case], reason: str) -> SubmissionResult:
+def not_graded(path: Path, config: Config, cases: list[Case], reason: str,
+               outcome: str = SUBMISSION_ERROR) -> SubmissionResult:
     """Every check skipped with the reason, so the score reads 0 of the full total, not 0 of 0."""
     checks = [skipped("compile", COMPILE, config.points.compile, reason),
               *skipped_static_checks(vars(config.points.static), reason), *_skip_run_checks(config, cases, reason)]
-    return SubmissionResult(locate(path)[0], SUBMISSION_ERROR, checks, message=reason)
+    return SubmissionResult(locate(path)[0], outcome, checks, message=reason)
 
 
-def compile_without_gpu(submission: Submission, config: Config) -> CheckResult:
+@dataclass
+class CompiledWithoutGpu:
+    check: CheckResult
+    outcome: str  # graded, compile error or timed out
+
+
+def compile_without_gpu(submission: Submission, config: Config) -> CompiledWithoutGpu:
     points = config.points.compile
     if nvcc_path() is None:
-        return skipped("compile", COMPILE, points, "not compiled: nvcc is not on PATH")
-    outcome = _compile_with_fallback(submission.source, config)
-    if not outcome.ok:
-        return errored("compile", COMPILE, points, outcome.message)
-    return passed("compile", COMPILE, points, f"{outcome.message} (for {config.compile.arch_without_gpu}, no GPU run)")
+        return CompiledWithoutGpu(skipped("compile", COMPILE, points, "not compiled: nvcc is not on PATH"), GRADED)
+    compiled = _compile_with_fallback(submission.source, config)
+    if not compiled.ok:
+        outcome = TIMED_OUT if compiled.timed_out else COMPILE_ERROR
+        return CompiledWithoutGpu(errored("compile", COMPILE, points, compiled.message), outcome)
+    message = f"{compiled.message} (for {config.compile.arch_without_gpu}, no GPU run)"
+    return CompiledWithoutGpu(passed("compile", COMPILE, points, message), GRADED)
 
 
 def _compile_with_fallback(source: str, config: Config) -> CompileOutcome:

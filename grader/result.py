@@ -20,9 +20,15 @@ FAILED = "failed"  # the submission ran and gave a wrong answer / broke a rule
 ERROR = "error"  # it could not run: compile error, fault, timeout
 SKIPPED = "skipped"  # not attempted, with the reason in the message
 
-# Submission statuses
+# Submission outcomes: what happened to the submission as a whole, decided once by the pipeline and read
+# by every reporter. Only the last two mean "not graded"; of those, only a grader error is the grader's fault.
 GRADED = "graded"
-SUBMISSION_ERROR = "error"
+COMPILE_ERROR = "compile error"
+TIMED_OUT = "timed out"  # compiling (or starting the child) ran past its limit
+GRADER_ERROR = "grader error"
+SUBMISSION_ERROR = "submission error"
+OUTCOMES = (GRADED, COMPILE_ERROR, TIMED_OUT, GRADER_ERROR, SUBMISSION_ERROR)
+NOT_GRADED = (GRADER_ERROR, SUBMISSION_ERROR)
 
 PUBLIC = "public"
 HIDDEN = "hidden"
@@ -64,7 +70,7 @@ def skipped(name: str, kind: str, points: float, message: str, **extra: Any) -> 
 @dataclass
 class SubmissionResult:
     submission: str
-    status: str
+    outcome: str
     checks: list[CheckResult] = field(default_factory=list)
     # Who handed it in, as the LMS knows them (batch intake fills these; empty for a single folder).
     student_id: str = ""
@@ -81,6 +87,15 @@ class SubmissionResult:
     fingerprint: str = ""
 
     @property
+    def status(self) -> str:
+        """The coarse JSON status scripts have read since the first version: "graded" or "error"."""
+        return "error" if self.outcome in NOT_GRADED else "graded"
+
+    @property
+    def graded(self) -> bool:
+        return self.outcome not in NOT_GRADED
+
+    @property
     def score(self) -> float:
         return round(sum(c.score for c in self.checks), 6)
 
@@ -93,12 +108,13 @@ class SubmissionResult:
         data.pop("log")
         data["score"] = self.score
         data["max_score"] = self.max_score
-        ordered = {key: data.pop(key) for key in ("submission", "score", "max_score", "status", "checks")}
+        data["status"] = self.status
+        ordered = {key: data.pop(key) for key in ("submission", "score", "max_score", "status", "outcome", "checks")}
         ordered.update(data)
         return ordered
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SubmissionResult:
-        fields = {k: v for k, v in data.items() if k not in ("score", "max_score", "checks")}
+        fields = {k: v for k, v in data.items() if k not in ("score", "max_score", "status", "checks")}
         checks = [CheckResult(**c) for c in data.get("checks", [])]
         return cls(checks=checks, **fields)

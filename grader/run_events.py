@@ -15,7 +15,20 @@ from .config import Config
 from .cpu.messages import describe_problem, describe_races
 from .device_side import HOST_CODE_LEFT_OUT
 from .inputs import make_inputs
-from .result import CASE, COMPILE, TIMING, CheckResult, errored, passed, skipped
+from .result import (
+    CASE,
+    COMPILE,
+    COMPILE_ERROR,
+    ERROR,
+    GRADED,
+    GRADER_ERROR,
+    TIMED_OUT,
+    TIMING,
+    CheckResult,
+    errored,
+    passed,
+    skipped,
+)
 from .timing import NAME as TIMING_NAME
 from .timing import judge_timing
 
@@ -62,8 +75,18 @@ class RunEvents:
         self.broken_cases: list[str] = []
         self.grader_error = ""
         self.emulator_compile_error = False  # the CPU emulator's build failed (maybe where nvcc would not)
+        self.compile_timed_out = False
         self.device, self.tile_size, self.log = "", None, ""
         self.student_cubin = ""  # the GPU child's cached cubin of the student's file, when there is one
+
+    @property
+    def outcome(self) -> str:
+        """The submission's outcome as this run decided it."""
+        if self.grader_error:
+            return GRADER_ERROR
+        if self.compile_check.status == ERROR:
+            return TIMED_OUT if self.compile_timed_out else COMPILE_ERROR
+        return GRADED
 
     def correct_so_far(self) -> bool:
         return len(self.case_results) == len(self.cases) and all(c.passed for c in self.case_results.values())
@@ -141,6 +164,7 @@ class RunEvents:
         if event["phase"] in ("startup", "compile"):
             what = "compilation" if event["phase"] == "compile" else "starting the GPU process"
             self._compile_error(f"{what} timed out after {limit:g} s")
+            self.compile_timed_out = True
             return
         message = (f"timed out after {limit:g} s: the kernel did not finish (an endless loop, "
                    "or a __syncthreads() that some threads never reach)")

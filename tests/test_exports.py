@@ -29,10 +29,13 @@ from grader.report.summary_html import (
 from grader.result import (
     CASE,
     COMPILE,
+    COMPILE_ERROR,
     GRADED,
+    GRADER_ERROR,
     HIDDEN,
     STATIC,
     SUBMISSION_ERROR,
+    TIMED_OUT,
     TIMING,
     CheckResult,
     SubmissionResult,
@@ -94,7 +97,7 @@ def carol() -> SubmissionResult:
     """Does not compile; cases skipped."""
     reason = "not run: the kernel did not compile or load"
     return SubmissionResult(
-        "carol_sub", GRADED, student_id="1003", student_name="Carol Chen",
+        "carol_sub", COMPILE_ERROR, student_id="1003", student_name="Carol Chen",
         checks=[errored("compile", COMPILE, 1, "kernel.cu(12): error: identifier \"tile\" is undefined"),
                 *_statics(), skipped("square_64", CASE, 3, reason), skipped("ragged_m", CASE, 4, reason),
                 skipped("rect_hidden", CASE, 4, reason, visibility=HIDDEN),
@@ -111,7 +114,7 @@ def erin() -> SubmissionResult:
     """The grader broke on this one: every check skipped with the reason."""
     reason = "internal grader error: tell your instructor"
     return SubmissionResult(
-        "erin_sub", SUBMISSION_ERROR, student_id="1005", student_name="Erin Eve", message=reason,
+        "erin_sub", GRADER_ERROR, student_id="1005", student_name="Erin Eve", message=reason,
         checks=[skipped("compile", COMPILE, 1, reason), skipped("square_64", CASE, 3, reason),
                 skipped("rect_hidden", CASE, 4, reason, visibility=HIDDEN),
                 skipped("speed vs reference", TIMING, 10, reason)])
@@ -120,7 +123,7 @@ def erin() -> SubmissionResult:
 def frank() -> SubmissionResult:
     """Compilation timed out; a slow kernel's timing from an earlier check is not there."""
     return SubmissionResult(
-        "frank_sub", GRADED, student_id="1006", student_name="Frank Fox",
+        "frank_sub", TIMED_OUT, student_id="1006", student_name="Frank Fox",
         checks=[errored("compile", COMPILE, 1, "compilation timed out after 60 s"), *_statics(),
                 skipped("square_64", CASE, 3, "not run"), _timing(3.5)])
 
@@ -138,11 +141,17 @@ def test_status_label(make, label):
     assert status_label(make()) == label
 
 
-def test_status_label_grader_error_from_gpu_run():
-    # The pipeline's GPU-side grader errors keep the compile check's own wording.
-    r = SubmissionResult("x", SUBMISSION_ERROR, [errored("compile", COMPILE, 1, "not run: the GPU process ended")],
-                         message="grader error: the GPU process ended unexpectedly (exit code -9)")
-    assert status_label(r) == "grader error"
+def test_the_label_is_the_stored_outcome_never_read_from_message_text():
+    # A student's compile error that happens to say "grader error" is still the student's compile error.
+    r = SubmissionResult("x", COMPILE_ERROR, [errored("compile", COMPILE, 1, "line 3: 'grader error' undeclared")],
+                         message="the grader's note")
+    assert status_label(r) == "compile error"
+    assert SubmissionResult.from_dict(r.to_dict()).outcome == COMPILE_ERROR
+
+
+def test_status_in_json_is_the_coarse_graded_or_error():
+    assert erin().to_dict()["status"] == "error" and erin().to_dict()["outcome"] == "grader error"
+    assert carol().to_dict()["status"] == "graded"
 
 
 # ---------------------------------------------------------------- student view
@@ -471,7 +480,7 @@ def test_combined_junit_one_suite_per_student(tmp_path):
                                         "Erin Eve (1005) [erin_sub]", "Frank Fox (1006) [frank_sub]"]
     for suite, result in zip(suites, results):
         statuses = [c.status for c in result.checks]
-        not_graded = result.status == SUBMISSION_ERROR
+        not_graded = not result.graded
         assert suite.tests == len(statuses) + not_graded
         assert suite.failures == statuses.count("failed")
         assert suite.errors == statuses.count("error") + not_graded

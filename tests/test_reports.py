@@ -32,7 +32,7 @@ HIDDEN_MSG = "hidden case secret_shape_777 mismatched at (5, 9)"
 def _graded() -> SubmissionResult:
     return SubmissionResult(
         submission="alice",
-        status=GRADED,
+        outcome=GRADED,
         checks=[
             passed("build", COMPILE, 10, "compiled cleanly", metrics={"seconds": 1.25}),
             failed("uses_shared_memory", STATIC, 2.5, HOSTILE),
@@ -52,7 +52,7 @@ def _graded() -> SubmissionResult:
 
 
 def _broken() -> SubmissionResult:
-    return SubmissionResult(submission="bob", status=SUBMISSION_ERROR, message="no kernel file sgemm.cu found")
+    return SubmissionResult(submission="bob", outcome=SUBMISSION_ERROR, message="no kernel file sgemm.cu found")
 
 
 EXPECTED_TYPE = {"passed": None, "failed": Failure, "error": Error, "skipped": Skipped}
@@ -64,7 +64,7 @@ EXPECTED_TYPE = {"passed": None, "failed": Failure, "error": Error, "skipped": S
 def test_json_required_keys_and_order():
     r = _graded()
     data = json.loads(to_json(r))
-    assert list(data)[:5] == ["submission", "score", "max_score", "status", "checks"]
+    assert list(data)[:6] == ["submission", "score", "max_score", "status", "outcome", "checks"]
     assert len(data["checks"]) == len(r.checks)
     for check in data["checks"]:
         assert {"name", "kind", "status", "score", "max_score", "message"} <= set(check)

@@ -15,7 +15,7 @@ import io
 from pathlib import Path
 
 from grader.report.points import format_points
-from grader.result import SUBMISSION_ERROR, SubmissionResult
+from grader.result import SubmissionResult
 
 IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 ID_COLUMNS = ("ID", "SIS User ID", "SIS Login ID")
@@ -41,7 +41,7 @@ def to_canvas_csv(results: list[SubmissionResult], assignment: str, *, id_column
     for result in results:
         row = [result.student_name or (result.submission if not result.student_id else ""), "", "", "", ""]
         row[id_at] = result.student_id
-        blank = blank_if_not_graded and result.status == SUBMISSION_ERROR
+        blank = blank_if_not_graded and not result.graded
         writer.writerow([*row, "" if blank else format_points(result.score)])
     return out.getvalue()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.report.student_view import DEFAULT_LIMIT, student_message, student_summary
-from grader.result import PASSED, SUBMISSION_ERROR, CheckResult, SubmissionResult
+from grader.result import PASSED, CheckResult, SubmissionResult
 
 VISIBLE = "visible"
 
@@ -40,7 +40,7 @@ def to_gradescope(result: SubmissionResult, execution_time: float | None = None,
     """execution_time: seconds; defaults to the result's own duration when it has one."""
     seconds = execution_time if execution_time is not None else result.duration_s or None
     data: dict[str, Any] = {
-        "score": 0.0 if result.status == SUBMISSION_ERROR else result.score,
+        "score": result.score if result.graded else 0.0,
         "output": student_summary(result, limit),
         "output_format": "text",
         "test_output_format": "text",

@@ -13,7 +13,6 @@ from grader.result import (
     FAILED,
     PASSED,
     SKIPPED,
-    SUBMISSION_ERROR,
     CheckResult,
     SubmissionResult,
 )
@@ -68,7 +67,7 @@ def _properties(result: SubmissionResult) -> dict[str, str]:
 
 def to_junit_suite(result: SubmissionResult, student_facing: bool = True) -> TestSuite:
     cases = [_check_case(result.submission, c, student_facing) for c in result.checks]
-    if result.status == SUBMISSION_ERROR:
+    if not result.graded:
         # Keep the failure visible to CI even when there is no check to hang it on.
         case = TestCase("submission", classname=f"{result.submission}.submission")
         _attach(case, ERROR, result.message)

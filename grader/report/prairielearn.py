@@ -22,11 +22,11 @@ from grader.report.student_view import (
     student_message,
     student_summary,
 )
-from grader.result import HIDDEN, SUBMISSION_ERROR, CheckResult, SubmissionResult
+from grader.result import HIDDEN, CheckResult, SubmissionResult
 
 
 def _fraction(result: SubmissionResult) -> float:
-    if result.status == SUBMISSION_ERROR or result.max_score <= 0:
+    if not result.graded or result.max_score <= 0:
         return 0.0
     return min(1.0, max(0.0, result.score / result.max_score))
 
@@ -45,7 +45,7 @@ def _test(check: CheckResult, limit: int) -> dict[str, Any]:
 
 
 def to_prairielearn(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
-    gradable = result.status != SUBMISSION_ERROR
+    gradable = result.graded
     data: dict[str, Any] = {
         "gradable": gradable,
         "score": _fraction(result),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from grader.report.points import format_points
 from grader.report.status import status_label
-from grader.result import HIDDEN, SUBMISSION_ERROR, CheckResult, SubmissionResult
+from grader.result import HIDDEN, CheckResult, SubmissionResult
 
 DEFAULT_LIMIT = 4000
 
@@ -39,7 +39,7 @@ def student_summary(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> str
     """The text shown for the whole submission: the outcome, the score, and why it was not graded."""
     label = status_label(result)
     lines = [f"Score: {format_points(result.score)}/{format_points(result.max_score)} ({label})"]
-    if result.status == SUBMISSION_ERROR:
+    if not result.graded:
         lines.append(f"Your submission could not be graded: {result.message or 'no reason was recorded'}")
     elif result.message:
         lines.append(f"Note: {result.message}")

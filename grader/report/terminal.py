@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.report.points import format_points
-from grader.result import HIDDEN, PASSED, SKIPPED, SUBMISSION_ERROR, CheckResult, SubmissionResult
+from grader.result import HIDDEN, PASSED, SKIPPED, CheckResult, SubmissionResult
 
 STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold magenta", "skipped": "yellow"}
 
@@ -53,7 +53,7 @@ def _table(result: SubmissionResult, show_hidden_details: bool) -> Table:
 def render(result: SubmissionResult, console: Console | None = None, show_hidden_details: bool = False) -> None:
     console = console or Console()
     console.print(_header(result))
-    if result.status == SUBMISSION_ERROR:
+    if not result.graded:
         console.print(Panel(Text(result.message or "(no message)"), title="ERROR: submission could not be graded"))
     elif result.message:
         console.print(Text("Note: ", style="bold").append(result.message))
