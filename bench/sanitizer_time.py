@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from grader.sanitize import sanitize
+from grader.diagnose.run import sanitize
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_S = 30.0

@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__
 from .cases import Case
 from .config import Config
+from .execute.runner import FileLock, Placement
 from .intake import Entry, Intake, Refusal, discover
 from .pipeline import GPU, RunPlan, grade, not_graded
 from .report.canvas_csv import to_canvas_csv
@@ -32,7 +33,6 @@ from .report.json_report import to_json
 from .report.junit_report import to_combined_junit, to_junit_xml
 from .report.summary_html import write_summary
 from .result import SUBMISSION_ERROR, SubmissionResult
-from .runner import FileLock, Placement
 
 STUDENTS = "students"  # per-student files, each written when that student is done
 

@@ -21,9 +21,9 @@ from rich.console import Console
 from .batch import BatchOptions, run_batch
 from .cases import load_cases, mix_seed, with_secret
 from .config import load_config
-from .cpu.build import compiler
 from .errors import UsageError
-from .gpu_detect import gpu_unavailable_reason
+from .execute.cpu.build import compiler
+from .execute.gpu_detect import gpu_unavailable_reason
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade
 from .report import render, write_json, write_junit
 from .report.gradescope import write_gradescope

@@ -14,12 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cases import Case
-from .compile import CompileOutcome, compile_check, nvcc_path, prepare_source
 from .config import Config
 from .device_side import HOST_CODE_LEFT_OUT, device_side
+from .diagnose.run import NAME as SANITIZER_NAME
+from .diagnose.run import sanitize
+from .execute.compile import CompileOutcome, compile_check, nvcc_path, prepare_source
+from .execute.job import CaseSpec, Job, TimingSpec
+from .execute.runner import Limits, Placement, run_job
 from .include_policy import check_source
 from .include_policy import describe as describe_violations
-from .job import CaseSpec, Job, TimingSpec
 from .result import (
     CASE,
     COMPILE,
@@ -38,9 +41,6 @@ from .result import (
     skipped,
 )
 from .run_events import RunEvents
-from .runner import Limits, Placement, run_job
-from .sanitize import NAME as SANITIZER_NAME
-from .sanitize import sanitize
 from .static_check import find_kernels, skipped_static_checks, static_checks
 from .submission import Submission, SubmissionError, locate, read_submission
 from .timing import NAME as TIMING_NAME
@@ -199,7 +199,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
         job = _job(submission, config, cases, workdir, timed=backend == GPU)
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts)
-        command = [sys.executable, "-m", "grader.cpu.worker"] if backend == CPU else None
+        command = [sys.executable, "-m", "grader.execute.cpu.harness_driver"] if backend == CPU else None
         run = RunEvents(config, cases, Path(workdir))
         for event in run_job(job, limits, want_timing=run.correct_so_far, command=command, placement=placement):
             run.handle(event)

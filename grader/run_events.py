@@ -12,8 +12,8 @@ import numpy as np
 from .cases import Case
 from .compare import CaseRun, judge_case, truth_of
 from .config import Config
-from .cpu.messages import describe_problem, describe_races
 from .device_side import HOST_CODE_LEFT_OUT
+from .execute.cpu.messages import describe_problem, describe_races
 from .inputs import make_inputs
 from .result import (
     CASE,

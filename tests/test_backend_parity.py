@@ -8,8 +8,8 @@ reports the race, must fail at least every case the GPU failed.
 import pytest
 from conftest import SUBMISSIONS
 
-from grader.cpu.build import compiler
-from grader.gpu_detect import gpu_unavailable_reason
+from grader.execute.cpu.build import compiler
+from grader.execute.gpu_detect import gpu_unavailable_reason
 
 pytestmark = [
     pytest.mark.gpu,

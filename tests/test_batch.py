@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, SUBMISSIONS
 from junitparser import JUnitXml
 
-from grader.cpu.build import compiler
+from grader.execute.cpu.build import compiler
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C++ compiler for the CPU emulator")
 CLASS = ["good_basic", "missing_use_barrier", "trap", "compile_error", "good_tile8_renamed", "truncated_phases"]

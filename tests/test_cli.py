@@ -7,8 +7,8 @@ from conftest import ROOT, SUBMISSIONS
 from junitparser import JUnitXml, Skipped
 
 from grader.cli import main
-from grader.compile import nvcc_path
-from grader.gpu_detect import gpu_unavailable_reason
+from grader.execute.compile import nvcc_path
+from grader.execute.gpu_detect import gpu_unavailable_reason
 
 no_gpu_here = pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
 

@@ -2,8 +2,8 @@
 import pytest
 from conftest import ROOT, SUBMISSIONS
 
-from grader.compile import compile_check, nvcc_path
 from grader.config import load_config
+from grader.execute.compile import compile_check, nvcc_path
 from grader.result import FAILED, PASSED
 from grader.static_check import find_kernels, static_checks
 

@@ -1,9 +1,9 @@
 """The CPU backend's pure parts: device-side extraction, shared-access instrumentation, student texts."""
 from conftest import SUBMISSIONS
 
-from grader.cpu.instrument import instrument
-from grader.cpu.messages import describe_problem, describe_races
 from grader.device_side import device_side
+from grader.execute.cpu.instrument import instrument
+from grader.execute.cpu.messages import describe_problem, describe_races
 
 WITH_HOST = """#include <iostream>
 #include <stdio.h>

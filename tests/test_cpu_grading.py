@@ -8,7 +8,7 @@ import shutil
 import pytest
 from conftest import ROOT, RUN_TIMEOUT_S, SUBMISSIONS
 
-from grader.cpu.build import compiler
+from grader.execute.cpu.build import compiler
 from grader.pipeline import CPU_NOTE
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 

@@ -12,7 +12,7 @@ from junitparser import Error, JUnitXml
 
 from grader.cli import main
 from grader.config import load_config
-from grader.gpu_detect import gpu_unavailable_reason
+from grader.execute.gpu_detect import gpu_unavailable_reason
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 
 pytestmark = [

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from grader.job import CaseSpec, Job
-from grader.runner import Limits, run_job
+from grader.execute.job import CaseSpec, Job
+from grader.execute.runner import Limits, run_job
 
 CHILD_PRELUDE = """
 import json, os, sys, time, subprocess
@@ -170,7 +170,7 @@ def test_timed_runs_take_turns_on_one_gpu(tmp_path, lock_kind):
     """Two children asking to time at once: the second waits until the first has reported its timing."""
     import threading
 
-    from grader.runner import FileLock, Placement
+    from grader.execute.runner import FileLock, Placement
 
     body = """
     send("await_timing")

@@ -2,9 +2,9 @@
 import pytest
 from conftest import SUBMISSIONS
 
-from grader.gpu_detect import gpu_unavailable_reason
+from grader.diagnose.run import sanitize, sanitizer_path
+from grader.execute.gpu_detect import gpu_unavailable_reason
 from grader.result import FAILED, PASSED
-from grader.sanitize import sanitize, sanitizer_path
 
 pytestmark = [
     pytest.mark.gpu,

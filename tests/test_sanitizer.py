@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.sanitizer import (
+from grader.diagnose.sanitizer_log import (
     API_ERROR,
     DEVICE_ERROR,
     DIVERGENT_BARRIER,

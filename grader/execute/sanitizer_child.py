@@ -1,6 +1,6 @@
 """The program compute-sanitizer watches: one launch of the student's kernel on a small, ragged shape.
 
-Run as `python -m grader.sanitize_launch SOURCE KERNEL TILE M N K` under compute-sanitizer; a SOURCE.cubin
+Run as `python -m grader.execute.sanitizer_child SOURCE KERNEL TILE M N K` under compute-sanitizer; a SOURCE.cubin
 beside SOURCE (with the .cu suffix replaced) is loaded instead of compiling. A, B and C
 are allocated at exactly their sizes (memcheck's padding then makes any overrun hit no other buffer), and
 their device addresses are printed first, so the parent can name the buffer an address belongs to.

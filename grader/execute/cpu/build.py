@@ -13,8 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...device_side import device_side
 from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE
-from ..device_side import device_side
 from .instrument import instrument
 
 HERE = Path(__file__).resolve().parent
@@ -92,7 +92,7 @@ def compiler_message(log: str) -> str:
     """g++'s `kernel.cu:12:5: error: ...` as `line 12: error: ...`, without the grader's own paths."""
     text = _LOCATION.sub(lambda m: f"line {m.group(1)}: ", log)
     text = re.sub(r"^(?:[^\s:]*/)?kernel\.cu: ", "", text, flags=re.MULTILINE)
-    text = re.sub(r"(?:/[^\s:'\"]*)?/grader/cpu/", "", text)
+    text = re.sub(r"(?:/[^\s:'\"]*)?/grader/execute/cpu/", "", text)
     lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
     lines = [line for line in lines if not line.startswith(("compilation terminated", "In file included from"))]
     if len(lines) > MAX_MESSAGE_LINES:

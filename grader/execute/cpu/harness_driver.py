@@ -1,6 +1,6 @@
 """The CPU child: builds the emulation of one submission and runs every case under two thread orders.
 
-Runs as `python -m grader.cpu.worker JOB_FILE EVENT_FD CONTROL_FD`, with the same events as the GPU
+Runs as `python -m grader.execute.cpu.harness_driver JOB_FILE EVENT_FD CONTROL_FD`, with the same events as the GPU
 child. Each case runs twice, at the same time, in two harness processes: threads in forward order with
 A, B and C ending at an inaccessible page, and in reversed order with them starting after one, so an
 access just past either end faults in one of the two. A race shows up as a shadow-memory report, or
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..inputs import GUARD_BEFORE, guarded_c, make_inputs
+from ...inputs import GUARD_BEFORE, guarded_c, make_inputs
 from ..job import CaseSpec, Channel, Job
 from ..proc import die_with_parent
 from ..sandbox import limit_this_process

@@ -15,11 +15,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .proc import run_killable
-from .result import SANITIZER, CheckResult, failed, passed, skipped
-from .runner import PACKAGE_ROOT, Placement
-from .sandbox import child_environment
-from .sanitizer import describe, parse, syncthreads_lines
+from ..execute.proc import run_killable
+from ..execute.runner import PACKAGE_ROOT, Placement
+from ..execute.sandbox import child_environment
+from ..result import SANITIZER, CheckResult, failed, passed, skipped
+from .sanitizer_log import describe, parse, syncthreads_lines
 
 NAME = "compute-sanitizer"
 TOOLS = {"racecheck": ["--racecheck-report", "hazard"], "memcheck": ["--padding", "32"], "synccheck": []}
@@ -48,8 +48,8 @@ def sanitize(source: str, kernel_name: str, tile: int, timeout_s: float, placeme
         env = child_environment(work, PACKAGE_ROOT, (placement or Placement()).environment())
         if cubin and Path(cubin).is_file():
             shutil.copy(cubin, Path(work, "kernel.cubin"))
-        launch = [sys.executable, "-m", "grader.sanitize_launch", "kernel.cu", kernel_name, str(tile), str(m), str(n),
-                  str(k)]
+        launch = [sys.executable, "-m", "grader.execute.sanitizer_child", "kernel.cu", kernel_name, str(tile),
+                  str(m), str(n), str(k)]
 
         def one(tool: str) -> tuple[str, list[str], float]:
             started = time.perf_counter()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tree_sitter import Node
 
-from .. import cuda_syntax as cs
+from ... import cuda_syntax as cs
 
 READ, WRITE, UPDATE = "CUDA_EMU_READ", "CUDA_EMU_WRITE", "CUDA_EMU_UPDATE"
 

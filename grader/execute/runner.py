@@ -105,7 +105,7 @@ class Child:
     def __init__(self, job: Job, limits: Limits, want_timing: Callable[[], bool], command: list[str] | None,
                  placement: Placement):
         self.job, self.limits, self.want_timing, self.placement = job, limits, want_timing, placement
-        self.command = command or [sys.executable, "-m", "grader.worker"]
+        self.command = command or [sys.executable, "-m", "grader.execute.gpu_child"]
         self.timing_held = False
         self.log_path = Path(job.workdir, f"child-{time.monotonic_ns()}.log")
 

@@ -1,6 +1,6 @@
 """The GPU child: compiles one submission and the reference, runs the cases, times them.
 
-Runs as `python -m grader.worker JOB_FILE EVENT_FD CONTROL_FD` in a process of its own; the only code that
+Runs as `python -m grader.execute.gpu_child JOB_FILE EVENT_FD CONTROL_FD` in a process of its own; the only code that
 touches CUDA. After any CUDA error it reports and exits: a fault poisons the context for good.
 """
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..inputs import GUARD_BEFORE, POISON_BITS, guarded_c, make_inputs
+from ..tolerance import uniform_bound, within
 from .compile import TILE_PROBE_SYMBOL, student_compile_message
-from .inputs import GUARD_BEFORE, POISON_BITS, guarded_c, make_inputs
 from .job import CaseSpec, Channel, Job, TimingSpec
 from .proc import die_with_parent
 from .sandbox import limit_this_process
-from .tolerance import uniform_bound, within
 
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
 
