@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -24,6 +25,7 @@ from .config import load_config
 from .errors import UsageError
 from .execute.cpu.build import compiler
 from .execute.gpu_detect import gpu_unavailable_reason
+from .execute.sandbox import SandboxUnavailable, detect
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade
 from .report import render, write_json, write_junit
 from .report.gradescope import write_gradescope
@@ -47,6 +49,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                              "auto (default): the GPU when there is one, otherwise the CPU")
     parser.add_argument("--no-run", action="store_true",
                         help="static check and compilation only; the GPU checks are reported as skipped")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="where no sandbox can be built (no user namespaces and not root), run student code "
+                             "with your own powers anyway; every report then says so. Only for your own code")
     parser.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=None,
                         help="also run compute-sanitizer (racecheck, memcheck, synccheck) on a small shape and "
                              "explain what it finds (GPU only; default: on in batch, off otherwise)")
@@ -96,6 +101,14 @@ def load_secret(path: Path | None) -> str:
 
 
 def run_plan(args: argparse.Namespace) -> RunPlan:
+    try:
+        sandbox = detect(allow_unsafe=args.unsafe_no_sandbox)
+    except SandboxUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    return replace(_backend_plan(args), sandbox=sandbox)
+
+
+def _backend_plan(args: argparse.Namespace) -> RunPlan:
     if args.no_run:
         return RunPlan(None, "not run: --no-run asks for the static check and compilation only")
     gpu_missing = gpu_unavailable_reason()

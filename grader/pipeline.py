@@ -5,12 +5,13 @@ in a child process: the GPU worker, or the CPU emulator when no GPU is at hand.
 """
 from __future__ import annotations
 
+import functools
+import os
 import shutil
-import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .cases import Case
@@ -18,9 +19,10 @@ from .config import Config
 from .device_side import HOST_CODE_LEFT_OUT, device_side
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import sanitize
-from .execute.compile import CompileOutcome, compile_check, nvcc_path, prepare_source
+from .execute.compile import CompileOutcome, compile_check, nvcc_path, prepare_source, reference_with_fill
 from .execute.job import CaseSpec, Job, TimingSpec
-from .execute.runner import Limits, Placement, run_job
+from .execute.runner import ChildProgram, Limits, Placement, run_job
+from .execute.sandbox import Sandbox, detect
 from .include_policy import check_source
 from .include_policy import describe as describe_violations
 from .result import (
@@ -58,6 +60,16 @@ class RunPlan:
     note: str = ""  # why this backend, shown with the result
     placement: Placement | None = None  # which GPU, and its timing lock, in a batch
     sanitize: bool = False  # also run compute-sanitizer's diagnosis (GPU backend)
+    sandbox: Sandbox | None = None  # where student code runs; None: the strongest this machine allows
+
+
+@functools.cache
+def _detected_sandbox() -> Sandbox:
+    return detect()
+
+
+def sandbox_of(plan: RunPlan) -> Sandbox:
+    return plan.sandbox or _detected_sandbox()
 
 
 def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
@@ -75,7 +87,8 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
 
 def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
     submission = read_submission(path)
-    result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none")
+    sandbox = sandbox_of(plan)
+    result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level)
     statics = static_checks(submission.source, config.kernel.name, vars(config.points.static))
     kernels = find_kernels(submission.source)
     if config.kernel.name not in kernels:
@@ -94,16 +107,16 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
         return result
     if plan.backend is None:
         result.message = plan.skip_reason
-        compiled = compile_without_gpu(submission, config)
+        compiled = compile_without_gpu(submission, config, sandbox)
         result.checks = [compiled.check, *statics, *_skip_run_checks(config, cases, plan.skip_reason)]
         result.outcome = compiled.outcome
         return result
     if plan.backend == CPU:
         result.message = plan.note or CPU_NOTE
-        compiled, case_checks, timing = _checks_on_cpu(submission, config, cases, result, plan.placement)
+        compiled, case_checks, timing = _checks_on_cpu(submission, config, cases, result, plan)
         result.checks = [compiled, *statics, *case_checks, timing]
         return result
-    run = run_child(submission, config, cases, GPU, plan.placement)
+    run = run_child(submission, config, cases, GPU, plan)
     _take_run(result, run)
     result.checks = [run.compile_check, *statics, *run.case_checks(), run.timing_result()]
     if plan.sanitize:
@@ -123,13 +136,13 @@ def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, pla
     if not run.compile_check.passed or not run.tile_size:
         return skipped(SANITIZER_NAME, SANITIZER, 0, "not run: the kernel did not compile")
     return sanitize(submission.source, config.kernel.name, run.tile_size, config.timeouts.sanitizer_s,
-                    plan.placement, run.student_cubin)
+                    plan.placement, sandbox_of(plan), run.student_cubin)
 
 
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
-                   placement: Placement | None) -> tuple[CheckResult, list[CheckResult], CheckResult]:
+                   plan: RunPlan) -> tuple[CheckResult, list[CheckResult], CheckResult]:
     """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, timing skipped."""
-    compiled = compile_without_gpu(submission, config)
+    compiled = compile_without_gpu(submission, config, sandbox_of(plan))
     nvcc = compiled.check
     timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE)
     if nvcc.status == ERROR:
@@ -137,7 +150,7 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
         result.outcome = compiled.outcome
         return nvcc, [skipped(c.name, CASE, c.points, reason, visibility=c.visibility) for c in cases], timing
     emulated = [case for case in cases if not case.gpu_only]
-    run = run_child(submission, config, emulated, CPU, placement)
+    run = run_child(submission, config, emulated, CPU, plan)
     _take_run(result, run)
     compile_result, by_name = run.compile_check, {check.name: check for check in run.case_checks()}
     if run.emulator_compile_error and nvcc.passed:
@@ -168,11 +181,11 @@ class CompiledWithoutGpu:
     outcome: str  # graded, compile error or timed out
 
 
-def compile_without_gpu(submission: Submission, config: Config) -> CompiledWithoutGpu:
+def compile_without_gpu(submission: Submission, config: Config, sandbox: Sandbox) -> CompiledWithoutGpu:
     points = config.points.compile
     if nvcc_path() is None:
         return CompiledWithoutGpu(skipped("compile", COMPILE, points, "not compiled: nvcc is not on PATH"), GRADED)
-    compiled = _compile_with_fallback(submission.source, config)
+    compiled = _compile_with_fallback(submission.source, config, sandbox)
     if not compiled.ok:
         outcome = TIMED_OUT if compiled.timed_out else COMPILE_ERROR
         return CompiledWithoutGpu(errored("compile", COMPILE, points, compiled.message), outcome)
@@ -180,41 +193,44 @@ def compile_without_gpu(submission: Submission, config: Config) -> CompiledWitho
     return CompiledWithoutGpu(passed("compile", COMPILE, points, message), GRADED)
 
 
-def _compile_with_fallback(source: str, config: Config) -> CompileOutcome:
+def _compile_with_fallback(source: str, config: Config, sandbox: Sandbox) -> CompileOutcome:
     """nvcc on the whole file, as SourceModule would; on failure, on its device side alone."""
     options, arch, timeout = config.compile.options, config.compile.arch_without_gpu, config.timeouts.compile_s
-    outcome = compile_check(source, arch, options, timeout)
+    outcome = compile_check(source, arch, options, timeout, sandbox)
     device = device_side(source)
     if outcome.ok or outcome.timed_out or device == source:
         return outcome
-    fallback = compile_check(device, arch, options, timeout)
+    fallback = compile_check(device, arch, options, timeout, sandbox)
     return CompileOutcome(True, f"{fallback.message} ({HOST_CODE_LEFT_OUT})") if fallback.ok else outcome
 
 
 def run_child(submission: Submission, config: Config, cases: list[Case], backend: str,
-              placement: Placement | None = None) -> RunEvents:
+              plan: RunPlan) -> RunEvents:
     """Runs the cases in a child process of the backend's kind; the parent only reads its events."""
     workdir = tempfile.mkdtemp(prefix="sgemm-grade-")
+    os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
+    sandbox = sandbox_of(plan)
     try:
-        job = _job(submission, config, cases, workdir, timed=backend == GPU)
+        job = _job(submission, config, cases, workdir, sandbox, timed=backend == GPU)
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts)
-        command = [sys.executable, "-m", "grader.execute.cpu.harness_driver"] if backend == CPU else None
+        program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
         run = RunEvents(config, cases, Path(workdir))
-        for event in run_job(job, limits, want_timing=run.correct_so_far, command=command, placement=placement):
+        for event in run_job(job, limits, run.correct_so_far, program, plan.placement):
             run.handle(event)
         return run
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _job(submission: Submission, config: Config, cases: list[Case], workdir: str, timed: bool) -> Job:
+def _job(submission: Submission, config: Config, cases: list[Case], workdir: str, sandbox: Sandbox,
+         timed: bool) -> Job:
     reference = config.reference_path.read_text(encoding="utf-8")
     t = config.timing
     device = device_side(submission.source)
     return Job(
         student_source=prepare_source(submission.source),
-        reference_source=prepare_source(reference, "reference.cu"),
+        reference_source=reference_with_fill(reference),
         kernel_name=config.kernel.name, arg_order=config.kernel.args, tile_sizes=config.kernel.tile_sizes,
         options=config.compile.options, cache_dir=str(config.cache_dir), workdir=workdir,
         cases=[CaseSpec(c.name, c.m, c.n, c.k, c.seed, c.distribution) for c in cases],
@@ -222,6 +238,7 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
                           config.tolerance.k_factor, config.tolerance.abs) if timed else None,
         original_source=submission.source,
         device_side_source=prepare_source(device) if device != submission.source else "",
+        sandbox=asdict(sandbox),
     )
 
 

@@ -78,6 +78,8 @@ class SubmissionResult:
     # Why a submission could not be graded at all (status "error"), or notes on how it was graded.
     message: str = ""
     backend: str = ""
+    # How the submission's code was confined: "namespaces+uid", "namespaces", "uid-only" or "none".
+    sandbox: str = ""
     device: str = ""
     tile_size: int | None = None
     duration_s: float = 0.0

@@ -4,6 +4,7 @@ Every message here is for a student: what happened, where, and what to look at.
 """
 from __future__ import annotations
 
+import io
 from functools import lru_cache
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from .compare import CaseRun, judge_case, truth_of
 from .config import Config
 from .device_side import HOST_CODE_LEFT_OUT
 from .execute.cpu.messages import describe_problem, describe_races
-from .inputs import make_inputs
+from .execute.protocol import read_untrusted
+from .inputs import GUARD_BEFORE, guard_after, make_inputs
 from .result import (
     CASE,
     COMPILE,
@@ -50,6 +52,22 @@ def case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: f
     for array in (a, b):
         array.setflags(write=False)  # shared between submissions graded at once
     return a, b, truth_of(a, b, k_factor, abs_tol)
+
+
+def guarded_size(m: int, n: int) -> int:
+    return GUARD_BEFORE + m * n + guard_after(n)
+
+
+def _output(path: Path, elements: int) -> np.ndarray:
+    """A child's .npy of float32, exactly `elements` long; ValueError for anything else."""
+    try:
+        data = read_untrusted(path, elements * 4 + 4096)
+    except OSError as error:
+        raise ValueError(str(error)) from None
+    array = np.load(io.BytesIO(data), allow_pickle=False)
+    if array.dtype != np.float32 or array.size != elements:
+        raise ValueError(f"{array.dtype} array of {array.size} elements, expected {elements} float32")
+    return array
 
 
 def _shape(case: Case) -> str:
@@ -136,13 +154,25 @@ class RunEvents:
     # -- cases ---------------------------------------------------------------------------------
 
     def on_case(self, event: dict) -> None:
-        case = self.cases[event["case"]]
+        case = self.cases.get(event["case"])
+        if case is None:
+            self._broken(event, f"the grading process reported a case it was not given ({event['case'][:40]!r})")
+            return
         tolerance = self.config.tolerance
         a, b, truth = case_truth(case.m, case.n, case.k, case.seed, case.distribution, tolerance.k_factor,
                                  tolerance.abs)
-        reference = self.workdir / f"{case.name}.reference.npy"  # the CPU backend runs no reference kernel
-        run = CaseRun(buffer=np.load(self.workdir / f"{case.name}.student.npy"),
-                      reference=np.load(reference) if reference.is_file() else None,
+        folder = Path(event["folder"])
+        try:
+            buffer = _output(folder / f"{case.name}.student.npy", guarded_size(case.m, case.n))
+            # The CPU backend runs no reference kernel.
+            reference = folder / f"{case.name}.reference.npy"
+            reference = _output(reference, case.m * case.n) if reference.exists() else None
+        except ValueError as error:
+            self._broken(event, f"the kernel's output could not be read back ({error})")
+            return
+        if reference is not None:
+            reference = reference.reshape(case.m, case.n)
+        run = CaseRun(buffer=buffer.ravel(), reference=reference,
                       a_changed=event["a_changed"], b_changed=event["b_changed"], seconds=event["seconds"],
                       race=describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n))
         self.case_results[case.name] = judge_case(case.name, case.points, a, b, run, self.tile_size,
@@ -150,7 +180,10 @@ class RunEvents:
 
     def on_case_error(self, event: dict) -> None:
         """The CPU emulator stopped one case (fault, divergence); the next case runs as usual."""
-        case = self.cases[event["case"]]
+        case = self.cases.get(event["case"])
+        if case is None:
+            self._broken(event, "the grading process reported a case it was not given")
+            return
         self.case_results[case.name] = errored(
             case.name, CASE, case.points,
             f"{describe_problem(event['problem'])}\n({_shape(case)}; thread order: {event['schedule']})",
@@ -194,6 +227,9 @@ class RunEvents:
                                    f"({', '.join(self.broken_cases)}), so the grader stopped running it")
         else:
             self._compile_error(message)
+
+    def on_protocol_error(self, event: dict) -> None:
+        self._broken(event, f"the kernel's process broke the grader's protocol and was stopped ({event['error']})")
 
     def on_restart(self, event: dict) -> None:
         self.log += f"\n[grader] case {event['after']} crashed or hung: a fresh GPU process runs the rest\n"

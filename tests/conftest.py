@@ -18,6 +18,14 @@ def submission_source():
 
 
 @pytest.fixture(scope="session")
+def sandbox():
+    """The sandbox this machine allows, as `grade` would pick it (CI: namespaces and a real uid)."""
+    from grader.execute.sandbox import detect
+
+    return detect()
+
+
+@pytest.fixture(scope="session")
 def config_file(tmp_path_factory):
     """The shipped config with a short run timeout, so a hanging submission costs seconds."""
     folder = tmp_path_factory.mktemp("config")

@@ -52,28 +52,28 @@ def test_template_is_not_a_solution():
 @needs_nvcc
 @pytest.mark.parametrize("name", sorted(p.name for p in SUBMISSIONS.iterdir()
                                         if p.is_dir() and p.name not in ("compile_error", "empty")))
-def test_corpus_compiles_as_sourcemodule_would(submission_source, name):
+def test_corpus_compiles_as_sourcemodule_would(submission_source, name, sandbox):
     config = load_config()
-    outcome = compile_check(submission_source(name), "sm_90", config.compile.options, 120)
+    outcome = compile_check(submission_source(name), "sm_90", config.compile.options, 120, sandbox)
     assert outcome.ok, outcome.message
 
 
 @needs_nvcc
-def test_template_and_reference_compile():
+def test_template_and_reference_compile(sandbox):
     for path in (ROOT / "student_template/kernel.cu", ROOT / "reference/kernel.cu"):
-        assert compile_check(path.read_text(), "sm_90", ["-lineinfo"], 120).ok
+        assert compile_check(path.read_text(), "sm_90", ["-lineinfo"], 120, sandbox).ok
 
 
 @needs_nvcc
-def test_compile_error_is_reported_at_the_students_line(submission_source):
-    outcome = compile_check(submission_source("compile_error"), "sm_90", ["-lineinfo"], 120)
+def test_compile_error_is_reported_at_the_students_line(submission_source, sandbox):
+    outcome = compile_check(submission_source("compile_error"), "sm_90", ["-lineinfo"], 120, sandbox)
     assert not outcome.ok
     assert 'line 12: error: identifier "threadidx" is undefined' in outcome.message
     assert "/tmp/" not in outcome.message
 
 
 @needs_nvcc
-def test_compile_timeout_is_reported_not_waited_for(submission_source):
-    outcome = compile_check(submission_source("good_basic"), "sm_90", ["-lineinfo"], timeout=0.01)
+def test_compile_timeout_is_reported_not_waited_for(submission_source, sandbox):
+    outcome = compile_check(submission_source("good_basic"), "sm_90", ["-lineinfo"], timeout=0.01, sandbox=sandbox)
     assert not outcome.ok and outcome.timed_out
     assert outcome.message == "compilation timed out after 0.01 s"

@@ -3,14 +3,16 @@
 These children stand in for nothing GPU-specific: they exercise the process handling (deadlines,
 process-group kills, crash detection, restarts after a fault) that every submission goes through.
 """
+import json
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from grader.execute.job import CaseSpec, Job
-from grader.execute.runner import Limits, run_job
+from grader.execute.runner import ChildProgram, Limits, run_job
 
 CHILD_PRELUDE = """
 import json, os, sys, time, subprocess
@@ -18,6 +20,8 @@ job = json.load(open(sys.argv[1]))
 fd, control = int(sys.argv[2]), int(sys.argv[3])
 def send(event, **fields):
     os.write(fd, (json.dumps({"event": event, **fields}) + "\\n").encode())
+def send_case(name):
+    send("case", case=name, seconds=0.1, a_changed=False, b_changed=False)
 """
 
 
@@ -27,10 +31,10 @@ def make_job(tmp_path, cases=("one", "two", "three")):
                cases=[CaseSpec(name, 1, 1, 1, 0, "uniform") for name in cases], timing=None)
 
 
-def child(tmp_path, body: str) -> list[str]:
+def child(tmp_path, body: str) -> ChildProgram:
     script = tmp_path / "child.py"
     script.write_text(CHILD_PRELUDE + textwrap.dedent(body))
-    return [sys.executable, str(script)]
+    return ChildProgram((sys.executable, str(script)))
 
 
 LIMITS = Limits(startup_s=5, compile_s=5, run_s=1, max_restarts=2)
@@ -44,26 +48,24 @@ def test_events_pass_through_and_the_parent_decides_on_timing(tmp_path):
     body = """
     for case in job["cases"]:
         send("phase", phase="case", case=case["name"])
-        send("case", case=case["name"])
+        send_case(case["name"])
     send("await_timing")
     answer = os.fdopen(control).readline().strip()
-    send("answer", value=answer)
-    print("student printf output")
+    print("student printf output; the parent answered", answer)
     send("done")
     """
     for wanted, answer in ((True, "go"), (False, "skip")):
         events = events_of(tmp_path, body, want_timing=lambda wanted=wanted: wanted)
         kinds = [e["event"] for e in events]
-        assert kinds == ["case", "case", "case", "answer", "done", "output"]
-        assert events[3]["value"] == answer
-        assert "student printf output" in events[-1]["text"]
+        assert kinds == ["case", "case", "case", "done", "output"]
+        assert f"student printf output; the parent answered {answer}" in events[-1]["text"]
 
 
 def test_hung_case_times_out_and_its_whole_process_group_dies(tmp_path):
     body = """
     send("phase", phase="case", case="one")
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    open(os.path.join(job["workdir"], "helper.pid"), "w").write(str(helper.pid))
+    open(os.path.join(job["workdir"], "..", "helper.pid"), "w").write(str(helper.pid))
     time.sleep(60)
     """
     started = time.monotonic()
@@ -89,7 +91,7 @@ def test_phase_deadlines_are_per_phase(tmp_path):
     send("phase", phase="compile")
     time.sleep(2)  # longer than run_s, shorter than compile_s
     send("phase", phase="case", case="one")
-    send("case", case="one")
+    send_case("one")
     send("done")
     """
     kinds = [e["event"] for e in events_of(tmp_path, body, cases=("one",))]
@@ -110,20 +112,22 @@ def test_child_dying_without_a_word_is_a_crash(tmp_path):
 def test_a_fault_gets_a_fresh_child_for_the_remaining_cases_only(tmp_path):
     body = """
     names = [c["name"] for c in job["cases"]]
-    send("started", cases=names)
+    print("started with", names)
     for name in names:
         send("phase", phase="case", case=name)
         if name != "three":
             send("fault", error="an illegal memory access was encountered")
             os._exit(0)
-        send("case", case=name)
+        send_case(name)
     send("done")
     """
-    events = [e for e in events_of(tmp_path, body) if e["event"] != "output"]
-    assert [e["event"] for e in events] == ["started", "fault", "restart", "started", "fault", "restart",
-                                            "started", "case", "done"]
-    assert events[0]["cases"] == ["one", "two", "three"] and events[3]["cases"] == ["two", "three"]
-    assert events[1]["case"] == "one" and events[4]["case"] == "two"
+    events = events_of(tmp_path, body)
+    assert [e["event"] for e in events] == ["fault", "output", "restart", "fault", "output", "restart",
+                                            "case", "done", "output"]
+    outputs = [e["text"].strip() for e in events if e["event"] == "output"]
+    assert outputs == ["started with ['one', 'two', 'three']", "started with ['two', 'three']",
+                       "started with ['three']"]
+    assert events[0]["case"] == "one" and events[3]["case"] == "two"
 
 
 def test_a_hang_also_gets_a_fresh_child_for_the_rest(tmp_path):
@@ -132,7 +136,7 @@ def test_a_hang_also_gets_a_fresh_child_for_the_rest(tmp_path):
     send("phase", phase="case", case=names[0])
     if names[0] == "one":
         time.sleep(60)
-    send("case", case=names[0])
+    send_case(names[0])
     send("done")
     """
     events = [e for e in events_of(tmp_path, body, cases=("one", "two")) if e["event"] != "output"]
@@ -156,13 +160,16 @@ def test_a_child_sees_no_secret_and_a_home_of_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv("SGEMM_GRADER_SECRET", "s3cret-seed")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak")
     body = """
-    send("env", names=sorted(os.environ), home=os.environ["HOME"], values=" ".join(os.environ.values()))
+    print(json.dumps({"names": sorted(os.environ), "home": os.environ["HOME"],
+                      "values": " ".join(os.environ.values())}))
     send("done")
     """
-    seen = next(e for e in events_of(tmp_path, body) if e["event"] == "env")
+    output = next(e for e in events_of(tmp_path, body) if e["event"] == "output")["text"]
+    seen = json.loads(output)
     assert "s3cret-seed" not in seen["values"] and "leak" not in seen["values"]
     assert "SGEMM_GRADER_SECRET" not in seen["names"] and "PATH" in seen["names"]
-    assert seen["home"] == str(tmp_path)
+    # Its own folder, inside the job's, where nothing of another child is
+    assert Path(seen["home"]).parent == tmp_path and Path(seen["home"]).name.startswith("child-")
 
 
 @pytest.mark.parametrize("lock_kind", ["thread", "file"])
@@ -177,7 +184,8 @@ def test_timed_runs_take_turns_on_one_gpu(tmp_path, lock_kind):
     os.fdopen(control).readline()
     send("phase", phase="timing")
     started = time.time(); time.sleep(0.3)
-    send("timing", started=started, ended=time.time())
+    send("timing", student_ms=[started, time.time()], reference_ms=[1.0], launches=1, wrong_launches=0,
+         first_wrong_launch=None, m=1, n=1, k=1, phase_s=0.3, peak_gflops=1.0)
     send("done")
     """
     lock = threading.Lock() if lock_kind == "thread" else FileLock(tmp_path / "gpu0.lock")
@@ -187,7 +195,7 @@ def test_timed_runs_take_turns_on_one_gpu(tmp_path, lock_kind):
     def one(folder):
         folder.mkdir()
         events = run_job(make_job(folder, cases=()), LIMITS, lambda: True, child(folder, body), placement)
-        spans.extend((e["started"], e["ended"]) for e in events if e["event"] == "timing")
+        spans.extend(tuple(e["student_ms"]) for e in events if e["event"] == "timing")
 
     threads = [threading.Thread(target=one, args=(tmp_path / name,)) for name in ("a", "b")]
     for thread in threads:
@@ -196,3 +204,33 @@ def test_timed_runs_take_turns_on_one_gpu(tmp_path, lock_kind):
         thread.join()
     (first_start, first_end), (second_start, second_end) = sorted(spans)
     assert second_start >= first_end
+
+
+@pytest.mark.parametrize("line, words", [
+    ("not json at all", "not JSON"),
+    ('{"event": "output", "text": "forged by the child"}', "unknown event 'output'"),
+    ('{"event": "case", "case": "one", "seconds": "fast", "a_changed": false, "b_changed": false}', "wrong type"),
+    ('{"event": "case", "case": "one"}', "missing seconds"),
+    ('{"event": "fault", "error": "x", "extra": 1}', "unexpected field"),
+    ("[" * 100 + "]" * 100, "unknown event"),
+])
+def test_a_malformed_event_stops_the_child_as_its_own_fault(tmp_path, line, words):
+    body = f"""
+    send("phase", phase="case", case="one")
+    os.write(fd, {line!r}.encode() + b"\\n")
+    time.sleep(60)
+    """
+    started = time.monotonic()
+    events = events_of(tmp_path, body, cases=("one",))
+    assert time.monotonic() - started < 5  # killed at once, not left to time out
+    assert events[0]["event"] == "protocol_error" and events[0]["case"] == "one"
+    assert words in events[0]["error"]
+
+
+def test_a_line_that_never_ends_is_refused_without_exhausting_memory(tmp_path):
+    body = """
+    os.write(fd, b'{"event": "fault", "error": "' + b"x" * (3 << 20))
+    time.sleep(60)
+    """
+    events = events_of(tmp_path, body, cases=("one",))
+    assert events[0]["event"] == "protocol_error" and "bytes" in events[0]["error"]

@@ -6,13 +6,14 @@ after the student's code lets the compiler itself evaluate TILE_SIZE.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .proc import run_killable
+from .sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 
 STUDENT_FILE = "kernel.cu"
 TILE_PROBE_SYMBOL = "sgemm_grader_tile_size_"
@@ -24,9 +25,34 @@ __device__ int {TILE_PROBE_SYMBOL} = (TILE_SIZE);
 """
 MAX_MESSAGE_LINES = 25
 
+FILL_KERNEL = "sgemm_grader_fill"
+# Fresh timing inputs, uniform in [-1, 1), made on the GPU from a seed (a hash per element): no upload per
+# repetition. Compiled into the reference's module, which is the grader's own code.
+FILL_SOURCE = f"""
+#line 1 "<grader: input fill>"
+__global__ void {FILL_KERNEL}(float *x, unsigned int n, unsigned int seed)
+{{
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned int h = (i * 2654435761u) ^ seed;
+    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+    x[i] = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}}
+"""
+
 
 def prepare_source(source: str, file_name: str = STUDENT_FILE) -> str:
     return f'#line 1 "{file_name}"\n{source}\n{_TILE_PROBE}'
+
+
+def reference_with_fill(reference: str) -> str:
+    """The reference kernel's module as the GPU child compiles it: the reference plus the input fill."""
+    return prepare_source(reference, "reference.cu") + FILL_SOURCE
+
+
+def cubin_key(source: str, options: list[str], arch: str, nvcc_version: str) -> str:
+    """The compile cache's key: the exact text, the options, the GPU architecture and the compiler."""
+    return hashlib.sha256("\0".join([source, *options, arch, nvcc_version]).encode()).hexdigest()
 
 
 def wrap_like_sourcemodule(prepared: str) -> str:
@@ -45,14 +71,17 @@ class CompileOutcome:
     timed_out: bool = False
 
 
-def compile_check(source: str, arch: str, options: list[str], timeout: float) -> CompileOutcome:
-    """Compile as SourceModule would, without a GPU: nvcc --cubin for `arch`, output discarded."""
+def compile_check(source: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox) -> CompileOutcome:
+    """Compile as SourceModule would, without a GPU: nvcc --cubin for `arch`, in the sandbox, output discarded."""
     nvcc = nvcc_path()
     if nvcc is None:
         raise FileNotFoundError("nvcc not found on PATH")
-    with tempfile.TemporaryDirectory(prefix="sgemm-compile-") as work:
+    with scratch_folder("sgemm-compile-") as work:
         Path(work, STUDENT_FILE).write_text(wrap_like_sourcemodule(prepare_source(source)))
-        finished = run_killable([nvcc, "--cubin", *options, "-arch", arch, STUDENT_FILE], timeout, cwd=work)
+        confinement = Confinement(work, COMPILER_LIMITS, cuda=True, seccomp=True)
+        env = child_environment(str(work), {})
+        finished = run_killable([nvcc, "--cubin", *options, "-arch", arch, STUDENT_FILE], timeout, env=env,
+                                start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
     if finished.timed_out:
         return CompileOutcome(False, f"compilation timed out after {timeout:g} s", timed_out=True)
     if finished.returncode != 0:

@@ -5,7 +5,6 @@ touches CUDA. After any CUDA error it reports and exits: a fault poisons the con
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import resource
 import sys
@@ -17,28 +16,13 @@ import numpy as np
 
 from ..inputs import GUARD_BEFORE, POISON_BITS, guarded_c, make_inputs
 from ..tolerance import uniform_bound, within
-from .compile import TILE_PROBE_SYMBOL, student_compile_message
-from .job import CaseSpec, Channel, Job, TimingSpec
+from .compile import FILL_KERNEL, TILE_PROBE_SYMBOL, cubin_key, student_compile_message
+from .cubin_cache import BUILT, OFFERED
+from .job import CaseSpec, Job, TimingSpec
 from .proc import die_with_parent
-from .sandbox import limit_this_process
+from .protocol import Channel
 
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
-
-
-FILL_KERNEL = "sgemm_grader_fill"
-# Fresh timing inputs, uniform in [-1, 1), made on the GPU from a seed (a hash per element): no upload per
-# repetition. Compiled into the reference's module, which is the grader's own code.
-FILL_SOURCE = f"""
-#line 1 "<grader: input fill>"
-__global__ void {FILL_KERNEL}(float *x, unsigned int n, unsigned int seed)
-{{
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    unsigned int h = (i * 2654435761u) ^ seed;
-    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
-    x[i] = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
-}}
-"""
 
 
 class KernelFault(Exception):
@@ -47,21 +31,27 @@ class KernelFault(Exception):
 
 def main(argv: list[str]) -> int:
     die_with_parent()
-    limit_this_process()
-    job, channel, control = Job.load(Path(argv[1]), forget=True), Channel(int(argv[2])), int(argv[3])
+    job, channel = Job.load(Path(argv[1]), forget=True), Channel(int(argv[2]))
+    control = os.fdopen(int(argv[3]), "r")
     channel.send("phase", phase="startup")
     global cuda
     import pycuda.driver as cuda_driver
+    from pycuda.compiler import get_nvcc_version
 
     cuda = cuda_driver
     cuda.init()
     device = cuda.Device(0)
     worker = Worker(job, channel, device, control)
+    # The parent holds the compile cache: it puts this job's cached cubins in our folder, then answers.
+    worker.nvcc_version = get_nvcc_version("nvcc")
+    channel.send("toolchain", arch=worker.arch, nvcc=worker.nvcc_version)
+    if control.readline().strip() != "ready":
+        return 1
     channel.send("phase", phase="compile")
     with ThreadPoolExecutor(2) as pool:
         # nvcc needs no context: compile both kernels while the context is being created.
         cubins = {"student": pool.submit(worker.compile_student),
-                  "reference": pool.submit(worker.compile, job.reference_source + FILL_SOURCE)}
+                  "reference": pool.submit(worker.compile, job.reference_source)}
         context = device.make_context()
         cubins = {who: future.result() for who, future in cubins.items()}
     try:
@@ -75,11 +65,13 @@ def main(argv: list[str]) -> int:
 
 
 class Worker:
-    def __init__(self, job: Job, channel: Channel, device, control_fd: int):
-        self.job, self.channel, self.device, self.control_fd = job, channel, device, control_fd
+    def __init__(self, job: Job, channel: Channel, device, control):
+        self.job, self.channel, self.device, self.control = job, channel, device, control
         self.arch = "sm_%d%d" % device.compute_capability()
+        self.nvcc_version = ""
+        self.student_compiled = ""  # the text whose cubin is the student's: the whole file or its device side
         self.host_code_left_out = False
-        self.cubin_paths: dict[str, str] = {}  # source -> its cached cubin, which the sanitizer pass reuses
+        self.keys: dict[str, str] = {}  # source -> its cache key, so the parent can find the student's cubin
 
     def run(self, cubins: dict[str, bytes | str]) -> None:
         loaded = self.load_modules(cubins)
@@ -96,8 +88,7 @@ class Worker:
     def parent_wants_timing(self) -> bool:
         """Only the parent judges correctness, so it decides whether timing is worth running."""
         self.channel.send("await_timing")
-        with os.fdopen(self.control_fd, "r") as control:
-            return control.readline().strip() == "go"
+        return self.control.readline().strip() == "go"
 
     # -- compile -------------------------------------------------------------------------------
 
@@ -116,43 +107,39 @@ class Worker:
         self.channel.send("compiled", device=self.device.name(), arch=self.arch, cpu_s=cpu_seconds(),
                           tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile,
                           host_code_left_out=self.host_code_left_out,
-                          student_cubin=self.cubin_paths.get(self.job.student_source, ""))
+                          cubins={"student": self.keys.get(self.student_compiled, "")})
         if kernels["student"].tile not in self.job.tile_sizes or not kernels["reference"].tile:
             return None  # the parent explains why nothing runs
         return kernels["student"], kernels["reference"]
 
     def compile_student(self) -> bytes | str:
         """The whole file, as SourceModule compiles it; failing that, its device side alone."""
+        self.student_compiled = self.job.student_source
         cubin = self.compile(self.job.student_source)
         if isinstance(cubin, str) and self.job.device_side_source:
             fallback = self.compile(self.job.device_side_source)
             if not isinstance(fallback, str):
                 self.host_code_left_out = True
+                self.student_compiled = self.job.device_side_source
                 return fallback
         return cubin
 
     def compile(self, source: str) -> bytes | str:
-        """A cubin, or the compiler's message for the student."""
+        """A cubin, or the compiler's message for the student. The parent offered the cached ones in our
+        folder; what is compiled here is left for it to keep."""
         from pycuda.compiler import compile as pycuda_compile
-        from pycuda.compiler import get_nvcc_version
 
-        # pycuda's own cache writes in place and keys #include-ing sources by a second nvcc pass; this
-        # one is keyed by the exact text, written atomically, and skipped when local headers are used.
-        key = hashlib.sha256("\0".join([source, *self.job.options, self.arch,
-                                        get_nvcc_version("nvcc")]).encode()).hexdigest()
-        cacheable = '#include "' not in source
-        cached = Path(self.job.cache_dir, key + ".cubin")
-        if cacheable and cached.is_file():
-            self.cubin_paths[source] = str(cached)
-            return cached.read_bytes()
+        key = cubin_key(source, self.job.options, self.arch, self.nvcc_version)
+        self.keys[source] = key
+        offered = Path(self.job.workdir, OFFERED, key + ".cubin")
+        if offered.is_file():
+            return offered.read_bytes()
         try:
             # The function SourceModule itself calls: same extern "C" wrapping, same nvcc flags.
             cubin = pycuda_compile(source, options=list(self.job.options), arch=self.arch, cache_dir=False)
         except cuda.CompileError as err:
             return student_compile_message(f"{err.stdout or ''}{err.stderr or ''}")
-        if cacheable:
-            _write_atomically(cached, cubin)
-            self.cubin_paths[source] = str(cached)
+        _write_atomically(Path(self.job.workdir, BUILT, key + ".cubin"), cubin)
         return cubin
 
     # -- cases ---------------------------------------------------------------------------------

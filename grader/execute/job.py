@@ -1,12 +1,12 @@
-"""What the parent asks a child to run, and the line protocol the child answers on.
+"""What the parent asks a child to run.
 
-The job travels as a JSON file; the child answers with one JSON object per line on a pipe of its own
-(never stdout, which belongs to the student's printf). Big arrays go to .npy files in the job folder.
+The job travels as a JSON file in the child's folder (deleted once read); the child answers with the
+events of protocol.py on a pipe of its own (never stdout, which belongs to the student's printf). Big
+arrays go to .npy files in the child's folder.
 """
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -48,6 +48,8 @@ class Job:
     original_source: str = ""  # the file as handed in: the CPU emulator extracts its own device side
     # When the whole file does not compile under extern "C", the GPU child tries its device side alone.
     device_side_source: str = ""
+    # The sandbox the CPU driver runs the compiler and the harness in (Sandbox's fields).
+    sandbox: dict = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -65,14 +67,3 @@ class Job:
 
     def output_path(self, case: str, who: str) -> Path:
         return Path(self.workdir) / f"{case}.{who}.npy"
-
-
-class Channel:
-    """The child's end of the event pipe."""
-
-    def __init__(self, fd: int):
-        self._fd = fd
-
-    def send(self, event: str, **fields) -> None:
-        line = json.dumps({"event": event, **fields}) + "\n"
-        os.write(self._fd, line.encode())

@@ -27,10 +27,15 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def run_killable(cmd: list[str], timeout: float, cwd: str | None = None, env: dict | None = None) -> Finished:
-    """Run cmd with stdout+stderr merged; on timeout kill its whole process group (nvcc forks cicc, ptxas)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+def run_killable(cmd: list[str], timeout: float, cwd: str | None = None, env: dict | None = None,
+                 start=None) -> Finished:
+    """Run cmd with stdout+stderr merged; on timeout kill its whole process group (nvcc forks cicc, ptxas).
+    `start(cmd, **popen_options)` starts it instead of Popen (a sandbox's popen)."""
+    options = dict(env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if start is None:
+        proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True, **options)
+    else:
+        proc = start(cmd, **options)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -1,13 +1,15 @@
 """Runs a job in child processes and yields their events; never runs submission code itself.
 
-Each child is spawned fresh (never forked), in its own process group, and killed as a group when the
-current phase outlives its deadline. A child that faulted, hung or crashed is never reused: the
-remaining cases go to a new child, a bounded number of times.
+The one entry for running a submission: `run_job(job, limits, want_timing, program, placement)`. Each
+child is spawned fresh (never forked), in the sandbox its `ChildProgram` names, in its own process group,
+and killed as a group when the current phase outlives its deadline. Every line it sends is checked
+against the protocol (protocol.py); a malformed one ends the child as the submission's fault. A child
+that faulted, hung, crashed or broke the protocol is never reused: the remaining cases go to a new child,
+a bounded number of times.
 """
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import select
 import subprocess
@@ -18,13 +20,36 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from . import cubin_cache
 from .job import Job
 from .proc import cap, kill_group
-from .sandbox import child_environment
+from .protocol import MAX_LINE_BYTES, ProtocolError, decode
+from .sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 # Events after which the child is gone; in a case, the remaining cases go to a fresh child.
-BROKEN = ("fault", "timeout", "crash")
+BROKEN = ("fault", "timeout", "crash", "protocol_error")
+LOG_FILE_BYTES = 1 << 20  # of a child's stdout and stderr, what the parent reads back
+
+
+@dataclass(frozen=True)
+class ChildProgram:
+    """What runs as the child: argv (job file and fds are appended) and the sandbox it runs in. Without a
+    sandbox the program must be the grader's own code, confining whatever student code it starts."""
+
+    argv: tuple[str, ...]
+    sandbox: Sandbox | None = None
+    gpu: bool = False
+
+    @classmethod
+    def gpu_child(cls, sandbox: Sandbox) -> ChildProgram:
+        return cls((sys.executable, "-m", "grader.execute.gpu_child"), sandbox, gpu=True)
+
+    @classmethod
+    def cpu_driver(cls) -> ChildProgram:
+        return cls((sys.executable, "-m", "grader.execute.cpu.harness_driver"))
+
+    def confinement(self, workdir: Path) -> Confinement:
+        return Confinement(workdir, GPU_LIMITS, python=True, cuda=True, gpu=self.gpu)
 
 
 @dataclass
@@ -76,18 +101,18 @@ class FileLock:
         self.__init__(state["path"])
 
 
-def run_job(job: Job, limits: Limits, want_timing: Callable[[], bool],
-            command: list[str] | None = None, placement: Placement | None = None) -> Iterator[dict]:
-    """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'restart', and 'output'
-    (each child's captured stdout and stderr, after it ends).
+def run_job(job: Job, limits: Limits, want_timing: Callable[[], bool], program: ChildProgram,
+            placement: Placement | None = None) -> Iterator[dict]:
+    """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'protocol_error',
+    'restart', and 'output' (each child's captured stdout and stderr, after it ends).
 
     A child that finished its cases asks whether to time; `want_timing()` answers, after every case
-    event has been consumed. `command` replaces the worker command line (job file and fds appended).
+    event has been consumed.
     """
     restarts, placement = 0, placement or Placement()
     while True:
         broken = None
-        for event in Child(job, limits, want_timing, command, placement).events():
+        for event in Child(job, limits, want_timing, program, placement).events():
             if event["event"] in BROKEN:
                 broken = event
             yield event
@@ -102,24 +127,33 @@ def run_job(job: Job, limits: Limits, want_timing: Callable[[], bool],
 
 
 class Child:
-    def __init__(self, job: Job, limits: Limits, want_timing: Callable[[], bool], command: list[str] | None,
+    def __init__(self, job: Job, limits: Limits, want_timing: Callable[[], bool], program: ChildProgram,
                  placement: Placement):
         self.job, self.limits, self.want_timing, self.placement = job, limits, want_timing, placement
-        self.command = command or [sys.executable, "-m", "grader.execute.gpu_child"]
+        self.program = program
         self.timing_held = False
-        self.log_path = Path(job.workdir, f"child-{time.monotonic_ns()}.log")
+        # The child's own folder, the only one it can write; its log stays with the parent.
+        self.workdir = Path(job.workdir, f"child-{time.monotonic_ns()}")
+        self.log_path = Path(job.workdir, f"{self.workdir.name}.log")
+        self.cubins = cubin_cache.Exchange(job, self.workdir)
 
     def events(self) -> Iterator[dict]:
-        job_file = Path(self.job.workdir, "job.json")
-        self.job.save(job_file)
+        self.workdir.mkdir()
+        job_file = self.workdir / "job.json"
+        # The child sees its own folder only; the compile cache stays with the parent (cubin_cache).
+        cache_dir = "" if self.program.sandbox is not None else self.job.cache_dir
+        replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir).save(job_file)
         read_fd, write_fd = os.pipe()
         control_read, self.control_fd = os.pipe()
+        argv = [*self.program.argv, str(job_file), str(write_fd), str(control_read)]
+        options = dict(pass_fds=(write_fd, control_read), stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                       env=child_environment(str(self.workdir), self.placement.environment()))
         with open(self.log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [*self.command, str(job_file), str(write_fd), str(control_read)],
-                pass_fds=(write_fd, control_read), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True, env=_child_env(self.placement, self.job.workdir),
-                cwd=self.job.workdir)
+            if self.program.sandbox is not None:
+                confinement = self.program.confinement(self.workdir)
+                proc = self.program.sandbox.popen(argv, confinement, stdout=log, **options)
+            else:
+                proc = subprocess.Popen(argv, stdout=log, start_new_session=True, cwd=self.workdir, **options)
         os.close(write_fd)
         os.close(control_read)
         try:
@@ -149,8 +183,15 @@ class Child:
                 break
             pending += chunk
             *lines, pending = pending.split(b"\n")
+            if len(pending) > MAX_LINE_BYTES:
+                lines.append(pending)  # a line that never ends: decode() refuses it
             for line in lines:
-                event = json.loads(line)
+                try:
+                    event = decode(line)
+                except ProtocolError as error:
+                    kill_group(proc)
+                    yield {"event": "protocol_error", "phase": phase, "case": case, "error": str(error)}
+                    return
                 event["elapsed_s"] = round(time.monotonic() - spawned, 3)  # for the instructor's figures
                 if event["event"] == "phase":
                     phase, case = event["phase"], event.get("case")
@@ -159,6 +200,14 @@ class Child:
                 if event["event"] == "await_timing":
                     os.write(self.control_fd, b"go\n" if self._may_time() else b"skip\n")
                     continue
+                if event["event"] == "toolchain":
+                    self.cubins.offer(event["arch"], event["nvcc"])
+                    os.write(self.control_fd, b"ready\n")
+                    continue
+                if event["event"] == "compiled":
+                    event["student_cubin"] = self.cubins.take(event.pop("cubins", {}))
+                if event["event"] == "case":
+                    event["folder"] = str(self.workdir)  # where this child left the case's outputs
                 if event["event"] == "timing":
                     self._release_timing()
                 if event["event"] == "fault":
@@ -186,10 +235,6 @@ class Child:
     def output(self) -> str:
         try:
             with open(self.log_path, "rb") as log:
-                return cap(log.read(1 << 20).decode("utf-8", "replace"))
+                return cap(log.read(LOG_FILE_BYTES).decode("utf-8", "replace"))
         except OSError:
             return ""
-
-
-def _child_env(placement: Placement, workdir: str) -> dict[str, str]:
-    return child_environment(workdir, PACKAGE_ROOT, placement.environment())

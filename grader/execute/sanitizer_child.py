@@ -1,19 +1,22 @@
 """The program compute-sanitizer watches: one launch of the student's kernel on a small, ragged shape.
 
-Run as `python -m grader.execute.sanitizer_child SOURCE KERNEL TILE M N K` under compute-sanitizer; a SOURCE.cubin
-beside SOURCE (with the .cu suffix replaced) is loaded instead of compiling. A, B and C
-are allocated at exactly their sizes (memcheck's padding then makes any overrun hit no other buffer), and
-their device addresses are printed first, so the parent can name the buffer an address belongs to.
+Run as `python -m grader.execute.sanitizer_child SOURCE KERNEL TILE M N K EVENTS_FILE` under
+compute-sanitizer, in the sandbox; a SOURCE.cubin beside SOURCE (with the .cu suffix replaced) is loaded
+instead of compiling. A, B and C are allocated at exactly their sizes (memcheck's padding then makes any
+overrun hit no other buffer), and their device addresses are sent first as the protocol's `buffers`
+event (to EVENTS_FILE, not stdout, which the kernel's printf shares), so the parent can name the buffer
+an address belongs to.
 """
 from __future__ import annotations
 
-import json
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from .compile import prepare_source
+from .protocol import Channel
 
 
 def main(argv: list[str]) -> int:
@@ -34,8 +37,9 @@ def main(argv: list[str]) -> int:
     b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
     buffers = {"A": cuda.to_device(a), "B": cuda.to_device(b), "C": cuda.mem_alloc(m * n * 4)}
     sizes = {"A": a.nbytes, "B": b.nbytes, "C": m * n * 4}
-    print("SGEMM_GRADER_BUFFERS " + json.dumps({name: [int(buffers[name]), sizes[name]] for name in buffers}),
-          flush=True)
+    events = os.open(argv[7], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    Channel(events).send("buffers", buffers={name: [int(buffers[name]), sizes[name]] for name in buffers})
+    os.close(events)
     grid = ((n + tile - 1) // tile, (m + tile - 1) // tile, 1)
     kernel(np.int32(m), np.int32(n), np.int32(k), buffers["A"], buffers["B"], buffers["C"],
            block=(tile, tile, 1), grid=grid)

@@ -56,7 +56,7 @@ def _properties(result: SubmissionResult) -> dict[str, str]:
         "max_score": format_points(result.max_score),
         "status": result.status,
     }
-    for key in ("backend", "device", "tile_size"):
+    for key in ("backend", "sandbox", "device", "tile_size"):
         value = getattr(result, key)
         if value not in ("", None):
             props[key] = str(value)

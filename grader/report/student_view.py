@@ -8,6 +8,8 @@ marker so an LMS never silently drops the end of a long compiler log. Instructor
 """
 from __future__ import annotations
 
+from grader.execute.sandbox import NONE as NO_SANDBOX
+from grader.execute.sandbox import UNSAFE_NOTE
 from grader.report.points import format_points
 from grader.report.status import status_label
 from grader.result import HIDDEN, CheckResult, SubmissionResult
@@ -39,6 +41,8 @@ def student_summary(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> str
     """The text shown for the whole submission: the outcome, the score, and why it was not graded."""
     label = status_label(result)
     lines = [f"Score: {format_points(result.score)}/{format_points(result.max_score)} ({label})"]
+    if result.sandbox == NO_SANDBOX:
+        lines.append(f"Note: {UNSAFE_NOTE}")
     if not result.graded:
         lines.append(f"Your submission could not be graded: {result.message or 'no reason was recorded'}")
     elif result.message:

@@ -7,6 +7,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from grader.execute.sandbox import NONE as NO_SANDBOX
+from grader.execute.sandbox import UNSAFE_NOTE
 from grader.report.points import format_points
 from grader.result import HIDDEN, PASSED, SKIPPED, CheckResult, SubmissionResult
 
@@ -53,6 +55,8 @@ def _table(result: SubmissionResult, show_hidden_details: bool) -> Table:
 def render(result: SubmissionResult, console: Console | None = None, show_hidden_details: bool = False) -> None:
     console = console or Console()
     console.print(_header(result))
+    if result.sandbox == NO_SANDBOX:
+        console.print(Text(f"Warning: {UNSAFE_NOTE}", style="bold red"))
     if not result.graded:
         console.print(Panel(Text(result.message or "(no message)"), title="ERROR: submission could not be graded"))
     elif result.message:

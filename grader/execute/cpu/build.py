@@ -1,7 +1,9 @@
 """Builds the CPU emulation of a submission: its device side, instrumented, linked into the harness.
 
-The build is cached by the sha256 of everything that goes into it and written atomically, like the GPU
-path's cubin cache. Compiler messages are turned into `line N: ...` with the student's line numbers.
+g++ runs in the sandbox (it reads student source, and a crafted file could make it misbehave), writing
+only into the build folder; the driver then keeps the binary in the cache, where no sandbox can reach it.
+The cache key is the sha256 of everything that goes into the build. Compiler messages are turned into
+`line N: ...` with the student's line numbers.
 """
 from __future__ import annotations
 
@@ -15,9 +17,13 @@ from pathlib import Path
 
 from ...device_side import device_side
 from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE
+from ..proc import kill_group
+from ..protocol import read_untrusted
+from ..sandbox import COMPILER_LIMITS, Confinement, Sandbox
 from .instrument import instrument
 
 HERE = Path(__file__).resolve().parent
+MAX_BINARY_BYTES = 256 << 20
 FLAGS = [
     "-std=c++17", "-O2", "-w", "-fmax-errors=10", "-fno-diagnostics-show-caret",
     # GPU semantics rather than C++'s: signed overflow wraps, and an empty spin loop is kept (C++ may
@@ -59,7 +65,8 @@ def emulator_sources(source: str, kernel_name: str, arg_order: list[str]) -> dic
     }
 
 
-def build(source: str, kernel_name: str, arg_order: list[str], cache_dir: Path, workdir: Path) -> Build:
+def build(source: str, kernel_name: str, arg_order: list[str], cache_dir: Path, workdir: Path,
+          sandbox: Sandbox, timeout_s: float) -> Build:
     cxx = compiler()
     if cxx is None:
         return Build(None, "the CPU emulator needs a C++ compiler (g++), and none is on PATH")
@@ -74,14 +81,23 @@ def build(source: str, kernel_name: str, arg_order: list[str], cache_dir: Path, 
     for name, text in sources.items():
         (folder / name).write_text(text, encoding="utf-8")
     binary = folder / "harness"
-    finished = subprocess.run(
-        [cxx, *FLAGS, "-I", str(folder), "-I", str(HERE), "-I", str(HERE / "include"), str(HERE / "harness.cpp"),
-         "-o", str(binary)],
-        capture_output=True, text=True, check=False, env={**os.environ, "LC_ALL": "C"},
-    )
-    if finished.returncode != 0:
-        return Build(None, compiler_message(finished.stderr + finished.stdout))
-    _store_atomically(binary, cached)
+    command = [cxx, *FLAGS, "-I", str(folder), "-I", str(HERE), "-I", str(HERE / "include"),
+               str(HERE / "harness.cpp"), "-o", str(binary)]
+    confinement = Confinement(folder, COMPILER_LIMITS, seccomp=True, readable=(HERE,))
+    process = sandbox.popen(command, confinement, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={"PATH": os.environ.get("PATH", "/usr/bin"),
+                                                           "LC_ALL": "C", "TMPDIR": str(folder)})
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        return Build(None, f"compile error: the C++ compiler ran past {timeout_s:g} s")
+    if process.returncode != 0:
+        return Build(None, compiler_message(output.decode("utf-8", "replace")[:1 << 20]))
+    try:
+        _store_atomically(binary, cached)
+    except OSError as error:
+        return Build(None, f"compile error: the compiler left no usable program ({error})")
     return Build(cached)
 
 
@@ -101,7 +117,9 @@ def compiler_message(log: str) -> str:
 
 
 def _store_atomically(binary: Path, target: Path) -> None:
+    """The sandbox wrote the binary: copy it only as a plain file (never through a link it may have made)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    shutil.copy2(binary, temporary)
+    temporary.write_bytes(read_untrusted(binary, MAX_BINARY_BYTES))
+    temporary.chmod(0o755)
     os.replace(temporary, target)

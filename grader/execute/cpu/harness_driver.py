@@ -1,14 +1,20 @@
 """The CPU child: builds the emulation of one submission and runs every case under two thread orders.
 
-Runs as `python -m grader.execute.cpu.harness_driver JOB_FILE EVENT_FD CONTROL_FD`, with the same events as the GPU
-child. Each case runs twice, at the same time, in two harness processes: threads in forward order with
+Runs as `python -m grader.execute.cpu.harness_driver JOB_FILE EVENT_FD CONTROL_FD`, with the same events
+as the GPU child. It is the grader's own code and runs unconfined; everything that runs student code
+(g++ on their source, the harness with their kernel linked in, `--tile` included, since static
+initializers run first) runs in the job's sandbox, with a folder per case named by its index (a hidden
+case's name never reaches student code). What the harness leaves behind is read as untrusted: plain
+files only, bounded, every report checked against the protocol.
+
+Each case runs twice, at the same time, in two harness processes: threads in forward order with
 A, B and C ending at an inaccessible page, and in reversed order with them starting after one, so an
 access just past either end faults in one of the two. A race shows up as a shadow-memory report, or
 as outputs that differ between the orders.
 """
 from __future__ import annotations
 
-import json
+import shutil
 import subprocess
 import sys
 import time
@@ -17,105 +23,138 @@ from pathlib import Path
 import numpy as np
 
 from ...inputs import GUARD_BEFORE, guarded_c, make_inputs
-from ..job import CaseSpec, Channel, Job
+from ..job import CaseSpec, Job
 from ..proc import die_with_parent
-from ..sandbox import limit_this_process
+from ..protocol import Channel, harness_report, read_untrusted
+from ..sandbox import HARNESS_LIMITS, Confinement, Sandbox
 from .build import build, compiler, compiler_version
 
 # (thread order, where the buffers sit against their guard pages)
 SCHEDULES = (("forward", "end"), ("reversed", "start"))
 PROBLEMS = ("fault", "divergence")
+REPORT_BYTES = 1 << 20
+COMPILE_TIMEOUT_S = 120  # the parent's compile deadline normally ends us first
 
 
 def main(argv: list[str]) -> int:
     die_with_parent()
-    limit_this_process()
     job, channel = Job.load(Path(argv[1]), forget=True), Channel(int(argv[2]))
+    sandbox = Sandbox(**job.sandbox)
     channel.send("phase", phase="startup")
     channel.send("phase", phase="compile")
     workdir = Path(job.workdir)
-    built = build(job.original_source, job.kernel_name, job.arg_order, Path(job.cache_dir), workdir)
+    built = build(job.original_source, job.kernel_name, job.arg_order, Path(job.cache_dir), workdir, sandbox,
+                  COMPILE_TIMEOUT_S)
     if built.binary is None:
         channel.send("compile_error", target="student", message=built.message, emulator=True)
         channel.send("done")
         return 0
-    tile = tile_size(built.binary)
+    harness = Harness(built.binary, job, sandbox)
+    tile = harness.tile_size()
     channel.send("compiled", device=f"CPU emulation ({compiler_version(compiler())})", arch="cpu",
                  tile_size=tile)
     if tile in job.tile_sizes:
-        for spec in job.cases:
+        for index, spec in enumerate(job.cases):
             channel.send("phase", phase="case", case=spec.name)
-            channel.send(**run_case(built.binary, spec, tile, job))
+            channel.send(**harness.run_case(spec, index, tile))
     channel.send("done")
     return 0
 
 
-def tile_size(binary: Path) -> int | None:
-    answer = subprocess.run([str(binary), "--tile"], capture_output=True, text=True, check=False).stdout.strip()
-    return int(answer) if answer.lstrip("-").isdigit() else None
+class Harness:
+    """The built emulation, run in the sandbox: a copy the sandbox can read but not change."""
 
+    def __init__(self, binary: Path, job: Job, sandbox: Sandbox):
+        workdir = Path(job.workdir)
+        self.output_path = lambda case: job.output_path(case, "student")
+        folder = workdir / "bin"
+        folder.mkdir(mode=0o755, exist_ok=True)
+        self.binary, self.workdir, self.sandbox = folder / "harness", workdir, sandbox
+        shutil.copyfile(binary, self.binary)
+        self.binary.chmod(0o755)
 
-def run_case(binary: Path, spec: CaseSpec, tile: int, job: Job) -> dict:
-    folder = Path(job.workdir, spec.name)
-    folder.mkdir(parents=True, exist_ok=True)
-    a, b = make_inputs(spec.m, spec.n, spec.k, spec.seed, spec.distribution)
-    c = guarded_c(spec.m, spec.n)
-    for name, array in (("a", a), ("b", b), ("c", c)):
-        array.tofile(folder / f"{name}.bin")
-    started = time.perf_counter()
-    processes = {schedule: _start(binary, folder, spec, tile, schedule, layout, c.size)
-                 for schedule, layout in SCHEDULES}
-    returncodes = {schedule: process.wait() for schedule, process in processes.items()}
-    seconds = time.perf_counter() - started
-    reports = {schedule: _events(folder / f"report-{schedule}.jsonl") for schedule in processes}
+    def start(self, folder: Path, argv: list[str], stdout) -> subprocess.Popen:
+        confinement = Confinement(folder, HARNESS_LIMITS, seccomp=True, readable=(self.binary,))
+        return self.sandbox.popen([str(self.binary), *argv], confinement, stdin=subprocess.DEVNULL, stdout=stdout,
+                                  env={"PATH": "/usr/bin:/bin"})
 
-    for schedule, events in reports.items():
-        problem = next((e for e in events if e["event"] in PROBLEMS), None)
-        if problem is None and returncodes[schedule] != 0:
-            problem = {"event": "fault", "what": "crashed", "returncode": returncodes[schedule]}
-        if problem is not None:
-            return {"event": "case_error", "case": spec.name, "schedule": schedule, "problem": problem}
+    def tile_size(self) -> int | None:
+        folder = self.workdir / "tile"
+        process = self.start(folder, ["--tile"], subprocess.PIPE)
+        try:
+            answer, _ = process.communicate(timeout=HARNESS_LIMITS.cpu_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return None
+        answer = answer[:64].decode("ascii", "replace").strip()
+        return int(answer) if answer.lstrip("-").isdigit() and len(answer) < 10 else None
 
-    outputs = {schedule: np.fromfile(folder / f"out-{schedule}.bin", np.float32) for schedule in processes}
-    np.save(job.output_path(spec.name, "student"), outputs["forward"])
-    done = {schedule: next(e for e in events if e["event"] == "done") for schedule, events in reports.items()}
-    region = slice(GUARD_BEFORE, GUARD_BEFORE + spec.m * spec.n)
-    differing = int(np.count_nonzero(outputs["forward"][region].view(np.uint32)
-                                     != outputs["reversed"][region].view(np.uint32)))
-    races = {}
-    for events in reports.values():
-        for event in events:
-            if event["event"] == "race":
-                races.setdefault(event["store_after_read"], event)
-    return {"event": "case", "case": spec.name, "seconds": seconds,
-            "a_changed": any(d["a_changed"] for d in done.values()),
-            "b_changed": any(d["b_changed"] for d in done.values()),
-            "races": list(races.values()), "schedules_differ": differing}
+    def run_case(self, spec: CaseSpec, index: int, tile: int) -> dict:
+        folder = self.workdir / f"case{index}"
+        folder.mkdir(parents=True, exist_ok=True)
+        a, b = make_inputs(spec.m, spec.n, spec.k, spec.seed, spec.distribution)
+        c = guarded_c(spec.m, spec.n)
+        for name, array in (("a", a), ("b", b), ("c", c)):
+            array.tofile(folder / f"{name}.bin")
+        started = time.perf_counter()
+        processes = {schedule: self._start_schedule(folder, spec, tile, schedule, layout, c.size)
+                     for schedule, layout in SCHEDULES}
+        returncodes = {schedule: process.wait() for schedule, process in processes.items()}
+        seconds = time.perf_counter() - started
+        reports = {schedule: _events(folder / f"report-{schedule}.jsonl") for schedule in processes}
 
+        for schedule, events in reports.items():
+            problem = next((e for e in events if e["event"] in PROBLEMS), None)
+            if problem is None and returncodes[schedule] != 0:
+                problem = {"event": "fault", "what": "crashed", "returncode": returncodes[schedule]}
+            if problem is None and not any(e["event"] == "done" for e in events):
+                problem = {"event": "fault", "what": "crashed", "returncode": returncodes[schedule]}
+            if problem is not None:
+                return {"event": "case_error", "case": spec.name, "schedule": schedule, "problem": problem}
+        try:
+            outputs = {schedule: np.frombuffer(read_untrusted(folder / f"out-{schedule}.bin", c.nbytes), np.float32)
+                       for schedule in processes}
+        except OSError:
+            return {"event": "case_error", "case": spec.name, "schedule": "forward",
+                    "problem": {"event": "fault", "what": "crashed", "returncode": None}}
+        if any(output.size != c.size for output in outputs.values()):
+            return {"event": "case_error", "case": spec.name, "schedule": "forward",
+                    "problem": {"event": "fault", "what": "crashed", "returncode": None}}
+        np.save(self.output_path(spec.name), outputs["forward"])
+        done = {schedule: next(e for e in events if e["event"] == "done") for schedule, events in reports.items()}
+        region = slice(GUARD_BEFORE, GUARD_BEFORE + spec.m * spec.n)
+        differing = int(np.count_nonzero(outputs["forward"][region].view(np.uint32)
+                                         != outputs["reversed"][region].view(np.uint32)))
+        races = {}
+        for events in reports.values():
+            for event in events:
+                if event["event"] == "race":
+                    races.setdefault(event["store_after_read"], event)
+        return {"event": "case", "case": spec.name, "seconds": seconds,
+                "a_changed": any(d["a_changed"] for d in done.values()),
+                "b_changed": any(d["b_changed"] for d in done.values()),
+                "races": list(races.values()), "schedules_differ": differing}
 
-def _start(binary: Path, folder: Path, spec: CaseSpec, tile: int, schedule: str, layout: str,
-           c_floats: int) -> subprocess.Popen:
-    run_file = folder / f"run-{schedule}.txt"
-    report = folder / f"report-{schedule}.jsonl"
-    report.unlink(missing_ok=True)
-    run_file.write_text(" ".join(map(str, [
-        spec.m, spec.n, spec.k, tile, schedule, layout, folder / "a.bin", folder / "b.bin", folder / "c.bin",
-        folder / f"out-{schedule}.bin", c_floats, GUARD_BEFORE])))
-    # One copy of the kernel's printf output is enough: the forward run's.
-    stdout = None if schedule == "forward" else subprocess.DEVNULL
-    return subprocess.Popen([str(binary), str(run_file), str(report)], stdin=subprocess.DEVNULL, stdout=stdout)
+    def _start_schedule(self, folder: Path, spec: CaseSpec, tile: int, schedule: str, layout: str,
+                        c_floats: int) -> subprocess.Popen:
+        run_file = folder / f"run-{schedule}.txt"
+        report = folder / f"report-{schedule}.jsonl"
+        report.unlink(missing_ok=True)
+        run_file.write_text(" ".join(map(str, [
+            spec.m, spec.n, spec.k, tile, schedule, layout, folder / "a.bin", folder / "b.bin", folder / "c.bin",
+            folder / f"out-{schedule}.bin", c_floats, GUARD_BEFORE])))
+        # One copy of the kernel's printf output is enough: the forward run's.
+        stdout = None if schedule == "forward" else subprocess.DEVNULL
+        return self.start(folder, [str(run_file), str(report)], stdout)
 
 
 def _events(path: Path) -> list[dict]:
-    if not path.is_file():
+    """The harness's reports: lines student code could have written, so each one is checked."""
+    try:
+        text = read_untrusted(path, REPORT_BYTES).decode("utf-8", "replace")
+    except OSError:
         return []
-    events = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut short by the fault that ended the run
-    return events
+    return [event for event in map(harness_report, text.splitlines()) if event is not None]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""The compile cache, kept by the parent: no sandboxed child can read or write it.
+
+When the GPU child knows its GPU's architecture and nvcc's version (the `toolchain` event), the parent
+copies the cached cubins of this job's own sources into the child's folder. What the child had to compile
+it leaves in `new-cubins/`; the parent stores only files whose names are the keys it computed itself from
+the sources it sent, so a child can never place a cubin under another text's key.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from .compile import cubin_key
+from .job import Job
+from .protocol import read_untrusted
+
+OFFERED, BUILT = "cubins", "new-cubins"
+MAX_CUBIN_BYTES = 64 << 20
+
+
+class Exchange:
+    def __init__(self, job: Job, workdir: Path):
+        self.job, self.workdir = job, workdir
+        self.roles: dict[str, str] = {}  # key -> "student", "device_side" or "reference"
+
+    def _sources(self) -> dict[str, str]:
+        sources = {"student": self.job.student_source, "reference": self.job.reference_source}
+        if self.job.device_side_source:
+            sources["device_side"] = self.job.device_side_source
+        return sources
+
+    def cached(self, key: str) -> Path:
+        return Path(self.job.cache_dir, key + ".cubin")
+
+    def offer(self, arch: str, nvcc_version: str) -> None:
+        self.roles = {cubin_key(source, self.job.options, arch, nvcc_version): role
+                      for role, source in self._sources().items() if _cacheable(source)}
+        offered = self.workdir / OFFERED
+        offered.mkdir(mode=0o755, exist_ok=True)
+        for key in self.roles:
+            if self.cached(key).is_file():
+                shutil.copyfile(self.cached(key), offered / f"{key}.cubin")
+                os.chmod(offered / f"{key}.cubin", 0o644)
+
+    def take(self, used: dict[str, str]) -> str:
+        """Store what the child compiled; return the cache path of the student's cubin, if there is one."""
+        for key in self.roles:
+            if not self.cached(key).is_file():
+                self._store(key)
+        key = used.get("student", "")
+        if self.roles.get(key) in ("student", "device_side") and self.cached(key).is_file():
+            return str(self.cached(key))
+        return ""
+
+    def _store(self, key: str) -> None:
+        try:
+            data = read_untrusted(self.workdir / BUILT / f"{key}.cubin", MAX_CUBIN_BYTES)
+        except OSError:
+            return  # not compiled (an error), or not a plain file: nothing to keep
+        target = self.cached(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{key}.{os.getpid()}.tmp")
+        temporary.write_bytes(data)
+        os.replace(temporary, target)
+
+
+def _cacheable(source: str) -> bool:
+    return '#include "' not in source  # a local header's text is not part of the key

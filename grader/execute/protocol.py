@@ -1,0 +1,203 @@
+"""The one protocol between a sandboxed child and the grader: typed events, one JSON object per line.
+
+The GPU child, the CPU harness driver and the sanitizer child send with `Channel`; the parent reads with
+`decode`, which checks every event against `EVENTS` (known name, required fields, types, sizes). Anything
+else is a `ProtocolError`: the submission's fault (its process was compromised or crashed mid-line), never
+a grader crash. The CPU harness's own reports (written by student code running natively) are checked
+against `HARNESS_REPORTS` the same way. Files a child leaves in its folder are read with `read_untrusted`:
+no symlink, no FIFO, bounded size.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+MAX_LINE_BYTES = 1 << 20
+MAX_TEXT = 64 * 1024
+MAX_LIST = 4096
+
+
+class ProtocolError(Exception):
+    """An event that is not one the protocol defines."""
+
+
+# Field types: a type, a tuple of types (None allowed as type(None)), or a `one_of` set of strings.
+NUMBER = (int, float)
+OPTIONAL_INT = (int, type(None))
+
+
+def one_of(*values: str) -> frozenset[str]:
+    return frozenset(values)
+
+
+TRIPLE = ("triple",)  # a list of three non-negative ints: a thread or block index
+NUMBERS = ("numbers",)  # a list of numbers
+RECORDS = ("records",)  # a list of harness reports, each checked against HARNESS_REPORTS
+RECORD = ("record",)  # one harness report
+BUFFER_MAP = ("buffers",)  # {"A": [address, bytes], ...}
+
+TARGET = one_of("student", "reference")
+PHASE = one_of("startup", "compile", "case", "timing")
+
+# name -> (required fields, optional fields). Only a child sends these; "timeout", "crash", "restart" and
+# "output" are the parent's own and a child that sends one breaks the protocol.
+EVENTS: dict[str, tuple[dict, dict]] = {
+    "phase": ({"phase": PHASE}, {"case": str}),
+    "toolchain": ({"arch": str, "nvcc": str}, {}),
+    "compiled": ({"device": str, "arch": str, "tile_size": OPTIONAL_INT},
+                 {"reference_tile": OPTIONAL_INT, "cpu_s": NUMBER, "host_code_left_out": bool, "cubins": dict}),
+    "compile_error": ({"target": TARGET, "message": str}, {"emulator": bool}),
+    "kernel_missing": ({"target": TARGET, "message": str}, {}),
+    "case": ({"case": str, "seconds": NUMBER, "a_changed": bool, "b_changed": bool},
+             {"races": RECORDS, "schedules_differ": int}),
+    "case_error": ({"case": str, "schedule": str, "problem": RECORD}, {}),
+    "await_timing": ({}, {}),
+    "timing": ({"student_ms": NUMBERS, "reference_ms": NUMBERS, "launches": int, "wrong_launches": int,
+                "first_wrong_launch": OPTIONAL_INT, "m": int, "n": int, "k": int, "phase_s": NUMBER,
+                "peak_gflops": NUMBER}, {}),
+    "fault": ({"error": str}, {}),
+    "buffers": ({"buffers": BUFFER_MAP}, {}),
+    "done": ({}, {}),
+}
+
+# What the CPU harness reports (cuda_emu.h, harness.cpp): student code shares its process, so every field
+# is checked before a message is built from it.
+HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
+    "race": ({"kind": one_of("read_after_store", "store_after_read", "store_after_store"), "array": str,
+              "two_d": bool, "row": int, "column": int, "store_thread": TRIPLE, "store_line": int,
+              "other_thread": TRIPLE, "other_line": int, "block": TRIPLE, "store_after_read": bool}, {}),
+    "fault": ({"what": str}, {"thread": TRIPLE, "block": TRIPLE, "buffer": one_of("A", "B", "C"),
+                              "access": str, "side": one_of("before", "after"), "elements": int, "line": int,
+                              "returncode": OPTIONAL_INT}),
+    "divergence": ({"kind": one_of("different_barriers", "exited"), "line": int, "thread": TRIPLE,
+                    "other_line": int, "other_thread": TRIPLE, "block": TRIPLE}, {}),
+    "done": ({"a_changed": bool, "b_changed": bool, "races": int}, {}),
+}
+
+
+def decode(line: bytes) -> dict:
+    """One line from a child, checked; raises ProtocolError."""
+    if len(line) > MAX_LINE_BYTES:
+        raise ProtocolError(f"an event of {len(line)} bytes (at most {MAX_LINE_BYTES})")
+    try:
+        event = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        raise ProtocolError(f"not JSON: {line[:80]!r}") from None
+    return check(event, EVENTS)
+
+
+def check(event: object, table: dict[str, tuple[dict, dict]]) -> dict:
+    if not isinstance(event, dict) or event.get("event") not in table:
+        name = event.get("event") if isinstance(event, dict) else type(event).__name__
+        raise ProtocolError(f"unknown event {str(name)[:40]!r}")
+    required, optional = table[event["event"]]
+    for key, value in event.items():
+        if key == "event":
+            continue
+        if key not in required and key not in optional:
+            raise ProtocolError(f"{event['event']}: unexpected field {key[:40]!r}")
+        _check_value(event["event"], key, value, required.get(key, optional.get(key)))
+    missing = [key for key in required if key not in event]
+    if missing:
+        raise ProtocolError(f"{event['event']}: missing {', '.join(missing)}")
+    return event
+
+
+def _check_value(name: str, key: str, value: object, kind) -> None:
+    ok = _matches(value, kind)
+    if not ok:
+        raise ProtocolError(f"{name}: field {key!r} has a value of the wrong type or size")
+
+
+def _matches(value: object, kind) -> bool:
+    if isinstance(kind, frozenset):
+        return isinstance(value, str) and value in kind
+    if kind is TRIPLE:
+        return (isinstance(value, list) and len(value) == 3
+                and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 32 for v in value))
+    if kind is NUMBERS:
+        return isinstance(value, list) and len(value) <= MAX_LIST and all(_number(v) for v in value)
+    if kind is RECORDS:
+        return (isinstance(value, list) and len(value) <= 64
+                and all(_record_ok(v) for v in value))
+    if kind is RECORD:
+        return _record_ok(value)
+    if kind is BUFFER_MAP:
+        return (isinstance(value, dict) and set(value) <= {"A", "B", "C"}
+                and all(isinstance(v, list) and len(v) == 2 and all(_int(x) for x in v) for v in value.values()))
+    if kind is dict:
+        return (isinstance(value, dict) and len(value) <= 8
+                and all(isinstance(k, str) and isinstance(v, str) and len(v) < 256 for k, v in value.items()))
+    if kind is str:
+        return isinstance(value, str) and len(value) <= MAX_TEXT
+    if kind is int:
+        return _int(value)
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind == NUMBER:
+        return _number(value)
+    if kind == OPTIONAL_INT:
+        return value is None or _int(value)
+    return False
+
+
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 63
+
+
+def _number(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and value == value  # not NaN
+
+
+def _record_ok(value: object) -> bool:
+    try:
+        check(value, HARNESS_REPORTS)
+    except ProtocolError:
+        return False
+    return True
+
+
+def harness_report(line: str) -> dict | None:
+    """One line of a harness report file, or None when it is not a valid report."""
+    try:
+        return check(json.loads(line), HARNESS_REPORTS)
+    except (ValueError, ProtocolError):
+        return None
+
+
+class Channel:
+    """A child's end of its event pipe. Sending checks the event too, so a grader bug fails loudly in tests."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def send(self, event: str, **fields) -> None:
+        message = check({"event": event, **fields}, EVENTS)
+        os.write(self._fd, (json.dumps(message) + "\n").encode())
+
+
+def read_untrusted(path: Path, max_bytes: int) -> bytes:
+    """A file a sandboxed process may have written: only a regular file, never through a symlink, at most
+    max_bytes. Raises OSError otherwise (the caller treats it as the submission's fault)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{Path(path).name} is not a regular file")
+        if info.st_size > max_bytes:
+            raise OSError(f"{Path(path).name} is larger than {max_bytes} bytes")
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:
+            raise OSError(f"{Path(path).name} grew past {max_bytes} bytes")
+        return data
+    finally:
+        os.close(fd)
