@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import seccomp
+from .proc import IN_PID_NAMESPACE
 
 NAMESPACES_AND_UID = "namespaces+uid"
 NAMESPACES = "namespaces"
@@ -115,6 +116,8 @@ class Sandbox:
         if confinement.seccomp and self.level in (NAMESPACES_AND_UID, NAMESPACES) and seccomp.supported():
             filter_fd = _filter_fd()
             pass_fds += (filter_fd,)
+        if self.level in (NAMESPACES_AND_UID, NAMESPACES) and kwargs.get("env") is not None:
+            kwargs["env"] = {**kwargs["env"], IN_PID_NAMESPACE: "1"}
         try:
             command = self.command(argv, confinement, filter_fd)
             return subprocess.Popen(command, pass_fds=pass_fds, start_new_session=True,
@@ -313,6 +316,7 @@ def child_environment(workdir: str, extra: dict[str, str]) -> dict[str, str]:
 def scratch_folder(prefix: str) -> Iterator[Path]:
     """A folder for one sandboxed run, right under the temp dir (so its uid can reach it), then removed."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o711)  # a run's own folder may be inside: its uid may pass, nobody may list
     try:
         yield path
     finally:
