@@ -1,20 +1,26 @@
 """`grade batch`: a whole class in one command, without losing a result when something breaks.
 
-intake → one grade() per student, several at once → each result written atomically as it finishes →
-the class-wide files, all rendered from the stored results. Submissions run in parallel worker processes,
-each with its own child, so compiles, static checks and judging use every core; correctness runs share a
-GPU; a timed run holds its GPU's lock file, so two are never timed at once on one GPU. `--resume` skips every student
-whose stored result has the same fingerprint (their kernel, the config, cases, reference and grader).
+intake → one grade() per student, each in a worker process of its own (batch_worker), several at once →
+each result written atomically by this process, the only one that writes results, as it finishes → the
+class-wide files, all rendered from the stored results. Correctness runs share a GPU; a timed run holds
+its GPU's lock file, so two are never timed at once on one GPU. A worker that dies costs its student a
+"grader error" row, which `--resume` grades again. `--resume` skips every student whose stored result
+has the same fingerprint (their kernel, the config, cases, reference and grader) and an intact signature
+(an HMAC with a key only the grader holds, so an edited result is graded again).
 """
 from __future__ import annotations
 
 import glob
 import hashlib
+import hmac
 import json
-import multiprocessing
 import os
+import pickle
+import signal
+import subprocess
+import sys
 import threading
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,13 +32,13 @@ from .cases import Case
 from .config import Config
 from .execute.runner import FileLock, Placement
 from .intake import Entry, Intake, Refusal, discover
-from .pipeline import GPU, RunPlan, grade, not_graded
+from .pipeline import GPU, RunPlan, not_graded
 from .report.canvas_csv import to_canvas_csv
 from .report.grades_csv import to_grades_csv
 from .report.json_report import to_json
 from .report.junit_report import to_combined_junit, to_junit_xml
 from .report.summary_html import write_summary
-from .result import SUBMISSION_ERROR, SubmissionResult
+from .result import GRADER_ERROR, SubmissionResult
 
 STUDENTS = "students"  # per-student files, each written when that student is done
 
@@ -92,47 +98,88 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
 
 
 def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, bool]:
-    """Each submission in a worker process of its own (no lock shared on the parent's side: the judging of
-    outputs is numpy work that threads would serialise); every result is stored by the worker that made it."""
+    """Each submission in a worker process of its own (the judging of outputs is numpy work that threads
+    would serialise); this process only waits, and stores each result the moment it arrives."""
     jobs = options.jobs or os.cpu_count() or 2
     placements = _placements(plan, options.outdir)
     counts = {"pass": 0, "fail": 0, "error": 0}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
-    # Spawned, not forked: the parent has threads (the progress bar's), and a fork would copy their locks.
-    context = multiprocessing.get_context("spawn")
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")  # many workers: a few BLAS threads each
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context)
+    workers = Workers()
+    pool = ThreadPoolExecutor(max_workers=jobs)
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(_describe(counts), total=len(todo))
-        pending: dict[Future, str] = {
-            pool.submit(grade_and_store, entry, mark, config, cases,
-                        replace(plan, placement=placements[i % len(placements)]), options.outdir): entry.key
-            for i, (entry, mark) in enumerate(todo)}
+        pending: dict[Future, Entry] = {}
+        for i, (entry, _) in enumerate(todo):
+            placed = replace(plan, placement=placements[i % len(placements)])
+            pending[pool.submit(workers.grade, entry, config, cases, placed)] = entry
+        marks = {entry.key: mark for entry, mark in todo}
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    key = pending.pop(future)
-                    rows[key] = future.result()
-                    counts[_outcome(rows[key])] += 1
+                    entry = pending.pop(future)
+                    result = future.result()
+                    result.student_id, result.student_name = entry.student_id, entry.student_name
+                    result.fingerprint = marks[entry.key]
+                    _store(result, options.outdir, entry.key)
+                    rows[entry.key] = result
+                    counts[_outcome(rows[entry.key])] += 1
                     progress.update(task, advance=1, description=_describe(counts))
         except KeyboardInterrupt:
-            # Workers die at once, before they can store anything; their children die with them.
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.kill()
+            # Workers die at once, before they can report anything; their sandboxes die with them.
+            workers.stop()
             pool.shutdown(wait=False, cancel_futures=True)
             return len(todo) - len(pending), True
     pool.shutdown()
     return len(todo), False
 
 
-def grade_and_store(entry: Entry, mark: str, config: Config, cases: list[Case], plan: RunPlan,
-                    outdir: Path) -> SubmissionResult:
-    """Runs in a worker process: grade one student and store their files before reporting back."""
-    result = grade(entry.path, config, cases, plan)
-    result.student_id, result.student_name, result.fingerprint = entry.student_id, entry.student_name, mark
-    _store(result, outdir, entry.key)
+class Workers:
+    """Starts one batch_worker per student and turns whatever becomes of it into a result."""
+
+    def __init__(self):
+        self.running: set[subprocess.Popen] = set()
+        self.stopping = False
+        self.lock = threading.Lock()
+
+    def grade(self, entry: Entry, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
+        task = pickle.dumps((entry.path, config, cases, plan))
+        with self.lock:
+            if self.stopping:
+                raise KeyboardInterrupt
+            process = subprocess.Popen([sys.executable, "-m", "grader.batch_worker"], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.running.add(process)
+        try:
+            output, errors = process.communicate(task)
+        finally:
+            with self.lock:
+                self.running.discard(process)
+        if process.returncode == 0:
+            try:
+                data = json.loads(output)
+                log = data.pop("log", "")
+                result = SubmissionResult.from_dict(data)
+                result.log = log
+                return result
+            except (ValueError, TypeError):
+                pass
+        return _worker_died(entry, config, cases, process.returncode, errors.decode("utf-8", "replace"))
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+            for process in self.running:
+                process.kill()
+
+
+def _worker_died(entry: Entry, config: Config, cases: list[Case], returncode: int, errors: str) -> SubmissionResult:
+    how = (f"was killed by signal {signal.Signals(-returncode).name}" if returncode < 0
+           else f"ended with exit code {returncode}")
+    reason = f"grader error: the process grading this submission {how}; it will be graded again with --resume"
+    result = not_graded(entry.path, config, cases, reason, GRADER_ERROR)
+    result.log = errors[-(64 << 10):]
     return result
 
 
@@ -147,7 +194,7 @@ def _placements(plan: RunPlan, outdir: Path) -> list[Placement]:
 
 
 def _outcome(result: SubmissionResult) -> str:
-    if result.status == SUBMISSION_ERROR or any(c.kind == "compile" and c.status == "error" for c in result.checks):
+    if not result.graded or any(c.kind == "compile" and c.status == "error" for c in result.checks):
         return "error"
     return "pass" if result.score >= result.max_score else "fail"
 
@@ -167,21 +214,45 @@ def _refused(refusal: Refusal, config: Config, cases: list[Case]) -> SubmissionR
 
 
 def _store(result: SubmissionResult, outdir: Path, key: str) -> None:
-    """The student's files, each replaced atomically; the JSON last, as the mark that the result is whole."""
+    """The student's files, each replaced atomically; the JSON and its signature last, as the mark that the
+    result is whole."""
     folder = outdir / STUDENTS
     if result.log.strip():
         _atomic_write(folder / f"{key}.log", result.log)
     _atomic_write(folder / f"{key}.junit.xml", to_junit_xml([result]))
-    _atomic_write(folder / f"{key}.json", to_json(result))
+    text = to_json(result)
+    _atomic_write(folder / f"{key}.json", text)
+    _atomic_write(folder / f"{key}.json.sig", _signature(outdir, text.encode()))
 
 
 def _stored(outdir: Path, key: str, mark: str) -> SubmissionResult | None:
+    """A stored result that is still right: ours (signed), for this fingerprint, and not a grader error."""
     path = outdir / STUDENTS / f"{key}.json"
     try:
-        result = SubmissionResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        data = path.read_bytes()
+        signature = (outdir / STUDENTS / f"{key}.json.sig").read_text(encoding="ascii").strip()
+        if not hmac.compare_digest(signature, _signature(outdir, data)):
+            return None  # changed after the grader wrote it: grade again
+        result = SubmissionResult.from_dict(json.loads(data.decode("utf-8")))
     except (OSError, ValueError, TypeError):
         return None  # missing, or not ours: grade again
-    return result if result.fingerprint == mark else None
+    return result if result.fingerprint == mark and result.outcome != GRADER_ERROR else None
+
+
+def _signature(outdir: Path, data: bytes) -> str:
+    return hmac.new(_results_key(outdir), data, hashlib.sha256).hexdigest()
+
+
+def _results_key(outdir: Path) -> bytes:
+    """The batch's signing key: made once, readable by the grader's user alone, never inside a sandbox."""
+    path = outdir / ".results-key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_bytes()
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(os.urandom(32))
+    return path.read_bytes()
 
 
 def write_class_files(results: list[SubmissionResult], outdir: Path, assignment: str) -> None:

@@ -1,4 +1,6 @@
+import ctypes
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,3 +74,57 @@ def make_grader(config_file, backend: str):
 
     grade_named.prefetch = prefetch
     return grade_named
+
+
+# --- nothing the suite starts may outlive it -----------------------------------------------------------------
+# pytest becomes a child subreaper: whatever a test starts and orphans (a daemon, a pool worker, a
+# multiprocessing resource tracker) is re-parented to pytest instead of init, so at the end of the session
+# every such leftover is a live child of pytest, and the run fails.
+PR_SET_CHILD_SUBREAPER = 36
+LEFTOVER_GRACE_S = 5.0
+
+
+def pytest_configure(config):
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def live_children() -> list[str]:
+    me, found = str(os.getpid()), []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            if fields[1] == me and fields[0] != "Z":
+                with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                    command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+                found.append(f"{entry.name}: {command}")
+        except OSError:
+            continue
+    return found
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def pytest_sessionfinish(session, exitstatus):
+    deadline = time.monotonic() + LEFTOVER_GRACE_S  # a sandbox being torn down may take a moment
+    while True:
+        _reap()
+        leftovers = live_children()
+        if not leftovers or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if leftovers:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("processes left running by the test session:\n" + "\n".join(leftovers), red=True)
+        session.exitstatus = 1

@@ -1,0 +1,28 @@
+"""One student of a batch, graded in a process of its own: `python -m grader.batch_worker`.
+
+The batch parent sends (submission folder, config, cases, plan) pickled on stdin and reads the result as
+JSON on stdout; only the parent stores it. A worker that dies, however it dies, costs that one student a
+"grader error" row and nothing else.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+
+from .execute.proc import die_with_parent
+from .pipeline import grade
+
+
+def main() -> int:
+    die_with_parent()  # a kill -9 of the batch takes every worker with it
+    path, config, cases, plan = pickle.loads(sys.stdin.buffer.read())
+    result = grade(path, config, cases, plan)
+    data = result.to_dict()
+    data["log"] = result.log
+    sys.stdout.write(json.dumps(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
