@@ -10,6 +10,7 @@ has the same fingerprint (their kernel, the config, cases, reference and grader)
 """
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import hmac
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -33,11 +34,9 @@ from .config import Config
 from .execute.runner import FileLock, Placement
 from .intake import Entry, Intake, Refusal, discover
 from .pipeline import GPU, RunPlan, not_graded
-from .report.canvas_csv import to_canvas_csv
-from .report.grades_csv import to_grades_csv
+from .report.exports import ExportOptions, class_files
 from .report.json_report import to_json
-from .report.junit_report import to_combined_junit, to_junit_xml
-from .report.summary_html import write_summary
+from .report.junit_report import to_junit_xml
 from .result import GRADER_ERROR, SubmissionResult
 
 STUDENTS = "students"  # per-student files, each written when that student is done
@@ -49,7 +48,7 @@ class BatchOptions:
     resume: bool = False
     force: bool = False
     jobs: int = 0  # 0: one per CPU core
-    assignment: str = "SGEMM lab"
+    exports: ExportOptions = field(default_factory=ExportOptions)
 
 
 @dataclass
@@ -60,10 +59,22 @@ class BatchOutcome:
     interrupted: bool = False
 
 
+@functools.cache
+def grader_digest() -> str:
+    """The grader's own code, hashed: any change to it (an upgrade, a fix) makes --resume grade again,
+    which a version string that nobody bumps would not."""
+    digest = hashlib.sha256(__version__.encode())
+    package = Path(__file__).resolve().parent
+    for path in sorted(package.rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".h", ".cpp"):
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def fingerprint(config: Config, cases: list[Case], backend: str | None, source: bytes) -> str:
     """Everything a grade depends on; a stored result with the same fingerprint is still right."""
     digest = hashlib.sha256()
-    for part in (__version__, backend or "none", Path(config.source).read_bytes() if config.source else b"",
+    for part in (grader_digest(), backend or "none", Path(config.source).read_bytes() if config.source else b"",
                  config.reference_path.read_bytes(), json.dumps([vars(c) for c in cases], sort_keys=True), source):
         digest.update(part if isinstance(part, bytes) else part.encode())
         digest.update(b"\0")
@@ -91,10 +102,26 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
             todo.append((entry, mark))
     reused = len(rows) - sum(1 for r in intake.refused if r.key)
     graded, interrupted = _grade_all(todo, config, cases, plan, options, console, rows)
+    _add_intake(intake, rows, outdir)
     results = [rows[key] for key in sorted(rows)]
     if not interrupted:
-        write_class_files(results, outdir, options.assignment)
+        write_class_files(results, outdir, options.exports)
     return BatchOutcome(results, graded, reused, interrupted)
+
+
+def _add_intake(intake: Intake, rows: dict[str, SubmissionResult], outdir: Path) -> None:
+    """What intake knows of each student (gradebook ids, which file it took, what it refused) goes into their
+    stored result, so every export can render it from the results alone; stored again only where it changed."""
+    for entry in intake.submissions:
+        result = rows.get(entry.key)
+        if result is None:
+            continue  # interrupted before this student was graded
+        known = {"canvas_user_id": entry.canvas_user_id, "sis_user_id": entry.sis_user_id,
+                 "sis_login_id": entry.sis_login_id, "intake_notes": list(entry.notes)}
+        if any(getattr(result, name) != value for name, value in known.items()):
+            for name, value in known.items():
+                setattr(result, name, value)
+            _store(result, outdir, entry.key)
 
 
 def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, bool]:
@@ -255,11 +282,12 @@ def _results_key(outdir: Path) -> bytes:
     return path.read_bytes()
 
 
-def write_class_files(results: list[SubmissionResult], outdir: Path, assignment: str) -> None:
-    _atomic_write(outdir / "grades.csv", to_grades_csv(results))
-    _atomic_write(outdir / "canvas.csv", to_canvas_csv(results, assignment))
-    _atomic_write(outdir / "junit.xml", to_combined_junit(results))
-    write_summary(results, outdir / "summary")
+def write_class_files(results: list[SubmissionResult], outdir: Path, options: ExportOptions) -> None:
+    """Every class export of the one table (report/exports.py), each file replaced atomically."""
+    for name, content in class_files(results, options).items():
+        path = outdir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, content)
 
 
 def _write_intake_notes(intake: Intake, outdir: Path) -> None:
@@ -267,7 +295,10 @@ def _write_intake_notes(intake: Intake, outdir: Path) -> None:
     _atomic_write(outdir / "intake.txt", "\n".join(lines) + "\n" if lines else "")
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def _atomic_write(path: Path, content: str | bytes) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
+    if isinstance(content, bytes):
+        temporary.write_bytes(content)
+    else:
+        temporary.write_text(content, encoding="utf-8")
     os.replace(temporary, path)

@@ -5,6 +5,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .config import SEED_LIMIT
 from .errors import ConfigError
 from .inputs import DISTRIBUTIONS
 from .result import HIDDEN, PUBLIC
@@ -36,6 +37,8 @@ class Case:
             return "distribution", f"unknown {self.distribution!r} (known: {', '.join(DISTRIBUTIONS)})"
         if self.visibility not in (PUBLIC, HIDDEN):
             return "visibility", f"must be {PUBLIC} or {HIDDEN}, got {self.visibility!r}"
+        if not 0 <= self.seed < SEED_LIMIT:
+            return "seed", f"must be from 0 to {SEED_LIMIT - 1} (a numpy seed), got {self.seed}"
         if self.points < 0:
             return "points", "cannot be negative"
         if not self.name or any(ch.isspace() for ch in self.name):
@@ -55,7 +58,10 @@ def load_cases(folder: Path) -> list[Case]:
     cases: list[Case] = []
     seen: dict[str, str] = {}
     for path in files:
-        loaded = build(CaseFile, load_yaml(path), str(path))
+        data = load_yaml(path)
+        if not data:
+            raise ConfigError(str(path), "cases", "the file holds no cases; remove it or add some")
+        loaded = build(CaseFile, data, str(path))
         for index, case in enumerate(loaded.cases):
             if case.name in seen:
                 raise ConfigError(str(path), f"cases[{index}].name",

@@ -10,6 +10,7 @@ Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -26,13 +27,14 @@ from .errors import UsageError
 from .execute.cpu.build import compiler
 from .execute.gpu_detect import gpu_unavailable_reason
 from .execute.sandbox import SandboxUnavailable, detect
-from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade
+from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
 from .report import render, write_json, write_junit
-from .report.gradescope import write_gradescope
-from .report.prairielearn import write_prairielearn
+from .report.canvas_csv import HOLD, SCALE, CanvasOptions, RosterRow, read_roster
+from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
+from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
 from .report.status import status_label
 from .result import SubmissionResult
-from .submission import locate
+from .submission import SubmissionError, find_kernel, locate
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
@@ -59,12 +61,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else argv
-    command = argv[0] if argv and argv[0] in ("batch", "gradescope", "prairielearn") else "grade"
+    command = argv[0] if argv and argv[0] in ("batch", *LMS_ENTRIES) else "grade"
     rest = argv[1:] if command != "grade" else argv
     parser = argparse.ArgumentParser(prog="grade" if command == "grade" else f"grade {command}",
                                      description="Grade tiled-SGEMM CUDA submissions.")
-    if command in ("gradescope", "prairielearn"):
-        parser.add_argument("submission", type=Path, help="the folder the LMS put the student's files in")
+    if command in LMS_ENTRIES:
+        parser.add_argument("submission", type=Path, help="the folder the LMS put the student's files in "
+                                                          "(kernel.cu is found anywhere below it)")
         parser.add_argument("results", type=Path, help="where the LMS reads results.json")
     else:
         parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
@@ -75,7 +78,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     _common(parser)
     if command == "grade":
         parser.add_argument("--fail-under", type=float, default=None, metavar="SCORE",
-                            help="exit with 1 when a submission scores below SCORE")
+                            help="exit with 1 when a submission scores below SCORE (points out of the full "
+                                 "total; without a GPU, scaled to the points that could be checked)")
+    if command == "gradescope":
+        parser.add_argument("--hidden-visibility", choices=HIDDEN_VISIBILITIES, default=DEFAULT_HIDDEN_VISIBILITY,
+                            help="Gradescope visibility of hidden cases (default: %(default)s); students see only "
+                                 "their verdict even then")
     if command == "batch":
         again = parser.add_mutually_exclusive_group()
         again.add_argument("--resume", action="store_true",
@@ -83,8 +91,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         again.add_argument("--force", action="store_true", help="grade everyone again")
         parser.add_argument("--jobs", type=int, default=0, metavar="N",
                             help="submissions graded at once (default: one per CPU core)")
-        parser.add_argument("--assignment", default="SGEMM lab", metavar="TITLE",
-                            help="the Canvas assignment column title in canvas.csv")
+        canvas = parser.add_argument_group("canvas.csv")
+        canvas.add_argument("--assignment", default="SGEMM lab", metavar="TITLE",
+                            help="the Canvas assignment's title (the column is headed 'TITLE (ID)')")
+        canvas.add_argument("--assignment-id", default="", metavar="ID",
+                            help="the Canvas assignment's id, so the import updates that assignment")
+        canvas.add_argument("--points-possible", type=float, default=None, metavar="N",
+                            help="the assignment's points in Canvas: scores are rescaled to N")
+        canvas.add_argument("--roster", type=Path, default=None, metavar="FILE",
+                            help="Canvas's gradebook export (CSV): names, ids and sections come from it, and "
+                                 "students with no submission are listed")
+        canvas.add_argument("--without-gpu", choices=(HOLD, SCALE), default=HOLD,
+                            help="scores from a run without a GPU: hold (default) leaves their cells empty; "
+                                 "scale writes them scaled to the points that could be checked")
     args = parser.parse_args(rest)
     args.command = command
     return args
@@ -95,9 +114,15 @@ def load_secret(path: Path | None) -> str:
     if path is None:
         return os.environ.get(SECRET_VARIABLE, "")
     try:
-        return path.read_text(encoding="utf-8").strip()
+        secret = path.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise UsageError(f"--secret-file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--secret-file {path}: not UTF-8 text") from None
+    if not secret:
+        # An empty secret would silently grade with the published seeds, which students know.
+        raise UsageError(f"--secret-file {path}: the file is empty; put the secret in it")
+    return secret
 
 
 def run_plan(args: argparse.Namespace) -> RunPlan:
@@ -138,12 +163,13 @@ def main(argv: list[str] | None = None) -> int:
             cases = with_secret(cases, secret)
             config.timing.seed = mix_seed(config.timing.seed, secret)
         plan = run_plan(args)
+        args.exports = export_options(args, config)
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_USAGE
     if args.command == "batch":
         return grade_batch(args, config, cases, plan, console, errors)
-    if args.command in ("gradescope", "prairielearn"):
+    if args.command in LMS_ENTRIES:
         return lms_entry(args, config, cases, plan)
     code, names = EXIT_OK, set()
     for path in args.paths:
@@ -160,9 +186,17 @@ def main(argv: list[str] | None = None) -> int:
         # Files first: a closed terminal (`grade ... | head`) must not cost the results.
         write_outputs(result, args.output, unique_name(locate(path)[0], names))
         render(result, console)
-        if code == EXIT_OK and args.fail_under is not None and result.score < args.fail_under:
+        if code == EXIT_OK and args.fail_under is not None and below(result, args.fail_under):
             code = EXIT_BELOW_THRESHOLD
     return code
+
+
+def below(result: SubmissionResult, threshold: float) -> bool:
+    """--fail-under: the threshold is out of the full total; a run without a GPU compares the same share
+    of what it could check (a correct kernel on a CPU scores 74 of 74 checkable, not 74 of 100)."""
+    if result.needs_gpu_points and result.max_score > 0:
+        threshold = threshold * result.checkable_max / result.max_score
+    return result.score < threshold - 1e-9
 
 
 def unique_name(name: str, taken: set[str]) -> str:
@@ -184,9 +218,38 @@ def write_outputs(result: SubmissionResult, outdir: Path, name: str) -> None:
         (outdir / f"{name}.log").write_text(result.log, encoding="utf-8")
 
 
+def load_roster(path: Path | None) -> list[RosterRow] | None:
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise UsageError(f"--roster {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--roster {path}: not UTF-8 text (export the gradebook from Canvas again)") from None
+    try:
+        return read_roster(text, f"--roster {path}")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def export_options(args: argparse.Namespace, config) -> ExportOptions:
+    options = ExportOptions(compile_error_graded=config.prairielearn.compile_error_graded)
+    if args.command == "gradescope":
+        options.hidden_visibility = args.hidden_visibility
+    if args.command == "batch":
+        if not args.assignment.strip():
+            raise UsageError("--assignment: the title must not be empty")
+        if args.points_possible is not None and not (args.points_possible > 0 and math.isfinite(args.points_possible)):
+            raise UsageError(f"--points-possible: must be a positive number, got {args.points_possible}")
+        options.canvas = CanvasOptions(args.assignment, args.assignment_id.strip(), args.points_possible,
+                                       args.without_gpu, load_roster(args.roster))
+    return options
+
+
 def grade_batch(args, config, cases, plan, console: Console, errors: Console) -> int:
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
-                           assignment=args.assignment)
+                           exports=args.exports)
     outcome = run_batch(args.paths, config, cases, plan, options, console)
     if outcome.interrupted:
         errors.print(f"[bold red]interrupted[/]: {outcome.graded_now} submissions graded and saved in "
@@ -195,20 +258,26 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
     statuses = Counter(status_label(r) for r in outcome.results)
     console.print(f"{len(outcome.results)} students: {outcome.graded_now} graded now, {outcome.reused} kept from "
                   f"earlier runs; " + ", ".join(f"{n} {label}" for label, n in sorted(statuses.items())))
-    console.print(f"grades: {args.output / 'grades.csv'}, Canvas: {args.output / 'canvas.csv'}, "
-                  f"JUnit: {args.output / 'junit.xml'}, summary: {args.output / 'summary' / 'index.html'}")
+    console.print(", ".join(f"{export.name}: {args.output / export.main_file}" for export in CLASS_EXPORTS))
+    notes = (args.output / "canvas-notes.txt").read_text(encoding="utf-8").splitlines()
+    if notes:
+        console.print(f"canvas.csv: {len(notes)} notes (rows Canvas will not take as they are), in "
+                      f"{args.output / 'canvas-notes.txt'}:", highlight=False)
+        for line in notes[:20]:
+            console.print(f"  {line}", highlight=False, markup=False)
     return EXIT_OK
 
 
 def lms_entry(args, config, cases, plan) -> int:
     """One submission for an LMS: the results file is always written, whatever happened."""
     started = time.perf_counter()
-    result = grade(args.submission, config, cases, plan)
+    try:
+        # Students upload folders: kernel.cu may sit anywhere below the folder the LMS gives.
+        result = grade(find_kernel(args.submission), config, cases, plan)
+    except SubmissionError as exc:
+        result = not_graded(args.submission, config, cases, str(exc))
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    if args.command == "gradescope":
-        write_gradescope(result, args.results, execution_time=time.perf_counter() - started)
-    else:
-        write_prairielearn(result, args.results)
+    LMS_ENTRIES[args.command].write(result, args.results, time.perf_counter() - started, args.exports)
     return EXIT_OK
 
 

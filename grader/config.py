@@ -14,6 +14,7 @@ from .include_policy import DEFAULT_ALLOWED_HEADERS
 from .schema import build, load_yaml
 
 KERNEL_ARGS = ("m", "n", "k", "A", "B", "C")
+SEED_LIMIT = 2**32  # numpy's generators take seeds from 0 to 2**32 - 1
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config.yaml"
 
 
@@ -82,6 +83,8 @@ class TimingConfig:
     min_plausible_ratio: float = 0.25
 
     def validate(self):
+        if not 0 <= self.seed < SEED_LIMIT:
+            return "seed", f"must be from 0 to {SEED_LIMIT - 1} (a numpy seed), got {self.seed}"
         for key in ("m", "n", "k", "repetitions"):
             if getattr(self, key) < 1:
                 return key, "must be at least 1"
@@ -121,6 +124,13 @@ class CompileConfig:
 
 
 @dataclass
+class PrairieLearnConfig:
+    # A submission that does not compile: false (default) makes it "gradable": false, so the attempt is not
+    # counted; true makes it a graded 0.
+    compile_error_graded: bool = False
+
+
+@dataclass
 class Config:
     kernel: KernelConfig = field(default_factory=KernelConfig)
     testcases: str = "testcases"
@@ -130,6 +140,7 @@ class Config:
     timing: TimingConfig = field(default_factory=TimingConfig)
     timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
+    prairielearn: PrairieLearnConfig = field(default_factory=PrairieLearnConfig)
     # Set by load_config: the file the values came from, for messages and relative paths.
     source: str = ""
 
@@ -156,6 +167,9 @@ class Config:
 def load_config(path: Path | str | None = None) -> Config:
     path = Path(path) if path else DEFAULT_CONFIG
     data = load_yaml(path)
+    if data is None:
+        # An empty file (a failed copy, a truncated upload) would silently grade with every default.
+        raise ConfigError(str(path), "", "the file is empty; give the keys to change, or leave out --config")
     if isinstance(data, dict) and "source" in data:
         raise ConfigError(str(path), "source", "unknown key")
     config = build(Config, data, str(path))

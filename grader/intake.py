@@ -61,6 +61,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import unicodedata
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -100,6 +101,10 @@ class Entry:
     late: bool = False  # Canvas marked the submission late
     members: list[tuple[str, str]] = field(default_factory=list)  # (id, name) of each group member
     notes: list[str] = field(default_factory=list)  # how the kernel was chosen, where that needs saying
+    # The ids a gradebook matches by (see SubmissionResult): each only where the layout says what it is.
+    canvas_user_id: str = ""
+    sis_user_id: str = ""
+    sis_login_id: str = ""
 
     @property
     def kernel(self) -> Path:
@@ -135,6 +140,12 @@ def discover(paths: Iterable[str | os.PathLike[str]], workdir: str | os.PathLike
     for path in paths:
         run.add_path(path)
     return run.intake
+
+
+def _unicode_key(name: str) -> str:
+    """A key for a name with no ASCII letter or digit ("学生"): its own letters, never a generic word."""
+    text = re.sub(r"[^\w.-]+", "_", unicodedata.normalize("NFC", name)).strip("._-")[:56]
+    return text or "submission"
 
 
 # --- name patterns -----------------------------------------------------------------------------
@@ -177,6 +188,37 @@ def _parse_canvas(filename: str) -> _CanvasName | None:
     return _CanvasName(name, match["uid"], bool(match["late"]), int(match["aid"]), file)
 
 
+_FOLDER_PERSON = re.compile(r"^(?P<name>.*?)\s*\((?P<id>[^()\s]+)\)$")
+
+
+def _folders_at(tree: Tree, prefix: tuple[str, ...]) -> set[str]:
+    """The folders directly under prefix, whatever they hold (nothing, junk, only refused entries):
+    beside a student's folder they make the level a class, never a wrapper."""
+    below = [*tree.folders, *(m.parts[:-1] for m in tree.members), *(b.parts[:-1] for b in tree.bad if b.parts)]
+    return {parts[len(prefix)] for parts in below if len(parts) > len(prefix) and parts[: len(prefix)] == prefix
+            and not is_junk(parts[len(prefix):len(prefix) + 1])}
+
+
+def _folder_person(folder: str) -> tuple[str, str]:
+    """(name, id) from a student's folder or file name: "Alice Smith (s1234567)" -> ("Alice Smith",
+    "s1234567"); any other name is the student's name as it is, in any script ("学生")."""
+    match = _FOLDER_PERSON.match(folder.strip())
+    if match and match["name"]:
+        return match["name"], match["id"]
+    return folder.strip(), ""
+
+
+def _ids(student: _Student) -> dict[str, str]:
+    """The gradebook ids of a single student: a Canvas user id, or an SIS id, or an email (a login).
+    A group's joined ids match no one, so a group has none."""
+    found = student.student_id
+    if not found or "," in found:
+        return {}
+    if student.canvas_user:
+        return {"canvas_user_id": found}
+    return {"sis_login_id": found} if "@" in found else {"sis_user_id": found}
+
+
 def _is_kernel(name: str) -> bool:
     return name.casefold() == KERNEL_FILE
 
@@ -202,6 +244,7 @@ class _Student:
     members: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     not_files: list[str] = field(default_factory=list)  # Canvas text and link submissions
+    canvas_user: bool = False  # student_id is a Canvas user id (else an SIS id, or an email: a login)
 
 
 class _Blocked(Exception):
@@ -224,7 +267,7 @@ class _Run:
     # keys and output
 
     def _key(self, base: str) -> str:
-        base = safe_name(safe_name(base)[:56])  # room for a "-N" suffix
+        base = safe_name(safe_name(base, fallback="")[:56], fallback="") or _unicode_key(base)  # room for "-N"
         key, n = base, 1
         while key.casefold() in self.used:
             n += 1
@@ -316,7 +359,7 @@ class _Run:
             if any(_is_kernel(name) for name in top):
                 layout = "single"
                 break
-            if not top and len(dirs) == 1:
+            if not top and len(dirs) == 1 and len(_folders_at(tree, prefix)) <= 1:
                 prefix += (next(iter(dirs)),)
                 continue
             break
@@ -366,7 +409,8 @@ class _Run:
         return stray
 
     def _single(self, members, bad, prefix, source, outer_name):
-        student = _Student(outer_name, "/".join(prefix) + "/" if prefix else source)
+        person, sis = _folder_person(outer_name)
+        student = _Student(outer_name, "/".join(prefix) + "/" if prefix else source, sis, person)
         for m in members:
             student.files.append(_File(m.parts[len(prefix):], m, m.name))
         stray = self._attach_bad(bad, prefix, lambda rel: (student, rel))
@@ -385,8 +429,10 @@ class _Run:
                 name, own = rel[0][: -len(".zip")], rel
             else:
                 return None
-            student = students.setdefault(name, _Student(name, label))
-            return student, own
+            if name not in students:
+                person, sis = _folder_person(name)
+                students[name] = _Student(name, label, sis, person)
+            return students[name], own
 
         return self._assign(members, bad, prefix, student_for, students)
 
@@ -404,7 +450,8 @@ class _Run:
                 base = f"{parsed.name}_{parsed.uid}" if parsed.name else parsed.uid
                 student = students[parsed.uid] = _Student(base, f"{parsed.name or parsed.uid} "
                                                                 f"(Canvas user {parsed.uid})",
-                                                          parsed.uid, parsed.name)
+                                                          parsed.uid, parsed.name,
+                                                          canvas_user=not parsed.uid.startswith("anon_"))
             student.late = student.late or parsed.late
             return student, parsed
 
@@ -501,7 +548,7 @@ class _Run:
         key = self._key(student.base)
         self.intake.submissions.append(Entry(key, student.student_id, student.student_name,
                                              self._write(key, data), source, entry, student.late,
-                                             list(student.members), student.notes + notes))
+                                             list(student.members), student.notes + notes, **_ids(student)))
 
     def _kernel_of(self, student: _Student, files: list[_File], source: str, budget: Budget,
                    nested: bool) -> tuple[bytes, str, list[str]]:

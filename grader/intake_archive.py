@@ -102,6 +102,8 @@ class Tree:
     source: str
     members: list[Member] = field(default_factory=list)
     bad: list[Bad] = field(default_factory=list)
+    # Every folder seen, empty ones too: a class folder whose other students handed in nothing is still a class.
+    folders: list[tuple[str, ...]] = field(default_factory=list)
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -187,6 +189,7 @@ def zip_tree(zf: zipfile.ZipFile, source: str, limits: Limits, budget: Budget, n
             tree.bad.append(Bad(name, parts, "is not a regular file (a device, pipe or socket entry), "
                                              "so it is not unpacked"))
         elif info.is_dir() or kind == stat.S_IFDIR:
+            tree.folders.append(parts)
             continue
         elif info.flag_bits & 0x1:
             tree.bad.append(Bad(name, parts, "is encrypted (password-protected); hand in files without a "
@@ -273,6 +276,7 @@ def dir_tree(root: Path, source: str, limits: Limits, budget: Budget, skip: tupl
                 elif entry.is_dir(follow_symlinks=False):
                     if os.path.realpath(entry.path) in skip_real:
                         continue
+                    tree.folders.append(here)
                     if len(here) < limits.walk_depth:
                         stack.append((here, entry.path))
                 elif entry.is_file(follow_symlinks=False):

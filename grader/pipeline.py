@@ -49,6 +49,8 @@ from .timing import NAME as TIMING_NAME
 
 GPU, CPU = "gpu", "cpu"
 CPU_NOTE = "CPU emulation: correctness checked, timing skipped"
+# Why a check a CPU run skips needs a GPU (CheckResult.needs_gpu): said once per kind in every report.
+NEEDS_GPU_TIMING, NEEDS_GPU_LARGE, NEEDS_GPU_EMULATOR = "timing", "large cases", "cases the emulator cannot build"
 
 
 @dataclass
@@ -144,11 +146,12 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
     """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, timing skipped."""
     compiled = compile_without_gpu(submission, config, sandbox_of(plan))
     nvcc = compiled.check
-    timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE)
+    timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE, needs_gpu=NEEDS_GPU_TIMING)
     if nvcc.status == ERROR:
         reason = "not run: the kernel did not compile"
         result.outcome = compiled.outcome
-        return nvcc, [skipped(c.name, CASE, c.points, reason, visibility=c.visibility) for c in cases], timing
+        return nvcc, [skipped(c.name, CASE, c.points, reason, visibility=c.visibility,
+                              needs_gpu=NEEDS_GPU_LARGE if c.gpu_only else "") for c in cases], timing
     emulated = [case for case in cases if not case.gpu_only]
     run = run_child(submission, config, emulated, CPU, plan)
     _take_run(result, run)
@@ -157,13 +160,13 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
         result.outcome = GRADED  # nvcc's verdict stands: the emulator's limit is not the student's error
         reason = ("not run: nvcc compiles this kernel but the CPU emulator cannot build it; grade it on a GPU. "
                   f"The emulator said:\n{compile_result.message}")
-        compile_result, by_name = nvcc, {c.name: skipped(c.name, CASE, c.points, reason, visibility=c.visibility)
-                                         for c in emulated}
+        compile_result, by_name = nvcc, {c.name: skipped(c.name, CASE, c.points, reason, visibility=c.visibility,
+                                                         needs_gpu=NEEDS_GPU_EMULATOR) for c in emulated}
     elif compile_result.passed and nvcc.passed:
         compile_result.message = f"{nvcc.message}; emulated on the CPU with TILE_SIZE {run.tile_size}"
     gpu_only = "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU"
-    checks = [by_name.get(case.name) or skipped(case.name, CASE, case.points, gpu_only, visibility=case.visibility)
-              for case in cases]
+    checks = [by_name.get(case.name) or skipped(case.name, CASE, case.points, gpu_only, visibility=case.visibility,
+                                                needs_gpu=NEEDS_GPU_LARGE) for case in cases]
     return compile_result, checks, timing
 
 

@@ -45,10 +45,17 @@ class CheckResult:
     visibility: str = PUBLIC
     # Figures scripts may want (errors, GFLOP/s, ratio, line numbers); never needed to render a verdict.
     metrics: dict[str, Any] = field(default_factory=dict)
+    # Non-empty when this check cannot be made without a GPU and was not (a CPU run): why, in a few words
+    # ("timing", "large cases"). Such a check is "not checked here", never a failure; set by the pipeline.
+    needs_gpu: str = ""
 
     @property
     def passed(self) -> bool:
         return self.status == PASSED
+
+    @property
+    def checkable(self) -> bool:
+        return not self.needs_gpu
 
 
 def passed(name: str, kind: str, points: float, message: str = "", **extra: Any) -> CheckResult:
@@ -87,6 +94,13 @@ class SubmissionResult:
     log: str = ""
     # What the grade depends on (kernel, config, cases, grader), so a batch --resume can trust it.
     fingerprint: str = ""
+    # Who handed it in, by the ids a gradebook matches (batch intake fills what the LMS told it): a Canvas
+    # user id, an SIS user id, an SIS login (email or user name). student_id keeps the id as intake read it.
+    canvas_user_id: str = ""
+    sis_user_id: str = ""
+    sis_login_id: str = ""
+    # How intake chose this student's file (the newest of several, the only .cu, ...) and what it refused.
+    intake_notes: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -104,6 +118,15 @@ class SubmissionResult:
     @property
     def max_score(self) -> float:
         return round(sum(c.max_score for c in self.checks), 6)
+
+    @property
+    def checkable_max(self) -> float:
+        """The points this run could award: max_score less the checks that need a GPU it did not have."""
+        return round(sum(c.max_score for c in self.checks if c.checkable), 6)
+
+    @property
+    def needs_gpu_points(self) -> float:
+        return round(self.max_score - self.checkable_max, 6)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -6,6 +6,7 @@ Config and case files are both validated through `build`, so both give the same 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -89,6 +90,9 @@ def _scalar(hint: Any, value: Any, file: str, key: str) -> Any:
     if hint is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        # YAML's .inf and .nan are floats: an endless timeout or nan points would pass every later check.
+        if not math.isfinite(value):
+            raise ConfigError(file, key, f"expected a finite number, got {value}")
         return float(value)
     if hint is str and isinstance(value, str):
         return value

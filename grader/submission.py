@@ -27,6 +27,23 @@ def locate(path: Path) -> tuple[str, Path]:
     return path.stem, path
 
 
+def find_kernel(folder: Path, depth: int = 4) -> Path:
+    """The folder an LMS handed over, or the folder below it that holds kernel.cu (students upload folders:
+    `submission/lab3/kernel.cu`). Hidden folders are not searched; several kernel.cu files are refused by
+    name, so the student knows which to remove."""
+    folder = Path(folder)
+    if not folder.is_dir() or (folder / KERNEL_FILE).is_file():
+        return folder
+    found = sorted(p for p in folder.rglob(KERNEL_FILE) if p.is_file() and not p.is_symlink()
+                   and len(p.relative_to(folder).parts) <= depth + 1
+                   and not any(part.startswith(".") or part == "__MACOSX" for part in p.relative_to(folder).parts))
+    if len(found) > 1:
+        listed = ", ".join(p.relative_to(folder).as_posix() for p in found)
+        raise SubmissionError(f"{len(found)} files named {KERNEL_FILE} in your submission ({listed}): "
+                              "keep only the one to grade")
+    return found[0].parent if found else folder
+
+
 def read_submission(path: Path) -> Submission:
     name, file = locate(path)
     if not file.exists():
@@ -42,11 +59,19 @@ def read_submission(path: Path) -> Submission:
     data = file.read_bytes()
     if b"\0" in data:
         raise SubmissionError(f"{file.name} is a binary file, not CUDA source")
-    try:
-        source = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise SubmissionError(f"{file.name} line {line}: not valid UTF-8 text; save the file as UTF-8") from None
+    source = decode_source(data)
     if not source.strip():
         raise SubmissionError(f"{file.name} is empty: write your kernel in it")
     return Submission(name=name, path=file, source=source)
+
+
+def decode_source(data: bytes) -> str:
+    """The text of a kernel as an editor saved it: UTF-8 with or without a byte-order mark, or Latin-1
+    (a Windows editor's accented comment); CRLF line ends become LF, so line numbers stay the student's.
+
+    Why: nvcc stops at a BOM, and a comment in Latin-1 is not the student's error to be graded on."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")  # every byte is a Latin-1 character: this never fails
+    return text.replace("\r\n", "\n")

@@ -11,7 +11,8 @@ SOURCE=/autograder/source
 VENV=/autograder/venv
 
 apt-get update -qq
-apt-get install -y -qq python3 python3-venv python3-pip >/dev/null
+# g++ builds the CPU emulator: Gradescope has no GPU, so the cases run on it (timing is left for a GPU).
+apt-get install -y -qq python3 python3-venv python3-pip g++ >/dev/null
 
 # A venv, so pip never fights the system Python; editable, so the grader finds config.yaml,
 # testcases/ and reference/ beside its package in $SOURCE.

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# Fails the run when a test skips for any reason but missing hardware; pytester runs it on toy suites.
+pytest_plugins = ["skip_policy", "pytester"]
+
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = ROOT / "tests" / "submissions"
 RUN_TIMEOUT_S = 3

@@ -7,14 +7,12 @@ reports the race, must fail at least every case the GPU failed.
 """
 import pytest
 from conftest import SUBMISSIONS
-
-from grader.execute.cpu.build import compiler
-from grader.execute.gpu_detect import gpu_unavailable_reason
+from hardware import needs_cxx, needs_gpu
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(gpu_unavailable_reason() is not None, reason=f"{gpu_unavailable_reason()}"),
-    pytest.mark.skipif(compiler() is None, reason="no C++ compiler for the CPU emulator"),
+    needs_gpu,
+    needs_cxx,
 ]
 RACY = {"missing_load_barrier", "missing_use_barrier", "barrier_in_comment"}
 CORPUS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())

@@ -1,6 +1,8 @@
 """`grade batch` end to end on the CPU backend: a row per student whatever happens, and --resume after kill -9."""
 import csv
 import io
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -9,11 +11,10 @@ import zipfile
 
 import pytest
 from conftest import ROOT, SUBMISSIONS
+from hardware import needs_cxx
 from junitparser import JUnitXml
 
-from grader.execute.cpu.build import compiler
-
-pytestmark = pytest.mark.skipif(compiler() is None, reason="no C++ compiler for the CPU emulator")
+pytestmark = needs_cxx
 CLASS = ["good_basic", "missing_use_barrier", "trap", "compile_error", "good_tile8_renamed", "truncated_phases"]
 
 
@@ -55,7 +56,9 @@ def grades(outdir) -> dict:
 def test_a_canvas_zip_yields_a_row_per_student_with_refusals_kept(small_config, tmp_path):
     archive = tmp_path / "submissions.zip"
     with zipfile.ZipFile(archive, "w") as z:
-        z.writestr("archer_1001_5001_kernel.cu", (SUBMISSIONS / "good_basic" / "kernel.cu").read_text())
+        z.writestr("archer_1001_5000_kernel.cu", "// an older upload, replaced\n")
+        # Canvas renames a second upload of kernel.cu to kernel-1.cu: the newest (highest id) is graded.
+        z.writestr("archer_1001_5001_kernel-1.cu", (SUBMISSIONS / "good_basic" / "kernel.cu").read_text())
         z.writestr("builder_1002_5002_kernel.cu", (SUBMISSIONS / "missing_load_barrier" / "kernel.cu").read_text())
         z.writestr("chen_1003_5003_kernel.cu", "")
         z.writestr("../../evil_1004_5004_kernel.cu", "int x;")
@@ -74,6 +77,13 @@ def test_a_canvas_zip_yields_a_row_per_student_with_refusals_kept(small_config, 
     assert len(suites) == len(students)
     canvas = list(csv.reader(io.StringIO((out / "canvas.csv").read_text())))
     assert canvas[0][:2] == ["Student", "ID"] and canvas[1][0].strip() == "Points Possible"
+    # A Canvas zip's ids are Canvas user ids: the ID column; the score is held (this run had no GPU).
+    assert ["archer", "1001", "", "", "", ""] in canvas
+    assert "held: graded without a GPU" in (out / "canvas-notes.txt").read_text()
+    # Which upload was graded reaches grades.csv and the summary.
+    note = students["1001"]["intake notes"]
+    assert "newest of the uploads named kernel.cu" in note and "archer_1001_5000_kernel.cu" in note
+    assert "archer_1001_5000_kernel.cu" in (out / "summary" / "index.html").read_text()
     own = (out / "students" / f"{next(n for n, r in rows.items() if r['student_id'] == '1002')}.junit.xml").read_text()
     assert "hidden_one" in own and "m=19" not in own  # a student's own JUnit: hidden case verdict only
     assert (out / "summary" / "index.html").is_file()
@@ -127,3 +137,19 @@ def test_force_regrades_everyone(small_config, tmp_path):
         finished = batch(small_config, folder, "-o", out, *flags)
         stdout, _ = finished.communicate(timeout=120)
         assert expected in " ".join(stdout.split())
+
+
+def test_the_resume_fingerprint_changes_with_the_graders_own_code(tmp_path):
+    # A copy of the package, changed by one comment, as an upgrade would change it.
+    shutil.copytree(ROOT / "grader", tmp_path / "grader", ignore=shutil.ignore_patterns("__pycache__"))
+    code = "from grader.batch import grader_digest; print(grader_digest())"
+
+    def digest() -> str:
+        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": str(tmp_path)})
+        return run.stdout.strip()
+
+    before = digest()
+    timing = tmp_path / "grader" / "timing.py"
+    timing.write_text(timing.read_text() + "\n# a fix in a new release\n")
+    assert digest() != before

@@ -1,16 +1,16 @@
 """The known-submission corpus through every stage that needs no GPU: static check and compilation."""
 import pytest
 from conftest import ROOT, SUBMISSIONS
+from hardware import needs_nvcc
 
 from grader.config import load_config
-from grader.execute.compile import compile_check, nvcc_path
+from grader.execute.compile import compile_check
 from grader.result import FAILED, PASSED
 from grader.static_check import find_kernels, static_checks
 
 POINTS = {"shared_tiles": 2, "load_barrier": 4, "use_barrier": 4}
 LOAD, USE, TILES = "barrier after loading tiles", "barrier after using tiles", "shared-memory tiles"
 CORRECT = ["good_basic", "good_tile8_renamed", "good_tile32_macro_sync"]
-needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
 
 
 def statics(source: str) -> dict:

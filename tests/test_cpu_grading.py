@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 from conftest import ROOT, RUN_TIMEOUT_S, SUBMISSIONS
+from hardware import needs_cxx
 
-from grader.execute.cpu.build import compiler
 from grader.pipeline import CPU_NOTE
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 
-pytestmark = pytest.mark.skipif(compiler() is None, reason="no C++ compiler for the CPU emulator")
+pytestmark = needs_cxx
 LOAD_MISSING = "the barrier after loading the tiles is missing"
 USE_MISSING = "the barrier after using the tiles is missing"
 TILE = 16

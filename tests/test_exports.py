@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 from junitparser import Error, Failure, JUnitXml
 
-from grader.report.canvas_csv import to_canvas_csv, write_canvas_csv
+from grader.report.canvas_csv import SCALE, CanvasOptions, read_roster, to_canvas
 from grader.report.grades_csv import to_grades_csv, write_grades_csv
 from grader.report.gradescope import to_gradescope, write_gradescope
 from grader.report.junit_report import to_combined_junit
@@ -45,14 +45,20 @@ from grader.result import (
     skipped,
 )
 
-jsonschema = pytest.importorskip("jsonschema")  # the GPU machine lacks it; CI installs it (test extra)
-
 SECRET = "SECRET_SHAPE_129x257x65"
 # A hidden case's diagnostic long enough to be truncated, full of things a student must not see.
 HIDDEN_DIAGNOSTIC = f"{SECRET}: 812 of 33153 elements wrong\n" + "expected 1.0 got 2.0 at (128, 256)\n" * 200
 LONG_PUBLIC = "nvcc: error: something\n" * 300  # 6900 characters
 HOSTILE = '<script>alert("x")</script> & µs'
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def validate(data, schema) -> None:
+    # A plain import (the `test` extra installs jsonschema; a missing one fails here, never skips), made
+    # inside so that `pytest -m gpu` still collects this file on a GPU machine that lacks it.
+    import jsonschema
+
+    jsonschema.validate(data, schema)
 
 
 def _timing(ratio: float, points: float = 10) -> CheckResult:
@@ -207,11 +213,11 @@ def test_grades_csv_row_per_student_and_points_possible(tmp_path):
     path = write_grades_csv(results, tmp_path / "grades.csv")
     header, possible, rows = _grades_rows(path.read_text(encoding="utf-8"))
     assert header[:4] == ["submission", "student_id", "student_name", "status"]
-    assert header[-2:] == ["total", "max"]
+    assert header[-3:] == ["total", "max", "intake notes"]
     # Union of check names in first-seen order: bob adds ragged_n, dave has none.
-    assert header[4:-2] == [*(c.name for c in alice().checks), "ragged_n"]
+    assert header[4:-3] == [*(c.name for c in alice().checks), "ragged_n"]
     assert possible["submission"] == "points possible"
-    assert [possible[n] for n in header[4:-2]] == ["1", "2", "4", "4", "3", "4", "4", "10", "4"]
+    assert [possible[n] for n in header[4:-3]] == ["1", "2", "4", "4", "3", "4", "4", "10", "4"]
     assert possible["total"] == possible["max"] == "36"
     assert [r["submission"] for r in rows] == [r.submission for r in results]
     assert [r["student_id"] for r in rows] == ["1001", "1002", "1003", "1004", "1005", "1006"]
@@ -220,7 +226,7 @@ def test_grades_csv_row_per_student_and_points_possible(tmp_path):
     for row, result in zip(rows, results):
         assert float(row["total"]) == pytest.approx(result.score)
         assert float(row["max"]) == pytest.approx(result.max_score)
-        cells = [float(row[n]) for n in header[4:-2] if row[n] != ""]
+        cells = [float(row[n]) for n in header[4:-3] if row[n] != ""]
         assert sum(cells) == pytest.approx(float(row["total"]))
 
 
@@ -242,7 +248,7 @@ def test_grades_csv_check_named_like_a_fixed_column():
     r = SubmissionResult("s", GRADED, [passed("total", CASE, 2), passed("status", STATIC, 1)])
     header, possible, (row,) = _grades_rows(to_grades_csv([r]))
     assert header == ["submission", "student_id", "student_name", "status", "check total", "check status",
-                      "total", "max"]
+                      "total", "max", "intake notes"]
     assert (row["status"], row["check total"], row["total"]) == ("graded", "2", "3")
     assert (possible["check total"], possible["check status"], possible["total"]) == ("2", "1", "3")
 
@@ -250,31 +256,93 @@ def test_grades_csv_check_named_like_a_fixed_column():
 # ---------------------------------------------------------------- Canvas
 
 
-def test_canvas_csv_header_points_and_rows(tmp_path):
-    path = write_canvas_csv(everyone(), tmp_path / "canvas.csv", "Lab 3: tiled SGEMM")
-    rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
-    assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Lab 3: tiled SGEMM"]
+def canvas_rows(results, **options) -> tuple[list[list[str]], list[str]]:
+    export = to_canvas(results, CanvasOptions(**options))
+    return list(csv.reader(io.StringIO(export.csv))), export.notes
+
+
+def with_ids(result: SubmissionResult, canvas="", sis="", login="") -> SubmissionResult:
+    result.canvas_user_id, result.sis_user_id, result.sis_login_id = canvas, sis, login
+    return result
+
+
+def test_canvas_header_points_and_each_id_in_its_own_column():
+    # alice came from a Canvas zip (a Canvas user id), bob from Gradescope (an SID), carol by email.
+    results = [with_ids(alice(), canvas="1001"), with_ids(bob(), sis="s1002"), with_ids(carol(), login="c@u.edu")]
+    rows, notes = canvas_rows(results, assignment="Lab 3", assignment_id="4242")
+    assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Lab 3 (4242)"]
     assert rows[1] == ["Points Possible", "", "", "", "", "36"]  # the largest max_score
     assert rows[2] == ["Alice Archer", "1001", "", "", "", "32"]
-    assert rows[3] == ["Bob <Builder> & Co", "1002", "", "", "", "10"]
-    assert [r[1] for r in rows[2:]] == ["1001", "1002", "1003", "1004", "1005", "1006"]
-    assert [r[5] for r in rows[2:]] == ["32", "10", "10", "0", "0", "10"]
-    assert all(len(r) == 6 for r in rows)
+    assert rows[3] == ["Bob <Builder> & Co", "", "s1002", "", "", "10"]
+    assert rows[4] == ["Carol Chen", "", "", "c@u.edu", "", "10"]
+    assert notes == []
 
 
-def test_canvas_csv_options():
-    rows = list(csv.reader(io.StringIO(to_canvas_csv(
-        [alice(), dave()], "Lab 3", id_column="SIS User ID", points_possible=40, blank_if_not_graded=True))))
-    assert rows[1][5] == "40"
-    assert rows[2] == ["Alice Archer", "", "1001", "", "", "32"]
-    assert rows[3] == ["Dave Doe", "", "1004", "", "", ""]
-    # No LMS identity (a folder graded on its own): the folder name is the best name Canvas can match.
-    (row,) = list(csv.reader(io.StringIO(to_canvas_csv([SubmissionResult("eve_dir", GRADED)], "Lab 3"))))[2:]
-    assert row[:2] == ["eve_dir", ""]
+def test_canvas_never_puts_a_non_canvas_id_in_the_id_column():
+    # student_id as intake read it (an SID from a Gradescope export) is not a Canvas user id.
+    rows, notes = canvas_rows([alice()])
+    assert rows[2][:4] == ["Alice Archer", "", "", ""]
+    assert notes == ["Alice Archer [alice_sub]: no id Canvas can match this row by"]
+
+
+def test_canvas_points_possible_rescales():
+    rows, _ = canvas_rows([with_ids(alice(), canvas="1"), with_ids(bob(), canvas="2")], points_possible=100)
+    assert rows[1][5] == "100"
+    assert [r[5] for r in rows[2:]] == ["100", "27.777778"]  # 32 of 32 and 10 of 36, as shares of 100
+
+
+def test_canvas_grader_error_is_an_empty_cell_and_listed_never_zero():
+    rows, notes = canvas_rows([with_ids(erin(), canvas="1005"), with_ids(dave(), canvas="1004")])
+    assert rows[2] == ["Erin Eve", "1005", "", "", "", ""]
+    assert rows[3][5] == "0"  # dave handed in nothing gradable: that is his 0
+    assert notes == ["Erin Eve [erin_sub]: empty cell, grading broke (grader error): grade again, then import"]
+
+
+def cpu_run() -> SubmissionResult:
+    """A correct kernel graded without a GPU: 74 of 74 checkable, 26 need a GPU."""
+    return with_ids(SubmissionResult("gil_sub", GRADED, student_name="Gil", checks=[
+        passed("square_64", CASE, 74),
+        skipped("square_512", CASE, 16, "not run: GPU only", needs_gpu="large cases"),
+        skipped("speed vs reference", TIMING, 10, "not timed", needs_gpu="timing")]), canvas="7")
+
+
+def test_canvas_from_a_run_without_gpu_holds_or_scales_as_the_instructor_chooses():
+    held, notes = canvas_rows([cpu_run()])
+    assert held[2] == ["Gil", "7", "", "", "", ""]
+    assert "held: graded without a GPU, 26 points not checked" in notes[0]
+    scaled, notes = canvas_rows([cpu_run()], without_gpu=SCALE)
+    assert (scaled[1][5], scaled[2][5], notes) == ("100", "100", [])
     with pytest.raises(ValueError):
-        to_canvas_csv([alice()], "Lab 3", id_column="Email")
+        to_canvas([cpu_run()], CanvasOptions(without_gpu="guess"))
+
+
+ROSTER = """Student,ID,SIS User ID,SIS Login ID,Section,Lab 3 (4242)
+    Points Possible,,,,,100
+"Archer, Alice",1001,s1001,aarcher,Section A,
+"Chen, Carol",1003,s1003,c@u.edu,Section B,
+"Zhou, Zed",1009,s1009,zzhou,Section B,
+"Student, Test",9999,,,Section A,
+"""
+
+
+def test_canvas_roster_fills_identity_and_lists_who_is_missing():
+    roster = read_roster(ROSTER)
+    assert [r.student for r in roster] == ["Archer, Alice", "Chen, Carol", "Zhou, Zed"]
+    results = [with_ids(alice(), sis="s1001"), with_ids(carol(), login="C@U.EDU"),
+               with_ids(frank(), sis="s4040")]
+    rows, notes = canvas_rows(results, roster=roster)
+    assert rows[2] == ["Archer, Alice", "1001", "s1001", "aarcher", "Section A", "32"]
+    assert rows[3] == ["Chen, Carol", "1003", "s1003", "c@u.edu", "Section B", "10"]
+    assert rows[4] == ["Frank Fox", "", "s4040", "", "", "10"]
+    assert "frank_sub: no roster row (ids: s4040)" in notes
+    assert "Zhou, Zed (1009, s1009, zzhou): on the roster, no submission" in notes
+    with pytest.raises(ValueError, match="not a Canvas gradebook export"):
+        read_roster("name,score\nx,1\n")
+
+
+def test_canvas_title_must_not_be_empty():
     with pytest.raises(ValueError):
-        to_canvas_csv([alice()], "  ")
+        to_canvas([alice()], CanvasOptions(assignment="  "))
 
 
 # ---------------------------------------------------------------- Gradescope
@@ -328,7 +396,7 @@ GRADESCOPE_SCHEMA = {
 def test_gradescope_matches_spec(make):
     result = make()
     data = to_gradescope(result)
-    jsonschema.validate(data, GRADESCOPE_SCHEMA)
+    validate(data, GRADESCOPE_SCHEMA)
     assert json.loads(json.dumps(data)) == data
     assert len(data["tests"]) == len(result.checks)
 
@@ -358,7 +426,13 @@ def test_gradescope_never_shows_hidden_text():
     assert "expected 1.0 got 2.0" not in text
     (hidden,) = [t for t in data["tests"] if t["name"] == "case: rect_hidden"]
     assert hidden["output"] == "failed"
-    assert hidden["visibility"] == "visible"  # the verdict is shown, nothing else
+    # Gradescope's own value: shown once the due date has passed, and then only the verdict.
+    assert hidden["visibility"] == "after_due_date"
+    assert {t["visibility"] for t in data["tests"] if t["name"] != "case: rect_hidden"} == {"visible"}
+    published = to_gradescope(bob(), hidden_visibility="after_published")
+    assert [t["visibility"] for t in published["tests"] if t["name"] == "case: rect_hidden"] == ["after_published"]
+    with pytest.raises(ValueError):
+        to_gradescope(bob(), hidden_visibility="secret")
     assert hidden["score"] == 0 and hidden["max_score"] == 4
 
 
@@ -374,12 +448,12 @@ def test_gradescope_submission_error_is_valid_with_score_zero(tmp_path):
     r = SubmissionResult("x", SUBMISSION_ERROR, [passed("shared-memory tiles", STATIC, 2, "ok")],
                          message="grader error: the reference kernel does not compile")
     data = to_gradescope(r)
-    jsonschema.validate(data, GRADESCOPE_SCHEMA)
+    validate(data, GRADESCOPE_SCHEMA)
     assert data["score"] == 0
     assert "could not be graded" in data["output"] and "reference kernel" in data["output"]
     path = write_gradescope(dave(), tmp_path / "results" / "results.json", execution_time=3)
     written = json.loads(path.read_text(encoding="utf-8"))
-    jsonschema.validate(written, GRADESCOPE_SCHEMA)
+    validate(written, GRADESCOPE_SCHEMA)
     assert (written["score"], written["tests"], written["execution_time"]) == (0, [], 3)
     assert "no kernel file found" in written["output"]
 
@@ -438,7 +512,7 @@ PL_SCHEMA = {
 @pytest.mark.parametrize("make", [alice, bob, carol, dave, erin, frank])
 def test_prairielearn_matches_docs(make):
     data = to_prairielearn(make())
-    jsonschema.validate(data, PL_SCHEMA)
+    validate(data, PL_SCHEMA)
     assert set(data) <= {"gradable", "score", "message", "output", "format_errors", "tests"}
     assert all(set(t) <= PL_TEST_KEYS for t in data["tests"])
 
@@ -446,7 +520,7 @@ def test_prairielearn_matches_docs(make):
 def test_prairielearn_scores():
     assert to_prairielearn(alice())["score"] == 1.0
     assert to_prairielearn(bob())["score"] == pytest.approx(10 / 36)
-    assert to_prairielearn(carol())["score"] == pytest.approx(10 / 32)
+    assert to_prairielearn(carol())["score"] == 0  # static points of code that does not build do not count
     tests = {t["name"]: t for t in to_prairielearn(bob())["tests"]}
     assert (tests["square_64"]["points"], tests["square_64"]["max_points"]) == (3, 3)
     assert tests["ragged_n"]["message"] == "error"
@@ -523,7 +597,6 @@ def test_summary_metrics():
 
 
 def test_summary_page_with_plots(tmp_path):
-    pytest.importorskip("matplotlib")
     page = write_summary(everyone(), tmp_path / "summary")
     text = page.read_text(encoding="utf-8")
     assert page.name == "index.html"
@@ -543,7 +616,6 @@ def test_summary_page_with_plots(tmp_path):
 
 
 def test_summary_without_timing_data(tmp_path):
-    pytest.importorskip("matplotlib")
     page = write_summary([carol(), dave()], tmp_path)
     text = page.read_text(encoding="utf-8")
     assert (tmp_path / SCORE_PNG).read_bytes().startswith(PNG_MAGIC)
@@ -580,5 +652,5 @@ def test_lms_entries_always_write_a_valid_results_file(entry, tmp_path, config_f
         results = tmp_path / "out" / folder.name / "results.json"
         assert main([entry, str(folder), str(results), "--config", str(config_file), "--no-run"]) == 0
         data = json.loads(results.read_text())
-        jsonschema.validate(data, schema)
+        validate(data, schema)
     assert json.loads((tmp_path / "out" / "empty" / "results.json").read_text())["score"] == 0

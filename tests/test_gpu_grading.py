@@ -8,16 +8,16 @@ import time
 
 import pytest
 from conftest import ROOT, RUN_TIMEOUT_S, SUBMISSIONS
+from hardware import needs_gpu
 from junitparser import Error, JUnitXml
 
 from grader.cli import main
 from grader.config import load_config
-from grader.execute.gpu_detect import gpu_unavailable_reason
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(gpu_unavailable_reason() is not None, reason=f"{gpu_unavailable_reason()}"),
+    needs_gpu,
 ]
 
 

@@ -92,7 +92,8 @@ def test_folder_of_student_folders(tmp_path):
     assert sorted(entries) == ["alice", "bob", "dave", "frank"]
     for key in ("alice", "bob", "dave", "frank"):
         assert_graded(entries[key], key)
-        assert entries[key].student_id == "" and entries[key].student_name == ""
+        # A folder's name is the student's name; it carries no LMS id.
+        assert entries[key].student_id == "" and entries[key].student_name == key
         assert entries[key].source == str(cls)
     assert entries["bob"].entry == "bob/src/kernel.cu"
     assert any("sgemm.cu, the only .cu file" in n for n in entries["dave"].notes)
@@ -258,6 +259,10 @@ def check_gradescope(intake: Intake, source: str) -> None:
     assert group.members == [("77", "Bob Ross"), ("78", "Carol Danvers")]
     dan = entries["Dan_Brown_dan_example.edu"]
     assert (dan.student_id, dan.student_name) == ("dan@example.edu", "Dan Brown")  # no SID: the email
+    # Gradebook ids, each in its own kind: an SID is an SIS user id, an email a login, never a Canvas id.
+    assert (alice.sis_user_id, alice.sis_login_id, alice.canvas_user_id) == ("42", "", "")
+    assert (dan.sis_user_id, dan.sis_login_id, dan.canvas_user_id) == ("", "dan@example.edu", "")
+    assert (group.sis_user_id, group.sis_login_id, group.canvas_user_id) == ("", "", "")  # joined ids match no one
     assert entries["submission_1004"].student_id == ""
     for key, tag in (("Alice_Liddell_42", "alice"), ("Bob_Ross_77_and_1_more", "bob-carol"),
                      ("Dan_Brown_dan_example.edu", "dan"), ("submission_1004", "nobody")):
@@ -483,3 +488,43 @@ def test_unsafe_member_names_never_reach_the_disk(tmp_path, name):
     assert "not unpacked" in refusal.reason
     assert sorted(p.name for p in work.iterdir()) == ["ok", "ok2"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.zip", "work"]
+
+
+def test_folder_names_keep_the_students_name_and_id(tmp_path):
+    cls = tmp_path / "class"
+    write(cls / "Alice Smith (s1234567)" / "kernel.cu", kernel("alice"))
+    write(cls / "学生" / "kernel.cu", kernel("xuesheng"))
+    write(cls / "José Núñez" / "kernel.cu", kernel("jose"))
+    entries = by_key(discover([cls], tmp_path / "work"))
+    assert sorted(entries) == ["Alice_Smith_s1234567", "Jose_Nunez", "学生"]  # never "submission"
+    alice = entries["Alice_Smith_s1234567"]
+    assert (alice.student_name, alice.sis_user_id, alice.canvas_user_id) == ("Alice Smith", "s1234567", "")
+    assert entries["学生"].student_name == "学生"
+    assert_graded(entries["学生"], "xuesheng")
+    assert entries["Jose_Nunez"].student_name == "José Núñez"
+
+
+def test_a_canvas_zip_gives_canvas_user_ids_but_not_for_anonymous_grading(tmp_path):
+    archive = make_zip(tmp_path / "canvas.zip", [("smithjohn_12345_678901_kernel.cu", kernel("john")),
+                                                  ("anon_k3Xz_678902_kernel.cu", kernel("anon"))])
+    entries = {e.student_id: e for e in discover([archive], tmp_path / "work").submissions}
+    assert entries["12345"].canvas_user_id == "12345"
+    assert entries["anon_k3Xz"].canvas_user_id == ""
+
+
+@pytest.mark.parametrize("sibling", ["empty", "junk", "refused"])
+def test_a_class_folder_with_one_valid_student_is_a_class(tmp_path, sibling):
+    cls = tmp_path / "class"
+    write(cls / "alice" / "kernel.cu", kernel("alice"))
+    if sibling == "empty":
+        (cls / "bob").mkdir()
+    elif sibling == "junk":
+        write(cls / "bob" / ".DS_Store", b"\0")
+    else:
+        (cls / "bob").mkdir()
+        (cls / "bob" / "kernel.cu").symlink_to("/etc/passwd")
+    intake = discover([cls], tmp_path / "work")
+    entries = by_key(intake)
+    assert sorted(entries) == ["alice"], intake.notes  # a class of one, not a student named "class"
+    assert_graded(entries["alice"], "alice")
+    assert any("a folder of student submissions" in n for n in intake.notes)

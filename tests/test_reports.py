@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from xml.etree import ElementTree
 
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
@@ -148,19 +149,48 @@ def test_junit_counts_match_model(tmp_path):
     assert suite.skipped == statuses.count("skipped")
 
 
-def test_junit_points_in_names_and_properties(tmp_path):
+def test_junit_names_are_stable_and_points_are_properties(tmp_path):
     (suite,) = _read_suites(tmp_path, _graded())
     names = [c.name for c in suite]
-    assert "case square_64 [4/4 pts]" in names
-    assert "static uses_shared_memory [0/2.5 pts]" in names
-    assert "timing speedup [1.5/3 pts]" in names
+    assert names[:3] == ["compile build", "static uses_shared_memory", "case square_64"]
+    assert "timing speedup" in names
+    # The same check, passed or failed, has the same name: CI histories follow a test by its name.
+    other = _graded()
+    other.checks[1] = passed("uses_shared_memory", STATIC, 2.5)
+    assert [c.name for c in to_junit_suite(other).test_cases] == [c.name for c in to_junit_suite(_graded()).test_cases]
+    assert not any("pts" in name or "/" in name for name in names)
     props = {p.name: p.value for p in suite.properties()}
-    assert props["score"] == "15.5"
-    assert props["max_score"] == "33.5"
-    assert props["status"] == "graded"
-    assert props["points.uses_shared_memory"] == "0/2.5"
-    assert props["points.square_64"] == "4/4"
-    assert props["points.speedup"] == "1.5/3"
+    assert (props["score"], props["max_score"], props["status"], props["outcome"]) == ("15.5", "33.5", "graded",
+                                                                                       "graded")
+    assert props["points.static uses_shared_memory"] == "0/2.5"
+    assert props["points.case square_64"] == "4/4"
+    assert props["points.timing speedup"] == "1.5/3"
+
+
+def test_junit_failure_at_a_line_carries_file_and_line(tmp_path):
+    result = SubmissionResult("eve", GRADED, [
+        failed("barrier after loading tiles", STATIC, 4, "no __syncthreads() after the loads", metrics={"line": 21}),
+        passed("shared-memory tiles", STATIC, 2, "tiles As, Bs", metrics={"line": 9}),
+        failed("square_64", CASE, 3, "wrong")])
+    path = tmp_path / "eve.xml"
+    write_junit(result, path)
+    located = {c.get("name"): (c.get("file"), c.get("line")) for c in ElementTree.parse(path).iter("testcase")}
+    assert located == {"static barrier after loading tiles": ("kernel.cu", "21"),
+                       "static shared-memory tiles": (None, None),  # passed: nothing to point at
+                       "case square_64": (None, None)}
+
+
+def test_junit_gpu_only_checks_are_not_checked_here_never_failures(tmp_path):
+    result = SubmissionResult("gil", GRADED, [
+        passed("square_64", CASE, 74),
+        skipped("large_ragged", CASE, 16, "not run: GPU only", needs_gpu="large cases"),
+        skipped("speed vs reference", TIMING, 10, "not timed", needs_gpu="timing")])
+    (suite,) = _read_suites(tmp_path, result)
+    assert (suite.failures, suite.errors, suite.skipped) == (0, 0, 2)
+    (skip,) = list(suite)[2].result
+    assert isinstance(skip, Skipped) and skip.message.startswith("not checked here: it needs a GPU (timing)")
+    props = {p.name: p.value for p in suite.properties()}
+    assert (props["max_score"], props["checkable_max_score"]) == ("100", "74")
 
 
 def test_junit_elapsed_from_metrics():
@@ -249,3 +279,13 @@ def test_terminal_error_submission():
     assert "could not be graded" in out
     assert "no kernel file sgemm.cu found" in out
     assert "Total: 0/0" in out
+
+
+def test_terminal_without_gpu_says_what_was_checked():
+    result = SubmissionResult("gil", GRADED, [
+        passed("square_64", CASE, 74),
+        skipped("large_ragged", CASE, 16, "not run: GPU only", needs_gpu="large cases"),
+        skipped("speed vs reference", TIMING, 10, "not timed", needs_gpu="timing")])
+    out = _text(result)
+    assert "Total: 74/74 points checkable without a GPU; 26 more need a GPU (large cases, timing)" in out
+    assert "not checked here" in out and "skipped" not in out and "failed" not in out

@@ -1,15 +1,15 @@
 """The compute-sanitizer diagnosis on a real GPU: the missing barrier is named, bounds errors are placed."""
 import pytest
 from conftest import SUBMISSIONS
+from hardware import needs_gpu, needs_sanitizer
 
-from grader.diagnose.run import sanitize, sanitizer_path
-from grader.execute.gpu_detect import gpu_unavailable_reason
+from grader.diagnose.run import sanitize
 from grader.result import FAILED, PASSED
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(gpu_unavailable_reason() is not None, reason=f"{gpu_unavailable_reason()}"),
-    pytest.mark.skipif(sanitizer_path() is None, reason="compute-sanitizer not installed"),
+    needs_gpu,
+    needs_sanitizer,
 ]
 
 

@@ -1,53 +1,153 @@
-"""A CSV that Canvas's Gradebook "Import" accepts as it is: one assignment column, one row per student.
+"""canvas.csv: a file Canvas's Gradebook "Import" takes as it is, one assignment column, one row per student.
 
-Why: an instructor should upload the lab's scores without retyping or reshaping a spreadsheet.
-The layout follows Canvas's own gradebook export, which is also its import format: the columns
-Student, ID, SIS User ID, SIS Login ID, Section, then one column per assignment (named as the
-assignment is named in Canvas, or a new assignment is created); the row after the header holds
-"Points Possible". Canvas matches a row to a student by one of Student / ID / SIS User ID, so the
-student_id goes in the column the caller names (Canvas's numeric "ID" by default). Scores are the
-result's own total; nothing is re-judged here.
+Why: an instructor should upload the lab's scores without retyping or reshaping a spreadsheet. The layout
+is Canvas's own gradebook export, which is also its import format: Student, ID, SIS User ID, SIS Login ID,
+Section, then the assignment column headed `Title (assignment_id)` as the export heads it (a title alone
+makes Canvas create a new assignment); the row after the header holds "Points Possible".
+
+Canvas matches a row by `ID`, its own user id, and otherwise by `SIS User ID` or `SIS Login ID`. So each id
+goes only in its own column: `ID` holds a Canvas user id or nothing (an SIS id or an email there would be
+read as a user id, and the grade land on the wrong student or nowhere). With a roster (Canvas's gradebook
+export) the identity columns are Canvas's own for every student it matches, and the notes list the roster
+students with no submission and the submissions with no roster row.
+
+A student whose grading broke (outcome "grader error") gets an empty cell, which Canvas leaves as it was,
+never a 0; so does, by default, a student graded without a GPU (checks that need one were not made):
+`without_gpu="scale"` writes those scores scaled to what could be checked instead. Every empty cell is
+listed in the notes. Scores are the results' own, rescaled to `points_possible` when that is given.
 """
 from __future__ import annotations
 
 import csv
 import io
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from grader.report.points import format_points
-from grader.result import SubmissionResult
+from grader.result import GRADER_ERROR, SubmissionResult
 
 IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
-ID_COLUMNS = ("ID", "SIS User ID", "SIS Login ID")
 POINTS_POSSIBLE = "Points Possible"
+HOLD, SCALE = "hold", "scale"  # what a class export does with scores from a run without a GPU
 
 
-def to_canvas_csv(results: list[SubmissionResult], assignment: str, *, id_column: str = "ID",
-                  points_possible: float | None = None, blank_if_not_graded: bool = False) -> str:
-    """assignment: the column title (the Canvas assignment's name). points_possible: defaults to the
-    largest max_score among the results. blank_if_not_graded: leave the score cell empty (Canvas then
-    leaves that grade as it is) for submissions that could not be graded, instead of writing their 0."""
-    if id_column not in ID_COLUMNS:
-        raise ValueError(f"id_column must be one of {', '.join(ID_COLUMNS)}, not {id_column!r}")
-    if not assignment.strip():
+@dataclass(frozen=True)
+class RosterRow:
+    """One student of Canvas's gradebook export: the identity columns, as Canvas wrote them."""
+
+    student: str
+    canvas_id: str = ""
+    sis_user_id: str = ""
+    sis_login_id: str = ""
+    section: str = ""
+
+
+@dataclass
+class CanvasOptions:
+    assignment: str = "SGEMM lab"
+    assignment_id: str = ""  # Canvas's id of the assignment: the column is then "Title (id)"
+    points_possible: float | None = None  # the assignment's points in Canvas; scores are rescaled to it
+    without_gpu: str = HOLD
+    roster: list[RosterRow] | None = None
+
+
+@dataclass
+class CanvasExport:
+    csv: str
+    notes: list[str] = field(default_factory=list)  # for the instructor: every row Canvas will not take as is
+
+
+def column_title(options: CanvasOptions) -> str:
+    title = options.assignment.strip()
+    if not title:
         raise ValueError("the assignment title must not be empty")
-    if points_possible is None:
-        points_possible = max((r.max_score for r in results), default=0.0)
+    return f"{title} ({options.assignment_id})" if options.assignment_id else title
+
+
+def _own_row(result: SubmissionResult) -> RosterRow:
+    return RosterRow(result.student_name or result.submission, result.canvas_user_id, result.sis_user_id,
+                     result.sis_login_id)
+
+
+def _match(result: SubmissionResult, roster: list[RosterRow]) -> RosterRow | None:
+    """The roster row with the same Canvas id, else SIS id, else login (case-insensitive)."""
+    for mine, theirs in ((result.canvas_user_id, "canvas_id"), (result.sis_user_id, "sis_user_id"),
+                         (result.sis_login_id, "sis_login_id")):
+        if mine:
+            found = [r for r in roster if getattr(r, theirs).casefold() == mine.casefold()]
+            if found:
+                return found[0]
+    return None
+
+
+def _cell(result: SubmissionResult, options: CanvasOptions) -> tuple[str, str]:
+    """(the score cell, why it is empty or ""): the result's own score, or its share of the result's total
+    times points_possible; from a run without a GPU, held, or its share of what could be checked."""
+    if result.outcome == GRADER_ERROR:
+        return "", "grading broke (grader error): grade again, then import"
+    out_of = result.checkable_max
+    if result.needs_gpu_points and result.graded and options.without_gpu == HOLD:
+        return "", (f"held: graded without a GPU, {format_points(result.needs_gpu_points)} points not "
+                    "checked (grade on a GPU, or export with --without-gpu scale)")
+    if out_of <= 0:
+        return format_points(0), ""
+    worth = options.points_possible if options.points_possible is not None else result.max_score
+    return format_points(result.score / out_of * worth), ""
+
+
+def to_canvas(results: list[SubmissionResult], options: CanvasOptions) -> CanvasExport:
+    if options.without_gpu not in (HOLD, SCALE):
+        raise ValueError(f"without_gpu must be {HOLD} or {SCALE}, not {options.without_gpu!r}")
+    title = column_title(options)
+    out_of = options.points_possible
+    if out_of is None:
+        out_of = max((r.max_score for r in results), default=0.0)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([*IDENTITY, assignment])
-    writer.writerow([POINTS_POSSIBLE, "", "", "", "", format_points(points_possible)])
-    id_at = IDENTITY.index(id_column)
+    writer.writerow([*IDENTITY, title])
+    writer.writerow([POINTS_POSSIBLE, "", "", "", "", format_points(out_of)])
+    notes: list[str] = []
+    matched: set[RosterRow] = set()
     for result in results:
-        row = [result.student_name or (result.submission if not result.student_id else ""), "", "", "", ""]
-        row[id_at] = result.student_id
-        blank = blank_if_not_graded and not result.graded
-        writer.writerow([*row, "" if blank else format_points(result.score)])
-    return out.getvalue()
+        who = _match(result, options.roster) if options.roster is not None else None
+        if who is not None:
+            matched.add(who)
+        elif options.roster is not None:
+            notes.append(f"{result.submission}: no roster row (ids: {_ids(result) or 'none'})")
+        row = who or _own_row(result)
+        cell, why = _cell(result, options)
+        if why:
+            notes.append(f"{row.student} [{result.submission}]: empty cell, {why}")
+        if not (row.canvas_id or row.sis_user_id or row.sis_login_id):
+            notes.append(f"{row.student} [{result.submission}]: no id Canvas can match this row by")
+        writer.writerow([row.student, row.canvas_id, row.sis_user_id, row.sis_login_id, row.section, cell])
+    for row in options.roster or []:
+        if row not in matched:
+            notes.append(f"{row.student} ({_roster_ids(row)}): on the roster, no submission")
+    return CanvasExport(out.getvalue(), notes)
 
 
-def write_canvas_csv(results: list[SubmissionResult], path: str | Path, assignment: str, **options) -> Path:
-    path = Path(path)
-    with path.open("w", encoding="utf-8", newline="") as handle:
-        handle.write(to_canvas_csv(results, assignment, **options))
-    return path
+def _ids(result: SubmissionResult) -> str:
+    return ", ".join(i for i in (result.canvas_user_id, result.sis_user_id, result.sis_login_id) if i)
+
+
+def _roster_ids(row: RosterRow) -> str:
+    return ", ".join(i for i in (row.canvas_id, row.sis_user_id, row.sis_login_id) if i) or "no ids"
+
+
+def read_roster(text: str, source: str = "roster") -> list[RosterRow]:
+    """Students from Canvas's gradebook export (CSV text): its identity columns; the points-possible and
+    mute rows, and Canvas's "Student, Test" preview student, are left out."""
+    rows = list(csv.DictReader(io.StringIO(text.lstrip("\ufeff"))))
+    header = rows[0].keys() if rows else []
+    missing = [c for c in ("Student", "ID") if c not in header]
+    if missing:
+        raise ValueError(f"{source}: not a Canvas gradebook export (no {' or '.join(missing)} column)")
+    roster = []
+    for row in rows:
+        student = (row.get("Student") or "").strip()
+        canvas_id = (row.get("ID") or "").strip()
+        if not canvas_id or student in ("Points Possible", "Student, Test") or not canvas_id.isdigit():
+            continue
+        roster.append(RosterRow(student, canvas_id, (row.get("SIS User ID") or "").strip(),
+                                (row.get("SIS Login ID") or "").strip(), (row.get("Section") or "").strip()))
+    return roster

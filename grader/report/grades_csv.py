@@ -17,12 +17,13 @@ from grader.result import SubmissionResult
 
 FIXED = ("submission", "student_id", "student_name", "status")
 TOTALS = ("total", "max")
+NOTES = "intake notes"  # which file intake took, what it refused: joined with "; "
 POINTS_POSSIBLE = "points possible"
 
 
 def _header(name: str) -> str:
     # A check called "status" or "total" must not shadow a fixed column for csv.DictReader.
-    return f"check {name}" if name in FIXED or name in TOTALS else name
+    return f"check {name}" if name in FIXED or name in TOTALS or name == NOTES else name
 
 
 def check_columns(results: list[SubmissionResult]) -> list[str]:
@@ -41,19 +42,20 @@ def _possible(results: list[SubmissionResult], names: list[str]) -> dict[str, fl
 
 def to_grades_csv(results: list[SubmissionResult]) -> str:
     names = check_columns(results)
-    header = [*FIXED, *map(_header, names), *TOTALS]
+    header = [*FIXED, *map(_header, names), *TOTALS, NOTES]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
     possible = _possible(results, names)
     total_possible = format_points(sum(possible.values()))
     writer.writerow([POINTS_POSSIBLE, "", "", "", *(format_points(possible[n]) for n in names),
-                     total_possible, total_possible])
+                     total_possible, total_possible, ""])
     for result in results:
         scores = {check.name: format_points(check.score) for check in result.checks}
         writer.writerow([result.submission, result.student_id, result.student_name, status_label(result),
                          *(scores.get(name, "") for name in names),
-                         format_points(result.score), format_points(result.max_score)])
+                         format_points(result.score), format_points(result.max_score),
+                         "; ".join(result.intake_notes)])
     return out.getvalue()
 
 

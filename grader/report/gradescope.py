@@ -2,11 +2,18 @@
 
 Why: on Gradescope the grader runs inside their container (see gradescope/run_autograder) and this
 file is all Gradescope reads. Layout per the spec: a top-level "score" (it overrides the sum of the
-tests), "execution_time" in seconds, "output" for the whole submission, and "tests", each with
-"name", "score", "max_score", "status" ("passed"/"failed", so a passed check with partial timing
-points still shows as passed), "output" and "visibility". All text is student-facing, so it goes
-through student_view: a hidden case shows only its verdict word. Hidden cases stay "visible" so the
-student sees that they passed or failed ("hidden" in Gradescope's sense would show nothing at all).
+tests), "execution_time" in seconds, "output" for the whole submission, "extra_data", an optional
+"leaderboard" (a list of {"name", "value", "order"}), and "tests", each with "name", "score",
+"max_score", "status" ("passed"/"failed", so a passed check with partial timing points still shows as
+passed), "output" and "visibility". All text is student-facing, so it goes through student_view.
+
+Hidden cases use Gradescope's own visibility values: "after_due_date" by default (the student sees the
+verdict once the due date has passed), or "after_published" / "hidden", as the instructor chooses; their
+text is only the verdict word even then, so the shapes stay secret from one term to the next.
+Gradescope has no GPU: a check that needs one is "not checked here", so it is not a test there (a
+Gradescope test is passed or failed, never neither); the output names them and their points, and the
+score is out of what could be checked. The timing figures, when a GPU timed the kernel, go in
+"extra_data" and in a leaderboard (GFLOP/s, higher first; time against the reference, lower first).
 Outputs are declared "text" so a student's `<tag>` in a message is shown, not rendered as HTML.
 A submission that could not be graded still yields a valid file: score 0 and the reason.
 """
@@ -17,12 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from grader.report.student_view import DEFAULT_LIMIT, student_message, student_summary
-from grader.result import PASSED, CheckResult, SubmissionResult
+from grader.result import HIDDEN, PASSED, TIMING, CheckResult, SubmissionResult
 
 VISIBLE = "visible"
+# Gradescope's documented visibility values that keep a test from the student for a while (or always).
+HIDDEN_VISIBILITIES = ("after_due_date", "after_published", "hidden")
+DEFAULT_HIDDEN_VISIBILITY = "after_due_date"
+TIMING_FIGURES = ("student_ms", "reference_ms", "ratio", "student_gflops", "reference_gflops")
 
 
-def _test(check: CheckResult, limit: int) -> dict[str, Any]:
+def _test(check: CheckResult, limit: int, hidden_visibility: str) -> dict[str, Any]:
     return {
         "name": f"{check.kind}: {check.name}",
         "score": check.score,
@@ -30,31 +41,67 @@ def _test(check: CheckResult, limit: int) -> dict[str, Any]:
         "status": "passed" if check.status == PASSED else "failed",
         "output": student_message(check, limit),
         "output_format": "text",
-        "visibility": VISIBLE,
+        "visibility": hidden_visibility if check.visibility == HIDDEN else VISIBLE,
         "extra_data": {"kind": check.kind, "status": check.status},
     }
 
 
-def to_gradescope(result: SubmissionResult, execution_time: float | None = None,
-                  limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
+def timing_figures(result: SubmissionResult) -> dict[str, float]:
+    """The measured timing figures, when a GPU timed the kernel; empty otherwise."""
+    timing = next((c for c in result.checks if c.kind == TIMING), None)
+    if timing is None or "ratio" not in timing.metrics:
+        return {}
+    return {key: timing.metrics[key] for key in TIMING_FIGURES if key in timing.metrics}
+
+
+def _leaderboard(figures: dict[str, float]) -> list[dict[str, Any]]:
+    board = []
+    if "student_gflops" in figures:
+        board.append({"name": "GFLOP/s", "value": figures["student_gflops"], "order": "desc"})
+    board.append({"name": "Time vs reference", "value": figures["ratio"], "order": "asc"})
+    return board
+
+
+def _not_checked(result: SubmissionResult) -> str:
+    names = ", ".join(c.name for c in result.checks if c.needs_gpu)
+    return f"Not checked here (they need a GPU): {names}."
+
+
+def to_gradescope(result: SubmissionResult, execution_time: float | None = None, limit: int = DEFAULT_LIMIT,
+                  hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY) -> dict[str, Any]:
     """execution_time: seconds; defaults to the result's own duration when it has one."""
+    if hidden_visibility not in HIDDEN_VISIBILITIES:
+        raise ValueError(f"hidden_visibility must be one of {', '.join(HIDDEN_VISIBILITIES)}, "
+                         f"not {hidden_visibility!r}")
     seconds = execution_time if execution_time is not None else result.duration_s or None
+    output = student_summary(result, limit)
+    if result.needs_gpu_points:
+        output += "\n" + _not_checked(result)
+    extra: dict[str, Any] = {"outcome": result.outcome, "max_score": result.max_score,
+                             "checkable_max_score": result.checkable_max}
+    figures = timing_figures(result)
+    if figures:
+        extra["timing"] = figures
     data: dict[str, Any] = {
         "score": result.score if result.graded else 0.0,
-        "output": student_summary(result, limit),
+        "output": output,
         "output_format": "text",
         "test_output_format": "text",
         "test_name_format": "text",
-        "tests": [_test(check, limit) for check in result.checks],
+        "extra_data": extra,
+        "tests": [_test(check, limit, hidden_visibility) for check in result.checks if check.checkable],
     }
+    if figures:
+        data["leaderboard"] = _leaderboard(figures)
     if seconds is not None:
         data["execution_time"] = max(0, round(seconds))
     return data
 
 
-def write_gradescope(result: SubmissionResult, path: str | Path, execution_time: float | None = None) -> Path:
+def write_gradescope(result: SubmissionResult, path: str | Path, execution_time: float | None = None,
+                     hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_gradescope(result, execution_time), indent=2, ensure_ascii=False) + "\n",
-                    encoding="utf-8")
+    data = to_gradescope(result, execution_time, hidden_visibility=hidden_visibility)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path

@@ -1,4 +1,12 @@
-"""JUnit XML report: one testsuite per submission, one testcase per check."""
+"""JUnit XML report: one testsuite per submission, one testcase per check.
+
+Why these choices: CI pages chart a test's history by its name, so a name is the check's kind and name
+only, the same whatever the outcome (points and status would make every run a new test); points go in
+the suite's <properties> ("points.<test name>" = "3/4"), where the Jenkins schema (tests/junit-10.xsd)
+allows them. A check that failed at a line of the kernel says so in the testcase's `file` and `line`
+attributes, which GitLab and GitHub annotations read. A check that needs a GPU, on a run without one, is
+skipped ("not checked here"), never a failure.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +15,7 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from grader.report.points import format_points
 from grader.report.status import status_label
-from grader.report.student_view import student_message
+from grader.report.student_view import NOT_CHECKED, student_message
 from grader.result import (
     ERROR,
     FAILED,
@@ -16,6 +24,7 @@ from grader.result import (
     CheckResult,
     SubmissionResult,
 )
+from grader.submission import KERNEL_FILE
 
 
 def _points(check: CheckResult) -> str:
@@ -38,12 +47,27 @@ def _attach(case: TestCase, status: str, message: str) -> None:
         case.add_error_info(message=f"unknown status {status!r}: {message}", output=message)
 
 
+def case_name(check: CheckResult) -> str:
+    """Stable across runs and outcomes: never a score or a status in it."""
+    return f"{check.kind} {check.name}"
+
+
+def _line(check: CheckResult) -> int | None:
+    """The kernel line a failed check points at (the static check stores it), if any."""
+    line = check.metrics.get("line")
+    if check.status in (FAILED, ERROR) and isinstance(line, int) and not isinstance(line, bool) and line > 0:
+        return line
+    return None
+
+
 def _check_case(submission: str, check: CheckResult, student_facing: bool) -> TestCase:
-    case = TestCase(
-        f"{check.kind} {check.name} [{_points(check)} pts]",
-        classname=f"{submission}.{check.kind}",
-        elapsed_sec=check.metrics.get("seconds"),
-    )
+    line = _line(check)
+    case = TestCase(case_name(check), classname=f"{submission}.{check.kind}",
+                    elapsed_sec=check.metrics.get("seconds"),
+                    file=KERNEL_FILE if line else None, line=str(line) if line else None)
+    if check.needs_gpu:
+        _attach(case, SKIPPED, f"{NOT_CHECKED}: it needs a GPU ({check.needs_gpu}), and this run had none")
+        return case
     # A student's own file goes to an LMS or CI they see: hidden cases show only their verdict, texts are
     # capped. The class-wide file is the instructor's and keeps everything.
     _attach(case, check.status, student_message(check) if student_facing else check.message)
@@ -54,14 +78,16 @@ def _properties(result: SubmissionResult) -> dict[str, str]:
     props = {
         "score": format_points(result.score),
         "max_score": format_points(result.max_score),
+        "checkable_max_score": format_points(result.checkable_max),
         "status": result.status,
+        "outcome": result.outcome,
     }
     for key in ("backend", "sandbox", "device", "tile_size"):
         value = getattr(result, key)
         if value not in ("", None):
             props[key] = str(value)
     for check in result.checks:
-        props[f"points.{check.name}"] = _points(check)
+        props[f"points.{case_name(check)}"] = _points(check)
     return props
 
 

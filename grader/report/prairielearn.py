@@ -7,6 +7,13 @@ not count the attempt), with the reasons in "format_errors"; "message" and "outp
 whole submission; "tests" (rendered by <pl-external-grader-results>) carry "name", "description",
 "points", "max_points", "message" and "output". Everything here is student-facing, so texts go
 through student_view: a hidden case shows only its verdict word. Points are the model's own.
+
+Code that does not compile earns nothing here, not even the static check's points (a barrier in code
+that does not build is not a working barrier). By default such a submission is "gradable": false with
+the compiler's message in "format_errors", so the attempt is not counted; with
+`prairielearn.compile_error_graded: true` in config.yaml it is a graded 0 instead.
+PrairieLearn has no GPU: the score is a fraction of what could be checked, and checks that need a GPU
+are listed in the message, not as tests (they are neither passed nor failed).
 """
 from __future__ import annotations
 
@@ -14,52 +21,83 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grader.report.points import format_points
-from grader.report.status import status_label
+from grader.report.points import format_points, gpu_reasons
+from grader.report.status import compile_check, status_label
 from grader.report.student_view import (
     DEFAULT_LIMIT,
     cap,
     student_message,
     student_summary,
 )
-from grader.result import HIDDEN, CheckResult, SubmissionResult
+from grader.result import COMPILE_ERROR, HIDDEN, STATIC, TIMED_OUT, CheckResult, SubmissionResult
+
+DID_NOT_BUILD = (COMPILE_ERROR, TIMED_OUT)  # outcomes of code that did not compile (or not in time)
+NOT_BUILT = "no points: the code does not compile, so this check of it does not count"
+
+
+def _does_not_build(result: SubmissionResult) -> bool:
+    return result.outcome in DID_NOT_BUILD
+
+
+def _points(check: CheckResult, result: SubmissionResult) -> float:
+    return 0.0 if _does_not_build(result) else check.score
 
 
 def _fraction(result: SubmissionResult) -> float:
-    if not result.graded or result.max_score <= 0:
+    out_of = result.checkable_max
+    if not result.graded or _does_not_build(result) or out_of <= 0:
         return 0.0
-    return min(1.0, max(0.0, result.score / result.max_score))
+    return min(1.0, max(0.0, result.score / out_of))
 
 
-def _test(check: CheckResult, limit: int) -> dict[str, Any]:
+def _test(check: CheckResult, result: SubmissionResult, limit: int) -> dict[str, Any]:
     shown = student_message(check, limit)
     hidden = " (hidden case: only the verdict is shown)" if check.visibility == HIDDEN else ""
+    if check.kind == STATIC and _does_not_build(result):
+        shown = f"{NOT_BUILT}\n{shown}".rstrip()
     return {
         "name": check.name,
         "description": f"{check.kind} check{hidden}",
-        "points": check.score,
+        "points": _points(check, result),
         "max_points": check.max_score,
         "message": check.status,
         "output": "" if shown == check.status else shown,
     }
 
 
-def to_prairielearn(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
-    gradable = result.graded
+def _compiler_message(result: SubmissionResult, limit: int) -> str:
+    check = compile_check(result)
+    text = check.message if check is not None and check.message else result.message
+    return cap(text or "the code does not compile", limit)
+
+
+def to_prairielearn(result: SubmissionResult, limit: int = DEFAULT_LIMIT,
+                    compile_error_graded: bool = False) -> dict[str, Any]:
+    """compile_error_graded: a submission that does not compile is a graded 0 rather than not gradable."""
+    gradable = result.graded and (compile_error_graded or not _does_not_build(result))
+    score = format_points(0 if _does_not_build(result) else result.score)
+    out_of = format_points(result.checkable_max)
     data: dict[str, Any] = {
         "gradable": gradable,
         "score": _fraction(result),
-        "message": f"{status_label(result)}: {format_points(result.score)}/{format_points(result.max_score)} points",
+        "message": f"{status_label(result)}: {score}/{out_of} points",
         "output": student_summary(result, limit),
-        "tests": [_test(check, limit) for check in result.checks],
+        "tests": [_test(check, result, limit) for check in result.checks if check.checkable],
     }
-    if not gradable:
+    if result.needs_gpu_points:
+        data["message"] += (f" checkable without a GPU; {format_points(result.needs_gpu_points)} more need a GPU "
+                            f"({gpu_reasons(result)})")
+    if not result.graded:
         data["format_errors"] = [cap(result.message or "the submission could not be graded", limit)]
+    elif not gradable:
+        data["format_errors"] = [f"Your code does not compile, so it was not graded (this attempt does not "
+                                 f"count):\n{_compiler_message(result, limit)}"]
     return data
 
 
-def write_prairielearn(result: SubmissionResult, path: str | Path) -> Path:
+def write_prairielearn(result: SubmissionResult, path: str | Path, compile_error_graded: bool = False) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)  # PrairieLearn does not create /grade/results
-    path.write_text(json.dumps(to_prairielearn(result), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    data = to_prairielearn(result, compile_error_graded=compile_error_graded)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from grader.execute.sandbox import NONE as NO_SANDBOX
 from grader.execute.sandbox import UNSAFE_NOTE
-from grader.report.points import format_points
+from grader.report.points import score_line
 from grader.report.status import status_label
 from grader.result import HIDDEN, CheckResult, SubmissionResult
 
 DEFAULT_LIMIT = 4000
+NOT_CHECKED = "not checked here"  # a check that needs a GPU, on a run without one: neither pass nor fail
+
+
+def verdict(check: CheckResult) -> str:
+    """The word a student reads for a check: its status, or "not checked here" when it needs a GPU."""
+    return NOT_CHECKED if check.needs_gpu else check.status
 
 
 def truncation_marker(dropped: int) -> str:
@@ -32,6 +38,8 @@ def cap(text: str, limit: int = DEFAULT_LIMIT) -> str:
 
 def student_message(check: CheckResult, limit: int = DEFAULT_LIMIT) -> str:
     """What a student sees under one check: the verdict word only for hidden checks."""
+    if check.needs_gpu:
+        return f"{NOT_CHECKED}: it needs a GPU ({check.needs_gpu}), and this run had none"
     if check.visibility == HIDDEN:
         return check.status
     return cap(check.message, limit)
@@ -40,7 +48,7 @@ def student_message(check: CheckResult, limit: int = DEFAULT_LIMIT) -> str:
 def student_summary(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> str:
     """The text shown for the whole submission: the outcome, the score, and why it was not graded."""
     label = status_label(result)
-    lines = [f"Score: {format_points(result.score)}/{format_points(result.max_score)} ({label})"]
+    lines = [f"Score: {score_line(result)} ({label})"]
     if result.sandbox == NO_SANDBOX:
         lines.append(f"Note: {UNSAFE_NOTE}")
     if not result.graded:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -42,8 +43,14 @@ def common_failures(results: list[SubmissionResult], top: int = TOP_FAILURES) ->
     return [(name, line, n) for (name, line), n in counts.most_common(top)]
 
 
-def _plots(results: list[SubmissionResult], outdir: Path) -> dict[str, Path] | None:
-    """Write the PNGs; None when matplotlib is not installed."""
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _plots(results: list[SubmissionResult]) -> dict[str, bytes] | None:
+    """The PNGs by file name; None when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -52,7 +59,7 @@ def _plots(results: list[SubmissionResult], outdir: Path) -> dict[str, Path] | N
         from matplotlib.ticker import MaxNLocator
     except ImportError:
         return None
-    written: dict[str, Path] = {}
+    written: dict[str, bytes] = {}
     scores = [r.score for r in results]
     if scores:
         fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -62,9 +69,8 @@ def _plots(results: list[SubmissionResult], outdir: Path) -> dict[str, Path] | N
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title("Scores")
         fig.tight_layout()
-        fig.savefig(outdir / SCORE_PNG, format="png")
+        written[SCORE_PNG] = _png(fig)
         plt.close(fig)
-        written[SCORE_PNG] = outdir / SCORE_PNG
     ratios = timing_ratios(results)
     if ratios:
         fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -80,14 +86,13 @@ def _plots(results: list[SubmissionResult], outdir: Path) -> dict[str, Path] | N
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title("Kernel time against the reference")
         fig.tight_layout()
-        fig.savefig(outdir / TIMING_PNG, format="png")
+        written[TIMING_PNG] = _png(fig)
         plt.close(fig)
-        written[TIMING_PNG] = outdir / TIMING_PNG
     return written
 
 
-def _img(path: Path, alt: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
+def _img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
     return f'<p><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"></p>'
 
 
@@ -95,7 +100,7 @@ def _row(*cells: str, numeric: tuple[int, ...] = ()) -> str:
     return "<tr>" + "".join(f'<td{" class=n" if i in numeric else ""}>{c}</td>' for i, c in enumerate(cells)) + "</tr>"
 
 
-def render_summary(results: list[SubmissionResult], plots: dict[str, Path] | None) -> str:
+def render_summary(results: list[SubmissionResult], plots: dict[str, bytes] | None) -> str:
     e = html.escape
     labels = Counter(status_label(r) for r in results)
     scores = [r.score for r in results]
@@ -135,14 +140,29 @@ def render_summary(results: list[SubmissionResult], plots: dict[str, Path] | Non
         parts.append("</table>")
     else:
         parts.append("<p>No failed or errored checks.</p>")
+    noted = [(r.submission, note) for r in results for note in r.intake_notes]
+    if noted:
+        parts.append("<h2>Intake notes</h2><p>Which file was graded where a student handed in several, and what "
+                     "was refused.</p><table><tr><th>submission</th><th>note</th></tr>")
+        parts.extend(_row(e(name), e(note)) for name, note in noted)
+        parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def summary_files(results: list[SubmissionResult]) -> dict[str, str | bytes]:
+    """index.html and the plot PNGs beside it, by file name: the export, as a pure function of the results."""
+    plots = _plots(results)
+    return {"index.html": render_summary(results, plots), **(plots or {})}
 
 
 def write_summary(results: list[SubmissionResult], outdir: str | Path) -> Path:
     """Write outdir/index.html (and the plot PNGs beside it); return the page's path."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    page = outdir / "index.html"
-    page.write_text(render_summary(results, _plots(results, outdir)), encoding="utf-8")
-    return page
+    for name, content in summary_files(results).items():
+        if isinstance(content, bytes):
+            (outdir / name).write_bytes(content)
+        else:
+            (outdir / name).write_text(content, encoding="utf-8")
+    return outdir / "index.html"

@@ -9,10 +9,12 @@ from rich.text import Text
 
 from grader.execute.sandbox import NONE as NO_SANDBOX
 from grader.execute.sandbox import UNSAFE_NOTE
-from grader.report.points import format_points
+from grader.report.points import format_points, score_line
+from grader.report.student_view import NOT_CHECKED, verdict
 from grader.result import HIDDEN, PASSED, SKIPPED, CheckResult, SubmissionResult
 
-STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold magenta", "skipped": "yellow"}
+STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold magenta", "skipped": "yellow",
+                NOT_CHECKED: "cyan"}
 
 
 def _header(result: SubmissionResult) -> Text:
@@ -41,10 +43,11 @@ def _table(result: SubmissionResult, show_hidden_details: bool) -> Table:
     shown = {result.message}  # one reason for twenty skipped cases is said once
     for check in result.checks:
         points = f"{format_points(check.score)}/{format_points(check.max_score)}"
-        status = Text(check.status, style=STATUS_STYLE.get(check.status, ""))
+        word = verdict(check)
+        status = Text(word, style=STATUS_STYLE.get(word, ""))
         table.add_row(Text(check.kind), Text(check.name), status, Text(points))
-        if check.status == SKIPPED and check.message in shown:
-            continue
+        if check.needs_gpu or (check.status == SKIPPED and check.message in shown):
+            continue  # the total line says what needs a GPU, once
         shown.add(check.message)
         message = _message_cell(check, show_hidden_details)
         if message is not None:
@@ -63,4 +66,4 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
         console.print(Text("Note: ", style="bold").append(result.message))
     if result.checks:
         console.print(_table(result, show_hidden_details))
-    console.print(Text(f"Total: {format_points(result.score)}/{format_points(result.max_score)}", style="bold"))
+    console.print(Text(f"Total: {score_line(result)}", style="bold"))

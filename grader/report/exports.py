@@ -1,0 +1,74 @@
+"""The one table of exports. Each is a pure function of stored results (and the instructor's options) to
+files by name; `grade batch` writes every class export, the LMS entries write theirs, all from here.
+
+Why one table: adding a format is one module and one row, and no export can read anything but the results
+(as Otter-Grader's exporters are registered). Class exports take every student's result; LMS entries one.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.report.canvas_csv import CanvasOptions, to_canvas
+from grader.report.grades_csv import to_grades_csv
+from grader.report.gradescope import DEFAULT_HIDDEN_VISIBILITY, write_gradescope
+from grader.report.junit_report import to_combined_junit
+from grader.report.prairielearn import write_prairielearn
+from grader.report.summary_html import summary_files
+from grader.result import SubmissionResult
+
+
+@dataclass
+class ExportOptions:
+    canvas: CanvasOptions = field(default_factory=CanvasOptions)
+    hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY  # Gradescope's visibility for hidden cases
+    compile_error_graded: bool = False  # PrairieLearn: a non-compiling submission is a graded 0
+
+
+Files = dict[str, "str | bytes"]  # relative path -> content
+
+
+@dataclass(frozen=True)
+class ClassExport:
+    name: str
+    main_file: str  # what the batch summary points the instructor to
+    render: Callable[[list[SubmissionResult], ExportOptions], Files]
+
+
+def _canvas(results: list[SubmissionResult], options: ExportOptions) -> Files:
+    export = to_canvas(results, options.canvas)
+    notes = "\n".join(export.notes)
+    return {"canvas.csv": export.csv, "canvas-notes.txt": notes + "\n" if notes else ""}
+
+
+CLASS_EXPORTS: tuple[ClassExport, ...] = (
+    ClassExport("grades", "grades.csv", lambda results, _: {"grades.csv": to_grades_csv(results)}),
+    ClassExport("canvas", "canvas.csv", _canvas),
+    ClassExport("junit", "junit.xml", lambda results, _: {"junit.xml": to_combined_junit(results)}),
+    ClassExport("summary", "summary/index.html",
+                lambda results, _: {f"summary/{name}": content for name, content in summary_files(results).items()}),
+)
+
+
+@dataclass(frozen=True)
+class LmsEntry:
+    name: str
+    usage: str  # what the LMS calls the command with
+    write: Callable[[SubmissionResult, Path, float, ExportOptions], Path]
+
+
+LMS_ENTRIES: dict[str, LmsEntry] = {
+    "gradescope": LmsEntry("gradescope", "grade gradescope /autograder/submission /autograder/results/results.json",
+                           lambda r, path, seconds, o: write_gradescope(r, path, seconds, o.hidden_visibility)),
+    "prairielearn": LmsEntry("prairielearn", "grade prairielearn /grade/student /grade/results/results.json",
+                             lambda r, path, seconds, o: write_prairielearn(r, path, o.compile_error_graded)),
+}
+
+
+def class_files(results: list[SubmissionResult], options: ExportOptions) -> Files:
+    """Every class export's files, by path relative to the batch's output folder."""
+    files: Files = {}
+    for export in CLASS_EXPORTS:
+        files.update(export.render(results, options))
+    return files

@@ -1,0 +1,131 @@
+"""The LMS entries as the platforms call them: Gradescope and PrairieLearn containers have no GPU."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import ROOT, SUBMISSIONS
+from hardware import needs_cxx
+
+from grader.cli import main
+from grader.report.gradescope import to_gradescope
+from grader.report.prairielearn import to_prairielearn
+from grader.result import CASE, COMPILE, COMPILE_ERROR, GRADED, STATIC, TIMING, SubmissionResult, errored, passed
+
+GOOD = SUBMISSIONS / "good_basic" / "kernel.cu"
+
+
+def gradescope(tmp_path, folder, config_file, *flags):
+    results = tmp_path / "results" / "results.json"
+    assert main(["gradescope", str(folder), str(results), "--config", str(config_file), *flags]) == 0
+    return json.loads(results.read_text(encoding="utf-8"))
+
+
+def test_gradescope_finds_kernel_cu_in_an_uploaded_folder(tmp_path, config_file):
+    submission = tmp_path / "submission"
+    (submission / "lab3").mkdir(parents=True)
+    shutil.copy(GOOD, submission / "lab3" / "kernel.cu")
+    data = gradescope(tmp_path, submission, config_file, "--no-run")
+    assert "not found" not in data["output"]
+    static = [t for t in data["tests"] if t["name"].startswith("static")]
+    assert static and all(t["status"] == "passed" for t in static)
+
+
+def test_gradescope_names_every_kernel_cu_when_there_are_several(tmp_path, config_file):
+    submission = tmp_path / "submission"
+    for sub in ("lab3", "old"):
+        (submission / sub).mkdir(parents=True)
+        shutil.copy(GOOD, submission / sub / "kernel.cu")
+    data = gradescope(tmp_path, submission, config_file, "--no-run")
+    assert data["score"] == 0
+    assert "2 files named kernel.cu in your submission (lab3/kernel.cu, old/kernel.cu)" in data["output"]
+
+
+@needs_cxx
+def test_gradescope_without_gpu_scores_what_it_could_check(tmp_path, config_file):
+    submission = tmp_path / "submission"
+    submission.mkdir()
+    shutil.copy(ROOT / "reference" / "kernel.cu", submission / "kernel.cu")
+    data = gradescope(tmp_path, submission, config_file, "--backend", "cpu")
+    assert data["score"] == 74
+    assert "74/74 points checkable without a GPU; 26 more need a GPU (large cases, timing)" in data["output"]
+    assert "Not checked here (they need a GPU): square_512, large_ragged, large_hidden, speed vs reference" \
+        in data["output"]
+    assert all(t["status"] == "passed" for t in data["tests"])  # nothing that was not checked shows as failed
+    assert sum(t["max_score"] for t in data["tests"]) == 74
+    assert (data["extra_data"]["checkable_max_score"], data["extra_data"]["max_score"]) == (74, 100)
+    assert "leaderboard" not in data  # nothing was timed
+
+
+def timed() -> SubmissionResult:
+    metrics = {"student_ms": 12.5, "reference_ms": 10.0, "ratio": 1.25, "student_gflops": 1374.4,
+               "reference_gflops": 1718.0, "max_ratio": 2.0}
+    return SubmissionResult("t", GRADED, [passed("square_64", CASE, 3),
+                                          passed("speed vs reference", TIMING, 10, "1.25x", metrics=metrics)])
+
+
+def test_gradescope_timing_figures_and_leaderboard_when_a_gpu_timed_it():
+    data = to_gradescope(timed())
+    assert data["extra_data"]["timing"] == {"student_ms": 12.5, "reference_ms": 10.0, "ratio": 1.25,
+                                            "student_gflops": 1374.4, "reference_gflops": 1718.0}
+    assert data["leaderboard"] == [{"name": "GFLOP/s", "value": 1374.4, "order": "desc"},
+                                   {"name": "Time vs reference", "value": 1.25, "order": "asc"}]
+
+
+def test_gradescope_setup_installs_the_cpu_backends_compiler():
+    setup = (ROOT / "gradescope" / "setup.sh").read_text()
+    install = next(line for line in setup.splitlines() if "apt-get install" in line)
+    assert "g++" in install.split()
+
+
+def compile_error() -> SubmissionResult:
+    return SubmissionResult("c", COMPILE_ERROR, [
+        errored("compile", COMPILE, 0, "kernel.cu(12): error: identifier \"tile\" is undefined"),
+        passed("barrier after loading tiles", STATIC, 4, "line 20"), passed("square_64", CASE, 3)])
+
+
+def test_prairielearn_code_that_does_not_build_is_not_gradable_by_default():
+    data = to_prairielearn(compile_error())
+    assert data["gradable"] is False and data["score"] == 0
+    assert 'identifier "tile" is undefined' in data["format_errors"][0]
+    static = next(t for t in data["tests"] if t["name"] == "barrier after loading tiles")
+    assert static["points"] == 0 and "does not compile" in static["output"]
+
+
+def test_prairielearn_a_config_key_makes_it_a_graded_zero(tmp_path, config_file):
+    data = to_prairielearn(compile_error(), compile_error_graded=True)
+    assert (data["gradable"], data["score"]) == (True, 0) and "format_errors" not in data
+    # The key, read from config.yaml by the entry PrairieLearn calls.
+    config = tmp_path / "config.yaml"
+    config.write_text(config_file.read_text() + "\nprairielearn:\n  compile_error_graded: true\n")
+    student = tmp_path / "student"
+    student.mkdir()
+    (student / "kernel.cu").write_text("__global__ void other() {}\n")  # no mysgemm: a compile error
+    results = tmp_path / "results.json"
+    assert main(["prairielearn", str(student), str(results), "--config", str(config), "--no-run"]) == 0
+    written = json.loads(results.read_text())
+    assert (written["gradable"], written["score"]) == (True, 0)
+
+
+def test_prairielearn_question_is_shipped_and_points_at_the_entry():
+    question = ROOT / "prairielearn" / "questions" / "tiledSgemm"
+    info = json.loads((question / "info.json").read_text())
+    assert info["gradingMethod"] == "External" and info["externalGradingOptions"]["enabled"] is True
+    entrypoint = info["externalGradingOptions"]["entrypoint"]
+    assert entrypoint == "/grade/tests/run.sh" and (question / "tests" / "run.sh").is_file()
+    run = (question / "tests" / "run.sh").read_text()
+    assert "python3 -m grader prairielearn /grade/student /grade/results/results.json" in run
+    assert 'file-name="kernel.cu"' in (question / "question.html").read_text()
+    dockerfile = (ROOT / "prairielearn" / "Dockerfile").read_text()
+    assert "g++" in dockerfile and "pip install" in dockerfile
+
+
+@pytest.mark.parametrize("folder", ["gradescope", "prairielearn/questions/tiledSgemm/tests"])
+def test_lms_scripts_are_valid_shell(folder):
+    import subprocess
+
+    for path in (ROOT / folder).iterdir():
+        if path.suffix == ".sh" or path.name == "run_autograder":
+            assert path.stat().st_mode & 0o111, f"{path} must be executable"
+            subprocess.run(["bash", "-n", str(path)], check=True)
