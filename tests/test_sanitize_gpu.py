@@ -4,6 +4,7 @@ from conftest import SUBMISSIONS
 from hardware import needs_gpu, needs_sanitizer
 
 from grader.diagnose.run import sanitize
+from grader.execute.sandbox import detect
 from grader.result import FAILED, PASSED
 
 pytestmark = [
@@ -14,7 +15,7 @@ pytestmark = [
 
 
 def diagnose(name: str, tile: int = 16):
-    return sanitize((SUBMISSIONS / name / "kernel.cu").read_text(), "mysgemm", tile, 20, None)
+    return sanitize((SUBMISSIONS / name / "kernel.cu").read_text(), "mysgemm", tile, 20, None, detect())
 
 
 @pytest.mark.parametrize("name, barrier", [("missing_load_barrier", "the barrier after loading the tiles"),

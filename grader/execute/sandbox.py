@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ UNSAFE_NOTE = "graded without a sandbox (--unsafe-no-sandbox): the submission's 
 # Unprivileged uids for sandboxed runs: this base plus the pid of the grading process, so concurrent
 # students never share a uid (RLIMIT_NPROC then binds per student, and one cannot signal another).
 UID_BASE = 1_500_000_000
+PROBE_TRIES = 3
 
 # Variables a child needs to find Python, the CUDA toolkit, the driver and a C++ compiler; nothing else.
 ALLOWED = frozenset({"PATH", "LANG", "LC_ALL", "LC_CTYPE", "CXX", "CC", "CUDA_ROOT", "CUDA_HOME",
@@ -270,34 +272,43 @@ def bwrap_binary() -> str | None:
 
 
 def detect(allow_unsafe: bool = False) -> Sandbox:
-    """The strongest sandbox this machine allows, tried for real once."""
+    """The strongest sandbox this machine allows, tried for real (a launch can fail for a passing reason,
+    so each level gets a few tries before a weaker one is taken)."""
     root = os.geteuid() == 0
     bwrap = bwrap_binary()
+    candidates = []
     if bwrap and (not root or shutil.which("setpriv")):
-        candidate = Sandbox(NAMESPACES_AND_UID if root else NAMESPACES, bwrap, drop_uid=root)
-        if _works(candidate):
-            return candidate
+        candidates.append(Sandbox(NAMESPACES_AND_UID if root else NAMESPACES, bwrap, drop_uid=root))
     if root and shutil.which("setpriv"):
-        candidate = Sandbox(UID_ONLY, drop_uid=True)
-        if _works(candidate):
-            return candidate
+        candidates.append(Sandbox(UID_ONLY, drop_uid=True))
+    failures = []
+    for candidate in candidates:
+        for _ in range(PROBE_TRIES):
+            problem = _problem(candidate)
+            if problem is None:
+                return candidate
+            time.sleep(0.2)
+        failures.append(f"{candidate.level}: {problem}")
     if allow_unsafe:
         return Sandbox(NONE)
+    tried = f" (tried {'; '.join(failures)})" if failures else ""
     raise SandboxUnavailable(
-        "no sandbox can be built here: bubblewrap needs unprivileged user namespaces (not allowed here) and "
-        "dropping to an unprivileged uid needs the grader to run as root with setpriv installed. Student code "
+        "no sandbox can be built here: bubblewrap needs unprivileged user namespaces and dropping to an "
+        "unprivileged uid needs the grader to run as root with setpriv installed" + tried + ". Student code "
         "must not run with your powers; to grade only your own code anyway, add --unsafe-no-sandbox")
 
 
-def _works(sandbox: Sandbox) -> bool:
+def _problem(sandbox: Sandbox) -> str | None:
+    """None when a sandboxed /bin/true runs; otherwise what went wrong."""
     with scratch_folder("sgemm-sandbox-probe-") as workdir:
         confinement = Confinement(workdir, ResourceLimits(cpu_s=5, processes=64), seccomp=True)
         try:
             process = sandbox.popen(["/bin/true"], confinement, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            return process.wait(timeout=20) == 0
-        except (OSError, subprocess.TimeoutExpired):
-            return False
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            output, _ = process.communicate(timeout=20)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return str(error)
+        return None if process.returncode == 0 else output.decode("utf-8", "replace").strip()[:300]
 
 
 def child_environment(workdir: str, extra: dict[str, str]) -> dict[str, str]:

@@ -29,6 +29,9 @@ FLAGS = [
     # GPU semantics rather than C++'s: signed overflow wraps, and an empty spin loop is kept (C++ may
     # assume it ends and delete it, turning a kernel that hangs on the GPU into one that "works").
     "-fwrapv", "-fno-finite-loops", "-fno-strict-aliasing",
+    # The sandbox sees the system's libraries only: a compiler installed elsewhere (/opt/gcc) must not
+    # leave the harness needing its own libstdc++.
+    "-static-libstdc++", "-static-libgcc",
 ]
 
 
@@ -40,6 +43,15 @@ class Build:
 
 def compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
+def toolchain(cxx: str) -> tuple[Path, ...]:
+    """The compiler's own installation when it is not under /usr (e.g. /opt/gcc), for the sandbox to see."""
+    for path in (Path(cxx), Path(cxx).resolve()):
+        prefix = path.parent.parent
+        if not prefix.is_relative_to("/usr") and prefix != Path("/"):
+            return (prefix,)
+    return ()
 
 
 def compiler_version(path: str) -> str:
@@ -83,7 +95,7 @@ def build(source: str, kernel_name: str, arg_order: list[str], cache_dir: Path, 
     binary = folder / "harness"
     command = [cxx, *FLAGS, "-I", str(folder), "-I", str(HERE), "-I", str(HERE / "include"),
                str(HERE / "harness.cpp"), "-o", str(binary)]
-    confinement = Confinement(folder, COMPILER_LIMITS, seccomp=True, readable=(HERE,))
+    confinement = Confinement(folder, COMPILER_LIMITS, seccomp=True, readable=(HERE, *toolchain(cxx)))
     process = sandbox.popen(command, confinement, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env={"PATH": os.environ.get("PATH", "/usr/bin"),
                                                            "LC_ALL": "C", "TMPDIR": str(folder)})
