@@ -303,8 +303,8 @@ def _problem(sandbox: Sandbox) -> str | None:
     with scratch_folder("sgemm-sandbox-probe-") as workdir:
         confinement = Confinement(workdir, ResourceLimits(cpu_s=5, processes=64), seccomp=True)
         try:
-            process = sandbox.popen(["/bin/true"], confinement, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            process = sandbox.popen(["/bin/true"], confinement, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env={"PATH": os.environ.get("PATH", "/usr/bin")})
             output, _ = process.communicate(timeout=20)
         except (OSError, subprocess.TimeoutExpired) as error:
             return str(error)
