@@ -69,8 +69,7 @@ class ResourceLimits:
     def pairs(self) -> list[tuple[int, int]]:
         """Every limit but the process count (see Sandbox.command)."""
         limits = [(resource.RLIMIT_CPU, self.cpu_s), (resource.RLIMIT_FSIZE, self.file_bytes),
-                  (resource.RLIMIT_NOFILE, self.open_files),
-                  (resource.RLIMIT_CORE, 0)]
+                  (resource.RLIMIT_NOFILE, self.open_files), (resource.RLIMIT_CORE, 0)]
         if self.address_space is not None:
             limits.append((resource.RLIMIT_AS, self.address_space))
         return limits

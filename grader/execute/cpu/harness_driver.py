@@ -105,9 +105,8 @@ class Harness:
 
         for schedule, events in reports.items():
             problem = next((e for e in events if e["event"] in PROBLEMS), None)
-            if problem is None and returncodes[schedule] != 0:
-                problem = {"event": "fault", "what": "crashed", "returncode": returncodes[schedule]}
-            if problem is None and not any(e["event"] == "done" for e in events):
+            finished = returncodes[schedule] == 0 and any(e["event"] == "done" for e in events)
+            if problem is None and not finished:
                 problem = {"event": "fault", "what": "crashed", "returncode": returncodes[schedule]}
             if problem is not None:
                 return {"event": "case_error", "case": spec.name, "schedule": schedule, "problem": problem}
