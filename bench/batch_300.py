@@ -1,23 +1,31 @@
-"""A class of 300 generated submissions through `grade batch` on one GPU host (target: < 3 min, H100, 16 cores).
+"""A class of 300 generated submissions through `grade batch` on one GPU host, sanitizer on as batch
+defaults (target: <= 3 min on the H100, 16 cores), then a sample graded alone: any verdict that differs
+fails the run.
 
-Usage: python3 bench/batch_300.py [COUNT]
+Usage: python3 bench/batch_300.py [COUNT] [SAMPLE] [CAP_S]
+CAP_S (default 600) stops a batch that runs that long and reports what it graded by then.
 Variants of the corpus's correct and buggy kernels, each made unique (a student comment, renamed
-accumulator) so that no compile is a cache hit. Prints the wall time, per-stage CPU and GPU time, and
-the ratio of the wall time to max(compile CPU time / cores, GPU time): 1.0 would be a perfect schedule.
-Runs without the compute-sanitizer pass, which bench/sanitizer_time.py measures on its own.
+accumulator) so that no compile is a cache hit. Prints the wall time and where it went: compile CPU,
+GPU busy fraction (NVML, sampled), sanitizer, timing, and the time students' runs waited for a turn.
 """
 from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 from benchlib import ROOT, config_with_cache
+
+from grader.config import load_config
+from grader.result import SubmissionResult
+from grader.verdicts import differences
 
 TARGET_S = 180.0
 # (corpus kernel, how many in 300): mostly correct, the usual mistakes, a few that crash or hang.
@@ -27,8 +35,9 @@ MIX = [("good_basic", 90), ("good_tile8_renamed", 30), ("good_tile32_macro_sync"
        ("conditional_barrier", 1), ("hang", 1)]
 
 
-def generate(folder: Path, count: int) -> None:
+def generate(folder: Path, count: int) -> list[Path]:
     names = [name for name, share in MIX for _ in range(share)]
+    students = []
     for index in range(count):
         name = names[index % len(names)]
         source = (ROOT / "tests" / "submissions" / name / "kernel.cu").read_text()
@@ -36,40 +45,106 @@ def generate(folder: Path, count: int) -> None:
         student = folder / f"student{index:03d}_{name}"
         student.mkdir(parents=True)
         (student / "kernel.cu").write_text(source)
+        students.append(student)
+    return students
 
 
-def main() -> None:
+class GpuBusy:
+    """The GPUs' utilisation, sampled by NVML every 100 ms while the batch runs."""
+
+    def __init__(self):
+        self.samples: list[float] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:
+            return
+        while not self.stop.wait(0.1):
+            self.samples.append(sum(pynvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles) / len(handles))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+    def fraction(self) -> float | None:
+        return sum(self.samples) / len(self.samples) / 100 if self.samples else None
+
+
+def grade_alone(student: Path, config: Path, outdir: Path) -> SubmissionResult:
+    """The student graded by `grade` on its own, sanitizer on, as a student or instructor would run it."""
+    subprocess.run([sys.executable, "-m", "grader", str(student), "--config", str(config), "--backend", "gpu",
+                    "--sanitize", "-o", str(outdir)], check=False, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return SubmissionResult.from_dict(json.loads((outdir / f"{student.name}.json").read_text()))
+
+
+def main() -> int:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    sample_size = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    cap = float(sys.argv[3]) if len(sys.argv) > 3 else 600.0
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
-        generate(work / "class", count)
+        students = generate(work / "class", count)
         config = config_with_cache(work / "cache", work)
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "grader", "batch", str(work / "class"), "-o", str(work / "out"),
-                        "--config", str(config), "--backend", "gpu", "--no-sanitize"],
-                       check=True, cwd=ROOT)
+        with GpuBusy() as busy:
+            try:
+                subprocess.run([sys.executable, "-m", "grader", "batch", str(work / "class"), "-o",
+                                str(work / "out"), "--config", str(config), "--backend", "gpu"], check=True,
+                               cwd=ROOT, stdout=subprocess.DEVNULL, timeout=cap)
+            except subprocess.TimeoutExpired:
+                print(f"STOPPED: the batch ran past {cap:g} s")
         wall = time.perf_counter() - started
-        results = [json.loads(p.read_text()) for p in (work / "out" / "students").glob("*.json")]
-    report(results, wall, cores)
+        results = {p.stem: SubmissionResult.from_dict(json.loads(p.read_text()))
+                   for p in (work / "out" / "students").glob("*.json")}
+        if len(results) < count:
+            report(list(results.values()), wall, cores, busy.fraction())
+            print(f"FAILED: {len(results)} of {count} graded")
+            return 1
+        report(list(results.values()), wall, cores, busy.fraction())
+        max_ratio = load_config(config).timing.max_ratio
+        sample = random.Random(11).sample(students, min(sample_size, len(students)))
+        differing = 0
+        for student in sample:
+            alone = grade_alone(student, config, work / "alone")
+            found = differences(results[student.name], alone, max_ratio)
+            if found:
+                differing += 1
+                print(f"DIFFERS {student.name}: " + "; ".join(found))
+        print(f"{len(sample)} graded alone: {len(sample) - differing} with the batch's verdicts, {differing} differ")
+    if differing or len(results) != count:
+        print("FAILED: the batch did not grade every student as grading them alone does")
+        return 1
+    return 0 if wall <= TARGET_S else 2
 
 
-def report(results: list[dict], wall: float, cores: int) -> None:
-    checks = [c for r in results for c in r["checks"]]
-    compile_cpu = sum(c["metrics"].get("child_cpu_s") or 0 for c in checks if c["kind"] == "compile")
-    case_gpu = sum(c["metrics"].get("seconds") or 0 for c in checks if c["kind"] == "case")
-    timing_gpu = sum(c["metrics"].get("phase_s") or 0 for c in checks if c["kind"] == "timing")
-    gpu = case_gpu + timing_gpu
-    bound = max(compile_cpu / cores, gpu)
-    labels = Counter(r["status"] for r in results)
-    print(f"{len(results)} submissions on {cores} cores: wall {wall:.1f} s "
-          f"({'meets' if wall < TARGET_S else 'MISSES'} the {TARGET_S:g} s target); {dict(labels)}")
-    print(f"  CPU, child start-up and compile (nvcc included): {compile_cpu:.1f} s total, "
-          f"{compile_cpu / cores:.1f} s per core")
-    print(f"  GPU: cases {case_gpu:.1f} s + timing {timing_gpu:.1f} s = {gpu:.1f} s")
-    print(f"  wall / max(compile CPU / cores, GPU) = {wall:.1f} / {bound:.1f} = {wall / bound:.2f}")
-    print(f"  per submission: {wall / len(results):.3f} s of wall")
+def report(results: list[SubmissionResult], wall: float, cores: int, busy: float | None) -> None:
+    checks = [c for r in results for c in r.checks]
+    compile_cpu = sum(c.metrics.get("child_cpu_s") or 0 for c in checks if c.kind == "compile")
+    waits = sum(c.metrics.get("turn_wait_s") or 0 for c in checks)
+    timing = sum(c.metrics.get("phase_s") or 0 for c in checks if c.kind == "timing")
+    sanitizer = sum(c.metrics.get(f"{tool}_s") or 0 for c in checks if c.kind == "sanitizer"
+                    for tool in ("racecheck", "memcheck", "synccheck"))
+    retimed = sum(1 for c in checks if c.kind == "timing" and c.metrics.get("measurements", 1) > 1)
+    outcomes = Counter(r.outcome for r in results)
+    print(f"{len(results)} submissions on {cores} cores, sanitizer on: wall {wall:.1f} s "
+          f"({'meets' if wall <= TARGET_S else 'MISSES'} the {TARGET_S:g} s target); {dict(outcomes)}")
+    print(f"  compile CPU (child start-up, nvcc): {compile_cpu:.1f} s, {compile_cpu / cores:.1f} s per core")
+    print(f"  sanitizer tools: {sanitizer:.1f} s of tool runs; timing measurements: {timing:.1f} s "
+          f"({retimed} timed again near the limit)")
+    print(f"  GPU busy: {'n/a' if busy is None else f'{busy:.0%} of the wall'}; "
+          f"runs waited {waits:.1f} s in all for a turn on the GPU (not counted against anyone)")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

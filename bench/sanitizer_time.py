@@ -1,30 +1,38 @@
 """What the compute-sanitizer diagnosis adds per submission (target: < 30 s), on a GPU machine.
 
 Usage: python3 bench/sanitizer_time.py [NAME ...]   (default: five corpus kernels)
-The three tools run side by side, so the wall time is about the slowest tool's.
+Each kernel is graded on one small case with the diagnosis on, as a batch grades it; the figure is the
+diagnosis alone. The three tools run side by side, so its wall time is about the slowest tool's.
 """
 from __future__ import annotations
 
 import sys
-import time
+import tempfile
 from pathlib import Path
 
-from grader.diagnose.run import sanitize
+from benchlib import ROOT, config_with_cache
 
-ROOT = Path(__file__).resolve().parent.parent
+from grader.cases import load_cases
+from grader.config import load_config
+from grader.pipeline import GPU, RunPlan, grade
+from grader.result import SANITIZER
+
 TARGET_S = 30.0
 DEFAULT = ["good_basic", "missing_load_barrier", "missing_use_barrier", "no_bounds_checks", "conditional_barrier"]
 
 
 def main() -> None:
-    for name in sys.argv[1:] or DEFAULT:
-        source = (ROOT / "tests" / "submissions" / name / "kernel.cu").read_text()
-        started = time.perf_counter()
-        check = sanitize(source, "mysgemm", 16, 20, None)
-        wall = time.perf_counter() - started
-        tools = ", ".join(f"{key[:-2]} {value:.1f} s" for key, value in check.metrics.items() if key.endswith("_s"))
-        print(f"{name:22s} {wall:5.1f} s ({'meets' if wall < TARGET_S else 'MISSES'} the {TARGET_S:g} s target; "
-              f"{tools}): {check.status}: {check.message.splitlines()[0][:110]}")
+    with tempfile.TemporaryDirectory() as work:
+        config = load_config(config_with_cache(Path(work) / "cache", Path(work)))
+        cases = [case for case in load_cases(config.testcases_dir) if not case.gpu_only][:1]
+        for name in sys.argv[1:] or DEFAULT:
+            result = grade(ROOT / "tests" / "submissions" / name, config, cases, RunPlan(GPU, sanitize=True))
+            check = next(c for c in result.checks if c.kind == SANITIZER)
+            seconds = {key[:-2]: value for key, value in check.metrics.items() if key.endswith("_s")}
+            wall = max(seconds.values(), default=0.0)
+            tools = ", ".join(f"{tool} {value:.1f} s" for tool, value in seconds.items())
+            print(f"{name:22s} {wall:5.1f} s ({'meets' if wall < TARGET_S else 'MISSES'} the {TARGET_S:g} s target; "
+                  f"{tools}): {check.status}: {check.message.splitlines()[0][:110]}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """`grade batch`: a whole class in one command, without losing a result when something breaks.
 
-intake → one grade() per student, each in a worker process of its own (batch_worker), several at once →
-each result written atomically by this process, the only one that writes results, as it finishes → the
-class-wide files, all rendered from the stored results. Correctness runs share a GPU; a timed run holds
-its GPU's lock file, so two are never timed at once on one GPU. A worker that dies costs its student a
+intake → one grade() per student, each in a worker process of its own (batch_worker), several at once,
+spread over the GPUs → each result written atomically by this process, the only one that writes results,
+as it finishes → the class-wide files, all rendered from the stored results. Grading in a batch is
+grading alone, side by side: correctness and sanitizer runs share a GPU's turns, a timing measurement
+has its GPU alone (execute/device_lock.py), and no wait for a turn or a CPU counts against a student.
+A worker that dies costs its student a
 "grader error" row, which `--resume` grades again. `--resume` skips every student whose stored result
 has the same fingerprint (their kernel, the config, cases, reference and grader) and an intact signature
 (an HMAC with a key only the grader holds, so an edited result is graded again).
@@ -31,9 +33,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__
 from .cases import Case
 from .config import Config
-from .execute.runner import FileLock, Placement
+from .execute.runner import Placement
 from .intake import Entry, Intake, Refusal, discover
-from .pipeline import GPU, RunPlan, not_graded
+from .pipeline import CPU, GPU, RunPlan, device_lock, not_graded
 from .report.exports import ExportOptions, class_files
 from .report.json_report import to_json
 from .report.junit_report import to_junit_xml
@@ -128,7 +130,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     """Each submission in a worker process of its own (the judging of outputs is numpy work that threads
     would serialise); this process only waits, and stores each result the moment it arrives."""
     jobs = options.jobs or os.cpu_count() or 2
-    placements = _placements(plan, options.outdir)
+    placements = _placements(plan, config)
     counts = {"pass": 0, "fail": 0, "error": 0}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
@@ -210,14 +212,14 @@ def _worker_died(entry: Entry, config: Config, cases: list[Case], returncode: in
     return result
 
 
-def _placements(plan: RunPlan, outdir: Path) -> list[Placement]:
-    """One placement per GPU (round robin), each with the lock file that serialises timing on it."""
+def _placements(plan: RunPlan, config: Config) -> list[Placement]:
+    """One placement per GPU (students go round robin), each with the lock that gives out its turns."""
     if plan.backend != GPU:
-        return [Placement()]
+        return [Placement(lock=device_lock(config, CPU))]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = ([int(g) for g in visible.split(",") if g.strip().isdigit()] if visible
             else list(range(len(glob.glob("/dev/nvidia[0-9]*")))))
-    return [Placement(gpu=g, timing_lock=FileLock(outdir / f".timing-gpu{g}.lock")) for g in gpus or [0]]
+    return [Placement(gpu=g, lock=device_lock(config, g)) for g in gpus or [0]]
 
 
 def _outcome(result: SubmissionResult) -> str:

@@ -102,7 +102,7 @@ class TimeoutsConfig:
     # After a kernel fault the CUDA context is dead; a fresh child runs the remaining cases, this often.
     max_restarts: int = 2
     # Each compute-sanitizer tool, on its small shape (a deadlock never ends under it either).
-    sanitizer_s: float = 40.0
+    sanitizer_s: float = 15.0
 
     def validate(self):
         for key in ("compile_s", "run_s", "sanitizer_s"):

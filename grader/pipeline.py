@@ -18,8 +18,9 @@ from .cases import Case
 from .config import Config
 from .device_side import HOST_CODE_LEFT_OUT, device_side
 from .diagnose.run import NAME as SANITIZER_NAME
-from .diagnose.run import sanitize
+from .diagnose.run import SanitizerRun, sanitize
 from .execute.compile import CompileOutcome, compile_check, nvcc_path, prepare_source, reference_with_fill
+from .execute.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
 from .execute.sandbox import Sandbox, detect
@@ -74,6 +75,23 @@ def sandbox_of(plan: RunPlan) -> Sandbox:
     return plan.sandbox or _detected_sandbox()
 
 
+def placement_of(plan: RunPlan, config: Config) -> Placement:
+    """The batch's placement, or for one submission the machine's GPU (or the CPU emulator), with its turns
+    kept in the cache folder: a single grade and a batch on one machine take turns on the same lock."""
+    if plan.placement is not None:
+        return plan.placement
+    return Placement(lock=device_lock(config, None if plan.backend == GPU else CPU))
+
+
+def device_lock(config: Config, gpu: int | str | None) -> DeviceLock:
+    """The lock of one GPU (by its index among the visible ones), of the GPU a child sees by default
+    (None), or of "cpu" for the emulator."""
+    if gpu is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        gpu = visible or "0"
+    return DeviceLock(config.cache_dir / "turns", gpu if gpu == CPU else f"gpu{gpu}")
+
+
 def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
     started = time.perf_counter()
     try:
@@ -122,7 +140,10 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
     _take_run(result, run)
     result.checks = [run.compile_check, *statics, *run.case_checks(), run.timing_result()]
     if plan.sanitize:
-        result.checks.append(_sanitizer_check(submission, config, run, plan))
+        diagnosis = _sanitizer_check(submission, config, run, plan)
+        result.checks.append(diagnosis)
+        if diagnosis.status == ERROR and result.outcome == GRADED:
+            result.outcome = GRADER_ERROR  # the diagnosis could not run: graded again by --resume
     return result
 
 
@@ -130,6 +151,7 @@ def _take_run(result: SubmissionResult, run: RunEvents) -> None:
     """What the child's run says of the submission as a whole: device, tile, log and the outcome."""
     result.device, result.tile_size, result.log = run.device, run.tile_size, run.log
     result.outcome = run.outcome
+    run.compile_check.metrics["turn_wait_s"] = round(run.waited_s, 3)  # the instructor's figure: not its time
     if run.grader_error:
         result.message = run.grader_error
 
@@ -137,8 +159,9 @@ def _take_run(result: SubmissionResult, run: RunEvents) -> None:
 def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan) -> CheckResult:
     if not run.compile_check.passed or not run.tile_size:
         return skipped(SANITIZER_NAME, SANITIZER, 0, "not run: the kernel did not compile")
-    return sanitize(submission.source, config.kernel.name, run.tile_size, config.timeouts.sanitizer_s,
-                    plan.placement, sandbox_of(plan), run.student_cubin)
+    return sanitize(SanitizerRun(run.student_cubin, config.kernel.name, config.kernel.args, run.tile_size,
+                                 submission.source, config.timeouts.sanitizer_s),
+                    placement_of(plan, config), sandbox_of(plan), config.cache_dir)
 
 
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
@@ -218,8 +241,8 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts)
         program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
-        run = RunEvents(config, cases, Path(workdir))
-        for event in run_job(job, limits, run.correct_so_far, program, plan.placement):
+        run = RunEvents(config, cases, Path(workdir), timed=job.timing is not None)
+        for event in run_job(job, limits, run.timing_turn, program, placement_of(plan, config)):
             run.handle(event)
         return run
     finally:

@@ -32,7 +32,7 @@ from .result import (
     skipped,
 )
 from .timing import NAME as TIMING_NAME
-from .timing import judge_timing
+from .timing import RETIME_FACTOR, judge_timing, needs_retime
 
 FAULTS = (
     ("illegal memory access", "kernel fault: illegal memory access: a load or store went outside A, B or C; "
@@ -83,12 +83,14 @@ def describe_fault(error: str) -> str:
 
 
 class RunEvents:
-    def __init__(self, config: Config, cases: list[Case], workdir: Path):
-        self.config, self.workdir = config, workdir
+    def __init__(self, config: Config, cases: list[Case], workdir: Path, timed: bool = False):
+        self.config, self.workdir, self.timed = config, workdir, timed
         self.cases = {case.name: case for case in cases}
         self.case_results: dict[str, CheckResult] = {}
         self.compile_check = skipped("compile", COMPILE, config.points.compile, "the GPU run did not start")
         self.timing: CheckResult | None = None
+        self.timing_rounds: list[dict] = []  # each measurement the child made, in order
+        self.waited_s = 0.0  # for turns on the device: never counted against the student
         self.not_run_reason = "not run"
         self.broken_cases: list[str] = []
         self.grader_error = ""
@@ -100,7 +102,7 @@ class RunEvents:
     @property
     def outcome(self) -> str:
         """The submission's outcome as this run decided it."""
-        if self.grader_error:
+        if self.grader_error or self.timing_lost:
             return GRADER_ERROR
         if self.compile_check.status == ERROR:
             return TIMED_OUT if self.compile_timed_out else COMPILE_ERROR
@@ -108,6 +110,23 @@ class RunEvents:
 
     def correct_so_far(self) -> bool:
         return len(self.case_results) == len(self.cases) and all(c.passed for c in self.case_results.values())
+
+    @property
+    def timing_lost(self) -> bool:
+        """Every case passed, so the kernel was due its timing, and no measurement came: the grader's fault."""
+        return self.timed and self.timing is None and self.compile_check.passed and self.correct_so_far()
+
+    def timing_turn(self) -> int:
+        """Repetitions for the child's next measurement; 0 for none. A correct kernel is timed once, and once
+        more with more repetitions when the first measurement is too close to the limit to decide."""
+        if not self.correct_so_far():
+            return 0
+        timing = self.config.timing
+        if not self.timing_rounds:
+            return timing.repetitions
+        if len(self.timing_rounds) == 1 and needs_retime(self.timing_rounds[0], timing.max_ratio):
+            return timing.repetitions * RETIME_FACTOR
+        return 0
 
     def handle(self, event: dict) -> None:
         getattr(self, "on_" + event["event"])(event)
@@ -196,11 +215,12 @@ class RunEvents:
         limit = event["limit_s"]
         if event["phase"] in ("startup", "compile"):
             what = "compilation" if event["phase"] == "compile" else "starting the GPU process"
-            self._compile_error(f"{what} timed out after {limit:g} s")
+            self._compile_error(f"{what} timed out after {limit:g} s of its own time")
             self.compile_timed_out = True
             return
-        message = (f"timed out after {limit:g} s: the kernel did not finish (an endless loop, "
-                   "or a __syncthreads() that some threads never reach)")
+        where = "while being timed" if event["phase"] == "timing" else f"in case {event.get('case')}"
+        message = (f"timed out after {limit:g} s of its own time {where}: the kernel did not finish (an endless "
+                   "loop, or a __syncthreads() that some threads never reach)")
         self._broken(event, message)
 
     def on_crash(self, event: dict) -> None:
@@ -236,8 +256,14 @@ class RunEvents:
 
     def on_timing(self, event: dict) -> None:
         timing = self.config.timing
-        self.timing = judge_timing(event, self.config.points.timing, timing.max_ratio, timing.min_plausible_ratio)
-        self.timing.metrics.update(done_after_s=event["elapsed_s"], phase_s=round(event.get("phase_s", 0), 3))
+        self.timing_rounds.append(event)
+        self.timing = judge_timing(self.timing_rounds, self.config.points.timing, timing.max_ratio,
+                                   timing.min_plausible_ratio)
+        self.timing.metrics.update(done_after_s=event["elapsed_s"],
+                                   phase_s=round(sum(r.get("phase_s", 0) for r in self.timing_rounds), 3))
+
+    def on_turn(self, event: dict) -> None:
+        self.waited_s += event["waited_s"]
 
     def on_output(self, event: dict) -> None:
         self.log += event["text"]
@@ -257,6 +283,9 @@ class RunEvents:
             return self.timing
         points = self.config.points.timing
         failing = [c for c in self.case_checks() if not c.passed]
+        if self.timing_lost:
+            return errored(TIMING_NAME, TIMING, points, "grader error: every case passed but the GPU process ended "
+                           "before it was timed; it will be timed when graded again (--resume)")
         if failing:
             return skipped(TIMING_NAME, TIMING, points,
                            f"not timed: {len(failing)} of {len(self.cases)} cases did not pass; "

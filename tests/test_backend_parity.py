@@ -39,4 +39,6 @@ def test_cpu_and_gpu_verdicts_agree(both, name):
     if name in RACY:
         assert [case for case, passed in on_cpu.items() if passed and not on_gpu[case]] == []
     else:
-        assert {case: (on_gpu[case], on_cpu[case]) for case in on_cpu if on_gpu[case] != on_cpu[case]} == {}
+        messages = {c.name: c.message[:200] for c in cpu.checks}
+        assert {case: (on_gpu[case], on_cpu[case], messages[case]) for case in on_cpu
+                if on_gpu[case] != on_cpu[case]} == {}

@@ -1,11 +1,13 @@
 """`grade batch` end to end on the CPU backend: a row per student whatever happens, and --resume after kill -9."""
 import csv
 import io
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 
@@ -153,3 +155,112 @@ def test_the_resume_fingerprint_changes_with_the_graders_own_code(tmp_path):
     timing = tmp_path / "grader" / "timing.py"
     timing.write_text(timing.read_text() + "\n# a fix in a new release\n")
     assert digest() != before
+
+
+@pytest.fixture
+def quick_config(tmp_path):
+    """The small cases with a 2 s run limit and a cache (where the device turns live) of this test's own."""
+    folder = tmp_path / "quick-config"
+    (folder / "cases").mkdir(parents=True)
+    (folder / "cases" / "small.yaml").write_text(
+        "cases:\n"
+        "  - {name: square_32, m: 32, n: 32, k: 32, seed: 1, points: 45}\n"
+        "  - {name: ragged, m: 37, n: 21, k: 45, seed: 2, points: 45}\n")
+    text = (ROOT / "config.yaml").read_text()
+    text = text.replace("testcases: testcases", f"testcases: {folder / 'cases'}")
+    text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
+    text = text.replace("run_s: 10", "run_s: 2").replace("cache_dir: ~/.cache/sgemm-grader", f"cache_dir: {folder}")
+    (folder / "config.yaml").write_text(text)
+    return folder / "config.yaml"
+
+
+def alone(config, folder, tmp_path):
+    """The submission graded by `grade` on its own, as its result model."""
+    from grader.result import SubmissionResult
+
+    out = tmp_path / "alone"
+    subprocess.run([sys.executable, "-m", "grader", str(folder), "--config", str(config), "--backend", "cpu",
+                    "-o", str(out)], cwd=ROOT, capture_output=True, check=False)
+    return SubmissionResult.from_dict(json.loads((out / f"{folder.name}.json").read_text()))
+
+
+def stored(out, key):
+    from grader.result import SubmissionResult
+
+    return SubmissionResult.from_dict(json.loads((out / "students" / f"{key}.json").read_text()))
+
+
+def test_a_run_queued_behind_a_timing_turn_longer_than_its_limit_gets_its_verdict(quick_config, tmp_path):
+    """The device is held alone (as by a timing measurement) for three times the 2 s run limit while the
+    batch starts: the students wait for their turn, and each gets exactly the verdicts it gets alone."""
+    from grader.config import load_config
+    from grader.pipeline import CPU, device_lock
+    from grader.verdicts import differences
+
+    folder = tmp_path / "class"
+    for name in ("good_basic", "truncated_phases"):
+        (folder / name).mkdir(parents=True)
+        shutil.copy(SUBMISSIONS / name / "kernel.cu", folder / name / "kernel.cu")
+    config = load_config(quick_config)
+    held = device_lock(config, CPU).exclusive()
+    threading.Timer(6.0, held.release).start()
+    out = tmp_path / "out"
+    finished = batch(quick_config, folder, "-o", out, "--jobs", "2")
+    _, stderr = finished.communicate(timeout=180)
+    assert finished.returncode == 0, stderr
+    for name in ("good_basic", "truncated_phases"):
+        result = stored(out, name)
+        assert differences(result, alone(quick_config, folder / name, tmp_path), config.timing.max_ratio) == []
+        compiled = next(c for c in result.checks if c.kind == "compile")
+        assert compiled.metrics["turn_wait_s"] > 2, "the run did not wait behind the held turn"
+    assert stored(out, "good_basic").score == stored(out, "good_basic").checkable_max  # full marks
+
+
+def test_a_grader_side_failure_is_a_grader_error_row_that_resume_grades_again(quick_config, tmp_path):
+    """The process grading one student is killed (as the OOM killer would): that row says "grader error",
+    the class files leave its grade empty, and --resume grades it, and only it, again."""
+    folder = tmp_path / "class"
+    for name in ("good_basic", "truncated_phases"):
+        (folder / name).mkdir(parents=True)
+        shutil.copy(SUBMISSIONS / name / "kernel.cu", folder / name / "kernel.cu")
+    from grader.config import load_config
+    from grader.pipeline import CPU, device_lock
+
+    held = device_lock(load_config(quick_config), CPU).exclusive()  # keeps both workers alive until we strike
+    out = tmp_path / "out"
+    running = batch(quick_config, folder, "-o", out, "--jobs", "1")
+    try:
+        worker = _wait_for_worker(running.pid)
+        os.kill(worker, signal.SIGKILL)
+    finally:
+        held.release()
+    _, stderr = running.communicate(timeout=180)
+    assert running.returncode == 0, stderr
+    first = stored(out, "good_basic")
+    assert first.outcome == "grader error" and "killed by signal SIGKILL" in first.message
+    rows = grades(out)
+    assert rows["good_basic"]["status"] == "grader error" and rows["good_basic"]["total"] == ""
+    assert stored(out, "truncated_phases").outcome == "graded"
+
+    resumed = batch(quick_config, folder, "-o", out, "--resume")
+    stdout, stderr = resumed.communicate(timeout=180)
+    assert resumed.returncode == 0, stderr
+    assert "1 graded now, 1 kept" in " ".join(stdout.split())
+    assert stored(out, "good_basic").outcome == "graded" and grades(out)["good_basic"]["total"] != ""
+
+
+def _wait_for_worker(batch_pid: int) -> int:
+    """The pid of the batch's first worker process, once it has started."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for entry in os.listdir("/proc"):
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+                cmdline = open(f"/proc/{entry}/cmdline", "rb").read()
+            except OSError:
+                continue
+            parent = int(stat[stat.rindex(")") + 2:].split()[1])
+            if parent == batch_pid and b"grader.batch_worker" in cmdline:
+                return int(entry)
+        time.sleep(0.05)
+    raise AssertionError("no batch worker started")

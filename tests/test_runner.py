@@ -172,38 +172,121 @@ def test_a_child_sees_no_secret_and_a_home_of_its_own(tmp_path, monkeypatch):
     assert Path(seen["home"]).parent == tmp_path and Path(seen["home"]).name.startswith("child-")
 
 
-@pytest.mark.parametrize("lock_kind", ["thread", "file"])
-def test_timed_runs_take_turns_on_one_gpu(tmp_path, lock_kind):
-    """Two children asking to time at once: the second waits until the first has reported its timing."""
+TIMED_CHILD = """
+answers = os.fdopen(control)
+send("await_device")
+answers.readline()
+send("phase", phase="case", case="one")
+case_started = time.time(); time.sleep(0.3)
+open(os.path.join(job["workdir"], "..", "case-span"), "w").write(f"{case_started} {time.time()}")
+send_case("one")
+send("await_timing")
+answer = answers.readline().split()
+send("phase", phase="timing")
+started = time.time(); time.sleep(0.3)
+send("timing", student_ms=[started, time.time()], reference_ms=[1.0, 1.0], launches=int(answer[1]),
+     wrong_launches=0, first_wrong_launch=None, m=1, n=1, k=1, phase_s=0.3, peak_gflops=1.0)
+send("await_timing")
+answers.readline()
+send("done")
+"""
+
+
+def run_in_threads(tmp_path, names, body, placement, answers):
+    """Each name's child run in a thread of its own, all at once, each given `answers` to its timing
+    requests in turn; their events by name."""
     import threading
 
-    from grader.execute.runner import FileLock, Placement
+    events = {}
 
-    body = """
-    send("await_timing")
-    os.fdopen(control).readline()
-    send("phase", phase="timing")
-    started = time.time(); time.sleep(0.3)
-    send("timing", student_ms=[started, time.time()], reference_ms=[1.0], launches=1, wrong_launches=0,
-         first_wrong_launch=None, m=1, n=1, k=1, phase_s=0.3, peak_gflops=1.0)
-    send("done")
-    """
-    lock = threading.Lock() if lock_kind == "thread" else FileLock(tmp_path / "gpu0.lock")
-    placement = Placement(gpu=0, timing_lock=lock)
-    spans = []
-
-    def one(folder):
+    def one(name):
+        folder = tmp_path / name
         folder.mkdir()
-        events = run_job(make_job(folder, cases=()), LIMITS, lambda: True, child(folder, body), placement)
-        spans.extend(tuple(e["student_ms"]) for e in events if e["event"] == "timing")
+        turns = iter(answers)
+        events[name] = list(run_job(make_job(folder, cases=("one",)), LIMITS, lambda: next(turns),
+                                    child(folder, body), placement))
 
-    threads = [threading.Thread(target=one, args=(tmp_path / name,)) for name in ("a", "b")]
+    threads = [threading.Thread(target=one, args=(name,)) for name in names]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    (first_start, first_end), (second_start, second_end) = sorted(spans)
-    assert second_start >= first_end
+    return events
+
+
+def spans(tmp_path, events):
+    """(start, end) of each child's timing and of its case."""
+    timing = {name: tuple(e["student_ms"]) for name, got in events.items() for e in got if e["event"] == "timing"}
+    cases = {name: tuple(map(float, (tmp_path / name / "case-span").read_text().split())) for name in events}
+    return timing, cases
+
+
+def test_timing_has_the_device_alone_and_timed_runs_take_turns(tmp_path):
+    """Three children at once: their cases may overlap each other, but no case and no other timing overlaps
+    a timing measurement; the parent's answer carries the repetitions."""
+    from grader.execute.device_lock import DeviceLock
+    from grader.execute.runner import Placement
+
+    placement = Placement(gpu=0, lock=DeviceLock(tmp_path / "turns", "gpu0"))
+    events = run_in_threads(tmp_path, ["a", "b", "c"], TIMED_CHILD, placement, [15, 0])
+    timing, cases = spans(tmp_path, events)
+    assert len(timing) == 3 and all(e["launches"] == 15 for got in events.values() for e in got
+                                    if e["event"] == "timing")
+    for name, (start, end) in timing.items():
+        for other, (other_start, other_end) in [*timing.items(), *cases.items()]:
+            if other != name:
+                assert other_end <= start or other_start >= end, f"{other} ran during {name}'s timing"
+    assert all(e["kind"] in ("shared", "exclusive") for got in events.values() for e in got if e["event"] == "turn")
+
+
+def test_waiting_for_a_turn_is_not_the_childs_time(tmp_path):
+    """A run queued behind a timing turn held for three times its case limit still finishes its case."""
+    import threading
+
+    from grader.execute.device_lock import DeviceLock
+    from grader.execute.runner import Placement
+
+    lock = DeviceLock(tmp_path / "turns", "gpu0")
+    held = lock.exclusive()
+    threading.Timer(3 * LIMITS.run_s, held.release).start()
+    body = """
+    send("await_device")
+    os.fdopen(control).readline()
+    send("phase", phase="case", case="one")
+    send_case("one")
+    send("done")
+    """
+    events = list(run_job(make_job(tmp_path, cases=("one",)), LIMITS, lambda: 0, child(tmp_path, body),
+                          Placement(lock=lock)))
+    kinds = [e["event"] for e in events]
+    assert "timeout" not in kinds and kinds[-2:] == ["done", "output"]
+    turn = next(e for e in events if e["event"] == "turn")
+    assert turn["kind"] == "shared" and turn["waited_s"] > 2 * LIMITS.run_s  # far past its limit
+
+
+def test_waiting_for_a_cpu_is_not_the_childs_time(tmp_path):
+    """A child that needs 0.7 s of CPU within a 1 s limit, sharing its one core with a busy process: its wall
+    time passes the limit, its own time does not."""
+    import subprocess
+
+    hog = subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"])
+    try:
+        body = """
+        os.sched_setaffinity(0, {0})
+        send("phase", phase="case", case="one")
+        started = time.monotonic()
+        while time.process_time() < 0.7:
+            pass
+        open(os.path.join(job["workdir"], "..", "wall"), "w").write(str(time.monotonic() - started))
+        send_case("one")
+        send("done")
+        """
+        events = events_of(tmp_path, body, cases=("one",))
+    finally:
+        hog.kill()
+        hog.wait()
+    assert [e["event"] for e in events][-2:] == ["done", "output"], events
+    assert float((tmp_path / "wall").read_text()) > LIMITS.run_s  # it really did wait for the CPU
 
 
 @pytest.mark.parametrize("line, words", [

@@ -1,11 +1,17 @@
-"""The compute-sanitizer diagnosis on a real GPU: the missing barrier is named, bounds errors are placed."""
+"""The compute-sanitizer diagnosis on a real GPU: the missing barrier is named, bounds errors are placed,
+and "found nothing" is said only of a kernel that really ran under every tool."""
+import shutil
+
 import pytest
 from conftest import SUBMISSIONS
 from hardware import needs_gpu, needs_sanitizer
 
-from grader.diagnose.run import sanitize
-from grader.execute.sandbox import detect
-from grader.result import FAILED, PASSED
+from grader.cases import load_cases
+from grader.config import load_config
+from grader.diagnose.run import SanitizerRun, sanitize
+from grader.execute.runner import Placement
+from grader.pipeline import GPU, RunPlan, grade, sandbox_of
+from grader.result import ERROR, FAILED, GRADER_ERROR, PASSED, SANITIZER
 
 pytestmark = [
     pytest.mark.gpu,
@@ -14,31 +20,90 @@ pytestmark = [
 ]
 
 
-def diagnose(name: str, tile: int = 16):
-    return sanitize((SUBMISSIONS / name / "kernel.cu").read_text(), "mysgemm", tile, 20, None, detect())
+@pytest.fixture(scope="module")
+def setup(config_file):
+    config = load_config(config_file)
+    return config, [case for case in load_cases(config.testcases_dir) if not case.gpu_only][:1]
+
+
+@pytest.fixture(scope="module")
+def diagnose(setup):
+    """The sanitizer check of a corpus submission graded on the GPU with the diagnosis on, as a batch does."""
+    config, cases = setup
+
+    def run(name: str):
+        result = grade(SUBMISSIONS / name, config, cases, RunPlan(GPU, sanitize=True))
+        return next(c for c in result.checks if c.kind == SANITIZER)
+
+    return run
 
 
 @pytest.mark.parametrize("name, barrier", [("missing_load_barrier", "the barrier after loading the tiles"),
                                            ("missing_use_barrier", "the barrier after using the tiles")])
-def test_the_missing_barrier_is_named_on_every_run(name, barrier):
+def test_the_missing_barrier_is_named_on_every_run(diagnose, name, barrier):
     for _ in range(2):
         check = diagnose(name)
         assert check.status == FAILED and "shared-memory race" in check.message and barrier in check.message
 
 
-def test_out_of_bounds_reads_name_the_buffer_and_line():
+def test_out_of_bounds_reads_name_the_buffer_and_line(diagnose):
     check = diagnose("no_bounds_checks")
     assert check.status == FAILED and "out-of-bounds read of" in check.message and "at line 1" in check.message
 
 
-def test_a_correct_kernel_is_clean_and_fast():
+def test_a_correct_kernel_is_clean_and_fast(diagnose):
     check = diagnose("good_basic")
-    assert check.status == PASSED, check.message
+    assert check.status == PASSED and "found nothing" in check.message, check.message
     assert max(check.metrics[f"{tool}_s"] for tool in ("racecheck", "memcheck", "synccheck")) < 30
 
 
-def test_a_deadlocking_barrier_costs_the_time_limit_and_is_explained():
+def test_a_deadlocking_barrier_costs_the_time_limit_and_is_explained(diagnose):
     check = diagnose("conditional_barrier")
     assert check.status == FAILED and "__syncthreads()" in check.message
-    assert max(check.metrics[f"{tool}_s"] for tool in ("racecheck", "memcheck", "synccheck")) < 25
     print(check.message)  # whether synccheck named line 21 before the hang, for the record
+
+
+def test_the_launch_uses_the_configured_parameter_order(setup, tmp_path):
+    """A lab whose kernel takes (A, B, C, m, n, k): the tools launch it that way, and it is clean."""
+    config, cases = setup
+    source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
+    signature = "int m, int n, int k, const float *A, const float *B, float *C"
+    assert signature in source
+    folder = tmp_path / "reordered"
+    folder.mkdir()
+    (folder / "kernel.cu").write_text(source.replace(signature, "const float *A, const float *B, float *C, "
+                                                                "int m, int n, int k"))
+    config.kernel.args = ["A", "B", "C", "m", "n", "k"]
+    try:
+        result = grade(folder, config, cases, RunPlan(GPU, sanitize=True))
+    finally:
+        config.kernel.args = ["m", "n", "k", "A", "B", "C"]
+    checks = {c.kind: c for c in result.checks}
+    assert checks["case"].status == PASSED and checks[SANITIZER].status == PASSED, checks[SANITIZER].message
+
+
+def test_a_kernel_that_never_ran_under_the_tools_is_an_error_not_a_pass(setup, tmp_path):
+    """The module has no such kernel (as when removing host code left it empty): every tool's silence
+    would mean nothing, so the check is a grader error with the reason."""
+    config, cases = setup
+    grade(SUBMISSIONS / "good_basic", config, cases, RunPlan(GPU, sanitize=True))  # a module in the cache
+    module = next(config.cache_dir.rglob("*.cubin"))
+    shutil.copy(module, tmp_path / "kernel.cubin")
+    check = sanitize(SanitizerRun(str(tmp_path / "kernel.cubin"), "no_such_kernel", ["m", "n", "k", "A", "B", "C"],
+                                  16, "", 20), Placement(), sandbox_of(RunPlan(GPU)), config.cache_dir)
+    assert check.status == ERROR and "not launched" in check.message and "found nothing" not in check.message
+
+
+def test_a_diagnosis_that_could_not_run_makes_the_row_a_grader_error(setup, monkeypatch):
+    config, cases = setup
+    monkeypatch.setattr("grader.diagnose.run.launcher", _no_launcher)
+    result = grade(SUBMISSIONS / "good_basic", config, cases, RunPlan(GPU, sanitize=True))
+    assert result.outcome == GRADER_ERROR
+    check = next(c for c in result.checks if c.kind == SANITIZER)
+    assert check.status == ERROR and check.message.startswith("grader error: no C compiler")
+
+
+def _no_launcher(cache_dir):
+    from grader.diagnose.launcher import LauncherUnavailable
+
+    raise LauncherUnavailable("no C compiler (g++) to build the sanitizer's launch program")

@@ -1,29 +1,61 @@
 """Sanitizer diagnosis: the kernel on one small, ragged shape under compute-sanitizer, told in student terms.
 
 racecheck (shared-memory hazards), memcheck with padding (out-of-bounds accesses) and synccheck
-(divergent barriers) run side by side, each in its own process group with a time limit (a deadlocked
-kernel never ends under the sanitizer either). Their text summaries are parsed (grader/sanitizer.py):
-the exit code alone is never trusted. Worth no points; it says what to fix.
+(divergent barriers) run side by side, each in the sandbox, each watching one launch of the module the
+GPU run built (same compile options, same parameter order) by launch_kernel.c. Each takes a shared turn
+on the device before it loads the module, so no timing measurement shares the GPU with it, and its time
+limit counts its own work only. Their text summaries are parsed (sanitizer_log.py). A tool's silence is
+trusted only when the launch demonstrably happened under it, it ended with status 0 and its summary was
+read; anything less is an error with its reason, never "found nothing". Worth no points; it says what to
+fix.
 """
 from __future__ import annotations
 
+import os
 import shutil
-import sys
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..execute.proc import run_killable
-from ..execute.protocol import ProtocolError, decode, read_untrusted
+from ..execute.deadline import Deadline
+from ..execute.device_lock import Turn
+from ..execute.event_pipe import TimedOut, read_events
+from ..execute.proc import kill_group
+from ..execute.protocol import ProtocolError, read_untrusted
 from ..execute.runner import Placement
 from ..execute.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
-from ..result import SANITIZER, CheckResult, failed, passed, skipped
+from ..result import SANITIZER, CheckResult, errored, failed, passed, skipped
+from .launcher import LauncherUnavailable, launcher
 from .sanitizer_log import describe, parse, syncthreads_lines
 
 NAME = "compute-sanitizer"
 TOOLS = {"racecheck": ["--racecheck-report", "hazard"], "memcheck": ["--padding", "32"], "synccheck": []}
-EVENTS_FILE = "events.jsonl"  # the launched program's one protocol event: where A, B and C are
+FOUND_ERRORS_EXIT = 86  # the tool's exit status when it reported errors (--error-exitcode)
 LOG_BYTES = 4 << 20
+EXIT_GRACE_S = 10.0  # for the tool to write its report after the launch program ended
+
+
+@dataclass(frozen=True)
+class SanitizerRun:
+    """What the tools check: the GPU run's module, launched the way the grader launches it."""
+
+    cubin: str  # the module the GPU run built and ran (its compile options, -lineinfo included)
+    kernel_name: str
+    arg_order: list[str]
+    tile: int
+    source: str  # the student's file, for the lines of its barriers
+    timeout_s: float  # each tool's own time
+
+
+@dataclass
+class ToolRun:
+    tool: str
+    sentences: list[str] = field(default_factory=list)  # what it found, for the student
+    problem: str = ""  # why its silence cannot be trusted: the grader's side, not the student's
+    seconds: float = 0.0
+    waited_s: float = 0.0  # for its turn on the GPU, not counted against its limit
 
 
 def sanitizer_path() -> str | None:
@@ -36,55 +68,140 @@ def shape_for(tile: int) -> tuple[int, int, int]:
     return tile + 3, tile + 5, 3 * tile + 2
 
 
-def sanitize(source: str, kernel_name: str, tile: int, timeout_s: float, placement: Placement | None,
-             sandbox: Sandbox, cubin: str = "") -> CheckResult:
-    """`cubin`: the GPU run's compiled module (built with -lineinfo), so the three tools need no compile."""
+def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_dir: Path) -> CheckResult:
     tool_path = sanitizer_path()
     if tool_path is None:
         return skipped(NAME, SANITIZER, 0, "not run: compute-sanitizer is not installed")
-    m, n, k = shape_for(tile)
+    if not run.cubin or not Path(run.cubin).is_file():
+        return errored(NAME, SANITIZER, 0, "grader error: the GPU run left no compiled module to check")
+    try:
+        program = launcher(cache_dir)
+    except LauncherUnavailable as error:
+        return errored(NAME, SANITIZER, 0, f"grader error: {error}")
+    m, n, k = shape_for(run.tile)
     with scratch_folder("sgemm-sanitize-") as root:
-        source_dir = root / "source"  # read-only for the tools: each writes only into a folder of its own
-        source_dir.mkdir(mode=0o755)
-        Path(source_dir, "kernel.cu").write_text(source, encoding="utf-8")
-        if cubin and Path(cubin).is_file():
-            shutil.copy(cubin, Path(source_dir, "kernel.cubin"))
-        for path in source_dir.iterdir():
-            path.chmod(0o644)
-        env_extra = (placement or Placement()).environment()
-        launch = [sys.executable, "-m", "grader.execute.sanitizer_child", str(source_dir / "kernel.cu"), kernel_name,
-                  str(tile), str(m), str(n), str(k), EVENTS_FILE]
+        inputs = root / "inputs"  # read-only for the tools: each writes only into a folder of its own
+        inputs.mkdir(mode=0o755)
+        shutil.copy(run.cubin, inputs / "kernel.cubin")
+        shutil.copy(program, inputs / "launch_kernel")
+        (inputs / "kernel.cubin").chmod(0o644)
+        (inputs / "launch_kernel").chmod(0o755)
+        launch = [str(inputs / "launch_kernel"), str(inputs / "kernel.cubin"), run.kernel_name,
+                  ",".join(run.arg_order), str(run.tile), str(m), str(n), str(k)]
+        barriers = syncthreads_lines(run.source)
 
-        def one(tool: str) -> tuple[str, list[str], float]:
-            started = time.perf_counter()
-            work = root / tool
-            work.mkdir()
-            # The tool's report goes to a file of its own: the kernel's printf cannot forge sanitizer lines.
-            log = work / f"{tool}.log"
-            command = [tool_path, "--tool", tool, *TOOLS[tool], "--show-backtrace", "no", "--print-limit", "50",
-                       "--log-file", str(log), *launch]
-            confinement = Confinement(work, GPU_LIMITS, python=True, cuda=True, gpu=True, readable=(source_dir,))
-            finished = run_killable(command, timeout_s, env=child_environment(str(work), env_extra),
-                                    start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
-            seconds = time.perf_counter() - started
-            report = parse(tool, _read(log))
-            found = describe(report, _buffers(work / EVENTS_FILE), barrier_lines=syncthreads_lines(source))
-            if finished.timed_out:
-                # What the tool logged before the kernel hung is still true (synccheck may have seen the
-                # divergent barrier that hangs it); the "did not complete" remark gives way to the timeout.
-                found = [s for s in found if "did not complete" not in s]
-                found.append(f"{tool} timed out after {timeout_s:g} s: the kernel did not finish on a {m}×{n}×{k} "
-                             "problem (threads waiting at a __syncthreads() others never reach?)")
-            return tool, found, seconds
+        def one(tool: str) -> ToolRun:
+            return _run_tool(tool, tool_path, launch, root, inputs, run.timeout_s, placement, sandbox, barriers)
 
         with ThreadPoolExecutor(len(TOOLS)) as pool:
-            outcomes = list(pool.map(one, TOOLS))
-    sentences = [sentence for _, found, _ in outcomes for sentence in found]
-    metrics = {f"{tool}_s": round(seconds, 2) for tool, _, seconds in outcomes} | {"m": m, "n": n, "k": k}
+            tools = list(pool.map(one, TOOLS))
+    return _verdict(tools, (m, n, k))
+
+
+def _verdict(tools: list[ToolRun], shape: tuple[int, int, int]) -> CheckResult:
+    m, n, k = shape
+    metrics = {f"{t.tool}_s": round(t.seconds, 2) for t in tools}
+    metrics |= {"m": m, "n": n, "k": k, "turn_wait_s": round(sum(t.waited_s for t in tools), 3)}
+    sentences = list(dict.fromkeys(s for t in tools for s in t.sentences))
+    problems = [f"{t.tool}: {t.problem}" for t in tools if t.problem]
+    if problems:
+        found = "\n".join(sentences)
+        return errored(NAME, SANITIZER, 0, "grader error: compute-sanitizer could not check this kernel ("
+                       + "; ".join(problems) + ")" + (f"\nwhat the other tools found:\n{found}" if found else ""),
+                       metrics=metrics)
     if sentences:
-        return failed(NAME, SANITIZER, 0, "\n".join(dict.fromkeys(sentences)), metrics=metrics)
+        return failed(NAME, SANITIZER, 0, "\n".join(sentences), metrics=metrics)
     return passed(NAME, SANITIZER, 0, f"racecheck, memcheck and synccheck found nothing on {m}×{n}×{k}",
                   metrics=metrics)
+
+
+def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: Path, timeout_s: float,
+              placement: Placement, sandbox: Sandbox, barriers: list[int]) -> ToolRun:
+    started = time.perf_counter()
+    work = root / tool
+    work.mkdir()
+    # The tool's report goes to a file of its own: the kernel's printf cannot forge sanitizer lines.
+    log = work / f"{tool}.log"
+    command = [tool_path, "--tool", tool, *TOOLS[tool], "--show-backtrace", "no", "--print-limit", "50",
+               "--error-exitcode", str(FOUND_ERRORS_EXIT), "--log-file", str(log), *launch]
+    confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True, readable=(inputs,))
+    watched = _watch(command, confinement, sandbox, child_environment(str(work), placement.environment()),
+                     timeout_s, placement)
+    result = ToolRun(tool, seconds=time.perf_counter() - started, waited_s=watched.waited_s)
+    report = parse(tool, _read(log))
+    buffers = next((e["buffers"] for e in watched.events if e["event"] == "buffers"), None)
+    found = describe(report, buffers, barrier_lines=barriers)
+    found = [s for s in found if "did not complete" not in s]  # said below, as what it is
+    launched = next((e for e in watched.events if e["event"] == "launched"), None)
+    refused = next((e for e in watched.events if e["event"] == "not_launched"), None)
+    if watched.timed_out:
+        # What the tool logged before the kernel hung is still true (synccheck may have seen the divergent
+        # barrier that hangs it).
+        m, n, k = launch[-3:]
+        found.append(f"{tool} timed out after {timeout_s:g} s: the kernel did not finish on a {m}×{n}×{k} "
+                     "problem (threads waiting at a __syncthreads() others never reach?)")
+    elif watched.protocol_error:
+        found.append(f"the kernel's process broke the grader's protocol under {tool} ({watched.protocol_error})")
+    elif launched is None:
+        result.problem = (f"the kernel was not launched ({refused['reason']})" if refused else
+                          f"the launch program ended (status {watched.returncode}) before launching the kernel")
+    elif watched.returncode not in (0, FOUND_ERRORS_EXIT):
+        result.problem = f"the tool ended with status {watched.returncode}"
+    elif not report.complete:
+        result.problem = "the tool's report has no summary"
+    elif launched["status"] != "ok" and not found:
+        found.append(f"the kernel failed under {tool} ({launched['status']})")
+    result.sentences = found
+    return result
+
+
+@dataclass
+class Watched:
+    events: list[dict]
+    returncode: int | None
+    timed_out: bool = False
+    protocol_error: str = ""
+    waited_s: float = 0.0
+
+
+def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: dict[str, str], timeout_s: float,
+           placement: Placement) -> Watched:
+    """Run the tool over the launch program, which speaks the protocol on a pipe (its last two arguments):
+    its events, its exit status, and whether its own time ran out."""
+    read_fd, write_fd = os.pipe()
+    control_read, control_write = os.pipe()
+    proc = sandbox.popen([*command, str(write_fd), str(control_read)], confinement,
+                         pass_fds=(write_fd, control_read), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=env)
+    os.close(write_fd)
+    os.close(control_read)
+    deadline, events, turn = Deadline(proc.pid, timeout_s), [], None
+    try:
+        for event in read_events(read_fd, deadline):
+            if event["event"] == "await_device":
+                turn = _shared_turn(placement)
+                deadline.restart(timeout_s)  # the wait was not the kernel's time
+                os.write(control_write, b"go\n")
+                continue
+            if event["event"] == "launched" and turn is not None:
+                turn.release()  # done with the GPU: the rest is the tool writing its report
+            events.append(event)
+        proc.wait(timeout=max(deadline.remaining(), EXIT_GRACE_S))
+        return Watched(events, proc.returncode, waited_s=turn.waited_s if turn else 0.0)
+    except (TimedOut, subprocess.TimeoutExpired):
+        return Watched(events, None, timed_out=True)
+    except (ProtocolError, BrokenPipeError) as error:
+        return Watched(events, None, protocol_error=str(error) or "its pipe closed early")
+    finally:
+        kill_group(proc)
+        if turn is not None:
+            turn.release()
+        for fd in (read_fd, control_write):
+            os.close(fd)
+
+
+def _shared_turn(placement: Placement) -> Turn | None:
+    return placement.lock.shared() if placement.lock is not None else None
 
 
 def _read(path: Path) -> str:
@@ -92,15 +209,3 @@ def _read(path: Path) -> str:
         return read_untrusted(path, LOG_BYTES).decode("utf-8", "replace")
     except OSError:
         return ""
-
-
-def _buffers(path: Path) -> dict[str, tuple[int, int]] | None:
-    """name -> (device address, bytes) of A, B and C, as the launched program reported them."""
-    for line in _read(path).splitlines():
-        try:
-            event = decode(line.encode())
-        except ProtocolError:
-            return None
-        if event["event"] == "buffers":
-            return {name: (address, size) for name, (address, size) in event["buffers"].items()}
-    return None

@@ -78,17 +78,26 @@ class Worker:
         if loaded is None:
             return
         student, reference = loaded
+        if not self.turn("await_device"):
+            return
         for spec in self.job.cases:
             self.channel.send("phase", phase="case", case=spec.name)
             self.run_case(spec, student, reference)
-        if self.job.timing and self.parent_wants_timing():
+        while self.job.timing:
+            # Only the parent judges correctness, so it decides whether timing (or timing again) is worth it.
+            repetitions = self.turn("await_timing")
+            if not repetitions:
+                return
             self.channel.send("phase", phase="timing")
-            self.channel.send("timing", **self.time_kernels(self.job.timing, student, reference))
+            self.channel.send("timing", **self.time_kernels(self.job.timing, repetitions, student, reference))
 
-    def parent_wants_timing(self) -> bool:
-        """Only the parent judges correctness, so it decides whether timing is worth running."""
-        self.channel.send("await_timing")
-        return self.control.readline().strip() == "go"
+    def turn(self, request: str) -> int:
+        """Ask the parent for a turn on the GPU and wait: "go" (with the repetitions to time) or "skip"."""
+        self.channel.send(request)
+        answer = self.control.readline().split()
+        if not answer or answer[0] != "go":
+            return 0
+        return int(answer[1]) if len(answer) > 1 else 1
 
     # -- compile -------------------------------------------------------------------------------
 
@@ -105,6 +114,7 @@ class Worker:
                 return None
             kernels[who] = kernel
         self.channel.send("compiled", device=self.device.name(), arch=self.arch, cpu_s=cpu_seconds(),
+                          pci_bus_id=self.device.pci_bus_id(),
                           tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile,
                           host_code_left_out=self.host_code_left_out,
                           cubins={"student": self.keys.get(self.student_compiled, "")})
@@ -169,7 +179,7 @@ class Worker:
 
     # -- timing --------------------------------------------------------------------------------
 
-    def time_kernels(self, spec: TimingSpec, student: Kernel, reference: Kernel) -> dict:
+    def time_kernels(self, spec: TimingSpec, repetitions: int, student: Kernel, reference: Kernel) -> dict:
         """Interleaved CUDA-event timing with an L2 flush before every launch.
 
         Every repetition gets fresh A and B (filled on the GPU from a new seed), and the student's output is
@@ -205,7 +215,7 @@ class Worker:
                 return stop.time_since(start)
 
             wrong, first_wrong, times = 0, None, {"student": [], "reference": []}
-            total = spec.warmup + spec.repetitions
+            total = spec.warmup + repetitions
             for rep in range(total):
                 refill(rep)
                 order = (("student", student), ("reference", reference))

@@ -41,24 +41,28 @@ BUFFER_MAP = ("buffers",)  # {"A": [address, bytes], ...}
 TARGET = one_of("student", "reference")
 PHASE = one_of("startup", "compile", "case", "timing")
 
-# name -> (required fields, optional fields). Only a child sends these; "timeout", "crash", "restart" and
-# "output" are the parent's own and a child that sends one breaks the protocol.
+# name -> (required fields, optional fields). Only a child sends these; "timeout", "crash", "restart",
+# "turn" and "output" are the parent's own, and a child that sends one breaks the protocol.
 EVENTS: dict[str, tuple[dict, dict]] = {
     "phase": ({"phase": PHASE}, {"case": str}),
     "toolchain": ({"arch": str, "nvcc": str}, {}),
     "compiled": ({"device": str, "arch": str, "tile_size": OPTIONAL_INT},
-                 {"reference_tile": OPTIONAL_INT, "cpu_s": NUMBER, "host_code_left_out": bool, "cubins": dict}),
+                 {"reference_tile": OPTIONAL_INT, "cpu_s": NUMBER, "host_code_left_out": bool, "cubins": dict,
+                  "pci_bus_id": str}),
     "compile_error": ({"target": TARGET, "message": str}, {"emulator": bool}),
     "kernel_missing": ({"target": TARGET, "message": str}, {}),
     "case": ({"case": str, "seconds": NUMBER, "a_changed": bool, "b_changed": bool},
              {"races": RECORDS, "schedules_differ": int}),
     "case_error": ({"case": str, "schedule": str, "problem": RECORD}, {}),
-    "await_timing": ({}, {}),
+    "await_device": ({}, {}),  # a turn on the device, shared with other runs: answered "go"
+    "await_timing": ({}, {}),  # the device alone: answered "go REPETITIONS" or "skip"
     "timing": ({"student_ms": NUMBERS, "reference_ms": NUMBERS, "launches": int, "wrong_launches": int,
                 "first_wrong_launch": OPTIONAL_INT, "m": int, "n": int, "k": int, "phase_s": NUMBER,
                 "peak_gflops": NUMBER}, {}),
     "fault": ({"error": str}, {}),
     "buffers": ({"buffers": BUFFER_MAP}, {}),
+    "launched": ({"status": str}, {}),  # the sanitizer's launch happened; how the synchronize ended
+    "not_launched": ({"reason": str}, {}),
     "done": ({}, {}),
 }
 

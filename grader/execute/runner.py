@@ -1,29 +1,33 @@
 """Runs a job in child processes and yields their events; never runs submission code itself.
 
-The one entry for running a submission: `run_job(job, limits, want_timing, program, placement)`. Each
+The one entry for running a submission: `run_job(job, limits, timing_turn, program, placement)`. Each
 child is spawned fresh (never forked), in the sandbox its `ChildProgram` names, in its own process group,
-and killed as a group when the current phase outlives its deadline. Every line it sends is checked
-against the protocol (protocol.py); a malformed one ends the child as the submission's fault. A child
+and killed as a group when the current phase outlives its deadline. A deadline counts the child's own
+work: a child asks for its turn on the device (`await_device`, shared with other runs; `await_timing`,
+the device alone) and the wait for it, like a wait for a CPU (deadline.py), is never its time. Every line
+it sends is checked against the protocol (protocol.py); a malformed one ends the child as the
+submission's fault. A child
 that faulted, hung, crashed or broke the protocol is never reused: the remaining cases go to a new child,
 a bounded number of times.
 """
 from __future__ import annotations
 
-import fcntl
 import os
-import select
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import cubin_cache
+from .clocks import ClockWatch
+from .deadline import Deadline
+from .device_lock import DeviceLock, Turn
+from .event_pipe import TimedOut, read_events
 from .job import Job
 from .proc import cap, kill_group
-from .protocol import MAX_LINE_BYTES, ProtocolError, decode
+from .protocol import ProtocolError
 from .sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
 
 # Events after which the child is gone; in a case, the remaining cases go to a fresh child.
@@ -65,54 +69,30 @@ class Limits:
 
 @dataclass
 class Placement:
-    """Where a child runs: which GPU it sees, and the lock that keeps timed runs one at a time on it."""
+    """Where a child runs: which GPU it sees, and the lock that gives out turns on it (device_lock.py)."""
 
     gpu: int | None = None
-    timing_lock: threading.Lock | FileLock | None = None
+    lock: DeviceLock | None = None
 
     def environment(self) -> dict[str, str]:
         """What a child started here adds to its allow-listed environment: the one GPU it may see."""
         return {} if self.gpu is None else {"CUDA_VISIBLE_DEVICES": str(self.gpu)}
 
 
-class FileLock:
-    """A lock that works across processes (batch workers): flock on a file, one per GPU. Each holder opens
-    the file itself, so one object may be shared by threads too."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self._held = threading.local()
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        self._held.fd = fd
-
-    def release(self) -> None:
-        fd = getattr(self._held, "fd", None)
-        if fd is not None:
-            os.close(fd)  # closing drops the lock
-            self._held.fd = None
-
-    def __getstate__(self) -> dict:
-        return {"path": self.path}  # a held lock never travels to another process
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"])
-
-
-def run_job(job: Job, limits: Limits, want_timing: Callable[[], bool], program: ChildProgram,
+def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
             placement: Placement | None = None) -> Iterator[dict]:
     """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'protocol_error',
-    'restart', and 'output' (each child's captured stdout and stderr, after it ends).
+    'restart', 'turn' (a turn on the device was given, after waiting so long) and 'output' (each child's
+    captured stdout and stderr, after it ends).
 
-    A child that finished its cases asks whether to time; `want_timing()` answers, after every case
-    event has been consumed.
+    A child that finished its cases asks whether to time, and again after each measurement;
+    `timing_turn()` answers with the repetitions to run (0: no more timing), after every earlier event
+    has been consumed.
     """
     restarts, placement = 0, placement or Placement()
     while True:
         broken = None
-        for event in Child(job, limits, want_timing, program, placement).events():
+        for event in Child(job, limits, timing_turn, program, placement).events():
             if event["event"] in BROKEN:
                 broken = event
             yield event
@@ -127,11 +107,13 @@ def run_job(job: Job, limits: Limits, want_timing: Callable[[], bool], program: 
 
 
 class Child:
-    def __init__(self, job: Job, limits: Limits, want_timing: Callable[[], bool], program: ChildProgram,
+    def __init__(self, job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
                  placement: Placement):
-        self.job, self.limits, self.want_timing, self.placement = job, limits, want_timing, placement
+        self.job, self.limits, self.timing_turn, self.placement = job, limits, timing_turn, placement
         self.program = program
-        self.timing_held = False
+        self.turn: Turn | None = None
+        self.clocks: ClockWatch | None = None
+        self.pci_bus_id = ""
         # The child's own folder, the only one it can write; its log stays with the parent.
         self.workdir = Path(job.workdir, f"child-{time.monotonic_ns()}")
         self.log_path = Path(job.workdir, f"{self.workdir.name}.log")
@@ -162,75 +144,88 @@ class Child:
             os.close(read_fd)
             os.close(self.control_fd)
             kill_group(proc)  # also reaps stragglers the child left behind
-            self._release_timing()
+            self._end_turn()
         yield {"event": "output", "text": self.output()}
 
     def _read(self, proc: subprocess.Popen, read_fd: int) -> Iterator[dict]:
-        phase, case, pending, spawned = "startup", None, b"", time.monotonic()
-        deadline = time.monotonic() + self.limits.for_phase(phase)
+        phase, case, spawned = "startup", None, time.monotonic()
+        deadline = Deadline(proc.pid, self.limits.for_phase(phase))
         finished = False
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                kill_group(proc)
-                yield {"event": "timeout", "phase": phase, "case": case, "limit_s": self.limits.for_phase(phase)}
-                return
-            ready, _, _ = select.select([read_fd], [], [], remaining)
-            if not ready:
-                continue
-            chunk = os.read(read_fd, 1 << 16)
-            if not chunk:
-                break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            if len(pending) > MAX_LINE_BYTES:
-                lines.append(pending)  # a line that never ends: decode() refuses it
-            for line in lines:
-                try:
-                    event = decode(line)
-                except ProtocolError as error:
-                    kill_group(proc)
-                    yield {"event": "protocol_error", "phase": phase, "case": case, "error": str(error)}
-                    return
+        try:
+            for event in read_events(read_fd, deadline):
                 event["elapsed_s"] = round(time.monotonic() - spawned, 3)  # for the instructor's figures
                 if event["event"] == "phase":
                     phase, case = event["phase"], event.get("case")
-                    deadline = time.monotonic() + self.limits.for_phase(phase)
+                    deadline.restart(self.limits.for_phase(phase))
                     continue
-                if event["event"] == "await_timing":
-                    os.write(self.control_fd, b"go\n" if self._may_time() else b"skip\n")
+                if event["event"] in ("await_device", "await_timing"):
+                    answer, turn = self._take_turn(event["event"])
+                    deadline.restart(self.limits.for_phase(phase))  # the wait was not the child's time
+                    self._answer(answer)
+                    if turn is not None:
+                        yield turn
                     continue
                 if event["event"] == "toolchain":
                     self.cubins.offer(event["arch"], event["nvcc"])
-                    os.write(self.control_fd, b"ready\n")
+                    self._answer(b"ready\n")
                     continue
-                if event["event"] == "compiled":
-                    event["student_cubin"] = self.cubins.take(event.pop("cubins", {}))
-                if event["event"] == "case":
-                    event["folder"] = str(self.workdir)  # where this child left the case's outputs
-                if event["event"] == "timing":
-                    self._release_timing()
-                if event["event"] == "fault":
-                    event.update(phase=phase, case=case)
+                self._annotate(event, case, phase)
                 finished = event["event"] in ("done", "fault")
                 yield event
+        except TimedOut:
+            kill_group(proc)
+            yield {"event": "timeout", "phase": phase, "case": case, "limit_s": self.limits.for_phase(phase)}
+            return
+        except ProtocolError as error:
+            kill_group(proc)
+            yield {"event": "protocol_error", "phase": phase, "case": case, "error": str(error)}
+            return
         if not finished:
             proc.wait()
             yield {"event": "crash", "phase": phase, "case": case, "returncode": proc.returncode}
 
-    def _may_time(self) -> bool:
-        """Yes if the parent wants timing; then wait for the GPU's timing lock (one timed run per GPU)."""
-        if not self.want_timing():
-            return False
-        if self.placement.timing_lock is not None:
-            self.placement.timing_lock.acquire()
-            self.timing_held = True
-        return True
+    def _answer(self, line: bytes) -> None:
+        try:
+            os.write(self.control_fd, line)
+        except BrokenPipeError:
+            pass  # the child is gone: its pipe's end tells the rest
 
-    def _release_timing(self) -> None:
-        if self.timing_held:
-            self.timing_held = False
-            self.placement.timing_lock.release()
+    def _annotate(self, event: dict, case: str | None, phase: str) -> None:
+        """What only the parent knows, added to a child's event before it is passed on."""
+        if event["event"] == "compiled":
+            event["student_cubin"] = self.cubins.take(event.pop("cubins", {}))
+            self.pci_bus_id = event.get("pci_bus_id", "")
+        elif event["event"] == "case":
+            event["folder"] = str(self.workdir)  # where this child left the case's outputs
+        elif event["event"] == "timing":
+            event["clocks"] = self._end_turn()
+        elif event["event"] == "fault":
+            event.update(phase=phase, case=case)
+
+    def _take_turn(self, asked: str) -> tuple[bytes, dict | None]:
+        """The answer to the child's request, after waiting for the turn it needs; and the 'turn' event."""
+        self._end_turn()  # a child asks for one turn at a time: a timing turn replaces the shared one
+        timing = asked == "await_timing"
+        repetitions = self.timing_turn() if timing else 0
+        if timing and repetitions <= 0:
+            return b"skip\n", None
+        lock, event = self.placement.lock, None
+        if lock is not None:
+            self.turn = lock.exclusive() if timing else lock.shared()
+            event = {"event": "turn", "kind": self.turn.kind, "waited_s": round(self.turn.waited_s, 3)}
+        if timing:
+            self.clocks = ClockWatch.start(self.pci_bus_id)
+            return f"go {repetitions}\n".encode(), event
+        return b"go\n", event
+
+    def _end_turn(self) -> dict:
+        """Give the device back; what the GPU's clocks did during a timing turn, when it was one."""
+        clocks, self.clocks = self.clocks, None
+        seen = clocks.stop() if clocks is not None else {}
+        if self.turn is not None:
+            self.turn.release()
+            self.turn = None
+        return seen
 
     def output(self) -> str:
         try:

@@ -3,7 +3,8 @@
 Why: a spreadsheet is what an instructor sorts, filters and pastes into a gradebook. Every
 submission gets a row, errored ones included, so a missing student is visible rather than absent.
 Row 2 is "points possible" (each check's max_score) so totals can be checked by eye. Scores,
-totals and statuses are copied from the result model; nothing is re-judged here.
+totals and statuses are copied from the result model; nothing is re-judged here. A row whose grading
+broke (outcome "grader error") has empty scores and total, never zeros: nothing about it was decided.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from grader.report.points import format_points
 from grader.report.status import status_label
-from grader.result import SubmissionResult
+from grader.result import GRADER_ERROR, SubmissionResult
 
 FIXED = ("submission", "student_id", "student_name", "status")
 TOTALS = ("total", "max")
@@ -51,10 +52,11 @@ def to_grades_csv(results: list[SubmissionResult]) -> str:
     writer.writerow([POINTS_POSSIBLE, "", "", "", *(format_points(possible[n]) for n in names),
                      total_possible, total_possible, ""])
     for result in results:
-        scores = {check.name: format_points(check.score) for check in result.checks}
+        decided = result.outcome != GRADER_ERROR
+        scores = {check.name: format_points(check.score) for check in result.checks if decided}
         writer.writerow([result.submission, result.student_id, result.student_name, status_label(result),
                          *(scores.get(name, "") for name in names),
-                         format_points(result.score), format_points(result.max_score),
+                         format_points(result.score) if decided else "", format_points(result.max_score),
                          "; ".join(result.intake_notes)])
     return out.getvalue()
 

@@ -1,0 +1,80 @@
+"""A phase's time limit that counts the child's own work, not the time it spent waiting for a CPU.
+
+On a busy host (a batch with every core compiling) a child can sit runnable but not running; the kernel
+counts that per thread (/proc/PID/task/TID/schedstat, second field). The deadline moves by the most any
+one thread of the child's process tree waited since the phase began, and by at most the limit itself, so
+a submission that starts many threads to make its own threads wait cannot stretch its time without end.
+Waiting for a turn on the device is not counted either: the caller restarts the deadline after a turn.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+class Deadline:
+    def __init__(self, pid: int, limit_s: float):
+        self.pid = pid
+        self.tree = [pid]  # the process tree as last seen: listing /proc is only worth it at a deadline
+        self.restart(limit_s)
+
+    def restart(self, limit_s: float) -> None:
+        """A new phase. A thread not seen yet counts all its waiting as this phase's: it is younger, or it
+        is forgiven a little more than its due, and never more than the limit."""
+        self.limit_s, self.started = limit_s, time.monotonic()
+        self.waits_at_start = cpu_waits(self.tree)
+
+    def remaining(self) -> float:
+        """Seconds left; past the plain wall-clock limit, the CPU waits since the start are forgiven."""
+        left = self.limit_s - (time.monotonic() - self.started)
+        if left > 0:
+            return left
+        return left + self.forgiven()
+
+    def forgiven(self) -> float:
+        self.tree = process_tree(self.pid)
+        now = cpu_waits(self.tree)
+        grown = max((wait - self.waits_at_start.get(task, 0.0) for task, wait in now.items()), default=0.0)
+        return min(max(grown, 0.0), self.limit_s)
+
+
+def cpu_waits(pids: list[int]) -> dict[int, float]:
+    """Seconds each thread of these processes has spent runnable but waiting for a CPU."""
+    waits: dict[int, float] = {}
+    for pid in pids:
+        for task in _listdir(PROC / str(pid) / "task"):
+            try:
+                fields = (PROC / str(pid) / "task" / task / "schedstat").read_text().split()
+                waits[int(task)] = int(fields[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                continue  # gone since the listing
+    return waits
+
+
+def process_tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in _listdir(PROC):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = (PROC / entry / "stat").read_text()
+            parent = int(stat[stat.rindex(")") + 2:].split()[1])  # the command may hold spaces and ")"
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    tree, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        tree.append(pid)
+        pending.extend(children.get(pid, ()))
+    return tree
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []

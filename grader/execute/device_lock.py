@@ -1,0 +1,74 @@
+"""Turns on a device, across processes: many runs share it, a timing measurement has it alone.
+
+A reader-writer lock on two files per device (flock, so a holder that dies releases at once):
+  timing — every timing turn holds it shared from the moment it asks until it is done; a run passes
+           through it exclusively on its way in, so no run starts while a timing turn waits or runs;
+  room   — runs hold it shared while they use the device; a timing turn holds it exclusively.
+Timing turns that ask while others wait go one after another, before any run starts again: the device
+drains of runs once per group of measurements, not once per measurement, which is what keeps a busy
+batch fast. Whoever asks measures how long it waited, because waiting is not the student's time.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SHARED, EXCLUSIVE = "shared", "exclusive"
+
+
+@dataclass
+class Turn:
+    """A turn being held: release it once (a second release does nothing)."""
+
+    kind: str
+    waited_s: float
+    _fds: tuple[int, ...]
+
+    def release(self) -> None:
+        fds, self._fds = self._fds, ()
+        for fd in fds:  # closing drops the flock
+            os.close(fd)
+
+
+class DeviceLock:
+    """One device's turns. Only paths travel to another process (pickle), never a held turn."""
+
+    def __init__(self, folder: Path, device: str):
+        self.folder, self.device = Path(folder), device
+
+    def __repr__(self) -> str:
+        return f"DeviceLock({str(self.folder)!r}, {self.device!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DeviceLock) and (self.folder, self.device) == (other.folder, other.device)
+
+    def __hash__(self) -> int:
+        return hash((self.folder, self.device))
+
+    def _open(self, part: str) -> int:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return os.open(self.folder / f"{self.device}.{part}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def shared(self) -> Turn:
+        """Wait for a shared turn: behind every timing turn already waiting or running."""
+        started = time.monotonic()
+        timing = self._open("timing")
+        try:
+            fcntl.flock(timing, fcntl.LOCK_EX)  # granted only when no timing turn holds it
+            room = self._open("room")
+            fcntl.flock(room, fcntl.LOCK_SH)  # no timing turn can hold the room now: at once
+        finally:
+            os.close(timing)
+        return Turn(SHARED, time.monotonic() - started, (room,))
+
+    def exclusive(self) -> Turn:
+        """Wait for the device alone: no shared turn and no other timing turn runs while this one is held."""
+        started = time.monotonic()
+        timing = self._open("timing")
+        fcntl.flock(timing, fcntl.LOCK_SH)  # from here on, new shared turns wait behind this one
+        room = self._open("room")
+        fcntl.flock(room, fcntl.LOCK_EX)
+        return Turn(EXCLUSIVE, time.monotonic() - started, (room, timing))

@@ -1,0 +1,45 @@
+"""On a real GPU: a class graded in one batch (sanitizer on, as batch defaults) gets, check by check, the
+verdicts each student gets graded alone; the timing of a slow kernel is never lost to the batch."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, SUBMISSIONS
+from hardware import needs_gpu, needs_sanitizer
+
+from grader.config import load_config
+from grader.result import GRADED, TIMING, SubmissionResult
+from grader.verdicts import differences
+
+pytestmark = [pytest.mark.gpu, needs_gpu, needs_sanitizer]
+# correct, correct but slow, wrong, racy, and one that hangs, side by side
+CLASS = ["good_basic", "good_tile8_renamed", "slow_uncoalesced", "b_wrong_stride", "missing_load_barrier",
+         "no_bounds_checks", "hang"]
+
+
+def grade_cli(config, *args):
+    return subprocess.run([sys.executable, "-m", "grader", *map(str, args), "--config", str(config), "--backend",
+                           "gpu"], cwd=ROOT, capture_output=True, text=True, check=False)
+
+
+def test_a_batch_grades_each_student_as_grading_them_alone(config_file, tmp_path):
+    folder = tmp_path / "class"
+    for name in CLASS:
+        (folder / name).mkdir(parents=True)
+        shutil.copy(SUBMISSIONS / name / "kernel.cu", folder / name / "kernel.cu")
+    finished = grade_cli(config_file, "batch", folder, "-o", tmp_path / "batch")
+    assert finished.returncode == 0, finished.stderr
+    max_ratio = load_config(config_file).timing.max_ratio
+    for name in CLASS:
+        stored = tmp_path / "batch" / "students" / f"{name}.json"
+        in_batch = SubmissionResult.from_dict(json.loads(stored.read_text()))
+        grade_cli(config_file, folder / name, "--sanitize", "-o", tmp_path / "alone")
+        alone = SubmissionResult.from_dict(json.loads((tmp_path / "alone" / f"{name}.json").read_text()))
+        assert differences(in_batch, alone, max_ratio) == [], name
+        assert in_batch.outcome == GRADED, (name, in_batch.message)
+        timing = next(c for c in in_batch.checks if c.kind == TIMING)
+        if name in ("good_basic", "good_tile8_renamed", "slow_uncoalesced"):
+            assert timing.status in ("passed", "failed") and "ratio_spread" in timing.metrics, timing.message
+            assert "clocks" in timing.metrics
