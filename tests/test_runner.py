@@ -317,3 +317,17 @@ def test_a_line_that_never_ends_is_refused_without_exhausting_memory(tmp_path):
     """
     events = events_of(tmp_path, body, cases=("one",))
     assert events[0]["event"] == "protocol_error" and "bytes" in events[0]["error"]
+
+
+def test_after_a_group_of_timing_turns_runs_get_the_device_first(tmp_path):
+    """A timing turn that asks just after a group ended waits out the runs' window; a run does not."""
+    from grader.execute.device_lock import READER_WINDOW_S, DeviceLock
+
+    lock = DeviceLock(tmp_path / "turns", "gpu0")
+    lock.exclusive().release()
+    run = lock.shared()
+    assert run.waited_s < READER_WINDOW_S / 2
+    run.release()
+    timing = lock.exclusive()
+    assert timing.waited_s >= READER_WINDOW_S * 0.8
+    timing.release()

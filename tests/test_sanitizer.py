@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from hardware import needs_cxx
 
 from grader.diagnose.sanitizer_log import (
     API_ERROR,
@@ -363,3 +364,44 @@ def test_logs_captured_on_an_h100_give_the_expected_sentence(name, expected):
 def test_clean_captured_logs_say_nothing(name):
     report = parse(name.split(".")[1], (CAPTURED / f"{name}.log").read_text())
     assert report.complete and report.error_count == 0 and describe(report) == []
+
+
+# --- the launch program and the verdict it allows ---------------------------------------------------------
+
+
+@needs_cxx
+def test_the_launch_program_builds_and_says_when_it_did_not_launch(tmp_path):
+    """Without a module it can load (or without a driver, as in CI) it reports why and exits 3: never a launch."""
+    import os
+    import subprocess
+
+    from grader.diagnose.launcher import launcher
+    from grader.execute.protocol import decode
+
+    program = launcher(tmp_path / "cache")
+    assert launcher(tmp_path / "cache") == program  # built once
+    (tmp_path / "kernel.cubin").write_bytes(b"not a module")
+    events_read, events_write = os.pipe()
+    control_read, control_write = os.pipe()
+    finished = subprocess.run([str(program), str(tmp_path / "kernel.cubin"), "mysgemm", "m,n,k,A,B,C", "16", "19",
+                               "21", "50", str(events_write), str(control_read)], pass_fds=(events_write, control_read),
+                              timeout=60, check=False)
+    os.close(events_write)
+    with os.fdopen(events_read, "rb") as events:
+        lines = events.read().splitlines()
+    assert finished.returncode == 3
+    assert [decode(line)["event"] for line in lines] == ["not_launched"]
+
+
+def test_a_tool_that_could_not_check_makes_the_diagnosis_an_error_not_a_pass():
+    from grader.diagnose.run import ToolRun, _verdict
+    from grader.result import ERROR, FAILED, PASSED
+
+    clean = [ToolRun(tool) for tool in ("racecheck", "memcheck", "synccheck")]
+    assert _verdict(clean, (19, 21, 50)).status == PASSED
+    found = [ToolRun("racecheck", ["shared-memory race ..."]), *clean[1:]]
+    assert _verdict(found, (19, 21, 50)).status == FAILED
+    broken = [*clean[:2], ToolRun("synccheck", problem="the kernel was not launched (cuModuleGetFunction)")]
+    check = _verdict(broken, (19, 21, 50))
+    assert check.status == ERROR and "found nothing" not in check.message
+    assert "synccheck: the kernel was not launched" in check.message

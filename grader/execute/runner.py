@@ -195,8 +195,9 @@ class Child:
         if event["event"] == "compiled":
             event["student_cubin"] = self.cubins.take(event.pop("cubins", {}))
             self.pci_bus_id = event.get("pci_bus_id", "")
-        elif event["event"] == "case":
+        elif event["event"] in ("case", "case_error"):
             event["folder"] = str(self.workdir)  # where this child left the case's outputs
+            self._end_turn()  # a case's report ends its turn on the device
         elif event["event"] == "timing":
             event["clocks"] = self._end_turn()
         elif event["event"] == "fault":

@@ -53,20 +53,22 @@ def main(argv: list[str]) -> int:
     tile = harness.tile_size()
     channel.send("compiled", device=f"CPU emulation ({compiler_version(compiler())})", arch="cpu",
                  tile_size=tile)
-    if tile in job.tile_sizes and _turn(channel, argv[3]):
+    if tile in job.tile_sizes:
+        answers = open(int(argv[3]))
         for index, spec in enumerate(job.cases):
             channel.send("phase", phase="case", case=spec.name)
+            if not _turn(channel, answers):
+                break
             channel.send(**harness.run_case(spec, index, tile))
     channel.send("done")
     return 0
 
 
-def _turn(channel: Channel, control_fd: str) -> bool:
-    """The cases run in a turn on the device, like a GPU run's: a host busy timing one kernel is not
+def _turn(channel: Channel, answers) -> bool:
+    """Each case runs in a turn on the device, like a GPU run's: a host busy timing one kernel is not
     loaded with emulation at the same time, and the wait for the turn is not the student's time."""
     channel.send("await_device")
-    with open(int(control_fd)) as control:
-        return control.readline().strip() == "go"
+    return answers.readline().strip() == "go"
 
 
 class Harness:
