@@ -25,6 +25,9 @@ from .protocol import Channel
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
 
 
+REFERENCE_ARGS = ["m", "n", "k", "A", "B", "C"]  # reference/kernel.cu's parameters
+
+
 class KernelFault(Exception):
     """A CUDA error during a launch: the context is unusable from here on."""
 
@@ -111,7 +114,10 @@ class Worker:
                 return None
         kernels = {}
         for who, cubin in cubins.items():
-            kernel = Kernel.load(cubin, self.job.kernel_name, self.job.arg_order)
+            # The reference is the grader's own kernel, launched through its own fixed signature whatever
+            # parameter order the lab gives the student's.
+            order = REFERENCE_ARGS if who == "reference" else self.job.arg_order
+            kernel = Kernel.load(cubin, self.job.kernel_name, order)
             if isinstance(kernel, str):
                 self.channel.send("kernel_missing", target=who, message=kernel)
                 return None
