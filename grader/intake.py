@@ -8,9 +8,10 @@
 - one student's folder (kernel.cu at its top, or under a single wrapper folder) or one `.cu` file.
 
 A PATH whose only content is one folder is looked into (up to 4 such wrappers, e.g.
-`assignment_123_export/`), so a zip or folder that holds a single student folder is read as that one
-student and named after the PATH (the zip's stem or the folder's name). The same PATH given twice is
-read once (a note says so).
+`assignment_123_export/`). When that folder holds a kernel itself, a PATH given alone is a class of one
+student, that folder (`class/alice/kernel.cu` is alice's); a PATH given among others is one student,
+named after the PATH (`grade batch alice/ bob/`, with `bob/src/kernel.cu`, is bob's). The same PATH given
+twice is read once (a note says so).
 
 Each student's kernel is written to `workdir/<key>/kernel.cu`; `Entry.path` is that folder, so the
 pipeline grades it like any submission folder and names the result `<key>`. Keys are made of
@@ -136,7 +137,11 @@ class Intake:
 def discover(paths: Iterable[str | os.PathLike[str]], workdir: str | os.PathLike[str],
              limits: Limits | None = None) -> Intake:
     """Find every student's kernel in `paths`, copy it to `workdir/<key>/kernel.cu`, refuse what is unsafe."""
+    paths = list(paths)
     run = _Run(Path(workdir), limits or Limits())
+    # One folder given alone is a class, even of one student (class/alice/kernel.cu); given among others,
+    # each folder is a student, who may keep the kernel in a folder of their own (bob/src/kernel.cu).
+    run.lone_path = len(paths) == 1
     for path in paths:
         run.add_path(path)
     return run.intake
@@ -255,6 +260,11 @@ class _Blocked(Exception):
         self.refusal = refusal
 
 
+def _holds_kernel(members, folder: tuple[str, ...]) -> bool:
+    """Whether a kernel file sits directly in this folder."""
+    return any(m.parts[:-1] == folder and _is_kernel(m.parts[-1]) for m in members)
+
+
 class _Run:
     def __init__(self, workdir: Path, limits: Limits) -> None:
         self.workdir = workdir
@@ -262,6 +272,7 @@ class _Run:
         self.intake = Intake()
         self.used: set[str] = set()
         self.seen_paths: dict[str, str] = {}
+        self.lone_path = False
         workdir.mkdir(parents=True, exist_ok=True)
 
     # keys and output
@@ -360,7 +371,10 @@ class _Run:
                 layout = "single"
                 break
             if not top and len(dirs) == 1 and len(_folders_at(tree, prefix)) <= 1:
-                prefix += (next(iter(dirs)),)
+                only = next(iter(dirs))
+                if self.lone_path and _holds_kernel(level, (*prefix, only)):
+                    break  # a class of one student: that folder is theirs
+                prefix += (only,)
                 continue
             break
         members = [m for m in members if m.parts[: len(prefix)] == prefix]

@@ -528,3 +528,17 @@ def test_a_class_folder_with_one_valid_student_is_a_class(tmp_path, sibling):
     assert sorted(entries) == ["alice"], intake.notes  # a class of one, not a student named "class"
     assert_graded(entries["alice"], "alice")
     assert any("a folder of student submissions" in n for n in intake.notes)
+
+
+def test_a_class_folder_of_one_student_is_a_class(tmp_path):
+    """Given alone, a folder holding one student folder is a class of one: the row is that student's."""
+    write(tmp_path / "class" / "alice" / "kernel.cu", kernel("alice"))
+    intake = discover([tmp_path / "class"], tmp_path / "work")
+    entries = by_key(intake)
+    assert sorted(entries) == ["alice"]
+    assert_graded(entries["alice"], "alice")
+
+    zipped = tmp_path / "lab3.zip"
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("lab3/alice/kernel.cu", kernel("alice"))
+    assert sorted(by_key(discover([zipped], tmp_path / "work-zip"))) == ["alice"]
