@@ -125,6 +125,11 @@ def _number_value(literal: str) -> bool | None:
     return None
 
 
+def without_comments(source: str) -> str:
+    """The source with its comments blanked (a rough cut: a comment marker inside a string counts too)."""
+    return _COMMENTS.sub(" ", source)
+
+
 def _lines_starting_in_comment(source: str) -> set[int]:
     """0-based numbers of the lines that begin inside a /* */ comment (their # is not a directive)."""
     inside: set[int] = set()

@@ -44,6 +44,7 @@ from .result import (
     skipped,
 )
 from .run_events import RunEvents
+from .signature import hip_problem, signature_problem
 from .static_check import find_kernels, skipped_static_checks, static_checks
 from .submission import Submission, SubmissionError, locate, read_submission
 from .timing import NAME as TIMING_NAME
@@ -110,18 +111,9 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
     sandbox = sandbox_of(plan)
     result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level)
     statics = static_checks(submission.source, config.kernel.name, vars(config.points.static))
-    kernels = find_kernels(submission.source)
-    if config.kernel.name not in kernels:
-        found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
-        message = f"kernel {config.kernel.name} not found; {found}"
-        result.checks = [errored("compile", COMPILE, config.points.compile, message), *statics,
-                         *_skip_run_checks(config, cases, f"not run: {message}")]
-        result.outcome = COMPILE_ERROR
-        return result
-    violations = check_source(submission.source, config.compile.allowed_headers)
-    if violations:  # before any compiler can open a file: no byte of one may reach a report
-        message = describe_violations(violations, config.compile.allowed_headers)
-        result.checks = [errored("compile", COMPILE, config.points.compile, message), *statics,
+    refusal = _refusal_before_compiling(submission.source, config)
+    if refusal:
+        result.checks = [errored("compile", COMPILE, config.points.compile, refusal), *statics,
                          *_skip_run_checks(config, cases, "not run: the kernel was not compiled")]
         result.outcome = COMPILE_ERROR
         return result
@@ -145,6 +137,23 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
         if diagnosis.status == ERROR and result.outcome == GRADED:
             result.outcome = GRADER_ERROR  # the diagnosis could not run: graded again by --resume
     return result
+
+
+def _refusal_before_compiling(source: str, config: Config) -> str:
+    """Why the file is not compiled at all, or '': HIP, no such kernel, a declaration the launchers cannot
+    call, or anything that could make a compiler open a file (no byte of one may reach a report)."""
+    hip = hip_problem(source)
+    if hip:
+        return hip
+    kernels = find_kernels(source)
+    if config.kernel.name not in kernels:
+        found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
+        return f"kernel {config.kernel.name} not found; {found}"
+    declared = signature_problem(source, config.kernel.name, config.kernel.args)
+    if declared:
+        return declared
+    violations = check_source(source, config.compile.allowed_headers)
+    return describe_violations(violations, config.compile.allowed_headers) if violations else ""
 
 
 def _take_run(result: SubmissionResult, run: RunEvents) -> None:

@@ -51,7 +51,7 @@ def test_template_is_not_a_solution():
 
 @needs_nvcc
 @pytest.mark.parametrize("name", sorted(p.name for p in SUBMISSIONS.iterdir()
-                                        if p.is_dir() and p.name not in ("compile_error", "empty")))
+                                        if p.is_dir() and p.name not in ("compile_error", "empty", "hip_port")))
 def test_corpus_compiles_as_sourcemodule_would(submission_source, name, sandbox):
     config = load_config()
     outcome = compile_check(submission_source(name), "sm_90", config.compile.options, 120, sandbox)
@@ -77,3 +77,36 @@ def test_compile_timeout_is_reported_not_waited_for(submission_source, sandbox):
     outcome = compile_check(submission_source("good_basic"), "sm_90", ["-lineinfo"], timeout=0.01, sandbox=sandbox)
     assert not outcome.ok and outcome.timed_out
     assert outcome.message == "compilation timed out after 0.01 s"
+
+
+@pytest.mark.parametrize("name, words", [
+    ("double_pointers", "mysgemm takes double *A; this lab uses float\nthis lab launches mysgemm(int m, int n, int k, "
+                        "const float *A, const float *B, float *C)"),
+    ("hip_port", "this is HIP code"),
+])
+def test_a_declaration_the_lab_cannot_launch_is_told_as_such_before_compiling(name, words):
+    """Refused before any compiler runs, on every backend alike: a compile error that names the mistake."""
+    from grader.cases import load_cases
+    from grader.pipeline import RunPlan, grade
+    from grader.result import COMPILE_ERROR, ERROR
+
+    config = load_config()
+    result = grade(SUBMISSIONS / name, config, load_cases(config.testcases_dir), RunPlan(None, "not run: no backend"))
+    compiled = next(c for c in result.checks if c.kind == "compile")
+    assert result.outcome == COMPILE_ERROR and compiled.status == ERROR
+    assert compiled.message.startswith(words) and "out-of-bounds" not in compiled.message
+
+
+@pytest.mark.parametrize("declaration, problem", [
+    ("int m, int n, int k, const float *A, const float *B, float *C", ""),
+    ("const int m, unsigned n, int k, const float* __restrict__ A, const float *B, float *C", ""),
+    ("int m, int n, int k, const real *A, const real *B, real *C", ""),  # a typedef: not known to be wrong
+    ("int m, int n, const float *A, const float *B, float *C", "mysgemm takes 5 parameters"),
+    ("size_t m, int n, int k, const float *A, const float *B, float *C", "parameter 1 is `size_t m`"),
+    ("int m, int n, int k, float A, const float *B, float *C", "parameter 4 is `float A`"),
+])
+def test_the_kernels_declaration_is_checked_against_how_the_lab_launches_it(declaration, problem):
+    from grader.signature import signature_problem
+
+    found = signature_problem(f"__global__ void mysgemm({declaration}) {{}}", "mysgemm", ["m", "n", "k", "A", "B", "C"])
+    assert problem in found if problem else found == ""

@@ -1,0 +1,102 @@
+"""What the student's kernel takes, read from its source, against how the lab launches it.
+
+The launchers pass m, n and k as 32-bit ints and A, B and C as pointers to float, in the configured
+order. A kernel declared otherwise would read garbage (a `double *` reads past the float buffers; a
+`size_t` reads 64 bits of a 32-bit argument), and the student would be told "out-of-bounds read" for
+what is a declaration mistake. So the declaration is checked first and told as what it is. Only what is
+certainly wrong is reported: a type the parser cannot resolve (a typedef, a macro) is given the benefit
+of the doubt. A HIP file is named as such.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import cuda_syntax as cs
+
+INT_ROLES, POINTER_ROLES = ("m", "n", "k"), ("A", "B", "C")
+# C spellings that are a 32-bit int, as the launchers pass them.
+INT_TYPES = {"int", "signed", "signed int", "unsigned", "unsigned int", "int32_t", "uint32_t"}
+PRIMITIVE = re.compile(r"^(?:(?:un)?signed\s+|short\s+|long\s+)*(?:void|bool|char|short|int|long|float|double|half|"
+                       r"size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|signed|unsigned|__half)$")
+HIP = re.compile(r"#\s*include\s*[<\"]hip/"
+                 r"|\bhip(?:LaunchKernelGGL|Malloc|Memcpy|Free|DeviceSynchronize|GetLastError)\b")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    base: str  # the type without qualifiers or pointers: "float", "double", "size_t", "real"
+    name: str
+    pointers: int
+    text: str  # as the student wrote it
+
+
+def kernel_parameters(source: str, kernel: str) -> list[Parameter] | None:
+    """The parameters of the kernel's first definition, or None when it has none the parser can read."""
+    root = cs.parse(source).root_node
+    for function in cs.function_definitions(root):
+        if cs.function_name(function) == kernel and cs.has_keyword(function, "__global__"):
+            node = function.child_by_field_name("declarator")
+            while node is not None and node.type != "function_declarator":
+                node = node.child_by_field_name("declarator")
+            params = node.child_by_field_name("parameters") if node is not None else None
+            if params is None:
+                return None
+            return [_parameter(p) for p in params.named_children
+                    if p.type in ("parameter_declaration", "optional_parameter_declaration")]
+    return None
+
+
+def _parameter(node) -> Parameter:
+    base = " ".join(cs.text(c) for c in node.children
+                    if c.type in ("primitive_type", "sized_type_specifier", "type_identifier"))
+    declarator = node.child_by_field_name("declarator")
+    return Parameter(base, cs.declared_name(declarator) or "", sum(cs.declarator_shape(declarator)),
+                     " ".join(cs.text(node).split()))
+
+
+def expected_signature(arg_order: list[str]) -> str:
+    spelled = {"m": "int m", "n": "int n", "k": "int k", "A": "const float *A", "B": "const float *B", "C": "float *C"}
+    return ", ".join(spelled[arg] for arg in arg_order)
+
+
+def signature_problem(source: str, kernel: str, arg_order: list[str]) -> str:
+    """What is certainly wrong with the kernel's declaration for this lab, in words; '' when nothing is."""
+    params = kernel_parameters(source, kernel)
+    if params is None:
+        return ""
+    expected = expected_signature(arg_order)
+    if len(params) != len(arg_order):
+        found = ", ".join(p.text for p in params) or "nothing"
+        return (f"{kernel} takes {len(params)} parameters ({found}); this lab launches it with "
+                f"{len(arg_order)}: ({expected})")
+    for position, (param, role) in enumerate(zip(params, arg_order), start=1):
+        problem = _role_problem(param, role, kernel, position)
+        if problem:
+            return f"{problem}\nthis lab launches {kernel}({expected})"
+    return ""
+
+
+def _role_problem(param: Parameter, role: str, kernel: str, position: int) -> str:
+    if not PRIMITIVE.match(param.base):
+        return ""  # a typedef or macro: not known to be wrong
+    if role in POINTER_ROLES:
+        if param.pointers != 1:
+            return (f"{kernel}'s parameter {position} is `{param.text}`; the lab passes the matrix {role} there, "
+                    "a float *")
+        if param.base != "float":
+            return f"{kernel} takes {param.base} *{param.name}; this lab uses float"
+        return ""
+    if param.pointers or param.base not in INT_TYPES:
+        return (f"{kernel}'s parameter {position} is `{param.text}`; the lab passes the size {role} there as a "
+                "32-bit int")
+    return ""
+
+
+def hip_problem(source: str) -> str:
+    """'' unless the file is HIP (AMD's CUDA dialect), which nvcc does not compile."""
+    code = cs.without_comments(source)
+    if HIP.search(code):
+        return ("this is HIP code (hip/hip_runtime.h, hipLaunchKernelGGL, hipMalloc …); the lab needs CUDA: "
+                "use cuda_runtime.h, <<<grid, block>>> and cudaMalloc, or hand in the kernel alone")
+    return ""
