@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
+from .execute.compile import TILE_MACROS
 from .include_policy import DEFAULT_ALLOWED_HEADERS
 from .schema import build, load_yaml
 
@@ -23,12 +24,15 @@ class KernelConfig:
     name: str = "mysgemm"
     args: list[str] = field(default_factory=lambda: list(KERNEL_ARGS))
     tile_sizes: list[int] = field(default_factory=lambda: [8, 16, 32])
+    tile_macros: list[str] = field(default_factory=lambda: list(TILE_MACROS))  # the tile size's names, in order
 
     def validate(self):
         if sorted(self.args) != sorted(KERNEL_ARGS):
             return "args", f"must list each of {', '.join(KERNEL_ARGS)} once, in the kernel's order"
         if not self.tile_sizes or any(t < 1 or t > 32 for t in self.tile_sizes):
             return "tile_sizes", "must be a non-empty list of sizes from 1 to 32 (a block holds at most 1024 threads)"
+        if not self.tile_macros or not all(isinstance(m, str) and m.isidentifier() for m in self.tile_macros):
+            return "tile_macros", "must be a non-empty list of macro names, e.g. [TILE_SIZE, TILE_WIDTH]"
         if not self.name.isidentifier():
             return "name", f"{self.name!r} is not a C identifier"
         return None

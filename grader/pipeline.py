@@ -195,7 +195,7 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
         compile_result, by_name = nvcc, {c.name: skipped(c.name, CASE, c.points, reason, visibility=c.visibility,
                                                          needs_gpu=NEEDS_GPU_EMULATOR) for c in emulated}
     elif compile_result.passed and nvcc.passed:
-        compile_result.message = f"{nvcc.message}; emulated on the CPU with TILE_SIZE {run.tile_size}"
+        compile_result.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
     gpu_only = "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU"
     checks = [by_name.get(case.name) or skipped(case.name, CASE, case.points, gpu_only, visibility=case.visibility,
                                                 needs_gpu=NEEDS_GPU_LARGE) for case in cases]
@@ -264,7 +264,7 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
     t = config.timing
     device = device_side(submission.source)
     return Job(
-        student_source=prepare_source(submission.source),
+        student_source=prepare_source(submission.source, tile_macros=config.kernel.tile_macros),
         reference_source=reference_with_fill(reference),
         kernel_name=config.kernel.name, arg_order=config.kernel.args, tile_sizes=config.kernel.tile_sizes,
         options=config.compile.options, cache_dir=str(config.cache_dir), workdir=workdir,
@@ -272,7 +272,9 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
         timing=TimingSpec(t.m, t.n, t.k, t.seed, t.warmup, t.repetitions,
                           config.tolerance.k_factor, config.tolerance.abs) if timed else None,
         original_source=submission.source,
-        device_side_source=prepare_source(device) if device != submission.source else "",
+        device_side_source=(prepare_source(device, tile_macros=config.kernel.tile_macros)
+                            if device != submission.source else ""),
+        tile_macros=list(config.kernel.tile_macros),
         sandbox=asdict(sandbox),
     )
 

@@ -139,17 +139,19 @@ class RunEvents:
         points, allowed = self.config.points.compile, self.config.kernel.tile_sizes
         sizes = ", ".join(map(str, allowed))
         if "reference_tile" in event and event["reference_tile"] is None:
-            self.grader_error = "grader error: the reference kernel does not define TILE_SIZE"
+            self.grader_error = "grader error: the reference kernel defines none of the tile size macros"
             self._compile_error("not run: the grader's reference kernel is broken")
         elif self.tile_size is None:
-            self._compile_error(f"TILE_SIZE is not defined: add `#define TILE_SIZE 16` (allowed: {sizes}); "
-                                "the grader launches blocks of TILE_SIZE×TILE_SIZE threads")
+            names = ", ".join(self.config.kernel.tile_macros)
+            self._compile_error(f"the tile size is not defined: none of {names} is a macro in your file; add "
+                                f"`#define TILE_SIZE 16` (allowed: {sizes}); the grader launches blocks of "
+                                "tile × tile threads")
         elif self.tile_size not in allowed:
-            self._compile_error(f"TILE_SIZE is {self.tile_size}; allowed: {sizes}")
+            self._compile_error(f"the tile size is {self.tile_size}; allowed: {sizes}")
         else:
             note = f" ({HOST_CODE_LEFT_OUT})" if event.get("host_code_left_out") else ""
             self.compile_check = passed("compile", COMPILE, points,
-                                        f"compiled for {event['arch']}, TILE_SIZE {self.tile_size}{note}",
+                                        f"compiled for {event['arch']}, tile size {self.tile_size}{note}",
                                         metrics={"ready_after_s": event["elapsed_s"],
                                                  "child_cpu_s": event.get("cpu_s")})
 

@@ -56,7 +56,8 @@ def test_reference_passes_every_emulated_case_and_timing_is_skipped(grade_one, t
 
 
 @pytest.mark.parametrize("name, tile", [("good_basic", 16), ("good_tile8_renamed", 8),
-                                        ("good_tile32_macro_sync", 32), ("slow_uncoalesced", 16)])
+                                        ("good_tile32_macro_sync", 32), ("slow_uncoalesced", 16),
+                                        ("tile_width_named", 16)])
 def test_good_submissions_pass_every_emulated_case(grade_one, name, tile):
     result = grade_one(SUBMISSIONS / name)
     assert result.tile_size == tile
@@ -157,7 +158,7 @@ def test_faults_end_the_case_with_a_clear_verdict(grade_one, name, words):
 
 @pytest.mark.parametrize("name, words", [("compile_error", "line 12: error"),
                                          ("wrong_kernel_name", "kernel mysgemm not found; found: MySgemm"),
-                                         ("no_tile_size", "TILE_SIZE is not defined")])
+                                         ("no_tile_size", "the tile size is not defined: none of TILE_SIZE")])
 def test_compile_problems_as_on_the_gpu(grade_one, name, words):
     compiled = next(c for c in grade_one(SUBMISSIONS / name).checks if c.kind == "compile")
     assert compiled.status == ERROR and words in compiled.message
@@ -232,3 +233,17 @@ int main() { return 0; }
     compiled = next(c for c in result.checks if c.kind == "compile")
     assert compiled.status == PASSED
     assert all(c.status == PASSED for c in emulated(result).values())
+
+
+def test_the_tile_size_macro_is_the_first_the_config_names(config_file):
+    """A course whose labs say `#define BLOCK 16` lists BLOCK in kernel.tile_macros, and the file grades."""
+    from grader.cases import load_cases
+    from grader.config import load_config
+    from grader.pipeline import RunPlan, grade
+
+    config = load_config(config_file)
+    config.kernel.tile_macros = ["BLOCK"]
+    cases = [case for case in load_cases(config.testcases_dir) if not case.gpu_only][:2]
+    result = grade(SUBMISSIONS / "no_tile_size", config, cases, RunPlan("cpu"))
+    assert result.tile_size == 16
+    assert [c.status for c in result.checks if c.kind == "case"] == [PASSED, PASSED]

@@ -47,7 +47,8 @@ def test_reference_gets_full_marks(grade_one, reference_submission):
 
 
 @pytest.mark.parametrize("name, tile", [("good_basic", 16), ("good_tile8_renamed", 8),
-                                        ("good_tile32_macro_sync", 32), ("slow_uncoalesced", 16)])
+                                        ("good_tile32_macro_sync", 32), ("slow_uncoalesced", 16),
+                                        ("tile_width_named", 16)])
 def test_good_submissions_pass_every_case(grade_one, name, tile):
     result = grade_one(SUBMISSIONS / name)
     assert result.tile_size == tile
@@ -150,7 +151,7 @@ def test_call_counting_cheat_fails_timing(grade_one):
 
 def test_missing_tile_size_is_explained(grade_one):
     compile_check = checks_of(grade_one(SUBMISSIONS / "no_tile_size"))["compile"]
-    assert compile_check.status == ERROR and "TILE_SIZE is not defined" in compile_check.message
+    assert compile_check.status == ERROR and "the tile size is not defined: none of TILE_SIZE" in compile_check.message
 
 
 def test_cli_writes_json_and_junit_and_exits_zero(config_file, reference_submission, tmp_path):

@@ -17,12 +17,23 @@ from .sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment, s
 
 STUDENT_FILE = "kernel.cu"
 TILE_PROBE_SYMBOL = "sgemm_grader_tile_size_"
-_TILE_PROBE = f"""
-#line 1 "<grader: TILE_SIZE probe>"
-#ifdef TILE_SIZE
-__device__ int {TILE_PROBE_SYMBOL} = (TILE_SIZE);
-#endif
-"""
+# The names real labs give the tile size, tried in this order (config: kernel.tile_macros).
+TILE_MACROS = ("TILE_SIZE", "TILE_WIDTH", "BLOCK_SIZE", "TILEWIDTH", "TILE_DIM")
+
+
+def tile_macro_chain(macros: tuple[str, ...] | list[str], line: str) -> str:
+    """Preprocessor lines that emit `line` (with {} for the value) for the first of `macros` the file
+    defines: the compiler, not the grader, evaluates the student's macro."""
+    chain = [f"#{'if' if i == 0 else 'elif'} defined({name})\n{line.format(f'({name})')}"
+             for i, name in enumerate(macros)]
+    return "\n".join(chain) + "\n#endif\n" if chain else ""
+
+
+def _tile_probe(macros) -> str:
+    probe = tile_macro_chain(macros, f"__device__ int {TILE_PROBE_SYMBOL} = {{}};")
+    return '\n#line 1 "<grader: tile size probe>"\n' + probe
+
+
 MAX_MESSAGE_LINES = 25
 
 FILL_KERNEL = "sgemm_grader_fill"
@@ -41,8 +52,8 @@ __global__ void {FILL_KERNEL}(float *x, unsigned int n, unsigned int seed)
 """
 
 
-def prepare_source(source: str, file_name: str = STUDENT_FILE) -> str:
-    return f'#line 1 "{file_name}"\n{source}\n{_TILE_PROBE}'
+def prepare_source(source: str, file_name: str = STUDENT_FILE, tile_macros=TILE_MACROS) -> str:
+    return f'#line 1 "{file_name}"\n{source}\n{_tile_probe(tile_macros)}'
 
 
 def reference_with_fill(reference: str) -> str:

@@ -35,7 +35,7 @@ class TimingSpec:
 
 @dataclass
 class Job:
-    student_source: str  # prepared: #line directive and TILE_SIZE probe already in
+    student_source: str  # prepared: #line directive and tile size probe already in
     reference_source: str
     kernel_name: str
     arg_order: list[str]
@@ -50,6 +50,8 @@ class Job:
     device_side_source: str = ""
     # The sandbox the CPU driver runs the compiler and the harness in (Sandbox's fields).
     sandbox: dict = field(default_factory=dict)
+    # The macro names the tile size may have, tried in order (the CPU emulator's own probe uses them).
+    tile_macros: list[str] = field(default_factory=list)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))

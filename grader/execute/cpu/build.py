@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...device_side import device_side
-from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE
+from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE, TILE_MACROS, tile_macro_chain
 from ..proc import kill_group
 from ..protocol import read_untrusted
 from ..sandbox import COMPILER_LIMITS, Confinement, Sandbox
@@ -61,13 +61,17 @@ def compiler_version(path: str) -> str:
     return f"{Path(path).name} {first.split()[-1]}"
 
 
-def emulator_sources(source: str, kernel_name: str, arg_order: list[str]) -> dict[str, str]:
-    """The two files the harness includes: the student's device side and the launch of their kernel."""
+def emulator_sources(source: str, kernel_name: str, arg_order: list[str],
+                     tile_macros: list[str] = TILE_MACROS) -> dict[str, str]:
+    """The two files the harness includes: the student's device side (with the tile size probe, which
+    defines SGEMM_GRADER_TILE) and the launch of their kernel."""
     values = {"m": "args.m", "n": "args.n", "k": "args.k",
               "A": "AnyPointer{args.A}", "B": "AnyPointer{args.B}", "C": "AnyPointer{args.C}"}
     call = ", ".join(values[arg] for arg in arg_order)
     return {
-        "student.cu": f'#line 1 "{STUDENT_FILE}"\n{instrument(device_side(source))}\n',
+        "student.cu": (f'#line 1 "{STUDENT_FILE}"\n{instrument(device_side(source))}\n'
+                       '#line 1 "<grader: tile size probe>"\n'
+                       + tile_macro_chain(tile_macros or TILE_MACROS, "#define SGEMM_GRADER_TILE {}")),
         "launch.inc": (
             '#line 1 "<grader: kernel launch>"\n'
             "static void cuda_emu_kernel_call() {\n"
@@ -77,12 +81,12 @@ def emulator_sources(source: str, kernel_name: str, arg_order: list[str]) -> dic
     }
 
 
-def build(source: str, kernel_name: str, arg_order: list[str], cache_dir: Path, workdir: Path,
-          sandbox: Sandbox, timeout_s: float) -> Build:
+def build(source: str, kernel_name: str, arg_order: list[str], tile_macros: list[str], cache_dir: Path,
+          workdir: Path, sandbox: Sandbox, timeout_s: float) -> Build:
     cxx = compiler()
     if cxx is None:
         return Build(None, "the CPU emulator needs a C++ compiler (g++), and none is on PATH")
-    sources = emulator_sources(source, kernel_name, arg_order)
+    sources = emulator_sources(source, kernel_name, arg_order, tile_macros)
     inputs = [*sources.values(), (HERE / "harness.cpp").read_text(), (HERE / "cuda_emu.h").read_text()]
     key = hashlib.sha256("\0".join([*inputs, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
     cached = Path(cache_dir, "cpu", key)
