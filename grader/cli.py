@@ -22,7 +22,7 @@ from rich.console import Console
 
 from .batch import BatchOptions, run_batch
 from .cases import load_cases, mix_seed, with_secret
-from .config import load_config
+from .config import load_config, preset_path
 from .errors import UsageError
 from .execute.cpu.build import compiler
 from .execute.gpu_detect import gpu_unavailable_reason
@@ -41,8 +41,12 @@ SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--config", type=Path, default=None, metavar="FILE",
                         help="grader configuration (default: the project's config.yaml)")
+    chosen.add_argument("--preset", default=None, metavar="NAME",
+                        help="a configuration shipped in presets/: ece408 grades UIUC ECE408's MP3 "
+                             "(matrixMultiplyShared with a libwb main)")
     parser.add_argument("--secret-file", type=Path, default=None, metavar="FILE",
                         help=f"mix this secret into every seed (default: ${SECRET_VARIABLE}, if set); "
                              "for graded runs, so inputs cannot be known in advance")
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console, errors = Console(), Console(stderr=True, soft_wrap=True)
     try:
-        config = load_config(args.config)
+        config = load_config(preset_path(args.preset) if args.preset else args.config)
         cases = load_cases(config.testcases_dir)
         secret = load_secret(args.secret_file)
         if secret:

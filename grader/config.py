@@ -6,6 +6,7 @@ from anywhere.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from .include_policy import DEFAULT_ALLOWED_HEADERS
 from .schema import build, load_yaml
 
 KERNEL_ARGS = ("m", "n", "k", "A", "B", "C")
+MAX_KERNEL_ARGS = 16  # what the launchers (and the sanitizer's launch program) pass at most
+PRESETS = Path(__file__).resolve().parent.parent / "presets"  # `grade --preset NAME`: presets/NAME.yaml
 SEED_LIMIT = 2**32  # numpy's generators take seeds from 0 to 2**32 - 1
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config.yaml"
 
@@ -27,8 +30,13 @@ class KernelConfig:
     tile_macros: list[str] = field(default_factory=lambda: list(TILE_MACROS))  # the tile size's names, in order
 
     def validate(self):
-        if sorted(self.args) != sorted(KERNEL_ARGS):
-            return "args", f"must list each of {', '.join(KERNEL_ARGS)} once, in the kernel's order"
+        # Roles, in the kernel's order: each matrix once; a size may come more than once under other names
+        # (ECE408's numARows = m, numAColumns = k, numBRows = k, numBColumns = n, numCRows = m, numCColumns = n).
+        unknown = [a for a in self.args if a not in KERNEL_ARGS]
+        once = all(self.args.count(role) == 1 for role in "ABC") and all(role in self.args for role in "mnk")
+        if unknown or not once or len(self.args) > MAX_KERNEL_ARGS:
+            return "args", ("must list, in the kernel's order, each of A, B, C once and each of m, n, k at least "
+                            f"once (a size may repeat), at most {MAX_KERNEL_ARGS} in all")
         if not self.tile_sizes or any(t < 1 or t > 32 for t in self.tile_sizes):
             return "tile_sizes", "must be a non-empty list of sizes from 1 to 32 (a block holds at most 1024 threads)"
         if not self.tile_macros or not all(isinstance(m, str) and m.isidentifier() for m in self.tile_macros):
@@ -125,6 +133,15 @@ class CompileConfig:
     cache_dir: str = "~/.cache/sgemm-grader"
     # `#include <name>` is allowed for these only; anything else is refused before any compiler runs.
     allowed_headers: list[str] = field(default_factory=lambda: list(DEFAULT_ALLOWED_HEADERS))
+    # Headers only a file's host code uses (libwb's wb.h, gputk.h): their #include lines are dropped, never
+    # read, and the host code goes with them; every other include is still refused.
+    host_only_headers: list[str] = field(default_factory=list)
+
+    def validate(self):
+        plain = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+        if not all(isinstance(h, str) and plain.fullmatch(h) for h in self.host_only_headers):
+            return "host_only_headers", "must be plain header names such as wb.h (no folders)"
+        return None
 
 
 @dataclass
@@ -166,6 +183,15 @@ class Config:
     @property
     def cache_dir(self) -> Path:
         return self.path(self.compile.cache_dir)
+
+
+def preset_path(name: str) -> Path:
+    """presets/NAME.yaml; ConfigError naming the presets there are when there is no such one."""
+    path = PRESETS / f"{name}.yaml"
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name) or not path.is_file():
+        known = ", ".join(sorted(p.stem for p in PRESETS.glob("*.yaml"))) or "none"
+        raise ConfigError(f"--preset {name}", "", f"no such preset (there are: {known})")
+    return path
 
 
 def load_config(path: Path | str | None = None) -> Config:

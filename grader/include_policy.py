@@ -631,3 +631,21 @@ def _line_problem(operands: list[_Token]) -> str | None:
         if operands[1].kind in ("string", "raw"):
             return "it names a file, so messages would point at another file"
     return "only a plain line number may follow #line"
+
+
+_PLAIN_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([A-Za-z0-9_.-]+)[>"][ \t]*(?://.*)?$')
+
+
+def drop_host_headers(source: str, host_only: Sequence[str]) -> str:
+    """The source with each plain `#include <name>` / `"name"` of a host-only header (libwb's wb.h) blanked,
+    lines kept: those headers serve only host code, which is left out before compiling, and no file is
+    ever read for them. Only a whole plain line is dropped; any other spelling still meets check_source."""
+    if not host_only:
+        return source
+    names = set(host_only)
+    lines = source.split("\n")
+    for index, line in enumerate(lines):
+        match = _PLAIN_INCLUDE.match(line.rstrip("\r"))
+        if match and match.group(1) in names and not (index and lines[index - 1].rstrip("\r").endswith("\\")):
+            lines[index] = ""
+    return "\n".join(lines)

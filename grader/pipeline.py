@@ -24,7 +24,7 @@ from .execute.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
 from .execute.sandbox import Sandbox, detect
-from .include_policy import check_source
+from .include_policy import check_source, drop_host_headers
 from .include_policy import describe as describe_violations
 from .result import (
     CASE,
@@ -108,6 +108,7 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
 
 def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
     submission = read_submission(path)
+    submission.source = drop_host_headers(submission.source, config.compile.host_only_headers)
     sandbox = sandbox_of(plan)
     result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level)
     statics = static_checks(submission.source, config.kernel.name, vars(config.points.static))

@@ -51,7 +51,7 @@ def test_default_suite_covers_the_required_shapes():
 @pytest.mark.parametrize("old, new, message", [
     ("  repetitions: 15", "  repetitions: ten", "config.yaml: timing.repetitions: expected an integer, got 'ten'"),
     ("  run_s: 10", "  run_s: 10\n  run_ms: 5", "config.yaml: timeouts.run_ms: unknown key"),
-    ("args: [m, n, k, A, B, C]", "args: [m, n, k, A, B, B]", "config.yaml: kernel.args: must list each of"),
+    ("args: [m, n, k, A, B, C]", "args: [m, n, k, A, B, B]", "config.yaml: kernel.args: must list, in the kernel's order, each of A, B, C once"),
     ("  max_ratio: 2.0", "  max_ratio: -1", "config.yaml: timing.max_ratio: must be positive"),
     ("reference: reference/kernel.cu", "reference: nowhere.cu", "config.yaml: reference: file not found"),
     ("    load_barrier: 4", "    load_barrier: true", "config.yaml: points.static.load_barrier: expected a number"),

@@ -169,3 +169,15 @@ def test_cli_writes_json_and_junit_and_exits_zero(config_file, reference_submiss
     first_case = next(case for case in faulted if case.name.startswith("case square_16"))
     assert isinstance(first_case.result[0], Error)
     assert "illegal memory access" in first_case.result[0].message
+
+
+def test_the_ece408_preset_grades_a_correct_mp3_file_full_marks():
+    """matrixMultiplyShared(A, B, C, numARows, …, numCColumns) with a libwb main, as students publish it."""
+    from grader.cases import load_cases
+    from grader.config import preset_path
+    from grader.pipeline import GPU, RunPlan, grade
+
+    config = load_config(preset_path("ece408"))
+    result = grade(SUBMISSIONS / "ece408_mp3", config, load_cases(config.testcases_dir), RunPlan(GPU))
+    assert [(c.name, c.message) for c in result.checks if c.status != PASSED] == []
+    assert result.score == result.max_score == 100

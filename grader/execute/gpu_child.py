@@ -25,7 +25,7 @@ from .protocol import Channel
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
 
 
-REFERENCE_ARGS = ["m", "n", "k", "A", "B", "C"]  # reference/kernel.cu's parameters
+REFERENCE_KERNEL, REFERENCE_ARGS = "mysgemm", ["m", "n", "k", "A", "B", "C"]  # reference/kernel.cu's kernel
 
 
 class KernelFault(Exception):
@@ -116,8 +116,10 @@ class Worker:
         for who, cubin in cubins.items():
             # The reference is the grader's own kernel, launched through its own fixed signature whatever
             # parameter order the lab gives the student's.
-            order = REFERENCE_ARGS if who == "reference" else self.job.arg_order
-            kernel = Kernel.load(cubin, self.job.kernel_name, order)
+            if who == "reference":
+                kernel = Kernel.load(cubin, REFERENCE_KERNEL, REFERENCE_ARGS)
+            else:
+                kernel = Kernel.load(cubin, self.job.kernel_name, self.job.arg_order)
             if isinstance(kernel, str):
                 self.channel.send("kernel_missing", target=who, message=kernel)
                 return None
