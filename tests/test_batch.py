@@ -20,21 +20,26 @@ pytestmark = needs_cxx
 CLASS = ["good_basic", "missing_use_barrier", "trap", "compile_error", "good_tile8_renamed", "truncated_phases"]
 
 
-@pytest.fixture(scope="module")
-def small_config(tmp_path_factory):
-    """Three small cases, so a batch of several students takes seconds."""
-    folder = tmp_path_factory.mktemp("batch-config")
-    (folder / "cases").mkdir()
-    (folder / "cases" / "small.yaml").write_text(
-        "cases:\n"
-        "  - {name: square_32, m: 32, n: 32, k: 32, seed: 1, points: 30}\n"
-        "  - {name: ragged, m: 37, n: 21, k: 45, seed: 2, points: 30}\n"
-        "  - {name: hidden_one, m: 19, n: 40, k: 33, seed: 3, points: 20, visibility: hidden}\n")
+def write_config(folder, cases: str, changes: dict[str, str] | None = None):
+    """The project's config with these cases (YAML list items), its own paths, and `changes` (old: new)."""
+    (folder / "cases").mkdir(parents=True)
+    (folder / "cases" / "small.yaml").write_text("cases:\n" + cases)
     text = (ROOT / "config.yaml").read_text()
     text = text.replace("testcases: testcases", f"testcases: {folder / 'cases'}")
     text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
+    for old, new in (changes or {}).items():
+        text = text.replace(old, new)
     (folder / "config.yaml").write_text(text)
     return folder / "config.yaml"
+
+
+@pytest.fixture(scope="module")
+def small_config(tmp_path_factory):
+    """Three small cases, so a batch of several students takes seconds."""
+    return write_config(tmp_path_factory.mktemp("batch-config"),
+                        "  - {name: square_32, m: 32, n: 32, k: 32, seed: 1, points: 30}\n"
+                        "  - {name: ragged, m: 37, n: 21, k: 45, seed: 2, points: 30}\n"
+                        "  - {name: hidden_one, m: 19, n: 40, k: 33, seed: 3, points: 20, visibility: hidden}\n")
 
 
 def class_folder(tmp_path):
@@ -161,17 +166,9 @@ def test_the_resume_fingerprint_changes_with_the_graders_own_code(tmp_path):
 def quick_config(tmp_path):
     """The small cases with a 2 s run limit and a cache (where the device turns live) of this test's own."""
     folder = tmp_path / "quick-config"
-    (folder / "cases").mkdir(parents=True)
-    (folder / "cases" / "small.yaml").write_text(
-        "cases:\n"
-        "  - {name: square_32, m: 32, n: 32, k: 32, seed: 1, points: 45}\n"
-        "  - {name: ragged, m: 37, n: 21, k: 45, seed: 2, points: 45}\n")
-    text = (ROOT / "config.yaml").read_text()
-    text = text.replace("testcases: testcases", f"testcases: {folder / 'cases'}")
-    text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
-    text = text.replace("run_s: 10", "run_s: 2").replace("cache_dir: ~/.cache/sgemm-grader", f"cache_dir: {folder}")
-    (folder / "config.yaml").write_text(text)
-    return folder / "config.yaml"
+    return write_config(folder, "  - {name: square_32, m: 32, n: 32, k: 32, seed: 1, points: 45}\n"
+                                "  - {name: ragged, m: 37, n: 21, k: 45, seed: 2, points: 45}\n",
+                        {"run_s: 10": "run_s: 2", "cache_dir: ~/.cache/sgemm-grader": f"cache_dir: {folder}"})
 
 
 def alone(config, folder, tmp_path):
