@@ -6,9 +6,8 @@ and killed as a group when the current phase outlives its deadline. A deadline c
 work: a child asks for its turn on the device (`await_device`, shared with other runs; `await_timing`,
 the device alone) and the wait for it, like a wait for a CPU (deadline.py), is never its time. Every line
 it sends is checked against the protocol (protocol.py); a malformed one ends the child as the
-submission's fault. A child
-that faulted, hung, crashed or broke the protocol is never reused: the remaining cases go to a new child,
-a bounded number of times.
+submission's fault. A child that faulted, hung, crashed or broke the protocol is never reused: the
+remaining cases go to a new child, a bounded number of times.
 """
 from __future__ import annotations
 
