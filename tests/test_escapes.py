@@ -8,6 +8,8 @@ listener, no process left, the classmate's result unchanged.
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import signal
@@ -246,10 +248,12 @@ def test_a_worker_killed_mid_grade_costs_one_row_marked_grader_error(tmp_path, c
     slowpoke, bob = stored(out, "slowpoke"), stored(out, "bob")
     assert slowpoke["outcome"] == "grader error" and "SIGKILL" in slowpoke["message"]
     assert bob["outcome"] == "graded"
-    grades = (out / "grades.csv").read_text()
-    assert "slowpoke" in grades and "grader error" in grades
+    rows = {row["submission"]: row for row in csv.DictReader(io.StringIO((out / "grades.csv").read_text()))}
+    assert rows["slowpoke"]["status"] == "grader error" and rows["slowpoke"]["total"] == ""  # empty, never 0
+    kept = (out / "students" / "bob.json").read_bytes()
     assert batch([klass], out, config_file, "--resume") == 0
     assert stored(out, "slowpoke")["outcome"] == "graded"
+    assert (out / "students" / "bob.json").read_bytes() == kept  # only the lost row is graded again
 
 
 def _kill_the_last_worker(done: Path, deadline: float) -> bool:

@@ -52,20 +52,12 @@ def _only_holder(fd: int) -> bool:
         return False
 
 
+@dataclass(frozen=True)
 class DeviceLock:
     """One device's turns. Only paths travel to another process (pickle), never a held turn."""
 
-    def __init__(self, folder: Path, device: str):
-        self.folder, self.device = Path(folder), device
-
-    def __repr__(self) -> str:
-        return f"DeviceLock({str(self.folder)!r}, {self.device!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, DeviceLock) and (self.folder, self.device) == (other.folder, other.device)
-
-    def __hash__(self) -> int:
-        return hash((self.folder, self.device))
+    folder: Path
+    device: str
 
     def _open(self, part: str) -> int:
         self.folder.mkdir(parents=True, exist_ok=True)
