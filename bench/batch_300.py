@@ -35,8 +35,8 @@ MIX = [("good_basic", 90), ("good_tile8_renamed", 30), ("good_tile32_macro_sync"
        ("conditional_barrier", 1), ("hang", 1)]
 
 
-def generate(folder: Path, count: int) -> list[Path]:
-    names = [name for name, share in MIX for _ in range(share)]
+def generate(folder: Path, count: int, mix: list[tuple[str, int]] = MIX) -> list[Path]:
+    names = [name for name, share in mix for _ in range(share)]
     students = []
     for index in range(count):
         name = names[index % len(names)]
@@ -132,6 +132,12 @@ def report(results: list[SubmissionResult], wall: float, cores: int, busy: float
     checks = [c for r in results for c in r.checks]
     compile_cpu = sum(c.metrics.get("child_cpu_s") or 0 for c in checks if c.kind == "compile")
     waits = sum(c.metrics.get("turn_wait_s") or 0 for c in checks)
+    held = Counter()
+    for c in checks:
+        if c.kind == "compile":
+            held.update(c.metrics.get("turn_held_s") or {})
+        elif c.kind == "sanitizer":
+            held["sanitizer"] += c.metrics.get("turn_held_s") or 0
     timing = sum(c.metrics.get("phase_s") or 0 for c in checks if c.kind == "timing")
     sanitizer = sum(c.metrics.get(f"{tool}_s") or 0 for c in checks if c.kind == "sanitizer"
                     for tool in ("racecheck", "memcheck", "synccheck"))
@@ -144,6 +150,7 @@ def report(results: list[SubmissionResult], wall: float, cores: int, busy: float
           f"({retimed} timed again near the limit)")
     print(f"  GPU busy: {'n/a' if busy is None else f'{busy:.0%} of the wall'}; "
           f"runs waited {waits:.1f} s in all for a turn on the GPU (not counted against anyone)")
+    print("  GPU held (s) by " + ", ".join(f"{kind} turns {seconds:.1f}" for kind, seconds in sorted(held.items())))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """What the bench scripts share: a copy of the project's config with absolute paths and its own cache."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the grader package, wherever the script is started from
 
 
 def config_with_cache(cache: Path, folder: Path) -> Path:

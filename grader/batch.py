@@ -3,12 +3,12 @@
 intake → one grade() per student, each in a worker process of its own (batch_worker), several at once,
 spread over the GPUs → each result written atomically by this process, the only one that writes results,
 as it finishes → the class-wide files, all rendered from the stored results. Grading in a batch is
-grading alone, side by side: correctness and sanitizer runs share a GPU's turns, a timing measurement
-has its GPU alone (execute/device_lock.py), and no wait for a turn or a CPU counts against a student.
-A worker that dies costs its student a
-"grader error" row, which `--resume` grades again. `--resume` skips every student whose stored result
-has the same fingerprint (their kernel, the config, cases, reference and grader) and an intact signature
-(an HMAC with a key only the grader holds, so an edited result is graded again).
+grading alone, side by side: every case, timing measurement and sanitizer launch has its GPU alone for
+a short turn (execute/device_lock.py), and no wait for a turn or a CPU counts against a student. A
+worker that dies costs its student a "grader error" row, which `--resume` grades again. `--resume` skips
+every student whose stored result has the same fingerprint (their kernel, the config, cases, reference
+and grader) and an intact signature (an HMAC with a key only the grader holds, so an edited result is
+graded again).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import __version__
+from . import __version__, truths
 from .cases import Case
 from .config import Config
 from .execute.runner import Placement
@@ -131,6 +131,8 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     would serialise); this process only waits, and stores each result the moment it arrives."""
     jobs = options.jobs or os.cpu_count() or 2
     placements = _placements(plan, config)
+    if plan.backend is not None:
+        truths.warm(cases, config)  # once, here, rather than in every worker at once
     counts = {"pass": 0, "fail": 0, "error": 0}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
@@ -164,6 +166,12 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     return len(todo), False
 
 
+def _worker_environment() -> dict[str, str]:
+    """A worker grades one student; the batch's parallelism is its workers. numpy's BLAS threads in each
+    would only fight the students' compilers and the GPU's holder for the cores."""
+    return {**os.environ, **dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), "1")}
+
+
 class Workers:
     """Starts one batch_worker per student and turns whatever becomes of it into a result."""
 
@@ -178,7 +186,8 @@ class Workers:
             if self.stopping:
                 raise KeyboardInterrupt
             process = subprocess.Popen([sys.executable, "-m", "grader.batch_worker"], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       env=_worker_environment())
             self.running.add(process)
         try:
             output, errors = process.communicate(task)

@@ -18,6 +18,7 @@ from .schema import build, load_yaml
 KERNEL_ARGS = ("m", "n", "k", "A", "B", "C")
 MAX_KERNEL_ARGS = 16  # what the launchers (and the sanitizer's launch program) pass at most
 PRESETS = Path(__file__).resolve().parent.parent / "presets"  # `grade --preset NAME`: presets/NAME.yaml
+MAX_LAUNCHES_PER_CASE = 10
 SEED_LIMIT = 2**32  # numpy's generators take seeds from 0 to 2**32 - 1
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config.yaml"
 
@@ -28,6 +29,9 @@ class KernelConfig:
     args: list[str] = field(default_factory=lambda: list(KERNEL_ARGS))
     tile_sizes: list[int] = field(default_factory=lambda: [8, 16, 32])
     tile_macros: list[str] = field(default_factory=lambda: list(TILE_MACROS))  # the tile size's names, in order
+    # Launches of the student's kernel per case on the GPU, on the same inputs: each must be right. A kernel
+    # that races is right or wrong by its timing; one lucky launch must not decide its case.
+    launches_per_case: int = 3
 
     def validate(self):
         # Roles, in the kernel's order: each matrix once; a size may come more than once under other names
@@ -43,6 +47,8 @@ class KernelConfig:
             return "tile_macros", "must be a non-empty list of macro names, e.g. [TILE_SIZE, TILE_WIDTH]"
         if not self.name.isidentifier():
             return "name", f"{self.name!r} is not a C identifier"
+        if not 1 <= self.launches_per_case <= MAX_LAUNCHES_PER_CASE:
+            return "launches_per_case", f"must be from 1 to {MAX_LAUNCHES_PER_CASE}"
         return None
 
 

@@ -19,7 +19,7 @@ from .config import Config
 from .device_side import HOST_CODE_LEFT_OUT, device_side
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import SanitizerRun, sanitize
-from .execute.compile import CompileOutcome, compile_check, nvcc_path, prepare_source, reference_with_fill
+from .execute.compile import CompileOutcome, compile_check, nvcc_path, prepare_source, reference_module_source
 from .execute.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
@@ -162,6 +162,7 @@ def _take_run(result: SubmissionResult, run: RunEvents) -> None:
     result.device, result.tile_size, result.log = run.device, run.tile_size, run.log
     result.outcome = run.outcome
     run.compile_check.metrics["turn_wait_s"] = round(run.waited_s, 3)  # the instructor's figure: not its time
+    run.compile_check.metrics["turn_held_s"] = {kind: round(s, 3) for kind, s in run.held_s.items()}
     if run.grader_error:
         result.message = run.grader_error
 
@@ -266,7 +267,7 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
     device = device_side(submission.source)
     return Job(
         student_source=prepare_source(submission.source, tile_macros=config.kernel.tile_macros),
-        reference_source=reference_with_fill(reference),
+        reference_source=reference_module_source(reference),
         kernel_name=config.kernel.name, arg_order=config.kernel.args, tile_sizes=config.kernel.tile_sizes,
         options=config.compile.options, cache_dir=str(config.cache_dir), workdir=workdir,
         cases=[CaseSpec(c.name, c.m, c.n, c.k, c.seed, c.distribution) for c in cases],
@@ -275,7 +276,7 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
         original_source=submission.source,
         device_side_source=(prepare_source(device, tile_macros=config.kernel.tile_macros)
                             if device != submission.source else ""),
-        tile_macros=list(config.kernel.tile_macros),
+        tile_macros=list(config.kernel.tile_macros), launches_per_case=config.kernel.launches_per_case,
         sandbox=asdict(sandbox),
     )
 

@@ -5,18 +5,18 @@ Every message here is for a student: what happened, where, and what to look at.
 from __future__ import annotations
 
 import io
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from .cases import Case
-from .compare import CaseRun, judge_case, truth_of
-from .config import Config
+from .compare import CaseRun, judge_case
+from .config import MAX_LAUNCHES_PER_CASE, Config
 from .device_side import HOST_CODE_LEFT_OUT
 from .execute.cpu.messages import describe_problem, describe_races
+from .execute.job import student_output
 from .execute.protocol import read_untrusted
-from .inputs import GUARD_BEFORE, guard_after, make_inputs
+from .inputs import GUARD_BEFORE, guard_after
 from .result import (
     CASE,
     COMPILE,
@@ -24,6 +24,7 @@ from .result import (
     ERROR,
     GRADED,
     GRADER_ERROR,
+    PASSED,
     TIMED_OUT,
     TIMING,
     CheckResult,
@@ -33,6 +34,7 @@ from .result import (
 )
 from .timing import NAME as TIMING_NAME
 from .timing import RETIME_FACTOR, judge_timing, needs_retime
+from .truths import case_truth
 
 FAULTS = (
     ("illegal memory access", "kernel fault: illegal memory access: a load or store went outside A, B or C; "
@@ -43,15 +45,6 @@ FAULTS = (
     ("too many resources", "launch failed: the block asks for too many registers or too much shared memory"),
     ("invalid argument", "launch failed: invalid launch configuration (check TILE_SIZE)"),
 )
-
-
-@lru_cache(maxsize=64)
-def case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: float, abs_tol: float):
-    """A case's inputs and float64 truth, computed once per process however many students are graded."""
-    a, b = make_inputs(m, n, k, seed, distribution)
-    for array in (a, b):
-        array.setflags(write=False)  # shared between submissions graded at once
-    return a, b, truth_of(a, b, k_factor, abs_tol)
 
 
 def guarded_size(m: int, n: int) -> int:
@@ -68,6 +61,16 @@ def _output(path: Path, elements: int) -> np.ndarray:
     if array.dtype != np.float32 or array.size != elements:
         raise ValueError(f"{array.dtype} array of {array.size} elements, expected {elements} float32")
     return array
+
+
+def _worst_launch(judged: list[CheckResult], launches: int) -> CheckResult:
+    """A case is right only if every launch was: the first wrong output decides, and when the launches
+    disagreed, the message says the result depends on timing."""
+    worst = next((check for check in judged if check.status != PASSED), judged[0])
+    if len(judged) > 1 and worst.status != PASSED:
+        worst.message += (f"\nthe same inputs gave {len(judged)} different results in {launches} launches: the "
+                          "result depends on timing (threads reading shared memory before it is written?)")
+    return worst
 
 
 def _shape(case: Case) -> str:
@@ -91,6 +94,7 @@ class RunEvents:
         self.timing: CheckResult | None = None
         self.timing_rounds: list[dict] = []  # each measurement the child made, in order
         self.waited_s = 0.0  # for turns on the device: never counted against the student
+        self.held_s: dict[str, float] = {}  # per kind of turn: the device time this submission took
         self.not_run_reason = "not run"
         self.broken_cases: list[str] = []
         self.grader_error = ""
@@ -179,12 +183,17 @@ class RunEvents:
         if case is None:
             self._broken(event, f"the grading process reported a case it was not given ({event['case'][:40]!r})")
             return
+        launches = event.get("launches", 1)
+        distinct = event.get("distinct_outputs", 1)
+        if not 1 <= distinct <= launches <= MAX_LAUNCHES_PER_CASE:
+            self._broken(event, f"the grading process reported {distinct} outputs of {launches} launches")
+            return
         tolerance = self.config.tolerance
-        a, b, truth = case_truth(case.m, case.n, case.k, case.seed, case.distribution, tolerance.k_factor,
-                                 tolerance.abs)
+        a, b, truth = case_truth(case, self.config)
         folder = Path(event["folder"])
         try:
-            buffer = _output(folder / f"{case.name}.student.npy", guarded_size(case.m, case.n))
+            buffers = [_output(folder / f"{case.name}.{student_output(i)}.npy", guarded_size(case.m, case.n))
+                       for i in range(distinct)]
             # The CPU backend runs no reference kernel.
             reference = folder / f"{case.name}.reference.npy"
             reference = _output(reference, case.m * case.n) if reference.exists() else None
@@ -193,11 +202,13 @@ class RunEvents:
             return
         if reference is not None:
             reference = reference.reshape(case.m, case.n)
-        run = CaseRun(buffer=buffer.ravel(), reference=reference,
-                      a_changed=event["a_changed"], b_changed=event["b_changed"], seconds=event["seconds"],
-                      race=describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n))
-        self.case_results[case.name] = judge_case(case.name, case.points, a, b, run, self.tile_size,
-                                                  tolerance.k_factor, tolerance.abs, case.visibility, truth)
+        race = describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n)
+        judged = [judge_case(case.name, case.points, a, b,
+                             CaseRun(buffer=buffer.ravel(), reference=reference, a_changed=event["a_changed"],
+                                     b_changed=event["b_changed"], seconds=event["seconds"], race=race),
+                             self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth)
+                  for buffer in buffers]
+        self.case_results[case.name] = _worst_launch(judged, launches)
 
     def on_case_error(self, event: dict) -> None:
         """The CPU emulator stopped one case (fault, divergence); the next case runs as usual."""
@@ -266,6 +277,10 @@ class RunEvents:
 
     def on_turn(self, event: dict) -> None:
         self.waited_s += event["waited_s"]
+
+    def on_turns_held(self, event: dict) -> None:
+        for kind, seconds in event["held_s"].items():
+            self.held_s[kind] = self.held_s.get(kind, 0.0) + seconds
 
     def on_output(self, event: dict) -> None:
         self.log += event["text"]

@@ -199,7 +199,7 @@ def test_a_run_queued_behind_a_timing_turn_longer_than_its_limit_gets_its_verdic
         (folder / name).mkdir(parents=True)
         shutil.copy(SUBMISSIONS / name / "kernel.cu", folder / name / "kernel.cu")
     config = load_config(quick_config)
-    held = device_lock(config, CPU).exclusive()
+    held = device_lock(config, CPU).turn("timing")
     threading.Timer(6.0, held.release).start()
     out = tmp_path / "out"
     finished = batch(quick_config, folder, "-o", out, "--jobs", "2")

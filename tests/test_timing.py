@@ -1,8 +1,13 @@
 """The timing verdict: ratio to the reference, its spread, re-timing near the limit, wrong timed outputs,
 a GPU that slowed down, and implausible speeds flagged."""
+from pathlib import Path
+
 import pytest
+from hardware import needs_nvcc
 
 from grader.timing import RETIME_FACTOR, judge_timing, needs_retime
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def measured(student_ms, reference_ms=2.0, peak=60000.0, wrong=0, clocks=None):
@@ -64,3 +69,20 @@ def test_above_the_gpus_fp32_peak_is_flagged():
 def test_a_wrong_timed_output_fails_timing_whatever_the_speed():
     check = judge_timing([measured(0.1, wrong=3)], 10, max_ratio=2.0)
     assert not check.passed and "wrong in 3 of 18 timed launches" in check.message
+
+
+@needs_nvcc
+def test_the_reference_module_with_the_timing_helpers_compiles(tmp_path):
+    """The GPU child times with kernels compiled into the reference's module: a typo there would cost every
+    student their timing points on the GPU alone, so nvcc checks it here."""
+    import subprocess
+
+    from grader.execute.compile import COUNT_KERNEL, FILL_KERNEL, nvcc_path, reference_module_source
+
+    source = tmp_path / "reference.cu"
+    source.write_text(reference_module_source((ROOT / "reference" / "kernel.cu").read_text()))
+    built = subprocess.run([nvcc_path(), "-cubin", "-arch=sm_90", "-o", str(tmp_path / "r.cubin"), str(source)],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    symbols = (tmp_path / "r.cubin").read_bytes()
+    assert FILL_KERNEL.encode() in symbols and COUNT_KERNEL.encode() in symbols

@@ -2,9 +2,9 @@
 
 racecheck (shared-memory hazards), memcheck with padding (out-of-bounds accesses) and synccheck
 (divergent barriers) run side by side, each in the sandbox, each watching one launch of the module the
-GPU run built (same compile options, same parameter order) by launch_kernel.c. Each takes a shared turn
-on the device before it loads the module, so no timing measurement shares the GPU with it, and its time
-limit counts its own work only. Their text summaries are parsed (sanitizer_log.py). A tool's silence is
+GPU run built (same compile options, same parameter order) by launch_kernel.c. Each has the device
+alone for its launch (device_lock.py), so nobody's kernel shares the GPU with it, and its time limit
+counts its own work only. Their text summaries are parsed (sanitizer_log.py). A tool's silence is
 trusted only when the launch demonstrably happened under it, it ended with status 0 and its summary was
 read; anything less is an error with its reason, never "found nothing". Worth no points; it says what to
 fix.
@@ -22,7 +22,7 @@ from pathlib import Path
 from ..execute.deadline import Deadline
 from ..execute.device_lock import Turn
 from ..execute.event_pipe import TimedOut, read_events
-from ..execute.proc import kill_group
+from ..execute.proc import BACKGROUND_NICE, kill_group
 from ..execute.protocol import ProtocolError, read_untrusted
 from ..execute.runner import Placement
 from ..execute.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
@@ -56,6 +56,7 @@ class ToolRun:
     problem: str = ""  # why its silence cannot be trusted: the grader's side, not the student's
     seconds: float = 0.0
     waited_s: float = 0.0  # for its turn on the GPU, not counted against its limit
+    held_s: float = 0.0  # how long its launch held the GPU
 
 
 def sanitizer_path() -> str | None:
@@ -101,7 +102,8 @@ def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_di
 def _verdict(tools: list[ToolRun], shape: tuple[int, int, int]) -> CheckResult:
     m, n, k = shape
     metrics = {f"{t.tool}_s": round(t.seconds, 2) for t in tools}
-    metrics |= {"m": m, "n": n, "k": k, "turn_wait_s": round(sum(t.waited_s for t in tools), 3)}
+    metrics |= {"m": m, "n": n, "k": k, "turn_wait_s": round(sum(t.waited_s for t in tools), 3),
+                "turn_held_s": round(sum(t.held_s for t in tools), 3)}
     sentences = list(dict.fromkeys(s for t in tools for s in t.sentences))
     problems = [f"{t.tool}: {t.problem}" for t in tools if t.problem]
     if problems:
@@ -124,10 +126,11 @@ def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: 
     log = work / f"{tool}.log"
     command = [tool_path, "--tool", tool, *TOOLS[tool], "--show-backtrace", "no", "--print-limit", "50",
                "--error-exitcode", str(FOUND_ERRORS_EXIT), "--log-file", str(log), *launch]
-    confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True, readable=(inputs,))
+    confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True, readable=(inputs,), nice=BACKGROUND_NICE)
     watched = _watch(command, confinement, sandbox, child_environment(str(work), placement.environment()),
                      timeout_s, placement)
-    result = ToolRun(tool, seconds=time.perf_counter() - started, waited_s=watched.waited_s)
+    result = ToolRun(tool, seconds=time.perf_counter() - started, waited_s=watched.waited_s,
+                     held_s=watched.held_s)
     report = parse(tool, _read(log))
     buffers = next((e["buffers"] for e in watched.events if e["event"] == "buffers"), None)
     found = describe(report, buffers, barrier_lines=barriers)
@@ -162,6 +165,7 @@ class Watched:
     timed_out: bool = False
     protocol_error: str = ""
     waited_s: float = 0.0
+    held_s: float = 0.0
 
 
 def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: dict[str, str], timeout_s: float,
@@ -179,7 +183,7 @@ def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: 
     try:
         for event in read_events(read_fd, deadline):
             if event["event"] == "await_device":
-                turn = _shared_turn(placement)
+                turn = _turn(placement)
                 deadline.restart(timeout_s)  # the wait was not the kernel's time
                 os.write(control_write, b"go\n")
                 continue
@@ -187,7 +191,10 @@ def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: 
                 turn.release()  # done with the GPU: the rest is the tool writing its report
             events.append(event)
         proc.wait(timeout=max(deadline.remaining(), EXIT_GRACE_S))
-        return Watched(events, proc.returncode, waited_s=turn.waited_s if turn else 0.0)
+        if turn is not None:
+            turn.release()  # no-op when the launch already gave it back
+        return Watched(events, proc.returncode, waited_s=turn.waited_s if turn else 0.0,
+                       held_s=turn.held_s if turn else 0.0)
     except (TimedOut, subprocess.TimeoutExpired):
         return Watched(events, None, timed_out=True)
     except (ProtocolError, BrokenPipeError) as error:
@@ -200,8 +207,8 @@ def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: 
             os.close(fd)
 
 
-def _shared_turn(placement: Placement) -> Turn | None:
-    return placement.lock.shared() if placement.lock is not None else None
+def _turn(placement: Placement) -> Turn | None:
+    return placement.lock.turn("sanitizer") if placement.lock is not None else None
 
 
 def _read(path: Path) -> str:

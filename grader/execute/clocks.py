@@ -16,7 +16,8 @@ IDLE = 0x1
 
 
 class ClockWatch:
-    """Samples the SM clock and the slowdown reasons on a thread until stop()."""
+    """Samples the SM clock and the slowdown reasons on a thread from start() until stop(). Opened before
+    the timing turn is asked for: NVML's set-up takes a while and must not hold the GPU."""
 
     def __init__(self, handle, nvml):
         self.handle, self.nvml = handle, nvml
@@ -24,10 +25,12 @@ class ClockWatch:
         self.reasons = 0
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def start(self) -> None:
         self.thread.start()
 
     @classmethod
-    def start(cls, pci_bus_id: str) -> ClockWatch | Unavailable:
+    def open(cls, pci_bus_id: str) -> ClockWatch | Unavailable:
         try:
             import pynvml
 
@@ -48,7 +51,8 @@ class ClockWatch:
 
     def stop(self) -> dict:
         self.stopping.set()
-        self.thread.join()
+        if self.thread.is_alive():
+            self.thread.join()
         try:
             self.nvml.nvmlShutdown()
         except Exception:
@@ -63,6 +67,9 @@ class ClockWatch:
 class Unavailable:
     def __init__(self, reason: str):
         self.reason = reason
+
+    def start(self) -> None:
+        pass
 
     def stop(self) -> dict:
         return {"unavailable": self.reason}

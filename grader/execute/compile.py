@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .proc import run_killable
+from .proc import BACKGROUND_NICE, run_killable
 from .sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 
 STUDENT_FILE = "kernel.cu"
@@ -36,11 +36,46 @@ def _tile_probe(macros) -> str:
 
 MAX_MESSAGE_LINES = 25
 
-FILL_KERNEL = "sgemm_grader_fill"
-# Fresh timing inputs, uniform in [-1, 1), made on the GPU from a seed (a hash per element): no upload per
-# repetition. Compiled into the reference's module, which is the grader's own code.
-FILL_SOURCE = f"""
-#line 1 "<grader: input fill>"
+FILL_KERNEL, COUNT_KERNEL = "sgemm_grader_fill", "sgemm_grader_count_far"
+POISON_SHARED_KERNEL, TOUCH_KERNEL = "sgemm_grader_poison_shared", "sgemm_grader_touch"
+# The grader's own kernels, compiled into the reference's module (the grader's code):
+# - every SM's shared memory filled with poison before each launch of the student's kernel. A kernel
+#   that reads a tile before it is written (a missing barrier) reads stale shared memory, and stale
+#   memory is whatever ran last on that SM: the same kernel on the same inputs (right by luck), or a
+#   classmate's kernel in a batch (wrong). Poisoned, the stale value is always wrong, alone or in a batch.
+#   One block per SM: each asks for all the shared memory an SM has, and waits (a bounded time) until
+#   every block has arrived, so no SM can take a second block while another gets none;
+# - a read of A, B and C before each such launch: their pages start warm in L2 and the GPU's TLBs whatever
+#   ran before (another student's turn in a batch, nothing when graded alone), so a racy kernel's loads
+#   take the same time either way;
+# - fresh inputs, uniform in [-1, 1), made on the GPU from a seed (a hash per element): no upload per
+#   repetition;
+# - the count of a timed output's elements farther than the bound from the reference's (NaN and inf
+#   always are), compared on the GPU: no output is copied back while the GPU is held for timing.
+#   `!(|s - r| <= bound)` in float32 is tolerance.within's float32 test, negated.
+GRADER_KERNELS_SOURCE = f"""
+#line 1 "<grader: helpers>"
+extern __shared__ volatile unsigned int sgemm_grader_stale[];  // volatile: the stores must happen
+
+__global__ void {POISON_SHARED_KERNEL}(unsigned int words, unsigned int bits, unsigned int *arrived,
+                                     long long patience_cycles)
+{{
+    for (unsigned int i = threadIdx.x; i < words; i += blockDim.x) sgemm_grader_stale[i] = bits;
+    if (threadIdx.x == 0) {{
+        atomicAdd(arrived, 1u);
+        long long start = clock64();
+        while (atomicAdd(arrived, 0u) < gridDim.x && clock64() - start < patience_cycles) {{ }}
+    }}
+    __syncthreads();
+}}
+
+__global__ void {TOUCH_KERNEL}(const float *x, unsigned int n, unsigned int *sink)
+{{
+    float seen = 0.0f;
+    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) seen += x[i];
+    if (seen == 1.2345678f) atomicAdd(sink, 1u);  // never true in practice; keeps the loads
+}}
+
 __global__ void {FILL_KERNEL}(float *x, unsigned int n, unsigned int seed)
 {{
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -49,6 +84,13 @@ __global__ void {FILL_KERNEL}(float *x, unsigned int n, unsigned int seed)
     h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
     x[i] = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
 }}
+
+__global__ void {COUNT_KERNEL}(const float *got, const float *expected, unsigned int n, float bound,
+                               unsigned int *far)
+{{
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && !(fabsf(got[i] - expected[i]) <= bound)) atomicAdd(far, 1u);
+}}
 """
 
 
@@ -56,9 +98,9 @@ def prepare_source(source: str, file_name: str = STUDENT_FILE, tile_macros=TILE_
     return f'#line 1 "{file_name}"\n{source}\n{_tile_probe(tile_macros)}'
 
 
-def reference_with_fill(reference: str) -> str:
-    """The reference kernel's module as the GPU child compiles it: the reference plus the input fill."""
-    return prepare_source(reference, "reference.cu") + FILL_SOURCE
+def reference_module_source(reference: str) -> str:
+    """The reference kernel's module as the GPU child compiles it: the reference plus the grader's helpers."""
+    return prepare_source(reference, "reference.cu") + GRADER_KERNELS_SOURCE
 
 
 def cubin_key(source: str, options: list[str], arch: str, nvcc_version: str) -> str:
@@ -89,7 +131,7 @@ def compile_check(source: str, arch: str, options: list[str], timeout: float, sa
         raise FileNotFoundError("nvcc not found on PATH")
     with scratch_folder("sgemm-compile-") as work:
         Path(work, STUDENT_FILE).write_text(wrap_like_sourcemodule(prepare_source(source)))
-        confinement = Confinement(work, COMPILER_LIMITS, cuda=True, seccomp=True)
+        confinement = Confinement(work, COMPILER_LIMITS, cuda=True, seccomp=True, nice=BACKGROUND_NICE)
         env = child_environment(str(work), {})
         finished = run_killable([nvcc, "--cubin", *options, "-arch", arch, STUDENT_FILE], timeout, env=env,
                                 start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))

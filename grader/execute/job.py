@@ -33,6 +33,12 @@ class TimingSpec:
     abs_tol: float
 
 
+def student_output(index: int) -> str:
+    """The name a case's output file goes by: the first distinct output of the student's launches is
+    "student", a later one that differs from it "student.1", "student.2", ..."""
+    return "student" if index == 0 else f"student.{index}"
+
+
 @dataclass
 class Job:
     student_source: str  # prepared: #line directive and tile size probe already in
@@ -52,6 +58,7 @@ class Job:
     sandbox: dict = field(default_factory=dict)
     # The macro names the tile size may have, tried in order (the CPU emulator's own probe uses them).
     tile_macros: list[str] = field(default_factory=list)
+    launches_per_case: int = 1  # the GPU child's launches of the student's kernel per case (config.py)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))

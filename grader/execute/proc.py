@@ -10,6 +10,20 @@ from dataclasses import dataclass
 PR_SET_PDEATHSIG = 1
 IN_PID_NAMESPACE = "GRADER_IN_PID_NAMESPACE"  # set by the sandbox for what runs under bwrap
 OUTPUT_CAP = 64 * 1024
+# The niceness of work that holds no turn on a device (compilers, sanitizer tools; sandbox.Confinement):
+# the GPU's holder then wins the CPUs, and a batch's GPU is never idle while its holder waits for a core.
+BACKGROUND_NICE = 10
+# The niceness of a child while it holds a turn on a device, where the grader may raise priorities (root):
+# every other child waits for that turn, so the holder's CPU time is everyone's.
+TURN_NICE = -5
+
+
+def set_group_niceness(pgid: int, nice: int) -> None:
+    """Every thread of every process in the group at `nice`; quietly nothing where that is not allowed."""
+    try:
+        os.setpriority(os.PRIO_PGRP, pgid, nice)
+    except OSError:
+        pass
 TRUNCATION_MARKER = "\n[... output truncated by the grader ...]\n"
 
 

@@ -42,7 +42,7 @@ TARGET = one_of("student", "reference")
 PHASE = one_of("startup", "compile", "case", "timing")
 
 # name -> (required fields, optional fields). Only a child sends these; "timeout", "crash", "restart",
-# "turn" and "output" are the parent's own, and a child that sends one breaks the protocol.
+# "turn", "turns_held" and "output" are the parent's own, and a child that sends one breaks the protocol.
 EVENTS: dict[str, tuple[dict, dict]] = {
     "phase": ({"phase": PHASE}, {"case": str}),
     "toolchain": ({"arch": str, "nvcc": str}, {}),
@@ -52,10 +52,10 @@ EVENTS: dict[str, tuple[dict, dict]] = {
     "compile_error": ({"target": TARGET, "message": str}, {"emulator": bool}),
     "kernel_missing": ({"target": TARGET, "message": str}, {}),
     "case": ({"case": str, "seconds": NUMBER, "a_changed": bool, "b_changed": bool},
-             {"races": RECORDS, "schedules_differ": int}),
+             {"races": RECORDS, "schedules_differ": int, "launches": int, "distinct_outputs": int}),
     "case_error": ({"case": str, "schedule": str, "problem": RECORD}, {}),
-    "await_device": ({}, {}),  # a turn on the device, shared with other runs: answered "go"
-    "await_timing": ({}, {}),  # the device alone: answered "go REPETITIONS" or "skip"
+    "await_device": ({}, {}),  # a turn on the device for the cases (or a sanitizer launch): answered "go"
+    "await_timing": ({}, {}),  # a turn for one measurement: answered "go REPETITIONS" or "skip"
     "timing": ({"student_ms": NUMBERS, "reference_ms": NUMBERS, "launches": int, "wrong_launches": int,
                 "first_wrong_launch": OPTIONAL_INT, "m": int, "n": int, "k": int, "phase_s": NUMBER,
                 "peak_gflops": NUMBER}, {}),

@@ -3,11 +3,12 @@
 The one entry for running a submission: `run_job(job, limits, timing_turn, program, placement)`. Each
 child is spawned fresh (never forked), in the sandbox its `ChildProgram` names, in its own process group,
 and killed as a group when the current phase outlives its deadline. A deadline counts the child's own
-work: a child asks for its turn on the device (`await_device`, shared with other runs; `await_timing`,
-the device alone) and the wait for it, like a wait for a CPU (deadline.py), is never its time. Every line
-it sends is checked against the protocol (protocol.py); a malformed one ends the child as the
-submission's fault. A child that faulted, hung, crashed or broke the protocol is never reused: the
-remaining cases go to a new child, a bounded number of times.
+work: a child asks for its turn on the device (`await_device` for its cases, `await_timing` for a
+measurement; either has the device alone, until the child asks again, reports its measurement or ends)
+and the wait for it, like a wait for a CPU (deadline.py), is never its time. Every line it sends is
+checked against the protocol (protocol.py); a malformed one ends the child as the submission's fault. A
+child that faulted, hung, crashed or broke the protocol is never reused: the remaining cases go to a new
+child, a bounded number of times.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from .deadline import Deadline
 from .device_lock import DeviceLock, Turn
 from .event_pipe import TimedOut, read_events
 from .job import Job
-from .proc import cap, kill_group
+from .proc import TURN_NICE, cap, kill_group, set_group_niceness
 from .protocol import ProtocolError
 from .sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
 
@@ -81,8 +82,9 @@ class Placement:
 def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
             placement: Placement | None = None) -> Iterator[dict]:
     """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'protocol_error',
-    'restart', 'turn' (a turn on the device was given, after waiting so long) and 'output' (each child's
-    captured stdout and stderr, after it ends).
+    'restart', 'turn' (a turn on the device was given, after waiting so long), 'turns_held' (how long the
+    child held the device, per kind of turn) and 'output' (each child's captured stdout and stderr, after
+    it ends).
 
     A child that finished its cases asks whether to time, and again after each measurement;
     `timing_turn()` answers with the repetitions to run (0: no more timing), after every earlier event
@@ -111,6 +113,8 @@ class Child:
         self.job, self.limits, self.timing_turn, self.placement = job, limits, timing_turn, placement
         self.program = program
         self.turn: Turn | None = None
+        self.pgid: int | None = None  # the child's process group (its own session), once started
+        self.held_s: dict[str, float] = {}  # per kind of turn, how long this child held the device
         self.clocks: ClockWatch | None = None
         self.pci_bus_id = ""
         # The child's own folder, the only one it can write; its log stays with the parent.
@@ -135,6 +139,7 @@ class Child:
                 proc = self.program.sandbox.popen(argv, confinement, stdout=log, **options)
             else:
                 proc = subprocess.Popen(argv, stdout=log, start_new_session=True, cwd=self.workdir, **options)
+        self.pgid = proc.pid
         os.close(write_fd)
         os.close(control_read)
         try:
@@ -144,6 +149,8 @@ class Child:
             os.close(self.control_fd)
             kill_group(proc)  # also reaps stragglers the child left behind
             self._end_turn()
+        if self.held_s:
+            yield {"event": "turns_held", "held_s": {kind: round(s, 4) for kind, s in self.held_s.items()}}
         yield {"event": "output", "text": self.output()}
 
     def _read(self, proc: subprocess.Popen, read_fd: int) -> Iterator[dict]:
@@ -196,7 +203,6 @@ class Child:
             self.pci_bus_id = event.get("pci_bus_id", "")
         elif event["event"] in ("case", "case_error"):
             event["folder"] = str(self.workdir)  # where this child left the case's outputs
-            self._end_turn()  # a case's report ends its turn on the device
         elif event["event"] == "timing":
             event["clocks"] = self._end_turn()
         elif event["event"] == "fault":
@@ -204,17 +210,20 @@ class Child:
 
     def _take_turn(self, asked: str) -> tuple[bytes, dict | None]:
         """The answer to the child's request, after waiting for the turn it needs; and the 'turn' event."""
-        self._end_turn()  # a child asks for one turn at a time: a timing turn replaces the shared one
+        self._end_turn()  # a child holds one turn at a time
         timing = asked == "await_timing"
         repetitions = self.timing_turn() if timing else 0
         if timing and repetitions <= 0:
             return b"skip\n", None
         lock, event = self.placement.lock, None
+        if timing:
+            self.clocks = ClockWatch.open(self.pci_bus_id)
         if lock is not None:
-            self.turn = lock.exclusive() if timing else lock.shared()
+            self.turn = lock.turn("timing" if timing else "case")
+            set_group_niceness(self.pgid, TURN_NICE)
             event = {"event": "turn", "kind": self.turn.kind, "waited_s": round(self.turn.waited_s, 3)}
         if timing:
-            self.clocks = ClockWatch.start(self.pci_bus_id)
+            self.clocks.start()
             return f"go {repetitions}\n".encode(), event
         return b"go\n", event
 
@@ -224,6 +233,8 @@ class Child:
         seen = clocks.stop() if clocks is not None else {}
         if self.turn is not None:
             self.turn.release()
+            set_group_niceness(self.pgid, os.getpriority(os.PRIO_PROCESS, 0))  # back to the grader's own
+            self.held_s[self.turn.kind] = self.held_s.get(self.turn.kind, 0.0) + self.turn.held_s
             self.turn = None
         return seen
 

@@ -93,6 +93,9 @@ class Confinement:
     gpu: bool = False  # the NVIDIA device nodes and driver files
     seccomp: bool = False
     readable: tuple[Path, ...] = ()  # anything else, read-only
+    # Raised for work that holds no turn on a device (compilers, sanitizer tools): when the CPUs are
+    # short, whoever holds the GPU gets them first, so the GPU is not held while its holder waits.
+    nice: int = 0
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ class Sandbox:
         # RLIMIT_NPROC is set inside, after bwrap has made its namespaces: processes of a uid are released
         # a moment after they are reaped, so a tight count set outside makes bwrap's own forks fail.
         command = _prlimit(limits.pairs())
+        if confinement.nice:
+            command = ["nice", "-n", str(confinement.nice), *command]
         if self.uid is not None:
             command += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
         if self.level in (NAMESPACES_AND_UID, NAMESPACES):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ...device_side import device_side
 from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE, TILE_MACROS, tile_macro_chain
-from ..proc import kill_group
+from ..proc import BACKGROUND_NICE, kill_group
 from ..protocol import read_untrusted
 from ..sandbox import COMPILER_LIMITS, Confinement, Sandbox
 from .instrument import instrument
@@ -99,7 +99,8 @@ def build(source: str, kernel_name: str, arg_order: list[str], tile_macros: list
     binary = folder / "harness"
     command = [cxx, *FLAGS, "-I", str(folder), "-I", str(HERE), "-I", str(HERE / "include"),
                str(HERE / "harness.cpp"), "-o", str(binary)]
-    confinement = Confinement(folder, COMPILER_LIMITS, seccomp=True, readable=(HERE, *toolchain(cxx)))
+    confinement = Confinement(folder, COMPILER_LIMITS, seccomp=True, readable=(HERE, *toolchain(cxx)),
+                              nice=BACKGROUND_NICE)
     process = sandbox.popen(command, confinement, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env={"PATH": os.environ.get("PATH", "/usr/bin"),
                                                            "LC_ALL": "C", "TMPDIR": str(folder)})

@@ -1,0 +1,70 @@
+"""Each case's inputs and float64 truth, computed once per machine and kept in the grader's cache folder.
+
+A batch grades every student in a process of its own; without this each would redo the same float64
+products (two 1000³ matmuls for a large case), all at once, on cores the students' compilers need. The
+files live in the grader's cache, which no sandboxed process can write; a file that cannot be read is
+computed again.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .cases import Case
+from .compare import Truth, truth_of
+from .config import Config
+from .inputs import make_inputs
+
+VERSION = "1"  # bump when make_inputs or the bound changes
+
+
+def case_truth(case: Case, config: Config) -> tuple[np.ndarray, np.ndarray, Truth]:
+    tolerance = config.tolerance
+    return _case_truth(case.m, case.n, case.k, case.seed, case.distribution, tolerance.k_factor, tolerance.abs,
+                       str(config.cache_dir / "truths"))
+
+
+def warm(cases: list[Case], config: Config) -> None:
+    """Compute every case's truth now, once, before the workers that need it start."""
+    for case in cases:
+        case_truth(case, config)
+
+
+@lru_cache(maxsize=64)
+def _case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: float, abs_tol: float,
+                folder: str) -> tuple[np.ndarray, np.ndarray, Truth]:
+    a, b = make_inputs(m, n, k, seed, distribution)
+    key = hashlib.sha256(repr((VERSION, m, n, k, seed, distribution, k_factor, abs_tol)).encode()).hexdigest()
+    path = Path(folder) / f"{key[:32]}.npz"
+    truth = _load(path, (m, n))
+    if truth is None:
+        truth = truth_of(a, b, k_factor, abs_tol)
+        _store(path, truth)
+    for array in (a, b, truth.value, truth.bound):
+        array.setflags(write=False)  # shared between submissions graded at once
+    return a, b, truth
+
+
+def _load(path: Path, shape: tuple[int, int]) -> Truth | None:
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            value, bound = stored["value"], stored["bound"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if value.shape != shape or bound.shape != shape or value.dtype != np.float64 or bound.dtype != np.float64:
+        return None
+    return Truth(value, bound)
+
+
+def _store(path: Path, truth: Truth) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+        np.savez(temporary, value=truth.value, bound=truth.bound)
+        os.replace(temporary, path)  # readers see the whole file or none
+    except OSError:
+        pass  # a cache that cannot be written costs time, not a grade
