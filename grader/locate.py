@@ -46,8 +46,14 @@ def _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol) -> str | None:
     """C equals the product over whole tiles of k only: the phase count rounds down."""
     k = a.shape[1]
     whole = (k // tile) * tile
-    if k % tile == 0 or whole == 0:
+    if k % tile == 0:
         return None
+    if whole == 0:  # the product over no terms: 0, where nothing else points at any bound
+        if not (c[wrong] == 0).all():
+            return None
+        return (f"C is 0 where it is wrong: no tile phase ran, as k = {k} is smaller than one tile ({tile}) and "
+                f"the phase count k / {tile} rounds down to 0. Round it up, (k + {tile} - 1) / {tile}, and "
+                "load out-of-range tile entries as 0")
     a64, b64 = a[:, :whole].astype(np.float64), b[:whole, :].astype(np.float64)
     matches = within(c, a64 @ b64, error_bound(a64, b64, k_factor, abs_tol))
     if not matches[wrong].all():
@@ -58,9 +64,11 @@ def _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol) -> str | None:
 
 
 def _partial_edges(rows, cols, m, n, tile) -> str | None:
+    """Only the ragged edge is wrong. Said only where whole tiles exist beside the edge and are right: when
+    m or n is smaller than one tile, every element is on the edge and the pattern implies no bound."""
     last_row_start, last_col_start = (m // tile) * tile, (n // tile) * tile
-    in_last_rows = (m % tile != 0) & (rows >= last_row_start)
-    in_last_cols = (n % tile != 0) & (cols >= last_col_start)
+    in_last_rows = (m % tile != 0) & (m > tile) & (rows >= last_row_start)
+    in_last_cols = (n % tile != 0) & (n > tile) & (cols >= last_col_start)
     if in_last_cols.all():
         return (f"only the last, partial tile column is wrong (columns {last_col_start}-{n - 1}): "
                 "check the bound on B's column (col < n) when loading the B tile and storing C")

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 from conftest import ROOT, SUBMISSIONS
-from hardware import needs_cxx
+from hardware import needs_cxx, needs_nvcc
 
 from grader.cli import main
 from grader.submission import decode_source
@@ -123,3 +123,13 @@ def test_a_results_file_is_json_for_an_lms_even_from_a_folder_without_kernel(tmp
     results = tmp_path / "results.json"
     assert main(["prairielearn", str(folder), str(results), "--config", str(config), "--no-run"]) == 0
     assert json.loads(results.read_text())["gradable"] is False
+
+
+@needs_nvcc
+def test_a_compile_error_in_the_graders_own_lines_is_told_in_the_students_terms(graders):
+    """The tile size probe the grader appends fails when TILE_SIZE is a variable: the student reads what
+    to change, never the probe's text or its internal names."""
+    compiled = next(c for c in graders("cpu")(SUBMISSIONS / "tile_size_from_block").checks if c.kind == "compile")
+    assert compiled.status == "error"
+    assert "the tile size must be a compile-time integer constant, e.g. #define TILE_SIZE 16" in compiled.message
+    assert "sgemm_grader" not in compiled.message and "<grader" not in compiled.message

@@ -155,3 +155,22 @@ def test_inputs_are_reproducible_from_the_seed():
     assert not np.array_equal(first[0], make_inputs(5, 6, 7, 43, "normal")[0])
     with pytest.raises(ValueError):
         make_inputs(1, 1, 1, 0, "cauchy")
+
+
+@pytest.mark.parametrize("m, n, k", [(5, 7, 3), (13, 17, 9)])
+def test_no_bound_hint_when_no_tile_phase_ran(m, n, k):
+    """k smaller than one tile and a phase count that rounds down: C is all 0. Every element sits on the
+    ragged edge, but that implies no missing bound; the cause is that no phase ran."""
+    a, b = make_inputs(m, n, k, seed=7, distribution="uniform")
+    result = judge(a, b, np.zeros((m, n), np.float32))
+    assert result.status == FAILED
+    assert f"no tile phase ran, as k = {k} is smaller than one tile (16)" in result.message
+    assert "col < n" not in result.message and "row < m" not in result.message
+
+
+def test_a_matrix_thinner_than_a_tile_gets_no_edge_hint():
+    """n = 1: the only tile column is the partial one, so 'only the last column is wrong' says nothing."""
+    a, b = make_inputs(80, 1, 96, seed=8, distribution="uniform")
+    c = product(a, b) + 1.0
+    result = judge(a, b, c)
+    assert result.status == FAILED and "col < n" not in result.message

@@ -143,17 +143,44 @@ def compile_check(source: str, arch: str, options: list[str], timeout: float, sa
 
 
 _LOCATION = re.compile(r'^(?:[^\s:]*/)?kernel\.cu\((\d+)\): ', re.MULTILINE)
+# A diagnostic in code the grader adds around the file (each part has a `#line 1 "<grader: PART>"`).
+_GRADER_LOCATION = re.compile(r'^"?<grader: ([^>]*)>"?\(\d+\): ')
+# What a student can do when the grader's part did not compile, by part.
+_GRADER_PART_ADVICE = {
+    "tile size probe": "the tile size must be a compile-time integer constant, e.g. #define TILE_SIZE 16",
+}
 
 
 def student_compile_message(log: str) -> str:
-    """nvcc's output with `kernel.cu(12): ` turned into `line 12: ` and temp paths removed."""
+    """nvcc's output with `kernel.cu(12): ` turned into `line 12: ` and temp paths removed. Diagnostics in
+    the grader's own lines around the file never show (their text and names mean nothing to a student):
+    one sentence says what in the file they point at."""
     text = _LOCATION.sub(lambda m: f"line {m.group(1)}: ", log)
     text = re.sub(r"/tmp/[^\s\"']*/", "", text)
     lines = [line.rstrip() for line in text.strip().splitlines()]
     lines = [line for line in lines if not line.startswith("Compilation terminated")]
+    lines, parts = _without_grader_diagnostics(lines)
+    for part in parts:
+        advice = _GRADER_PART_ADVICE.get(part, "check the macros and declarations it uses")
+        lines.insert(0, f"your file does not work with the code the grader adds after it ({part}): {advice}")
     if len(lines) > MAX_MESSAGE_LINES:
         lines = lines[:MAX_MESSAGE_LINES] + [f"[... {len(lines) - MAX_MESSAGE_LINES} more lines truncated ...]"]
     return "compile error:\n" + "\n".join(lines) if lines else "compile error (the compiler printed nothing)"
+
+
+def _without_grader_diagnostics(lines: list[str]) -> tuple[list[str], list[str]]:
+    """The lines minus each diagnostic located in the grader's code (its location line and the source and
+    caret lines under it, up to the next diagnostic); and the grader parts they were in, once each."""
+    kept, parts, dropping = [], [], False
+    for line in lines:
+        grader = _GRADER_LOCATION.match(line)
+        if grader:
+            dropping = True
+            parts += [grader.group(1)] if grader.group(1) not in parts else []
+        elif not (dropping and (not line.strip() or line.startswith(" "))):
+            dropping = False
+            kept.append(line)
+    return kept, parts
 
 
 def warnings_of(log: str) -> str:
