@@ -5,10 +5,11 @@ pattern of wrong elements into a hint a student can act on.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .findings import Finding, facts_and_fixes
 from .inputs import GUARD_BEFORE, GUARD_BITS, POISON_BITS, split_guarded
 from .locate import locate_errors
 from .result import CASE, CheckResult, errored, failed, passed
@@ -42,7 +43,7 @@ class CaseRun:
     a_changed: bool = False
     b_changed: bool = False
     seconds: float = 0.0
-    race: str = ""  # what the CPU emulator saw of a race, for the student; the GPU backend cannot tell
+    races: list[Finding] = field(default_factory=list)  # what the CPU emulator saw; the GPU backend cannot tell
 
 
 def judge_case(
@@ -61,22 +62,24 @@ def judge_case(
         return errored(name, CASE, points, "grader error: the reference kernel fails this case; "
                        "tell your instructor (the tolerance or the reference is wrong)", **extra)
 
-    problems = ([run.race] if run.race else []) + _stray_stores(before, after, m, n) + _changed_inputs(run)
+    problems = [*run.races, *_stray_stores(before, after, m, n), *_changed_inputs(run)]
     wrong = wrong_mask(c, truth)
     metrics.update(_error_figures(c, truth, wrong))
     if run.reference is not None:
         metrics["max_diff_vs_reference"] = _finite_max(np.abs(c.astype(np.float64) - run.reference))
     if wrong.any():
         # After a race the pattern of wrong elements says nothing about indexing: no location hint then.
-        hint = None if run.race else (a, b, tile, k_factor, abs_tol)
-        problems.insert(1 if run.race else 0, _wrong_elements(c, truth, wrong, metrics, hint))
+        hint = None if run.races else (a, b, tile, k_factor, abs_tol)
+        problems.insert(len(run.races), _wrong_elements(c, truth, wrong, metrics, hint))
     if problems:
-        return failed(name, CASE, points, f"C = A×B with m={m}, n={n}, k={k}: " + "\n".join(problems), **extra)
+        facts, fixes = facts_and_fixes(problems)
+        return failed(name, CASE, points, f"C = A×B with m={m}, n={n}, k={k}: " + "\n".join(facts), fixes=fixes,
+                      **extra)
     return passed(name, CASE, points, f"correct ({m}×{n}×{k}, max abs error {metrics['max_abs_error']:.3g})",
                   **extra)
 
 
-def _wrong_elements(c, truth, wrong, figures, hint) -> str:
+def _wrong_elements(c, truth, wrong, figures, hint) -> Finding:
     m, n = c.shape
     count = int(wrong.sum())
     unwritten = c.view(np.uint32) == POISON_BITS
@@ -91,31 +94,33 @@ def _wrong_elements(c, truth, wrong, figures, hint) -> str:
         lines.append(f"  C[{r}][{col}]: expected {truth.value[r, col]:.6g}, got {c[r, col]:.6g}")
     if count > SHOWN_ELEMENTS:
         lines.append(f"  ... and {count - SHOWN_ELEMENTS} more")
-    if hint is not None:
-        lines.append(locate_errors(wrong, unwritten, c, *hint))
-    return "\n".join(lines)
+    if hint is None:
+        return Finding("\n".join(lines))
+    located = locate_errors(wrong, unwritten, c, *hint)
+    return Finding("\n".join([*lines, located.fact]), located.fix)
 
 
-def _stray_stores(before: np.ndarray, after: np.ndarray, m: int, n: int) -> list[str]:
+def _stray_stores(before: np.ndarray, after: np.ndarray, m: int, n: int) -> list[Finding]:
     problems = []
     hit_before = np.nonzero(before.view(np.uint32) != GUARD_BITS)[0]
     hit_after = np.nonzero(after.view(np.uint32) != GUARD_BITS)[0]
     if hit_after.size:
         first = int(hit_after[0])
-        problems.append(
+        problems.append(Finding(
             f"out-of-bounds write: {hit_after.size} stores past the end of C (the first lands where "
-            f"C[{m + first // n}][{first % n}] would be, but C has {m} row{'s' if m != 1 else ''}): "
-            "check the bounds row < m and col < n before storing to C")
+            f"C[{m + first // n}][{first % n}] would be, but C has {m} row{'s' if m != 1 else ''})",
+            "check the bounds row < m and col < n before storing to C"))
     if hit_before.size:
         first = GUARD_BEFORE - int(hit_before[0])
-        problems.append(f"out-of-bounds write: {hit_before.size} stores before the start of C "
-                        f"(the furthest {first} elements before C[0][0]): check the index computation of C")
+        problems.append(Finding(f"out-of-bounds write: {hit_before.size} stores before the start of C "
+                                f"(the furthest {first} elements before C[0][0])", "check the index computation of C"))
     return problems
 
 
-def _changed_inputs(run: CaseRun) -> list[str]:
+def _changed_inputs(run: CaseRun) -> list[Finding]:
     names = [name for name, changed in (("A", run.a_changed), ("B", run.b_changed)) if changed]
-    return [f"the kernel wrote into {name}: inputs must stay unchanged" for name in names]
+    return [Finding(f"the kernel wrote into {name}", "never store to A or B: the inputs must stay unchanged")
+            for name in names]
 
 
 def _error_figures(c: np.ndarray, truth: Truth, wrong: np.ndarray) -> dict:

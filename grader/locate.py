@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .findings import Finding
 from .tolerance import error_bound, within
+
+ROUND_UP = "round the phase count up, (k + TILE - 1) / TILE, and load out-of-range tile entries as 0"
 
 
 def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np.ndarray, b: np.ndarray,
-                  tile: int, k_factor: float, abs_tol: float) -> str:
+                  tile: int, k_factor: float, abs_tol: float) -> Finding:
     m, n = wrong.shape
     k = a.shape[1]
     rows, cols = np.nonzero(wrong)
@@ -27,22 +30,23 @@ def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np
     ):
         if hint:
             return hint
-    return f"wrong elements sit in {where}"
+    return Finding(f"wrong elements sit in {where}")
 
 
-def _nothing_stored(unwritten: np.ndarray) -> str | None:
+def _nothing_stored(unwritten: np.ndarray) -> Finding | None:
     if unwritten.all():
-        return "the kernel stored nothing to C: each thread must write its sum to C[row * n + col]"
+        return Finding("the kernel stored nothing to C", "each thread must write its sum to C[row * n + col]")
     return None
 
 
-def _unwritten_only(wrong: np.ndarray, unwritten: np.ndarray, where: str) -> str | None:
+def _unwritten_only(wrong: np.ndarray, unwritten: np.ndarray, where: str) -> Finding | None:
     if unwritten[wrong].all():
-        return f"the elements never written sit in {where}: check the condition and the index of the store to C"
+        return Finding(f"the elements never written sit in {where}",
+                       "check the condition and the index of the store to C")
     return None
 
 
-def _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol) -> str | None:
+def _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol) -> Finding | None:
     """C equals the product over whole tiles of k only: the phase count rounds down."""
     k = a.shape[1]
     whole = (k // tile) * tile
@@ -51,49 +55,47 @@ def _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol) -> str | None:
     if whole == 0:  # the product over no terms: 0, where nothing else points at any bound
         if not (c[wrong] == 0).all():
             return None
-        return (f"C is 0 where it is wrong: no tile phase ran, as k = {k} is smaller than one tile ({tile}) and "
-                f"the phase count k / {tile} rounds down to 0. Round it up, (k + {tile} - 1) / {tile}, and "
-                "load out-of-range tile entries as 0")
+        return Finding(f"C is 0 where it is wrong: no tile phase ran, as k = {k} is smaller than one tile ({tile}) "
+                       f"and the phase count k / {tile} rounds down to 0", ROUND_UP)
     a64, b64 = a[:, :whole].astype(np.float64), b[:whole, :].astype(np.float64)
     matches = within(c, a64 @ b64, error_bound(a64, b64, k_factor, abs_tol))
     if not matches[wrong].all():
         return None
-    return (f"C is the product over the first {whole} of k = {k} only: the last, partial tile phase "
-            f"(k % {tile} = {k % tile} terms) is skipped. Round the phase count up, "
-            f"(k + {tile} - 1) / {tile}, and load out-of-range tile entries as 0")
+    return Finding(f"C is the product over the first {whole} of k = {k} only: the last, partial tile phase "
+                   f"(k % {tile} = {k % tile} terms) is skipped", ROUND_UP)
 
 
-def _partial_edges(rows, cols, m, n, tile) -> str | None:
+def _partial_edges(rows, cols, m, n, tile) -> Finding | None:
     """Only the ragged edge is wrong. Said only where whole tiles exist beside the edge and are right: when
     m or n is smaller than one tile, every element is on the edge and the pattern implies no bound."""
     last_row_start, last_col_start = (m // tile) * tile, (n // tile) * tile
     in_last_rows = (m % tile != 0) & (m > tile) & (rows >= last_row_start)
     in_last_cols = (n % tile != 0) & (n > tile) & (cols >= last_col_start)
     if in_last_cols.all():
-        return (f"only the last, partial tile column is wrong (columns {last_col_start}-{n - 1}): "
-                "check the bound on B's column (col < n) when loading the B tile and storing C")
+        return Finding(f"only the last, partial tile column is wrong (columns {last_col_start}-{n - 1})",
+                       "check the bound on B's column (col < n) when loading the B tile and storing C")
     if in_last_rows.all():
-        return (f"only the last, partial tile row is wrong (rows {last_row_start}-{m - 1}): "
-                "check the bound on A's row (row < m) when loading the A tile and storing C")
+        return Finding(f"only the last, partial tile row is wrong (rows {last_row_start}-{m - 1})",
+                       "check the bound on A's row (row < m) when loading the A tile and storing C")
     if (in_last_rows | in_last_cols).all():
-        return ("only the partial tiles along the bottom and right edges are wrong: "
-                "check the bounds row < m and col < n on the loads and on the store")
+        return Finding("only the partial tiles along the bottom and right edges are wrong",
+                       "check the bounds row < m and col < n on the loads and on the store")
     return None
 
 
-def _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile) -> str | None:
+def _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile) -> Finding | None:
     if len(tile_rows) < grid_rows or len(tile_cols) < grid_cols:
         return None
     causes = []
     if len({m, n, k}) > 1:
-        causes.append(f"the strides, as the problem is rectangular ({m}×{n}×{k}): "
-                      "A[row * k + column] and B[row * n + column]")
+        causes.append("the strides: A[row * k + column] and B[row * n + column] (they only differ from the "
+                      "square case's when m, n and k differ)")
     if k % tile:
-        causes.append(f"the k bounds, as k = {k} is not a multiple of the tile ({tile}): the last phase's "
-                      "tiles stick out of A and B, so load entries with column or row >= k as 0")
+        causes.append("the k bounds: when k is not a multiple of the tile, the last phase's tiles stick out of "
+                      "A and B, so load entries with column or row >= k as 0")
     if not causes:
         causes.append("the tile loads, the inner product and the index of C")
-    return "every tile of C has wrong elements: check " + "; and ".join(causes)
+    return Finding(f"every tile of C has wrong elements ({m}×{n}×{k}, tile {tile})", "check " + "; and ".join(causes))
 
 
 def _ranges(values: list[int]) -> str:

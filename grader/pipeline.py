@@ -90,7 +90,9 @@ def device_lock(config: Config, gpu: int | str | None) -> DeviceLock:
     if gpu is None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
         gpu = visible or "0"
-    return DeviceLock(config.cache_dir / "turns", gpu if gpu == CPU else f"gpu{gpu}")
+    if gpu == CPU:
+        return DeviceLock(config.cache_dir / "turns", CPU, cases_share=True)
+    return DeviceLock(config.cache_dir / "turns", f"gpu{gpu}")
 
 
 def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:

@@ -48,10 +48,18 @@ class CheckResult:
     # Non-empty when this check cannot be made without a GPU and was not (a CPU run): why, in a few words
     # ("timing", "large cases"). Such a check is "not checked here", never a failure; set by the pipeline.
     needs_gpu: str = ""
+    # What to change, each in words that hold for every case it shows in: reports say each fix once, with
+    # the list of checks it explains (report/student_view.py); the message keeps this check's facts.
+    fixes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return self.status == PASSED
+
+    @property
+    def explained(self) -> str:
+        """The message and its fixes, for an output that shows one check on its own (a JUnit test case)."""
+        return "\n".join([self.message, *self.fixes]) if self.fixes else self.message
 
     @property
     def checkable(self) -> bool:

@@ -202,10 +202,10 @@ class RunEvents:
             return
         if reference is not None:
             reference = reference.reshape(case.m, case.n)
-        race = describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n)
+        races = describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n)
         judged = [judge_case(case.name, case.points, a, b,
                              CaseRun(buffer=buffer.ravel(), reference=reference, a_changed=event["a_changed"],
-                                     b_changed=event["b_changed"], seconds=event["seconds"], race=race),
+                                     b_changed=event["b_changed"], seconds=event["seconds"], races=races),
                              self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth)
                   for buffer in buffers]
         self.case_results[case.name] = _worst_launch(judged, launches)
@@ -216,10 +216,10 @@ class RunEvents:
         if case is None:
             self._broken(event, "the grading process reported a case it was not given")
             return
+        problem = describe_problem(event["problem"])
         self.case_results[case.name] = errored(
-            case.name, CASE, case.points,
-            f"{describe_problem(event['problem'])}\n({_shape(case)}; thread order: {event['schedule']})",
-            visibility=case.visibility)
+            case.name, CASE, case.points, f"{problem.fact}\n({_shape(case)}; thread order: {event['schedule']})",
+            visibility=case.visibility, fixes=[problem.fix] if problem.fix else [])
 
     def on_fault(self, event: dict) -> None:
         self._broken(event, describe_fault(event.get("error", "")))

@@ -56,8 +56,9 @@ def test_garbage_everywhere_with_ragged_k_points_at_the_k_bounds():
     padded_a = np.concatenate([a, np.ones((40, 8), np.float32)], axis=1)  # reads past column k
     padded_b = np.concatenate([b, np.ones((8, 40), np.float32)], axis=0)
     result = judge(a, b, product(padded_a, padded_b))
-    assert "every tile of C has wrong elements: check the k bounds, as k = 40 is not a multiple" in result.message
-    assert "strides" not in result.message
+    assert "every tile of C has wrong elements" in result.message
+    assert result.fixes[0].startswith("check the k bounds: when k is not a multiple of the tile")
+    assert "strides" not in result.explained
 
 
 def test_last_partial_tile_column_is_named():
@@ -68,7 +69,7 @@ def test_last_partial_tile_column_is_named():
     assert result.status == FAILED
     assert "only the last, partial tile column is wrong (columns 64-66)" in result.message
     assert "192 of 4288 elements of C are wrong (max abs error" in result.message
-    assert "col < n" in result.message
+    assert "col < n" in result.explained
 
 
 def test_last_partial_tile_row_is_named():
@@ -85,7 +86,7 @@ def test_truncated_phase_count_is_diagnosed():
     c = product(a[:, :64], b[:64, :])  # what k / TILE phases (rounded down) computes
     result = judge(a, b, c)
     assert result.status == FAILED
-    assert "last, partial tile phase" in result.message and "(k + 16 - 1) / 16" in result.message
+    assert "last, partial tile phase" in result.message and "(k + TILE - 1) / TILE" in result.explained
 
 
 def test_wrong_stride_of_b_in_rectangular_case_points_at_strides():
@@ -95,7 +96,7 @@ def test_wrong_stride_of_b_in_rectangular_case_points_at_strides():
     b_as_read = np.array([[flat[i * k + j] for j in range(n)] for i in range(k)], np.float32)  # B[i*k + j]
     result = judge(a, b, product(a, b_as_read))
     assert "every tile of C has wrong elements" in result.message
-    assert "B[row * n + column]" in result.message
+    assert "B[row * n + column]" in result.explained
 
 
 def test_store_past_the_end_of_c_is_an_out_of_bounds_write():
@@ -165,7 +166,7 @@ def test_no_bound_hint_when_no_tile_phase_ran(m, n, k):
     result = judge(a, b, np.zeros((m, n), np.float32))
     assert result.status == FAILED
     assert f"no tile phase ran, as k = {k} is smaller than one tile (16)" in result.message
-    assert "col < n" not in result.message and "row < m" not in result.message
+    assert "col < n" not in result.explained and "row < m" not in result.explained
 
 
 def test_a_matrix_thinner_than_a_tile_gets_no_edge_hint():
@@ -173,4 +174,4 @@ def test_a_matrix_thinner_than_a_tile_gets_no_edge_hint():
     a, b = make_inputs(80, 1, 96, seed=8, distribution="uniform")
     c = product(a, b) + 1.0
     result = judge(a, b, c)
-    assert result.status == FAILED and "col < n" not in result.message
+    assert result.status == FAILED and "col < n" not in result.explained

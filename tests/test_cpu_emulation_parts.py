@@ -67,31 +67,31 @@ RACE = {"array": "As", "two_d": True, "row": 0, "column": 1, "store_line": 16, "
 
 
 def test_a_store_before_the_reads_means_the_load_barrier_is_missing():
-    text = describe_races([{**RACE, "kind": "store_after_read", "store_after_read": False}], 7, 100)
-    assert text.startswith("shared-memory race: thread (1, 0) stores As[0][1] at line 16 while thread (0, 0)")
-    assert "line 20" in text and "block (2, 3)" in text
-    assert "the barrier after loading the tiles is missing" in text
-    assert "differ" not in text  # the shadow memory's explanation is better than the count
+    [race] = describe_races([{**RACE, "kind": "store_after_read", "store_after_read": False}], 7, 100)
+    assert race.fact.startswith("shared-memory race: thread (1, 0) stores As[0][1] at line 16 while thread (0, 0)")
+    assert "line 20" in race.fact and "block (2, 3)" in race.fact
+    assert "the barrier after loading the tiles is missing" in race.fix
+    assert "differ" not in race.fact  # the shadow memory's explanation is better than the count
 
 
 def test_a_store_after_the_reads_means_the_use_barrier_is_missing():
     race = {**RACE, "kind": "read_after_store", "store_after_read": True}
-    text = describe_races([race], 0, 100)
-    assert "thread (0, 0) reads As[0][1] at line 20 after thread (1, 0) stores As[0][1] at line 16" in text
-    assert "the barrier after using the tiles is missing" in text
+    [found] = describe_races([race], 0, 100)
+    assert "thread (0, 0) reads As[0][1] at line 20 after thread (1, 0) stores As[0][1] at line 16" in found.fact
+    assert "the barrier after using the tiles is missing" in found.fix
 
 
 def test_outputs_that_depend_on_thread_order_are_a_race_even_unseen():
-    assert "12 of 100 elements of C differ" in describe_races([], 12, 100)
-    assert describe_races([], 0, 100) == ""
+    assert "12 of 100 elements of C differ" in describe_races([], 12, 100)[0].fact
+    assert describe_races([], 0, 100) == []
 
 
 def test_fault_texts_name_the_buffer_the_side_and_the_thread():
     text = describe_problem({"event": "fault", "what": "out_of_bounds", "buffer": "B", "access": "read",
-                             "side": "after", "elements": 0, "thread": [3, 15, 0], "block": [4, 0, 0]})
+                             "side": "after", "elements": 0, "thread": [3, 15, 0], "block": [4, 0, 0]}).fact
     assert text.startswith("out-of-bounds read of B: thread (3, 15) of block (4, 0) touched B just past the end")
     text = describe_problem({"event": "divergence", "kind": "exited", "line": 14, "thread": [0, 0, 0],
-                             "other_line": 0, "other_thread": [5, 3, 0], "block": [0, 4, 0]})
+                             "other_line": 0, "other_thread": [5, 3, 0], "block": [0, 4, 0]}).fact
     assert "thread (0, 0) waits at the __syncthreads() on line 14, but thread (5, 3) has already returned" in text
 
 

@@ -9,12 +9,14 @@ import pytest
 from conftest import ROOT, RUN_TIMEOUT_S, SUBMISSIONS
 from hardware import needs_cxx
 
+from grader.execute.cpu.messages import LOAD_BARRIER
 from grader.pipeline import CPU_NOTE
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 
 pytestmark = needs_cxx
 LOAD_MISSING = "the barrier after loading the tiles is missing"
 USE_MISSING = "the barrier after using the tiles is missing"
+BOUNDS_FIX = "check the bounds on the row, the column and the k index of every load and store"
 TILE = 16
 
 
@@ -72,7 +74,7 @@ def test_student_template_fails_with_nothing_stored(grade_one):
 def test_missing_load_barrier_is_a_race_in_every_case(grade_one):
     for case in emulated(grade_one(SUBMISSIONS / "missing_load_barrier")).values():
         assert case.status == FAILED, case.name
-        assert case.message.count("shared-memory race") == 1 and LOAD_MISSING in case.message
+        assert case.message.count("shared-memory race") == 1 and case.fixes == [LOAD_BARRIER]
         assert "line 16" in case.message and "line 20" in case.message  # the store and the read
 
 
@@ -80,16 +82,16 @@ def test_missing_use_barrier_is_a_race_wherever_there_is_a_next_phase(grade_one)
     for case in emulated(grade_one(SUBMISSIONS / "missing_use_barrier")).values():
         k = case.metrics["k"]
         if k > TILE:
-            assert case.status == FAILED and USE_MISSING in case.message, case.name
-            assert LOAD_MISSING not in case.message
+            assert case.status == FAILED and USE_MISSING in case.explained, case.name
+            assert LOAD_MISSING not in case.explained
         else:  # one phase: nothing is overwritten, and the kernel is right
             assert case.status == PASSED, case.name
 
 
 def test_barriers_in_comments_are_both_reported_missing(grade_one):
     cases = emulated(grade_one(SUBMISSIONS / "barrier_in_comment"))
-    assert all(c.status == FAILED and LOAD_MISSING in c.message for c in cases.values())
-    assert all(USE_MISSING in c.message for c in cases.values() if c.metrics["k"] > TILE)
+    assert all(c.status == FAILED and LOAD_MISSING in c.explained for c in cases.values())
+    assert all(USE_MISSING in c.explained for c in cases.values() if c.metrics["k"] > TILE)
 
 
 def test_races_are_reported_identically_on_every_run(graders, config_file, tmp_path):
@@ -125,7 +127,7 @@ def test_missing_bounds_checks_read_outside_the_inputs(grade_one):
 def test_wrong_stride_of_b(grade_one):
     cases = emulated(grade_one(SUBMISSIONS / "b_wrong_stride"))
     assert cases["square_256"].status == PASSED
-    assert cases["rect_wide"].status == FAILED and "strides" in cases["rect_wide"].message
+    assert cases["rect_wide"].status == FAILED and "strides" in cases["rect_wide"].explained
     # k > n: the wrong stride runs off the end of B
     assert cases["rect_tall"].status == ERROR and "out-of-bounds read of B" in cases["rect_tall"].message
 
@@ -247,3 +249,21 @@ def test_the_tile_size_macro_is_the_first_the_config_names(config_file):
     result = grade(SUBMISSIONS / "no_tile_size", config, cases, RunPlan("cpu"))
     assert result.tile_size == 16
     assert [c.status for c in result.checks if c.kind == "case"] == [PASSED, PASSED]
+
+
+def test_one_cause_is_said_once_with_the_cases_it_broke(grade_one):
+    """no_bounds_checks reads past A or B in most cases: the student reads the fix once, with the visible
+    cases it explains and a count of hidden ones, not once per case; each case keeps its own facts."""
+    from grader.report.student_view import student_message, student_summary, what_to_fix
+
+    result = grade_one(SUBMISSIONS / "no_bounds_checks")
+    broken = [c for c in emulated(result).values() if c.fixes]
+    assert len(broken) > 5 and {tuple(c.fixes) for c in broken} == {(BOUNDS_FIX,)}
+    summary = student_summary(result)
+    assert summary.count(BOUNDS_FIX) == 1
+    [line] = what_to_fix(result)
+    visible = [c.name for c in broken if c.visibility != "hidden"]
+    hidden = len(broken) - len(visible)
+    assert line == f"{BOUNDS_FIX} ({', '.join(visible)}{f' and {hidden} hidden' if hidden else ''})"
+    assert all(BOUNDS_FIX not in student_message(c) and "out-of-bounds read" in student_message(c)
+               for c in broken if c.visibility != "hidden")

@@ -373,3 +373,18 @@ def test_the_holder_of_a_turn_runs_first_and_gives_its_priority_back(tmp_path):
     own = os.getpriority(os.PRIO_PROCESS, 0)
     raised = TURN_NICE if os.geteuid() == 0 else own
     assert seen == [own, raised, own]
+
+
+def test_emulated_cases_share_the_cpu_while_a_gpu_is_used_by_one_at_a_time(tmp_path):
+    import threading
+
+    from grader.execute.device_lock import DeviceLock
+
+    cpu = DeviceLock(tmp_path, "cpu", cases_share=True)
+    first, second = cpu.turn("case"), cpu.turn("case")  # granted together
+    assert first.waited_s < 0.2 and second.waited_s < 0.2
+    first.release(), second.release()
+    gpu = DeviceLock(tmp_path, "gpu0")
+    held = gpu.turn("case")
+    threading.Timer(0.5, held.release).start()
+    assert gpu.turn("case").waited_s >= 0.4  # a racy kernel runs alone, as it does when graded alone

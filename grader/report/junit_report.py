@@ -70,7 +70,7 @@ def _check_case(submission: str, check: CheckResult, student_facing: bool) -> Te
         return case
     # A student's own file goes to an LMS or CI they see: hidden cases show only their verdict, texts are
     # capped. The class-wide file is the instructor's and keeps everything.
-    _attach(case, check.status, student_message(check) if student_facing else check.message)
+    _attach(case, check.status, student_message(check, with_fixes=True) if student_facing else check.explained)
     return case
 
 

@@ -36,13 +36,32 @@ def cap(text: str, limit: int = DEFAULT_LIMIT) -> str:
     return text[:limit] + truncation_marker(len(text) - limit)
 
 
-def student_message(check: CheckResult, limit: int = DEFAULT_LIMIT) -> str:
-    """What a student sees under one check: the verdict word only for hidden checks."""
+def student_message(check: CheckResult, limit: int = DEFAULT_LIMIT, with_fixes: bool = False) -> str:
+    """What a student sees under one check: the verdict word only for hidden checks. Its fixes are said
+    once for the whole submission (what_to_fix), unless the check is shown on its own (with_fixes)."""
     if check.needs_gpu:
         return f"{NOT_CHECKED}: it needs a GPU ({check.needs_gpu}), and this run had none"
     if check.visibility == HIDDEN:
         return check.status
-    return cap(check.message, limit)
+    return cap(check.explained if with_fixes else check.message, limit)
+
+
+def what_to_fix(result: SubmissionResult, show_hidden: bool = False) -> list[str]:
+    """Each fix once, with the checks it explains: visible checks by name, hidden ones only counted. A fix
+    that only hidden checks show is not told: a hidden check shows its verdict and nothing else."""
+    explained: dict[str, tuple[list[str], int]] = {}
+    for check in result.checks:
+        if check.passed or check.needs_gpu:
+            continue
+        for fix in check.fixes:
+            names, hidden = explained.get(fix, ([], 0))
+            if check.visibility == HIDDEN and not show_hidden:
+                hidden += 1
+            else:
+                names.append(check.name)
+            explained[fix] = (names, hidden)
+    return [f"{fix} ({', '.join(names)}{f' and {hidden} hidden' if hidden else ''})"
+            for fix, (names, hidden) in explained.items() if names]
 
 
 def student_summary(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> str:
@@ -55,4 +74,7 @@ def student_summary(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> str
         lines.append(f"Your submission could not be graded: {result.message or 'no reason was recorded'}")
     elif result.message:
         lines.append(f"Note: {result.message}")
+    fixes = what_to_fix(result)
+    if fixes:
+        lines += ["What to fix:", *(f"- {fix}" for fix in fixes)]
     return cap("\n".join(lines), limit)

@@ -10,7 +10,7 @@ from rich.text import Text
 from grader.execute.sandbox import NONE as NO_SANDBOX
 from grader.execute.sandbox import UNSAFE_NOTE
 from grader.report.points import format_points, score_line
-from grader.report.student_view import NOT_CHECKED, verdict
+from grader.report.student_view import NOT_CHECKED, verdict, what_to_fix
 from grader.result import HIDDEN, PASSED, SKIPPED, CheckResult, SubmissionResult
 
 STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold magenta", "skipped": "yellow",
@@ -66,4 +66,9 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
         console.print(Text("Note: ", style="bold").append(result.message))
     if result.checks:
         console.print(_table(result, show_hidden_details))
+    fixes = what_to_fix(result, show_hidden_details)
+    if fixes:
+        console.print(Text("What to fix:", style="bold"))
+        for fix in fixes:
+            console.print(Text(f"  - {fix}", overflow="fold"))
     console.print(Text(f"Total: {score_line(result)}", style="bold"))

@@ -4,6 +4,8 @@ Pure functions of the harness's reports (see harness.cpp and cuda_emu.h for thei
 """
 from __future__ import annotations
 
+from ...findings import Finding
+
 LOAD_BARRIER = ("the barrier after loading the tiles is missing: add __syncthreads() after the loads, "
                 "before any thread reads the tiles")
 USE_BARRIER = ("the barrier after using the tiles is missing: add __syncthreads() after the loop that reads the "
@@ -20,7 +22,7 @@ def _element(race: dict) -> str:
             else f"{race['array']}[{race['column']}]")
 
 
-def describe_race(race: dict) -> str:
+def describe_race(race: dict) -> Finding:
     element, block = _element(race), _xy(race["block"])
     store = f"thread {_xy(race['store_thread'])} stores {element} at line {race['store_line']}"
     other = f"thread {_xy(race['other_thread'])}"
@@ -34,21 +36,21 @@ def describe_race(race: dict) -> str:
     else:
         what = (f"{store}, and {other} stores it at line {race['other_line']}, with no __syncthreads() "
                 f"between them (block {block})")
-    return f"shared-memory race: {what}; {USE_BARRIER if race['store_after_read'] else LOAD_BARRIER}"
+    return Finding(f"shared-memory race: {what}", USE_BARRIER if race["store_after_read"] else LOAD_BARRIER)
 
 
-def describe_races(races: list[dict], differing: int, elements: int) -> str:
-    """'' when the run showed no race."""
-    lines = [describe_race(race) for race in races]
-    if differing and not lines:
-        lines.append(
+def describe_races(races: list[dict], differing: int, elements: int) -> list[Finding]:
+    """Every race the run showed (none: an empty list)."""
+    found = [describe_race(race) for race in races]
+    if differing and not found:
+        found.append(Finding(
             f"race: the result depends on the order the threads run in ({differing} of {elements} elements of C "
-            "differ between forward and reversed thread order). Some thread reads data another thread writes "
-            "with no __syncthreads() between them")
-    return "\n".join(lines)
+            "differ between forward and reversed thread order)",
+            "some thread reads data another thread writes with no __syncthreads() between them: add the barrier"))
+    return found
 
 
-def describe_problem(problem: dict) -> str:
+def describe_problem(problem: dict) -> Finding:
     """A fault or barrier divergence that ended the emulated launch."""
     if problem["event"] == "divergence":
         return _divergence(problem)
@@ -58,22 +60,22 @@ def describe_problem(problem: dict) -> str:
     if what == "out_of_bounds":
         return _out_of_bounds(problem, where)
     if what == "invalid_address":
-        return (f"invalid memory {problem['access']}: {where} accessed an address outside A, B and C; check the "
-                "index arithmetic of every load and store")
+        return Finding(f"invalid memory {problem['access']}: {where} accessed an address outside A, B and C",
+                       "check the index arithmetic of every load and store")
     if what == "trap":
-        return f"kernel aborted: __trap() at line {problem['line']} ({where})"
+        return Finding(f"kernel aborted: __trap() at line {problem['line']} ({where})")
     if what == "abort":
-        return f"kernel aborted: an assert failed ({where})"
+        return Finding(f"kernel aborted: an assert failed ({where})")
     if what == "stack_overflow":
-        return f"stack overflow in {where}: a very large local array, or endless recursion"
+        return Finding(f"stack overflow in {where}", "a very large local array, or endless recursion")
     if what == "arithmetic":
-        return f"arithmetic fault in {where}: an integer division or remainder by zero"
+        return Finding(f"arithmetic fault in {where}: an integer division or remainder by zero")
     if what == "crashed":
-        return f"the emulated kernel crashed (exit code {problem['returncode']})"
-    return f"kernel fault ({what}) in {where}"
+        return Finding(f"the emulated kernel crashed (exit code {problem['returncode']})")
+    return Finding(f"kernel fault ({what}) in {where}")
 
 
-def _out_of_bounds(problem: dict, where: str) -> str:
+def _out_of_bounds(problem: dict, where: str) -> Finding:
     buffer, count = problem["buffer"], problem["elements"]
     if problem["side"] == "after":
         position = "just past the end" if count == 0 else f"{count + 1} elements past the end"
@@ -81,16 +83,16 @@ def _out_of_bounds(problem: dict, where: str) -> str:
         position = f"{count} element{'s' if count != 1 else ''} before the start"
     shape = {"A": "m×k", "B": "k×n", "C": "m×n"}[buffer]
     access = {"read": "read", "write": "write"}.get(problem["access"], "access")
-    return (f"out-of-bounds {access} of {buffer}: {where} touched {buffer} {position} ({buffer} is {shape}); "
-            "check the bounds on the row, the column and the k index of every load and store")
+    return Finding(f"out-of-bounds {access} of {buffer}: {where} touched {buffer} {position} ({buffer} is {shape})",
+                   "check the bounds on the row, the column and the k index of every load and store")
 
 
-def _divergence(problem: dict) -> str:
+def _divergence(problem: dict) -> Finding:
     block, waiting, other = _xy(problem["block"]), _xy(problem["thread"]), _xy(problem["other_thread"])
     rule = ("every thread of a block must reach every __syncthreads(): do not put one inside an if, or return "
             "early, on a condition only some threads meet")
     if problem["kind"] == "exited":
-        return (f"barrier divergence in block {block}: thread {waiting} waits at the __syncthreads() on line "
-                f"{problem['line']}, but thread {other} has already returned; {rule}")
-    return (f"barrier divergence in block {block}: thread {waiting} waits at the __syncthreads() on line "
-            f"{problem['line']} while thread {other} waits at the one on line {problem['other_line']}; {rule}")
+        return Finding(f"barrier divergence in block {block}: thread {waiting} waits at the __syncthreads() on "
+                       f"line {problem['line']}, but thread {other} has already returned", rule)
+    return Finding(f"barrier divergence in block {block}: thread {waiting} waits at the __syncthreads() on line "
+                   f"{problem['line']} while thread {other} waits at the one on line {problem['other_line']}", rule)
