@@ -96,7 +96,7 @@ def test_wrong_stride_of_b_fails_rectangular_cases_and_says_so(grade_one):
     cases = checks_of(grade_one(SUBMISSIONS / "b_wrong_stride"), "case")
     assert cases["square_256"].status == PASSED
     assert cases["rect_tall"].status == FAILED
-    assert "strides" in cases["rect_tall"].message
+    assert "strides" in cases["rect_tall"].explained
 
 
 def test_truncated_phase_count_is_diagnosed(grade_one):
