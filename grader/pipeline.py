@@ -19,7 +19,14 @@ from .config import Config
 from .device_side import HOST_CODE_LEFT_OUT, device_side
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import SanitizerRun, sanitize
-from .execute.compile import CompileOutcome, compile_check, nvcc_path, prepare_source, reference_module_source
+from .execute.compile import (
+    CompileOutcome,
+    TileSource,
+    compile_check,
+    nvcc_path,
+    prepare_source,
+    reference_module_source,
+)
 from .execute.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
@@ -47,6 +54,7 @@ from .run_events import RunEvents
 from .signature import hip_problem, signature_problem
 from .static_check import find_kernels, skipped_static_checks, static_checks
 from .submission import Submission, SubmissionError, locate, read_submission
+from .tile_size import tile_constant
 from .timing import NAME as TIMING_NAME
 
 GPU, CPU = "gpu", "cpu"
@@ -267,8 +275,9 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
     reference = config.reference_path.read_text(encoding="utf-8")
     t = config.timing
     device = device_side(submission.source)
+    tile = TileSource(tuple(config.kernel.tile_macros), tile_constant(submission.source, config.kernel.name))
     return Job(
-        student_source=prepare_source(submission.source, tile_macros=config.kernel.tile_macros),
+        student_source=prepare_source(submission.source, tile=tile),
         reference_source=reference_module_source(reference),
         kernel_name=config.kernel.name, arg_order=config.kernel.args, tile_sizes=config.kernel.tile_sizes,
         options=config.compile.options, cache_dir=str(config.cache_dir), workdir=workdir,
@@ -276,9 +285,9 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
         timing=TimingSpec(t.m, t.n, t.k, t.seed, t.warmup, t.repetitions,
                           config.tolerance.k_factor, config.tolerance.abs) if timed else None,
         original_source=submission.source,
-        device_side_source=(prepare_source(device, tile_macros=config.kernel.tile_macros)
+        device_side_source=(prepare_source(device, tile=tile)
                             if device != submission.source else ""),
-        tile_macros=list(config.kernel.tile_macros), launches_per_case=config.kernel.launches_per_case,
+        tile_macros=list(tile.macros), tile_constant=tile.constant, launches_per_case=config.kernel.launches_per_case,
         sandbox=asdict(sandbox),
     )
 

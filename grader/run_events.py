@@ -147,8 +147,9 @@ class RunEvents:
             self._compile_error("not run: the grader's reference kernel is broken")
         elif self.tile_size is None:
             names = ", ".join(self.config.kernel.tile_macros)
-            self._compile_error(f"the tile size is not defined: none of {names} is a macro in your file; add "
-                                f"`#define TILE_SIZE 16` (allowed: {sizes}); the grader launches blocks of "
+            self._compile_error(f"the tile size is not defined: none of {names} is a macro in your file, and "
+                                "your first __shared__ tile is not a two-dimensional array sized by a constant; "
+                                f"add `#define TILE_SIZE 16` (allowed: {sizes}); the grader launches blocks of "
                                 "tile × tile threads")
         elif self.tile_size not in allowed:
             self._compile_error(f"the tile size is {self.tile_size}; allowed: {sizes}")

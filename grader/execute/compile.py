@@ -21,17 +21,30 @@ TILE_PROBE_SYMBOL = "sgemm_grader_tile_size_"
 TILE_MACROS = ("TILE_SIZE", "TILE_WIDTH", "BLOCK_SIZE", "TILEWIDTH", "TILE_DIM")
 
 
-def tile_macro_chain(macros: tuple[str, ...] | list[str], line: str) -> str:
-    """Preprocessor lines that emit `line` (with {} for the value) for the first of `macros` the file
-    defines: the compiler, not the grader, evaluates the student's macro."""
-    chain = [f"#{'if' if i == 0 else 'elif'} defined({name})\n{line.format(f'({name})')}"
-             for i, name in enumerate(macros)]
-    return "\n".join(chain) + "\n#endif\n" if chain else ""
+@dataclass(frozen=True)
+class TileSource:
+    """Where a submission's tile size comes from: the first of `macros` the file defines, else `constant`
+    (a number or file-scope integer constant sizing its first shared tile, tile_size.py), else nowhere."""
+
+    macros: tuple[str, ...] = TILE_MACROS
+    constant: str = ""
+
+    def chain(self, line: str) -> str:
+        """Preprocessor lines that emit `line` (with {} for the value) for the first source the file has:
+        the compiler, not the grader, evaluates the student's macro or constant."""
+        branches = [(f"defined({name})", name) for name in self.macros]
+        if self.constant:
+            branches.append(("1", self.constant))
+        chain = [f"#{'if' if i == 0 else 'elif'} {test}\n{line.format(f'({value})')}"
+                 for i, (test, value) in enumerate(branches)]
+        return "\n".join(chain) + "\n#endif\n" if chain else ""
 
 
-def _tile_probe(macros) -> str:
-    probe = tile_macro_chain(macros, f"__device__ int {TILE_PROBE_SYMBOL} = {{}};")
-    return '\n#line 1 "<grader: tile size probe>"\n' + probe
+DEFAULT_TILE = TileSource()
+
+
+def _tile_probe(tile: TileSource) -> str:
+    return '\n#line 1 "<grader: tile size probe>"\n' + tile.chain(f"__device__ int {TILE_PROBE_SYMBOL} = {{}};")
 
 
 MAX_MESSAGE_LINES = 25
@@ -94,8 +107,8 @@ __global__ void {COUNT_KERNEL}(const float *got, const float *expected, unsigned
 """
 
 
-def prepare_source(source: str, file_name: str = STUDENT_FILE, tile_macros=TILE_MACROS) -> str:
-    return f'#line 1 "{file_name}"\n{source}\n{_tile_probe(tile_macros)}'
+def prepare_source(source: str, file_name: str = STUDENT_FILE, tile: TileSource = DEFAULT_TILE) -> str:
+    return f'#line 1 "{file_name}"\n{source}\n{_tile_probe(tile)}'
 
 
 def reference_module_source(reference: str) -> str:

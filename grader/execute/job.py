@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .compile import TILE_MACROS, TileSource
+
 
 @dataclass
 class CaseSpec:
@@ -56,9 +58,15 @@ class Job:
     device_side_source: str = ""
     # The sandbox the CPU driver runs the compiler and the harness in (Sandbox's fields).
     sandbox: dict = field(default_factory=dict)
-    # The macro names the tile size may have, tried in order (the CPU emulator's own probe uses them).
+    # The macro names the tile size may have, tried in order, then the constant sizing the first shared tile
+    # (the CPU emulator's own probe uses them: compile.TileSource).
     tile_macros: list[str] = field(default_factory=list)
+    tile_constant: str = ""
     launches_per_case: int = 1  # the GPU child's launches of the student's kernel per case (config.py)
+
+    @property
+    def tile(self) -> TileSource:
+        return TileSource(tuple(self.tile_macros) or TILE_MACROS, self.tile_constant)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...device_side import device_side
-from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE, TILE_MACROS, tile_macro_chain
+from ..compile import DEFAULT_TILE, MAX_MESSAGE_LINES, STUDENT_FILE, TileSource
 from ..proc import BACKGROUND_NICE, kill_group
 from ..protocol import read_untrusted
 from ..sandbox import COMPILER_LIMITS, Confinement, Sandbox
@@ -62,7 +62,7 @@ def compiler_version(path: str) -> str:
 
 
 def emulator_sources(source: str, kernel_name: str, arg_order: list[str],
-                     tile_macros: list[str] = TILE_MACROS) -> dict[str, str]:
+                     tile: TileSource = DEFAULT_TILE) -> dict[str, str]:
     """The two files the harness includes: the student's device side (with the tile size probe, which
     defines SGEMM_GRADER_TILE) and the launch of their kernel."""
     values = {"m": "args.m", "n": "args.n", "k": "args.k",
@@ -71,7 +71,7 @@ def emulator_sources(source: str, kernel_name: str, arg_order: list[str],
     return {
         "student.cu": (f'#line 1 "{STUDENT_FILE}"\n{instrument(device_side(source))}\n'
                        '#line 1 "<grader: tile size probe>"\n'
-                       + tile_macro_chain(tile_macros or TILE_MACROS, "#define SGEMM_GRADER_TILE {}")),
+                       + tile.chain("#define SGEMM_GRADER_TILE {}")),
         "launch.inc": (
             '#line 1 "<grader: kernel launch>"\n'
             "static void cuda_emu_kernel_call() {\n"
@@ -81,12 +81,12 @@ def emulator_sources(source: str, kernel_name: str, arg_order: list[str],
     }
 
 
-def build(source: str, kernel_name: str, arg_order: list[str], tile_macros: list[str], cache_dir: Path,
+def build(source: str, kernel_name: str, arg_order: list[str], tile: TileSource, cache_dir: Path,
           workdir: Path, sandbox: Sandbox, timeout_s: float) -> Build:
     cxx = compiler()
     if cxx is None:
         return Build(None, "the CPU emulator needs a C++ compiler (g++), and none is on PATH")
-    sources = emulator_sources(source, kernel_name, arg_order, tile_macros)
+    sources = emulator_sources(source, kernel_name, arg_order, tile)
     inputs = [*sources.values(), (HERE / "harness.cpp").read_text(), (HERE / "cuda_emu.h").read_text()]
     key = hashlib.sha256("\0".join([*inputs, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
     cached = Path(cache_dir, "cpu", key)

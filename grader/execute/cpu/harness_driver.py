@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     channel.send("phase", phase="startup")
     channel.send("phase", phase="compile")
     workdir = Path(job.workdir)
-    built = build(job.original_source, job.kernel_name, job.arg_order, job.tile_macros, Path(job.cache_dir), workdir,
+    built = build(job.original_source, job.kernel_name, job.arg_order, job.tile, Path(job.cache_dir), workdir,
                   sandbox,
                   COMPILE_TIMEOUT_S)
     if built.binary is None:
