@@ -131,8 +131,8 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     would serialise); this process only waits, and stores each result the moment it arrives."""
     jobs = options.jobs or os.cpu_count() or 2
     placements = _placements(plan, config)
-    if plan.backend is not None:
-        truths.warm(cases, config)  # once, here, rather than in every worker at once
+    if plan.backend is not None:  # once, here, rather than in every worker at once; only the cases that run
+        truths.warm([case for case in cases if plan.backend == GPU or not case.gpu_only], config)
     counts = {"pass": 0, "fail": 0, "error": 0}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())

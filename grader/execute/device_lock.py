@@ -6,7 +6,7 @@ next to a classmate it must get the luck it gets alone, on a quiet GPU. Turns ar
 cases, one timing measurement, one sanitizer launch); the heavy host-side steps (making inputs,
 compiling, judging) happen outside them, so the GPU is seldom idle while someone waits.
 
-An flock on one file per device: a holder that dies releases at once, and a batch and a `grade` run on
+A flock on one file per device: a holder that dies releases at once, and a batch and a `grade` run on
 the same machine take turns too. Whoever asks measures how long it waited, because waiting is not the
 student's time.
 """

@@ -181,12 +181,12 @@ class Worker:
         """The student's kernel first, `launches_per_case` times on the same inputs, each on poisoned C and
         poisoned shared memory; then the reference: its output is never in GPU memory while student code
         runs. Each distinct output the student's launches gave is kept for the parent to judge."""
-        launches = self.job.launches_per_case
+        launches, poisoned = self.job.launches_per_case, guarded_c(spec.m, spec.n)
         with Buffers(a, b) as buffers:
-            d_c = buffers.alloc(guarded_c(spec.m, spec.n).nbytes)
+            d_c = buffers.alloc(poisoned.nbytes)
             outputs, seconds, a_changed, b_changed = [], [], False, False
             for _ in range(launches):
-                c_host = guarded_c(spec.m, spec.n)
+                c_host = poisoned.copy()
                 guarded(cuda.memcpy_htod, d_c, c_host)
                 self.stale_shared.prepare((buffers.a, a.size), (buffers.b, b.size), (int(d_c), c_host.size))
                 started = time.perf_counter()
