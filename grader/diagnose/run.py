@@ -22,7 +22,7 @@ from pathlib import Path
 from ..execute.deadline import Deadline
 from ..execute.device_lock import Turn
 from ..execute.event_pipe import TimedOut, read_events
-from ..execute.proc import BACKGROUND_NICE, kill_group
+from ..execute.proc import BACKGROUND_NICE, TURN_NICE, kill_group, set_tree_priority
 from ..execute.protocol import ProtocolError, read_untrusted
 from ..execute.runner import Placement
 from ..execute.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
@@ -183,12 +183,15 @@ def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: 
     try:
         for event in read_events(read_fd, deadline):
             if event["event"] == "await_device":
+                if placement.lock is not None:
+                    set_tree_priority(proc.pid, TURN_NICE)  # the tool's CPU work during the launch holds the GPU
                 turn = _turn(placement)
                 deadline.restart(timeout_s)  # the wait was not the kernel's time
                 os.write(control_write, b"go\n")
                 continue
             if event["event"] == "launched" and turn is not None:
                 turn.release()  # done with the GPU: the rest is the tool writing its report
+                set_tree_priority(proc.pid, BACKGROUND_NICE)
             events.append(event)
         proc.wait(timeout=max(deadline.remaining(), EXIT_GRACE_S))
         if turn is not None:

@@ -43,11 +43,17 @@ class ClockWatch:
         while not self.stopping.wait(SAMPLE_EVERY_S):
             try:
                 reasons = self.nvml.nvmlDeviceGetCurrentClocksEventReasons(self.handle)
-                if not reasons & IDLE:  # between launches the GPU may idle down: not a slowdown
-                    self.clocks.append(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+                clock = self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM)
+                # Between launches the GPU may idle down: not a slowdown. After halt() the GPU may be another's.
+                if not reasons & IDLE and not self.stopping.is_set():
+                    self.clocks.append(clock)
                     self.reasons |= reasons
             except Exception:  # a failed sample is a missing sample
                 continue
+
+    def halt(self) -> None:
+        """No sample counts from now on; stop() can then come after the turn is given back."""
+        self.stopping.set()
 
     def stop(self) -> dict:
         self.stopping.set()
@@ -69,6 +75,9 @@ class Unavailable:
         self.reason = reason
 
     def start(self) -> None:
+        pass
+
+    def halt(self) -> None:
         pass
 
     def stop(self) -> dict:

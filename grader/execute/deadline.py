@@ -8,9 +8,10 @@ Waiting for a turn on the device is not counted either: the caller restarts the 
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
+
+from .proc import listdir, process_tree
 
 PROC = Path("/proc")
 
@@ -45,7 +46,7 @@ def cpu_waits(pids: list[int]) -> dict[int, float]:
     """Seconds each thread of these processes has spent runnable but waiting for a CPU."""
     waits: dict[int, float] = {}
     for pid in pids:
-        for task in _listdir(PROC / str(pid) / "task"):
+        for task in listdir(PROC / str(pid) / "task"):
             try:
                 fields = (PROC / str(pid) / "task" / task / "schedstat").read_text().split()
                 waits[int(task)] = int(fields[1]) / 1e9
@@ -53,28 +54,3 @@ def cpu_waits(pids: list[int]) -> dict[int, float]:
                 continue  # gone since the listing
     return waits
 
-
-def process_tree(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in _listdir(PROC):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = (PROC / entry / "stat").read_text()
-            parent = int(stat[stat.rindex(")") + 2:].split()[1])  # the command may hold spaces and ")"
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    tree, pending = [], [root]
-    while pending:
-        pid = pending.pop()
-        tree.append(pid)
-        pending.extend(children.get(pid, ()))
-    return tree
-
-
-def _listdir(path: Path) -> list[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []

@@ -14,16 +14,67 @@ OUTPUT_CAP = 64 * 1024
 # the GPU's holder then wins the CPUs, and a batch's GPU is never idle while its holder waits for a core.
 BACKGROUND_NICE = 10
 # The niceness of a child while it holds a turn on a device, where the grader may raise priorities (root):
-# every other child waits for that turn, so the holder's CPU time is everyone's.
-TURN_NICE = -5
+# every other child waits for that turn, so the holder's CPU time is everyone's. Strong, because with
+# autogroups it weighs the holder's whole session against each other session on its core.
+TURN_NICE = -15
 
 
-def set_group_niceness(pgid: int, nice: int) -> None:
-    """Every thread of every process in the group at `nice`; quietly nothing where that is not allowed."""
+def set_tree_priority(pid: int, nice: int, session_nice: int | None = None) -> None:
+    """Every thread of `pid` and of its descendants at `nice`, and their session at `session_nice` (default
+    `nice`); quietly nothing where that is not allowed."""
+    for process in process_tree(pid):
+        for thread in listdir(f"/proc/{process}/task"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(thread), nice)
+            except (OSError, ValueError):
+                pass
+    set_session_priority(pid, nice if session_nice is None else session_nice)
+
+
+def set_session_priority(pid: int, nice: int) -> None:
+    """The CPU weight of pid's whole session, where the kernel groups tasks by session (sched_autogroup):
+    it then shares a core between sessions before any thread's niceness counts, and every sandbox runs in
+    a session of its own. Quietly nothing without autogroups, or where not allowed."""
     try:
-        os.setpriority(os.PRIO_PGRP, pgid, nice)
+        with open(f"/proc/{pid}/autogroup", "w") as autogroup:
+            autogroup.write(str(nice))
     except OSError:
         pass
+
+
+def own_priority() -> int:
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def process_tree(root: int) -> list[int]:
+    """root and every process below it, from one listing of /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat_file:
+                stat = stat_file.read()
+            parent = int(stat[stat.rindex(")") + 2:].split()[1])  # the command may hold spaces and ")"
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    tree, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        tree.append(pid)
+        pending.extend(children.get(pid, ()))
+    return tree
+
+
+def listdir(path) -> list[str]:
+    """A folder's names; none when it is gone (a process that ended)."""
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
 TRUNCATION_MARKER = "\n[... output truncated by the grader ...]\n"
 
 

@@ -26,7 +26,7 @@ from .deadline import Deadline
 from .device_lock import DeviceLock, Turn
 from .event_pipe import TimedOut, read_events
 from .job import Job
-from .proc import TURN_NICE, cap, kill_group, set_group_niceness
+from .proc import BACKGROUND_NICE, TURN_NICE, cap, kill_group, own_priority, set_session_priority, set_tree_priority
 from .protocol import ProtocolError
 from .sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
 
@@ -113,7 +113,7 @@ class Child:
         self.job, self.limits, self.timing_turn, self.placement = job, limits, timing_turn, placement
         self.program = program
         self.turn: Turn | None = None
-        self.pgid: int | None = None  # the child's process group (its own session), once started
+        self.pid: int | None = None  # the child's process (its sandbox's outermost one), once started
         self.held_s: dict[str, float] = {}  # per kind of turn, how long this child held the device
         self.clocks: ClockWatch | None = None
         self.pci_bus_id = ""
@@ -139,7 +139,8 @@ class Child:
                 proc = self.program.sandbox.popen(argv, confinement, stdout=log, **options)
             else:
                 proc = subprocess.Popen(argv, stdout=log, start_new_session=True, cwd=self.workdir, **options)
-        self.pgid = proc.pid
+        self.pid = proc.pid
+        set_session_priority(self.pid, BACKGROUND_NICE)  # until it holds a turn: start-up, nvcc, waiting
         os.close(write_fd)
         os.close(control_read)
         try:
@@ -219,8 +220,8 @@ class Child:
         if timing:
             self.clocks = ClockWatch.open(self.pci_bus_id)
         if lock is not None:
+            set_tree_priority(self.pid, TURN_NICE)  # while it waits it sleeps; once given the turn it runs first
             self.turn = lock.turn("timing" if timing else "case")
-            set_group_niceness(self.pgid, TURN_NICE)
             event = {"event": "turn", "kind": self.turn.kind, "waited_s": round(self.turn.waited_s, 3)}
         if timing:
             self.clocks.start()
@@ -230,13 +231,14 @@ class Child:
     def _end_turn(self) -> dict:
         """Give the device back; what the GPU's clocks did during a timing turn, when it was one."""
         clocks, self.clocks = self.clocks, None
-        seen = clocks.stop() if clocks is not None else {}
+        if clocks is not None:
+            clocks.halt()
         if self.turn is not None:
-            self.turn.release()
-            set_group_niceness(self.pgid, os.getpriority(os.PRIO_PROCESS, 0))  # back to the grader's own
+            self.turn.release()  # first: NVML's shut-down and the bookkeeping need no GPU
+            set_tree_priority(self.pid, own_priority(), session_nice=BACKGROUND_NICE)  # back as before the turn
             self.held_s[self.turn.kind] = self.held_s.get(self.turn.kind, 0.0) + self.turn.held_s
             self.turn = None
-        return seen
+        return clocks.stop() if clocks is not None else {}
 
     def output(self) -> str:
         try:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import seccomp
-from .proc import IN_PID_NAMESPACE
+from .proc import IN_PID_NAMESPACE, set_session_priority
 
 NAMESPACES_AND_UID = "namespaces+uid"
 NAMESPACES = "namespaces"
@@ -124,8 +124,13 @@ class Sandbox:
             kwargs["env"] = {**kwargs["env"], IN_PID_NAMESPACE: "1"}
         try:
             command = self.command(argv, confinement, filter_fd)
-            return subprocess.Popen(command, pass_fds=pass_fds, start_new_session=True,
+            # A session of its own, so no controlling terminal to push input into (bwrap's --new-session
+            # would start a second one); and its CPU weight is set here, for everything it will start.
+            proc = subprocess.Popen(command, pass_fds=pass_fds, start_new_session=True,
                                     cwd=str(confinement.workdir), **kwargs)
+            if confinement.nice:
+                set_session_priority(proc.pid, confinement.nice)
+            return proc
         finally:
             if filter_fd is not None:
                 os.close(filter_fd)
@@ -171,7 +176,7 @@ def _filter_fd() -> int:
 
 
 def bwrap_arguments(confinement: Confinement, filter_fd: int | None) -> list[str]:
-    args = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+    args = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             "--cap-drop", "ALL", "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     args += _system_mounts()
     readable = list(confinement.readable)
