@@ -35,9 +35,14 @@ def make_inputs(m: int, n: int, k: int, seed: int, distribution: str) -> tuple[n
     return np.ascontiguousarray(a, np.float32), np.ascontiguousarray(b, np.float32)
 
 
+def guarded_size(m: int, n: int) -> int:
+    """Words in C with its guard bands."""
+    return GUARD_BEFORE + m * n + guard_after(n)
+
+
 def guarded_c(m: int, n: int) -> np.ndarray:
     """The host image of C with its guard bands: guards, then m*n poisoned elements, then guards."""
-    words = np.full(GUARD_BEFORE + m * n + guard_after(n), GUARD_BITS, dtype=np.uint32)
+    words = np.full(guarded_size(m, n), GUARD_BITS, dtype=np.uint32)
     words[GUARD_BEFORE : GUARD_BEFORE + m * n] = POISON_BITS
     return words.view(np.float32)
 

@@ -5,6 +5,7 @@ Every message here is for a student: what happened, where, and what to look at.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from .device_side import HOST_CODE_LEFT_OUT
 from .execute.cpu.messages import describe_problem, describe_races
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
-from .inputs import GUARD_BEFORE, guard_after
+from .inputs import guarded_size
 from .result import (
     CASE,
     COMPILE,
@@ -45,10 +46,6 @@ FAULTS = (
     ("too many resources", "launch failed: the block asks for too many registers or too much shared memory"),
     ("invalid argument", "launch failed: invalid launch configuration (check TILE_SIZE)"),
 )
-
-
-def guarded_size(m: int, n: int) -> int:
-    return GUARD_BEFORE + m * n + guard_after(n)
 
 
 def _output(path: Path, elements: int) -> np.ndarray:
@@ -90,6 +87,10 @@ class RunEvents:
         self.config, self.workdir, self.timed = config, workdir, timed
         self.cases = {case.name: case for case in cases}
         self.case_results: dict[str, CheckResult] = {}
+        # Cases whose outputs are read but not yet judged: judging waits until a verdict is needed (the
+        # timing decision, the results), so the parent reads on and gives the GPU back as soon as the
+        # child is done with it, not after the float64 comparisons.
+        self.unjudged: dict[str, Callable[[], CheckResult]] = {}
         self.compile_check = skipped("compile", COMPILE, config.points.compile, "the GPU run did not start")
         self.timing: CheckResult | None = None
         self.timing_rounds: list[dict] = []  # each measurement the child made, in order
@@ -113,6 +114,7 @@ class RunEvents:
         return GRADED
 
     def correct_so_far(self) -> bool:
+        self.judge_outputs()
         return len(self.case_results) == len(self.cases) and all(c.passed for c in self.case_results.values())
 
     @property
@@ -189,8 +191,6 @@ class RunEvents:
         if not 1 <= distinct <= launches <= MAX_LAUNCHES_PER_CASE:
             self._broken(event, f"the grading process reported {distinct} outputs of {launches} launches")
             return
-        tolerance = self.config.tolerance
-        a, b, truth = case_truth(case, self.config)
         folder = Path(event["folder"])
         try:
             buffers = [_output(folder / f"{case.name}.{student_output(i)}.npy", guarded_size(case.m, case.n))
@@ -204,12 +204,24 @@ class RunEvents:
         if reference is not None:
             reference = reference.reshape(case.m, case.n)
         races = describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n)
-        judged = [judge_case(case.name, case.points, a, b,
-                             CaseRun(buffer=buffer.ravel(), reference=reference, a_changed=event["a_changed"],
-                                     b_changed=event["b_changed"], seconds=event["seconds"], races=races),
-                             self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth)
-                  for buffer in buffers]
-        self.case_results[case.name] = _worst_launch(judged, launches)
+
+        def judge() -> CheckResult:
+            tolerance = self.config.tolerance
+            a, b, truth = case_truth(case, self.config)
+            judged = [judge_case(case.name, case.points, a, b,
+                                 CaseRun(buffer=buffer.ravel(), reference=reference, a_changed=event["a_changed"],
+                                         b_changed=event["b_changed"], seconds=event["seconds"], races=races),
+                                 self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth)
+                      for buffer in buffers]
+            return _worst_launch(judged, launches)
+
+        self.unjudged[case.name] = judge  # the outputs as they were now: what the child writes later is not read
+
+    def judge_outputs(self) -> None:
+        """Judge every case whose outputs were read."""
+        for name, judge in list(self.unjudged.items()):
+            self.case_results[name] = judge()
+            del self.unjudged[name]
 
     def on_case_error(self, event: dict) -> None:
         """The CPU emulator stopped one case (fault, divergence); the next case runs as usual."""
@@ -250,7 +262,7 @@ class RunEvents:
         name = event.get("case")
         if event.get("phase") == "timing":
             self.timing = errored(TIMING_NAME, TIMING, self.config.points.timing, message)
-        elif name in self.case_results:
+        elif name in self.case_results or name in self.unjudged:
             self.log += f"\n[grader] after case {name} was judged: {message}\n"
         elif name in self.cases:
             case = self.cases[name]
@@ -292,6 +304,7 @@ class RunEvents:
     # -- results -------------------------------------------------------------------------------
 
     def case_checks(self) -> list[CheckResult]:
+        self.judge_outputs()
         return [self.case_results.get(name) or skipped(name, CASE, case.points, self.not_run_reason,
                                                        visibility=case.visibility)
                 for name, case in self.cases.items()]

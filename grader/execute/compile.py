@@ -51,6 +51,7 @@ MAX_MESSAGE_LINES = 25
 
 FILL_KERNEL, COUNT_KERNEL = "sgemm_grader_fill", "sgemm_grader_count_far"
 POISON_SHARED_KERNEL, TOUCH_KERNEL = "sgemm_grader_poison_shared", "sgemm_grader_touch"
+DIFFER_KERNEL = "sgemm_grader_count_differ"
 # The grader's own kernels, compiled into the reference's module (the grader's code):
 # - every SM's shared memory filled with poison before each launch of the student's kernel. A kernel
 #   that reads a tile before it is written (a missing barrier) reads stale shared memory, and stale
@@ -65,7 +66,10 @@ POISON_SHARED_KERNEL, TOUCH_KERNEL = "sgemm_grader_poison_shared", "sgemm_grader
 #   repetition;
 # - the count of a timed output's elements farther than the bound from the reference's (NaN and inf
 #   always are), compared on the GPU: no output is copied back while the GPU is held for timing.
-#   `!(|s - r| <= bound)` in float32 is tolerance.within's float32 test, negated.
+#   `!(|s - r| <= bound)` in float32 is tolerance.within's float32 test, negated;
+# - the count of words that differ bit for bit between two buffers: whether a launch changed A or B, and
+#   whether it gave the same C as the case's first launch, asked on the GPU, so a case's turn copies back
+#   only the outputs that differ.
 GRADER_KERNELS_SOURCE = f"""
 #line 1 "<grader: helpers>"
 extern __shared__ volatile unsigned int sgemm_grader_stale[];  // volatile: the stores must happen
@@ -103,6 +107,12 @@ __global__ void {COUNT_KERNEL}(const float *got, const float *expected, unsigned
 {{
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n && !(fabsf(got[i] - expected[i]) <= bound)) atomicAdd(far, 1u);
+}}
+
+__global__ void {DIFFER_KERNEL}(const unsigned int *x, const unsigned int *y, unsigned int n, unsigned int *differ)
+{{
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && x[i] != y[i]) atomicAdd(differ, 1u);
 }}
 """
 

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..inputs import GUARD_BEFORE, POISON_BITS, guarded_c, make_inputs
+from ..inputs import GUARD_BEFORE, POISON_BITS, guarded_c, guarded_size, make_inputs
 from ..tolerance import uniform_bound
 from .compile import (
     COUNT_KERNEL,
+    DIFFER_KERNEL,
     FILL_KERNEL,
     POISON_SHARED_KERNEL,
     TILE_PROBE_SYMBOL,
@@ -85,27 +86,32 @@ class Worker:
         self.host_code_left_out = False
         self.keys: dict[str, str] = {}  # source -> its cache key, so the parent can find the student's cubin
         self.stale_shared: StaleShared | None = None
+        self.differences: Differences | None = None
 
     def run(self, cubins: dict[str, bytes | str]) -> None:
         loaded = self.load_modules(cubins)
         if loaded is None:
             return
         student, reference = loaded
-        # Host work before the turn: every other child waits while this one holds the GPU.
+        # Host work and device memory before the turn: every other child waits while this one holds the GPU.
         inputs = [(spec, *make_inputs(spec.m, spec.n, spec.k, spec.seed, spec.distribution))
                   for spec in self.job.cases]
-        if inputs and not self.turn("await_device"):  # one turn for all the cases
-            return
-        for spec, a, b in inputs:
-            self.channel.send("phase", phase="case", case=spec.name)
-            self.run_case(spec, a, b, student, reference)
-        while self.job.timing:
+        case_memory = CaseMemory(self.job.cases) if inputs else None
+        timing_memory = TimingMemory(self.job.timing, self.device) if self.job.timing else None
+        if inputs:
+            if not self.turn("await_device"):  # one turn for all the cases
+                return
+            for spec, a, b in inputs:
+                self.channel.send("phase", phase="case", case=spec.name)
+                self.run_case(spec, a, b, student, reference, case_memory)
+        while timing_memory is not None:
             # Only the parent judges correctness, so it decides whether timing (or timing again) is worth it.
             repetitions = self.turn("await_timing")
             if not repetitions:
                 return
             self.channel.send("phase", phase="timing")
-            self.channel.send("timing", **self.time_kernels(self.job.timing, repetitions, student, reference))
+            self.channel.send("timing", **self.time_kernels(self.job.timing, repetitions, student, reference,
+                                                            timing_memory))
 
     def turn(self, request: str) -> int:
         """Ask the parent for a turn on the GPU and wait: "go" (with the repetitions to time) or "skip"."""
@@ -142,6 +148,7 @@ class Worker:
         if kernels["student"].tile not in self.job.tile_sizes or not kernels["reference"].tile:
             return None  # the parent explains why nothing runs
         self.stale_shared = StaleShared(kernels["reference"].module, self.device)
+        self.differences = Differences(kernels["reference"].module)
         return kernels["student"], kernels["reference"]
 
     def compile_student(self) -> bytes | str:
@@ -177,35 +184,45 @@ class Worker:
 
     # -- cases ---------------------------------------------------------------------------------
 
-    def run_case(self, spec: CaseSpec, a: np.ndarray, b: np.ndarray, student: Kernel, reference: Kernel) -> None:
+    def run_case(self, spec: CaseSpec, a: np.ndarray, b: np.ndarray, student: Kernel, reference: Kernel,
+                 memory: CaseMemory) -> None:
         """The student's kernel first, `launches_per_case` times on the same inputs, each on poisoned C and
         poisoned shared memory; then the reference: its output is never in GPU memory while student code
-        runs. Each distinct output the student's launches gave is kept for the parent to judge."""
+        runs. Each distinct output the student's launches gave is kept for the parent to judge.
+
+        Between launches the GPU itself tells whether A or B changed (against pristine copies) and whether
+        C differs from the first launch's, so the turn copies back only outputs that differ; a changed
+        input is restored from the host's copy."""
         launches, poisoned = self.job.launches_per_case, guarded_c(spec.m, spec.n)
-        with Buffers(a, b) as buffers:
-            d_c = buffers.alloc(poisoned.nbytes)
-            outputs, seconds, a_changed, b_changed = [], [], False, False
-            for _ in range(launches):
-                c_host = poisoned.copy()
-                guarded(cuda.memcpy_htod, d_c, c_host)
-                self.stale_shared.prepare((buffers.a, a.size), (buffers.b, b.size), (int(d_c), c_host.size))
-                started = time.perf_counter()
-                student.launch(spec.m, spec.n, spec.k, buffers.a, buffers.b, int(d_c) + GUARD_BEFORE * 4)
-                synchronize()
-                seconds.append(time.perf_counter() - started)
-                guarded(cuda.memcpy_dtoh, c_host, d_c)
+        for pointer, host in ((memory.a, a), (memory.b, b), (memory.pristine_a, a), (memory.pristine_b, b),
+                              (memory.poisoned, poisoned)):
+            guarded(cuda.memcpy_htod, pointer, host)
+        outputs, seconds, a_changed, b_changed = [], [], False, False
+        for launch in range(launches):
+            guarded(cuda.memcpy_dtod, memory.c, memory.poisoned, poisoned.nbytes)
+            self.stale_shared.prepare((memory.a, a.size), (memory.b, b.size), (memory.c, poisoned.size))
+            started = time.perf_counter()
+            student.launch(spec.m, spec.n, spec.k, memory.a, memory.b, memory.c + GUARD_BEFORE * 4)
+            synchronize()
+            seconds.append(time.perf_counter() - started)
+            pairs = [(memory.a, memory.pristine_a, a.size), (memory.b, memory.pristine_b, b.size)]
+            changed_a, changed_b, *other_c = self.differences.count(
+                *pairs, *([(memory.c, memory.first, poisoned.size)] if launch else []))
+            if launch == 0:
+                outputs.append(download(memory.c, poisoned))
+                guarded(cuda.memcpy_dtod, memory.first, memory.c, poisoned.nbytes)
+            elif other_c[0]:
+                c_host = download(memory.c, poisoned)
                 if not any(np.array_equal(c_host.view(np.uint32), seen.view(np.uint32)) for seen in outputs):
                     outputs.append(c_host)
-                changed = buffers.inputs_changed()
-                a_changed, b_changed = a_changed or changed[0], b_changed or changed[1]
-                if any(changed):
-                    buffers.restore_inputs()  # the student wrote into A or B: every launch gets the real ones
+            a_changed, b_changed = a_changed or bool(changed_a), b_changed or bool(changed_b)
+            if changed_a or changed_b:  # the student wrote into A or B: every launch gets the real ones
+                guarded(cuda.memcpy_htod, memory.a, a)
+                guarded(cuda.memcpy_htod, memory.b, b)
 
-            ref_out = np.empty((spec.m, spec.n), np.float32)
-            d_ref = buffers.alloc(ref_out.nbytes)
-            reference.launch(spec.m, spec.n, spec.k, buffers.a, buffers.b, int(d_ref))
-            synchronize()
-            guarded(cuda.memcpy_dtoh, ref_out, d_ref)
+        reference.launch(spec.m, spec.n, spec.k, memory.a, memory.b, memory.reference)
+        synchronize()
+        ref_out = download(memory.reference, np.empty((spec.m, spec.n), np.float32))
         for index, output in enumerate(outputs):
             np.save(self.job.output_path(spec.name, student_output(index)), output)
         np.save(self.job.output_path(spec.name, "reference"), ref_out)
@@ -214,7 +231,8 @@ class Worker:
 
     # -- timing --------------------------------------------------------------------------------
 
-    def time_kernels(self, spec: TimingSpec, repetitions: int, student: Kernel, reference: Kernel) -> dict:
+    def time_kernels(self, spec: TimingSpec, repetitions: int, student: Kernel, reference: Kernel,
+                     memory: TimingMemory) -> dict:
         """CUDA-event timing with an L2 flush before every launch, the student's kernel then the reference's.
 
         Every repetition gets fresh A and B (filled on the GPU from a new seed), and the student's output is
@@ -227,52 +245,48 @@ class Worker:
         m, n, k = spec.m, spec.n, spec.k
         phase_started = time.perf_counter()
         bound = np.float32(uniform_bound(k, spec.k_factor, spec.abs_tol))
-        l2_bytes = self.device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE)
-        flush_words = max(2 * l2_bytes, 1 << 20) // 4
         fill = reference.module.get_function(FILL_KERNEL)
         count_far = reference.module.get_function(COUNT_KERNEL)
-        far_host = cuda.pagelocked_zeros(1, np.uint32)
-        with Buffers() as buffers:
-            d_a, d_b, d_c, d_ref = (buffers.alloc(count * 4) for count in (m * k, k * n, m * n, m * n))
-            flush, d_far = buffers.alloc(flush_words * 4), buffers.alloc(4)
-            start, stop = cuda.Event(), cuda.Event()
+        d_a, d_b, d_c, d_ref, d_far = memory.a, memory.b, memory.c, memory.reference, memory.far
+        flush, flush_words, far_host, start, stop = (memory.flush, memory.flush_words, memory.far_host,
+                                                     memory.start, memory.stop)
 
-            def on_grid(kernel, count: int, *args) -> None:
-                guarded(lambda: kernel(*args, block=(256, 1, 1), grid=((count + 255) // 256, 1)))
+        def on_grid(kernel, count: int, *args) -> None:
+            guarded(lambda: kernel(*args, block=(256, 1, 1), grid=((count + 255) // 256, 1)))
 
-            def refill(rep: int) -> None:
-                for pointer, count, salt in ((d_a, m * k, 0x51ED), (d_b, k * n, 0xB0B)):
-                    seed = np.uint32((spec.seed * 1_000_003 + rep * 7919 + salt) & 0xFFFFFFFF)
-                    on_grid(fill, count, pointer, np.uint32(count), seed)
+        def refill(rep: int) -> None:
+            for pointer, count, salt in ((d_a, m * k, 0x51ED), (d_b, k * n, 0xB0B)):
+                seed = np.uint32((spec.seed * 1_000_003 + rep * 7919 + salt) & 0xFFFFFFFF)
+                on_grid(fill, count, pointer, np.uint32(count), seed)
 
-            def launch(kernel: Kernel, rep: int, out) -> float:
-                guarded(cuda.memset_d32, flush, rep, flush_words)
-                guarded(cuda.memset_d32, out, POISON_BITS, m * n)
-                self.stale_shared.poison()
-                start.record()
-                kernel.launch(m, n, k, int(d_a), int(d_b), int(out))
-                stop.record()
-                guarded(stop.synchronize)
-                return stop.time_since(start)
+        def launch(kernel: Kernel, rep: int, out) -> float:
+            guarded(cuda.memset_d32, flush, rep, flush_words)
+            guarded(cuda.memset_d32, out, POISON_BITS, m * n)
+            self.stale_shared.poison()
+            start.record()
+            kernel.launch(m, n, k, int(d_a), int(d_b), int(out))
+            stop.record()
+            guarded(stop.synchronize)
+            return stop.time_since(start)
 
-            def far_elements() -> int:
-                guarded(cuda.memset_d32, d_far, 0, 1)
-                on_grid(count_far, m * n, d_c, d_ref, np.uint32(m * n), bound, d_far)
-                guarded(cuda.memcpy_dtoh, far_host, d_far)
-                return int(far_host[0])
+        def far_elements() -> int:
+            guarded(cuda.memset_d32, d_far, 0, 1)
+            on_grid(count_far, m * n, d_c, d_ref, np.uint32(m * n), bound, d_far)
+            guarded(cuda.memcpy_dtoh, far_host, d_far)
+            return int(far_host[0])
 
-            wrong, first_wrong, times = 0, None, {"student": [], "reference": []}
-            total = spec.warmup + repetitions
-            for rep in range(total):
-                refill(rep)
-                guarded(cuda.memset_d32, d_ref, POISON_BITS, m * n)
-                student_ms, reference_ms = launch(student, rep, d_c), launch(reference, rep, d_ref)
-                if rep >= spec.warmup:
-                    times["student"].append(student_ms)
-                    times["reference"].append(reference_ms)
-                if far_elements():
-                    wrong += 1
-                    first_wrong = rep + 1 if first_wrong is None else first_wrong
+        wrong, first_wrong, times = 0, None, {"student": [], "reference": []}
+        total = spec.warmup + repetitions
+        for rep in range(total):
+            refill(rep)
+            guarded(cuda.memset_d32, d_ref, POISON_BITS, m * n)
+            student_ms, reference_ms = launch(student, rep, d_c), launch(reference, rep, d_ref)
+            if rep >= spec.warmup:
+                times["student"].append(student_ms)
+                times["reference"].append(reference_ms)
+            if far_elements():
+                wrong += 1
+                first_wrong = rep + 1 if first_wrong is None else first_wrong
         return {"student_ms": times["student"], "reference_ms": times["reference"], "launches": total,
                 "wrong_launches": wrong, "first_wrong_launch": first_wrong, "m": m, "n": n, "k": k,
                 "phase_s": time.perf_counter() - phase_started, "peak_gflops": fp32_peak_gflops(self.device)}
@@ -308,6 +322,33 @@ class StaleShared:
                                       shared=self.nbytes))
 
 
+class Differences:
+    """On the GPU, in how many words each pair of buffers differs; one small copy back for all the pairs."""
+
+    PAIRS = 3
+
+    def __init__(self, module):
+        self.function = module.get_function(DIFFER_KERNEL)
+        self.counts = guarded(cuda.mem_alloc, 4 * self.PAIRS)
+        self.host = cuda.pagelocked_zeros(self.PAIRS, np.uint32)
+
+    def count(self, *pairs: tuple[int, int, int]) -> list[int]:
+        """For each (pointer, pointer, word count): the number of words that differ bit for bit."""
+        guarded(cuda.memset_d32, self.counts, 0, self.PAIRS)
+        for index, (x, y, words) in enumerate(pairs):
+            guarded(lambda x=x, y=y, words=words, index=index: self.function(
+                np.uintp(int(x)), np.uintp(int(y)), np.uint32(words), np.uintp(int(self.counts) + 4 * index),
+                block=(256, 1, 1), grid=((words + 255) // 256, 1)))
+        guarded(cuda.memcpy_dtoh, self.host, self.counts)
+        return [int(count) for count in self.host[:len(pairs)]]
+
+
+def download(pointer, like: np.ndarray) -> np.ndarray:
+    host = np.empty_like(like)
+    guarded(cuda.memcpy_dtoh, host, pointer)
+    return host
+
+
 class Kernel:
     """A loaded kernel with its tile size, launched with block (T, T) and grid (ceil(n/T), ceil(m/T))."""
 
@@ -341,45 +382,34 @@ def _tile_size(module) -> int | None:
     return int(value[0])
 
 
-class Buffers:
-    """Device copies of A and B (when given) plus scratch allocations, all freed on exit."""
+class CaseMemory:
+    """Device memory for every case of a turn, allocated before any turn at the largest case's sizes and
+    kept until the child ends. An allocation waits on the driver, and while other processes allocate
+    (compute-sanitizer's tools do, a lot), a turn that allocated per case took tens of times longer
+    (bench/gpu_contention.py --allocate); allocating at the turn's start still tripled a batch's turns."""
 
-    def __init__(self, a: np.ndarray | None = None, b: np.ndarray | None = None):
-        self.host_a, self.host_b = a, b
-        self.allocations = []
-        if a is not None and b is not None:
-            self.a, self.b = int(self.upload(a)), int(self.upload(b))
+    def __init__(self, cases: list[CaseSpec]):
+        a_words = max(case.m * case.k for case in cases)
+        b_words = max(case.k * case.n for case in cases)
+        c_words = max(guarded_size(case.m, case.n) for case in cases)
+        self.allocations = [guarded(cuda.mem_alloc, 4 * max(words, 1)) for words in
+                            (a_words, b_words, a_words, b_words, c_words, c_words, c_words, c_words)]
+        (self.a, self.b, self.pristine_a, self.pristine_b, self.poisoned, self.c, self.first,
+         self.reference) = (int(allocation) for allocation in self.allocations)
 
-    def __enter__(self) -> Buffers:
-        return self
 
-    def __exit__(self, *exc) -> None:
-        if exc[0] is None:
-            for allocation in self.allocations:
-                allocation.free()
+class TimingMemory:
+    """What a measurement uses, made before its turn is asked for (CaseMemory says why)."""
 
-    def alloc(self, nbytes: int):
-        allocation = guarded(cuda.mem_alloc, max(nbytes, 4))
-        self.allocations.append(allocation)
-        return allocation
-
-    def upload(self, host: np.ndarray):
-        allocation = self.alloc(host.nbytes)
-        guarded(cuda.memcpy_htod, allocation, host)
-        return allocation
-
-    def restore_inputs(self) -> None:
-        guarded(cuda.memcpy_htod, self.a, self.host_a)
-        guarded(cuda.memcpy_htod, self.b, self.host_b)
-
-    def inputs_changed(self) -> tuple[bool, bool]:
-        return tuple(self._changed(host, pointer) for host, pointer in ((self.host_a, self.a), (self.host_b, self.b)))
-
-    @staticmethod
-    def _changed(host: np.ndarray, pointer: int) -> bool:
-        after = np.empty_like(host)
-        guarded(cuda.memcpy_dtoh, after, pointer)
-        return not np.array_equal(after.view(np.uint32), host.view(np.uint32))
+    def __init__(self, spec: TimingSpec, device):
+        m, n, k = spec.m, spec.n, spec.k
+        l2_bytes = device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE)
+        self.flush_words = max(2 * l2_bytes, 1 << 20) // 4
+        self.allocations = [guarded(cuda.mem_alloc, 4 * max(words, 1)) for words in
+                            (m * k, k * n, m * n, m * n, self.flush_words, 1)]
+        self.a, self.b, self.c, self.reference, self.flush, self.far = self.allocations
+        self.far_host = cuda.pagelocked_zeros(1, np.uint32)
+        self.start, self.stop = cuda.Event(), cuda.Event()
 
 
 # FP32 lanes per SM by compute capability (NVIDIA's tables); 128 from Ampere consumer parts on.
