@@ -4,7 +4,6 @@ These children stand in for nothing GPU-specific: they exercise the process hand
 process-group kills, crash detection, restarts after a fault) that every submission goes through.
 """
 import json
-import os
 import sys
 import textwrap
 import time
@@ -278,9 +277,10 @@ def test_waiting_for_a_cpu_is_not_the_childs_time(tmp_path):
 
     from grader.execute.proc import BACKGROUND_NICE, set_session_priority
 
-    # Another student's work: a session of its own, in the background as a waiting child's is.
+    # Another child: a session of its own, weighed as a child's session is, its threads at the grader's nice,
+    # so the two share the core with autogroups or without.
     hog = subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"],
-                           start_new_session=True, preexec_fn=lambda: os.nice(BACKGROUND_NICE))
+                           start_new_session=True)
     set_session_priority(hog.pid, BACKGROUND_NICE)
     try:
         body = """
