@@ -59,7 +59,7 @@ def test_shared_accesses_are_instrumented_by_kind():
 def test_macro_barriers_keep_their_line(submission_source):
     """SYNC() expands to __syncthreads() at the line where SYNC() is written."""
     out = instrument(device_side(submission_source("good_tile32_macro_sync")))
-    assert out.split("\n")[21].strip().startswith("SYNC();")
+    assert out.split("\n")[21].strip().endswith("SYNC();")
 
 
 RACE = {"array": "As", "two_d": True, "row": 0, "column": 1, "store_line": 16, "store_thread": [1, 0, 0],

@@ -123,6 +123,9 @@ def test_missing_bounds_checks_read_outside_the_inputs(grade_one):
     assert cases["square_64"].status == PASSED
     for ragged in ("ragged_m", "ragged_n", "ragged_all", "primes_small"):
         assert cases[ragged].status == ERROR and "out-of-bounds read of" in cases[ragged].message
+    # Told with the line of the load, as compute-sanitizer tells it on a GPU (kernel.cu: A line 15, B line 16).
+    assert cases["ragged_m"].message.startswith("out-of-bounds read of A at line 15: thread")
+    assert cases["ragged_n"].message.startswith("out-of-bounds read of B at line 16: thread")
 
 
 def test_wrong_stride_of_b(grade_one):

@@ -69,6 +69,7 @@ struct Fiber {
     int linear = 0;
     FiberState state = READY;
     int barrier_line = 0;
+    int line = 0;  // the kernel statement this thread runs (instrument.py marks each): where a fault was
     bool read_shared = false;  // read a shared array since the last barrier
 #if !defined(__x86_64__)
     ucontext_t context;
@@ -359,6 +360,7 @@ inline int device_printf(const char *format, ...) {
 #define printf ::cuda_emu::device_printf
 // Instrumented shared-memory accesses (the grader rewrites `As[i][j]` into these).
 // Variadic, because a preprocessor argument ends at any comma outside parentheses, even in brackets.
+#define CUDA_EMU_AT(number) (::cuda_emu::current ? (void)(::cuda_emu::current->line = (number)) : (void)0)
 #define CUDA_EMU_READ(...) (*::cuda_emu::shared_read(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_WRITE(...) (*::cuda_emu::shared_write(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_UPDATE(...) (*::cuda_emu::shared_update(&(__VA_ARGS__), __LINE__))

@@ -83,6 +83,7 @@ void on_fault(int signal, siginfo_t *info, void *context) {
     (void)context;
 #endif
     uint3 t = cuda_emu::current ? cuda_emu::current->idx : uint3{0, 0, 0};
+    int line = cuda_emu::current ? cuda_emu::current->line : 0;  // 0: not in a marked statement
     if (signal == SIGSEGV || signal == SIGBUS) {
         for (const GuardedBuffer &buffer : buffers) {
             if (buffer.data == nullptr) continue;
@@ -94,17 +95,17 @@ void on_fault(int signal, siginfo_t *info, void *context) {
             long offset = before ? (long)((buffer.data - address + 3) / 4) : (long)((address - end) / 4);
             cuda_emu::report("{\"event\": \"fault\", \"what\": \"out_of_bounds\", \"buffer\": \"%s\", "
                              "\"access\": \"%s\", \"side\": \"%s\", \"elements\": %ld, \"thread\": [%u, %u, %u], "
-                             "\"block\": [%u, %u, %u]}",
+                             "\"block\": [%u, %u, %u], \"line\": %d}",
                              buffer.name, access, before ? "before" : "after", offset, t.x, t.y, t.z, blockIdx.x,
-                             blockIdx.y, blockIdx.z);
+                             blockIdx.y, blockIdx.z, line);
             _exit(3);
         }
         if (cuda_emu::current != nullptr && address >= cuda_emu::current->stack &&
             address < cuda_emu::current->stack + 2 * sysconf(_SC_PAGESIZE))
             cuda_emu::report_thread_and_exit("stack_overflow", 3);
         cuda_emu::report("{\"event\": \"fault\", \"what\": \"invalid_address\", \"access\": \"%s\", "
-                         "\"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
-                         access, t.x, t.y, t.z, blockIdx.x, blockIdx.y, blockIdx.z);
+                         "\"thread\": [%u, %u, %u], \"block\": [%u, %u, %u], \"line\": %d}",
+                         access, t.x, t.y, t.z, blockIdx.x, blockIdx.y, blockIdx.z, line);
         _exit(3);
     }
     cuda_emu::report_thread_and_exit(signal == SIGFPE ? "arithmetic" : signal == SIGABRT ? "abort" : "illegal", 3);

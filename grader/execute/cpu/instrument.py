@@ -1,8 +1,9 @@
 """Rewrites shared-array accesses so the CPU emulator sees every load and store of shared memory.
 
 `As[ty][tx] = v` becomes `CUDA_EMU_WRITE(As[ty][tx]) = v`, a read becomes `CUDA_EMU_READ(...)`, `+=` and
-`++` become `CUDA_EMU_UPDATE(...)`, and each `__shared__` declaration registers its array. Only text is
-inserted, never a newline, so lines stay the student's. Accesses through pointers or macros are not
+`++` become `CUDA_EMU_UPDATE(...)`, and each `__shared__` declaration registers its array. Each statement
+of a block starts with `CUDA_EMU_AT(__LINE__);`, so a fault is told with the line the thread was on. Only
+text is inserted, never a newline, so lines stay the student's. Accesses through pointers or macros are not
 seen; the schedule comparison still catches the races they cause.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from tree_sitter import Node
 
 from ... import cuda_syntax as cs
 
-READ, WRITE, UPDATE = "CUDA_EMU_READ", "CUDA_EMU_WRITE", "CUDA_EMU_UPDATE"
+READ, WRITE, UPDATE, AT = "CUDA_EMU_READ", "CUDA_EMU_WRITE", "CUDA_EMU_UPDATE", "CUDA_EMU_AT"
 
 
 def instrument(source: str) -> str:
@@ -27,6 +28,12 @@ def instrument(source: str) -> str:
     return data.decode("utf-8", "replace")
 
 
+# Statements marked with their line. Only those directly in a block: a mark before the unbraced body of an
+# if or a for would end up outside it.
+MARKED_STATEMENTS = ("expression_statement", "declaration", "if_statement", "for_statement", "while_statement",
+                     "do_statement", "return_statement")
+
+
 def _function_insertions(body: Node) -> list[tuple[int, str]]:
     arrays: dict[str, int] = {}  # name -> dimensions
     insertions: list[tuple[int, str]] = []
@@ -40,13 +47,15 @@ def _function_insertions(body: Node) -> list[tuple[int, str]]:
                     arrays[name] = dims
                     declared.append(f" CUDA_EMU_SHARE({name});")
             insertions.append((node.end_byte, "".join(declared)))
-    if not arrays:
-        return insertions
-    for node in cs.iter_live(body):
+    for node in cs.iter_live(body) if arrays else ():
         if node.type == "subscript_expression":
             wrapper = _access_wrapper(node, arrays)
             if wrapper:
                 insertions += [(node.start_byte, wrapper + "("), (node.end_byte, ")")]
+    # Last: of two insertions at one place the later lands first, and the mark goes before an access's macro.
+    for node in cs.iter_live(body):
+        if node.type in MARKED_STATEMENTS and node.parent is not None and node.parent.type == "compound_statement":
+            insertions.append((node.start_byte, f"{AT}(__LINE__); "))
     return insertions
 
 

@@ -60,8 +60,8 @@ def describe_problem(problem: dict) -> Finding:
     if what == "out_of_bounds":
         return _out_of_bounds(problem, where)
     if what == "invalid_address":
-        return Finding(f"invalid memory {problem['access']}: {where} accessed an address outside A, B and C",
-                       "check the index arithmetic of every load and store")
+        return Finding(f"invalid memory {problem['access']}{_at_line(problem)}: {where} accessed an address "
+                       "outside A, B and C", "check the index arithmetic of every load and store")
     if what == "trap":
         return Finding(f"kernel aborted: __trap() at line {problem['line']} ({where})")
     if what == "abort":
@@ -83,8 +83,14 @@ def _out_of_bounds(problem: dict, where: str) -> Finding:
         position = f"{count} element{'s' if count != 1 else ''} before the start"
     shape = {"A": "m×k", "B": "k×n", "C": "m×n"}[buffer]
     access = {"read": "read", "write": "write"}.get(problem["access"], "access")
-    return Finding(f"out-of-bounds {access} of {buffer}: {where} touched {buffer} {position} ({buffer} is {shape})",
+    return Finding(f"out-of-bounds {access} of {buffer}{_at_line(problem)}: {where} touched {buffer} {position} "
+                   f"({buffer} is {shape})",
                    "check the bounds on the row, the column and the k index of every load and store")
+
+
+def _at_line(problem: dict) -> str:
+    """Where the faulting thread was: the kernel statement it ran (0: none was marked)."""
+    return f" at line {problem['line']}" if problem.get("line", 0) > 0 else ""
 
 
 def _divergence(problem: dict) -> Finding:
