@@ -96,9 +96,9 @@ class Worker:
         # Host work and device memory before the turn: every other child waits while this one holds the GPU.
         inputs = [(spec, *make_inputs(spec.m, spec.n, spec.k, spec.seed, spec.distribution))
                   for spec in self.job.cases]
-        case_memory = CaseMemory(self.job.cases) if inputs else None
         timing_memory = TimingMemory(self.job.timing, self.device) if self.job.timing else None
         if inputs:
+            case_memory = CaseMemory(self.job.cases)
             if not self.turn("await_device"):  # one turn for all the cases
                 return
             for spec, a, b in inputs:
@@ -392,8 +392,7 @@ class CaseMemory:
         a_words = max(case.m * case.k for case in cases)
         b_words = max(case.k * case.n for case in cases)
         c_words = max(guarded_size(case.m, case.n) for case in cases)
-        self.allocations = [guarded(cuda.mem_alloc, 4 * max(words, 1)) for words in
-                            (a_words, b_words, a_words, b_words, c_words, c_words, c_words, c_words)]
+        self.allocations = allocate_words(a_words, b_words, a_words, b_words, c_words, c_words, c_words, c_words)
         (self.a, self.b, self.pristine_a, self.pristine_b, self.poisoned, self.c, self.first,
          self.reference) = (int(allocation) for allocation in self.allocations)
 
@@ -405,11 +404,15 @@ class TimingMemory:
         m, n, k = spec.m, spec.n, spec.k
         l2_bytes = device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE)
         self.flush_words = max(2 * l2_bytes, 1 << 20) // 4
-        self.allocations = [guarded(cuda.mem_alloc, 4 * max(words, 1)) for words in
-                            (m * k, k * n, m * n, m * n, self.flush_words, 1)]
+        self.allocations = allocate_words(m * k, k * n, m * n, m * n, self.flush_words, 1)
         self.a, self.b, self.c, self.reference, self.flush, self.far = self.allocations
         self.far_host = cuda.pagelocked_zeros(1, np.uint32)
         self.start, self.stop = cuda.Event(), cuda.Event()
+
+
+def allocate_words(*counts: int) -> list:
+    """Device buffers of these many 4-byte words each (at least one)."""
+    return [guarded(cuda.mem_alloc, 4 * max(words, 1)) for words in counts]
 
 
 # FP32 lanes per SM by compute capability (NVIDIA's tables); 128 from Ampere consumer parts on.
