@@ -65,8 +65,9 @@ def _worst_launch(judged: list[CheckResult], launches: int) -> CheckResult:
     disagreed, the message says the result depends on timing."""
     worst = next((check for check in judged if check.status != PASSED), judged[0])
     if len(judged) > 1 and worst.status != PASSED:
-        worst.message += (f"\nthe same inputs gave {len(judged)} different results in {launches} launches: the "
-                          "result depends on timing (threads reading shared memory before it is written?)")
+        worst.message += (f"\nthe same inputs gave {len(judged)} different results in {launches} launches (after "
+                          "the first, the grader holds back every other warp): the result depends on timing "
+                          "(threads reading shared memory before it is written?)")
     return worst
 
 

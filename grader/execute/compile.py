@@ -2,7 +2,8 @@
 
 SourceModule wraps the source in `extern "C" {` ... `}`, which shifts every line by one; a `#line`
 directive restores the student's own numbering (for errors and for -lineinfo). A probe appended
-after the student's code lets the compiler itself evaluate TILE_SIZE.
+after the student's code lets the compiler itself evaluate TILE_SIZE; a prelude before it adds the
+late-warps hooks (late_warps.py).
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from .late_warps import PRELUDE as LATE_WARPS_PRELUDE
+from .late_warps import with_late_warps
 from .proc import BACKGROUND_NICE, run_killable
 from .sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 
@@ -118,7 +121,9 @@ __global__ void {DIFFER_KERNEL}(const unsigned int *x, const unsigned int *y, un
 
 
 def prepare_source(source: str, file_name: str = STUDENT_FILE, tile: TileSource = DEFAULT_TILE) -> str:
-    return f'#line 1 "{file_name}"\n{source}\n{_tile_probe(tile)}'
+    """The text nvcc gets for a file (SourceModule adds its extern "C" around it): the late-warps hooks,
+    the file under its own name and line numbers, the tile size probe."""
+    return f'{LATE_WARPS_PRELUDE}#line 1 "{file_name}"\n{with_late_warps(source)}\n{_tile_probe(tile)}'
 
 
 def reference_module_source(reference: str) -> str:
@@ -171,6 +176,7 @@ _GRADER_LOCATION = re.compile(r'^"?<grader: ([^>]*)>"?\(\d+\): ')
 # What a student can do when the grader's part did not compile, by part.
 _GRADER_PART_ADVICE = {
     "tile size probe": "the tile size must be a compile-time integer constant, e.g. #define TILE_SIZE 16",
+    "late warps": "do not redefine warpSize, clock64 or __syncthreads",
 }
 
 

@@ -29,6 +29,7 @@ from .compile import (
 )
 from .cubin_cache import BUILT, OFFERED
 from .job import CaseSpec, Job, TimingSpec, student_output
+from .late_warps import OFF, SKEW_SYMBOL, skew_for
 from .proc import BACKGROUND_NICE, die_with_parent
 from .protocol import Channel
 
@@ -104,6 +105,7 @@ class Worker:
             for spec, a, b in inputs:
                 self.channel.send("phase", phase="case", case=spec.name)
                 self.run_case(spec, a, b, student, reference, case_memory)
+            student.late_warps(OFF)  # timing measures the kernel as the GPU schedules it
         while timing_memory is not None:
             # Only the parent judges correctness, so it decides whether timing (or timing again) is worth it.
             repetitions = self.turn("await_timing")
@@ -187,8 +189,9 @@ class Worker:
     def run_case(self, spec: CaseSpec, a: np.ndarray, b: np.ndarray, student: Kernel, reference: Kernel,
                  memory: CaseMemory) -> None:
         """The student's kernel first, `launches_per_case` times on the same inputs, each on poisoned C and
-        poisoned shared memory; then the reference: its output is never in GPU memory while student code
-        runs. Each distinct output the student's launches gave is kept for the parent to judge.
+        poisoned shared memory, the launches after the first with late warps (late_warps.py: a race shows
+        every time); then the reference: its output is never in GPU memory while student code runs. Each
+        distinct output the student's launches gave is kept for the parent to judge.
 
         Between launches the GPU itself tells whether A or B changed (against pristine copies) and whether
         C differs from the first launch's, so the turn copies back only outputs that differ; a changed
@@ -201,6 +204,7 @@ class Worker:
         for launch in range(launches):
             guarded(cuda.memcpy_dtod, memory.c, memory.poisoned, poisoned.nbytes)
             self.stale_shared.prepare((memory.a, a.size), (memory.b, b.size), (memory.c, poisoned.size))
+            student.late_warps(skew_for(launch))
             started = time.perf_counter()
             student.launch(spec.m, spec.n, spec.k, memory.a, memory.b, memory.c + GUARD_BEFORE * 4)
             synchronize()
@@ -355,6 +359,14 @@ class Kernel:
     def __init__(self, module, function, tile: int | None, arg_order: list[str]):
         self.module, self.function, self.tile, self.arg_order = module, function, tile, arg_order
         function.prepare("".join("i" if arg in "mnk" else "P" for arg in arg_order))
+        self.skew = module.get_global(SKEW_SYMBOL)[0]  # every module the grader compiles has one
+        self.skew_now = OFF
+
+    def late_warps(self, skew: int) -> None:
+        """How the kernel's next launches hold back warps (late_warps.py)."""
+        if skew != self.skew_now:
+            guarded(cuda.memcpy_htod, self.skew, np.array([skew], np.uint32))
+            self.skew_now = skew
 
     @classmethod
     def load(cls, cubin: bytes, name: str, arg_order: list[str]) -> Kernel | str:

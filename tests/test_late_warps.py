@@ -1,0 +1,96 @@
+"""Late warps (grader/execute/late_warps.py): every kernel the grader compiles can have every other warp held
+back, so a missing barrier shows on every grading, alone or in a batch.
+
+The text tests run anywhere; the compile test needs nvcc (CI has it); the run tests need a GPU.
+"""
+import re
+import subprocess
+
+import pytest
+from conftest import SUBMISSIONS
+from hardware import needs_gpu, needs_nvcc
+
+from grader.execute.compile import prepare_source, wrap_like_sourcemodule
+from grader.execute.late_warps import HOOK, SKEW_SYMBOL, with_late_warps
+from grader.result import FAILED, PASSED
+
+TILE = 16
+ENTRY = f" {HOOK}();"
+
+
+def test_each_kernel_gets_one_hook_at_its_entry_and_every_line_keeps_its_number():
+    source = (SUBMISSIONS / "ece408_mp3" / "kernel.cu").read_text()  # a kernel, host code and a libwb main
+    hooked = with_late_warps(source)
+    before, after = source.split("\n"), hooked.split("\n")
+    assert len(after) == len(before)
+    changed = [(old, new) for old, new in zip(before, after) if old != new]
+    assert len(changed) == source.count("__global__")
+    for old, new in changed:
+        assert new.replace(ENTRY, "", 1) == old and new.index(ENTRY) == new.index("{") + 1
+
+
+def test_device_and_host_functions_get_no_hook():
+    source = ("__device__ float twice(float x) { return 2 * x; }\n"
+              "void host(void) { }\n"
+              "__global__ void k(float *x) { x[0] = twice(x[0]); }\n")
+    assert with_late_warps(source).count(HOOK) == 1
+    assert f"k(float *x) {{{ENTRY}" in with_late_warps(source)
+
+
+def test_a_file_without_kernels_is_left_as_it_is():
+    assert with_late_warps("int x;\n") == "int x;\n"
+
+
+@needs_nvcc
+def test_every_barrier_of_a_compiled_kernel_is_followed_by_the_hook(tmp_path):
+    """In the PTX: the switch is a module constant, and each bar.sync (two per tile phase) and the
+    kernel's entry branch on it; the student's macro-wrapped barriers (SYNC()) included."""
+    source = (SUBMISSIONS / "good_tile32_macro_sync" / "kernel.cu").read_text()
+    (tmp_path / "kernel.cu").write_text(wrap_like_sourcemodule(prepare_source(source)))
+    subprocess.run(["nvcc", "--ptx", "-arch", "sm_80", "kernel.cu", "-o", "kernel.ptx"], cwd=tmp_path, check=True)
+    ptx = (tmp_path / "kernel.ptx").read_text()
+    assert re.search(rf"\.const \.align 4 \.u32 {SKEW_SYMBOL}", ptx)
+    kernel = ptx[ptx.index(".entry mysgemm"):]
+    barriers = kernel.count("bar.sync")
+    assert barriers == 2
+    switch = re.search(rf"ld\.const\.u32\s+(%r\d+), \[{SKEW_SYMBOL}\]", kernel).group(1)
+    tested = re.search(rf"setp\.eq\.s32\s+(%p\d+), {re.escape(switch)}, 0;", kernel).group(1)
+    assert kernel.count(f"@{tested} bra") == barriers + 1  # entry and after each barrier
+
+
+@pytest.fixture(scope="module")
+def grade_on_gpu(graders):
+    return graders("gpu")
+
+
+def cases_of(result):
+    return {c.name: c for c in result.checks if c.kind == "case"}
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_missing_load_barrier_fails_every_case_on_the_gpu(grade_on_gpu):
+    cases = cases_of(grade_on_gpu(SUBMISSIONS / "missing_load_barrier"))
+    assert [name for name, case in cases.items() if case.status != FAILED] == []
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_missing_use_barrier_fails_every_case_with_a_next_phase_on_the_gpu(grade_on_gpu):
+    for name, case in cases_of(grade_on_gpu(SUBMISSIONS / "missing_use_barrier")).items():
+        # one phase: nothing is overwritten, and the kernel is right
+        assert case.status == (FAILED if case.metrics["k"] > TILE else PASSED), name
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_racy_kernel_gets_the_same_verdicts_every_time_on_the_gpu(grade_on_gpu, config_file):
+    from conftest import make_grader
+
+    fresh = make_grader(config_file, "gpu")  # not the cached result of the tests above
+
+    def verdicts(result):
+        return {name: case.status for name, case in cases_of(result).items()}
+
+    for name in ("missing_load_barrier", "barrier_in_comment"):
+        assert verdicts(fresh(SUBMISSIONS / name)) == verdicts(grade_on_gpu(SUBMISSIONS / name)), name
