@@ -81,6 +81,54 @@ class GpuBusy:
         return sum(self.samples) / len(self.samples) / 100 if self.samples else None
 
 
+class CpuUse:
+    """Where the host's CPU went while the batch ran: busy fraction of all cores (/proc/stat), and CPU seconds
+    by program name, from every process seen (/proc/PID/stat, sampled every 100 ms; a process that lives
+    less than that is missed, so the names' sum is a lower bound)."""
+
+    def __init__(self):
+        self.last: dict[tuple[int, str], tuple[str, float]] = {}  # (pid, start) -> (name, CPU s when last seen)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _busy_idle() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + fields[4]
+        return sum(fields[:8]) - idle, idle
+
+    def _sample(self) -> None:
+        while not self.stop.wait(0.1):
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    stat = Path(entry.path, "stat").read_text()
+                except OSError:
+                    continue
+                name = stat[stat.index("(") + 1:stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2:].split()
+                self.last[int(entry.name), fields[19]] = (name, (int(fields[11]) + int(fields[12])) / self.tick)
+
+    def __enter__(self):
+        self.start = self._busy_idle()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        busy, idle = (now - then for now, then in zip(self._busy_idle(), self.start))
+        self.busy_fraction = busy / max(busy + idle, 1)
+
+    def by_name(self) -> Counter:
+        seconds = Counter()
+        for name, cpu in self.last.values():
+            seconds[name] += cpu
+        return seconds
+
+
 SANITIZE = "--no-sanitize" not in sys.argv
 
 
@@ -103,7 +151,7 @@ def main() -> int:
         students = generate(work / "class", count)
         config = config_with_cache(work / "cache", work)
         started = time.perf_counter()
-        with GpuBusy() as busy:
+        with GpuBusy() as busy, CpuUse() as cpu:
             try:
                 subprocess.run([sys.executable, "-m", "grader", "batch", str(work / "class"), "-o",
                                 str(work / "out"), "--config", str(config), "--backend", "gpu",
@@ -119,6 +167,9 @@ def main() -> int:
             print(f"FAILED: {len(results)} of {count} graded")
             return 1
         report(list(results.values()), wall, cores, busy.fraction())
+        top = ", ".join(f"{name} {seconds:.0f}" for name, seconds in cpu.by_name().most_common(10))
+        print(f"  CPU busy: {cpu.busy_fraction:.0%} of {cores} cores over the wall; "
+              f"CPU s by program (lower bound): {top}")
         max_ratio = load_config(config).timing.max_ratio
         sample = random.Random(11).sample(students, min(sample_size, len(students)))
         differing = 0

@@ -34,6 +34,7 @@ from . import __version__, truths
 from .cases import Case
 from .config import Config
 from .execute.runner import Placement
+from .execute.sandbox import ONE_BLAS_THREAD
 from .intake import Entry, Intake, Refusal, discover
 from .pipeline import CPU, GPU, RunPlan, device_lock, not_graded
 from .report.exports import ExportOptions, class_files
@@ -169,7 +170,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
 def _worker_environment() -> dict[str, str]:
     """A worker grades one student; the batch's parallelism is its workers. numpy's BLAS threads in each
     would only fight the students' compilers and the GPU's holder for the cores."""
-    return {**os.environ, **dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), "1")}
+    return {**os.environ, **ONE_BLAS_THREAD}
 
 
 class Workers:

@@ -49,6 +49,8 @@ PROBE_TRIES = 3
 ALLOWED = frozenset({"PATH", "LANG", "LC_ALL", "LC_CTYPE", "CXX", "CC", "CUDA_ROOT", "CUDA_HOME",
                      "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"})
 ALLOWED_PREFIXES = ("NVIDIA_", "CUDA_")
+# A child's numpy needs no thread pool: OpenBLAS would start one per core in each of a batch's processes.
+ONE_BLAS_THREAD = dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), "1")
 OUTPUT_FILE_BYTES = 256 << 20  # the largest case output is a few MB; a printf flood stops here
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # grader/
 PACKAGE_ROOT = PACKAGE_DIR.parent  # what PYTHONPATH names, so children import this very grader
@@ -325,6 +327,7 @@ def child_environment(workdir: str, extra: dict[str, str]) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if (key in ALLOWED or key.startswith(ALLOWED_PREFIXES)) and not key.startswith("SGEMM_GRADER")}
     env.update(extra)
+    env.update(ONE_BLAS_THREAD)
     env["HOME"] = env["TMPDIR"] = str(workdir)  # caches (pytools, nvcc) land in the throw-away folder
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"

@@ -1,0 +1,153 @@
+"""What one compute-sanitizer tool run costs in CPU, next to what else a batch spends per student (GPU host).
+
+Usage: python3 bench/sanitizer_cost.py [RUNS] [--side-by-side N,N,...] [--only NAME] [NAME=VALUE ...]
+                                      [-- EXTRA TOOL OPTIONS ...]
+One at a time on a quiet machine, outside the sandbox (only the grader's reference kernel runs, never a
+student's): the launch program alone, each tool as the grader runs it (and with the extra options, if
+given), nvcc on a corpus kernel as the GPU child compiles it, and a GPU child's CUDA start-up. CPU is
+user + system time of the process and everything it waited for (RUSAGE_CHILDREN), so the figures add
+up to what a 16-core host can do per second. --side-by-side runs N copies of each tool run (and of the
+launch program alone) at once, RUNS times each, and prints runs per second: whether tool runs on one GPU
+scale with the cores or queue on something else; --only keeps one of those runs (launch, racecheck, …).
+NAME=VALUE sets an environment variable for every measured run (e.g. CUDA_DEVICE_MAX_CONNECTIONS=1).
+"""
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from statistics import median
+
+from benchlib import ROOT
+
+from grader.diagnose.launcher import launcher
+from grader.diagnose.run import TOOLS, sanitizer_path, shape_for
+from grader.execute.compile import prepare_source, reference_module_source, wrap_like_sourcemodule
+
+
+def cpu_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measured(command: list[str], protocol: bool = False, cwd: str | None = None) -> tuple[float, float, bool]:
+    """(wall s, CPU s, whether the kernel launched) of one run of command."""
+    fds: tuple[int, ...] = ()
+    if protocol:  # the launch program's event and control pipes, answered in advance
+        read_fd, write_fd = os.pipe()
+        control_read, control_write = os.pipe()
+        os.write(control_write, b"go\n")
+        command, fds = [*command, str(write_fd), str(control_read)], (write_fd, control_read)
+    before, started = cpu_children(), time.perf_counter()
+    proc = subprocess.Popen(command, pass_fds=fds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    events = b""
+    if protocol:
+        for fd in fds:
+            os.close(fd)
+        while chunk := os.read(read_fd, 65536):
+            events += chunk
+        os.close(read_fd)
+        os.close(control_write)
+    proc.wait()
+    return time.perf_counter() - started, cpu_children() - before, b'"launched"' in events or not protocol
+
+
+def report(label: str, runs: list[tuple[float, float, bool]]) -> None:
+    walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
+    launched = sum(r[2] for r in runs)
+    print(f"{label:48s} wall {median(walls):6.2f} s  CPU {median(cpus):6.2f} s  (median of {len(runs)}, "
+          f"launched {launched}/{len(runs)})", flush=True)
+
+
+def side_by_side(label: str, command: list[str], copies: int, runs: int) -> None:
+    """copies threads, each running command runs times back to back: runs per second and the median run."""
+    before, started = cpu_children(), time.perf_counter()
+    with ThreadPoolExecutor(copies) as pool:
+        results = list(pool.map(lambda _: measured(command, protocol=True), range(copies * runs)))
+    wall, cpu = time.perf_counter() - started, cpu_children() - before
+    per_run = median(r[0] for r in results)
+    print(f"{label:40s} x{copies:<3d} {len(results) / wall:6.2f} runs/s, median run {per_run:6.2f} s,"
+          f" CPU {cpu / len(results):5.2f} s per run, launched {sum(r[2] for r in results)}/{len(results)}", flush=True)
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    extra = args[args.index("--") + 1:] if "--" in args else []
+    args = args[:args.index("--")] if "--" in args else args
+    copies = [int(c) for c in args[args.index("--side-by-side") + 1].split(",")] if "--side-by-side" in args else []
+    runs = int(args[0]) if args and args[0].isdigit() else 3
+    only = args[args.index("--only") + 1] if "--only" in args else ""
+    os.environ.update(arg.split("=", 1) for arg in args if "=" in arg)
+    tool = sanitizer_path()
+    with tempfile.TemporaryDirectory() as work:
+        arch = subprocess.run([sys.executable, "-c", "import pycuda.driver as c; c.init(); "
+                               "print('sm_%d%d' % c.Device(0).compute_capability())"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        reference = (ROOT / "reference" / "kernel.cu").read_text()
+        Path(work, "ref.cu").write_text(wrap_like_sourcemodule(reference_module_source(reference)))
+        subprocess.run(["nvcc", "--cubin", "-lineinfo", "-arch", arch, "ref.cu", "-o", "ref.cubin"], cwd=work,
+                       check=True)
+        program = launcher(Path(work))
+        m, n, k = shape_for(16)
+        launch = [str(program), str(Path(work, "ref.cubin")), "mysgemm", "m,n,k,A,B,C", "16", str(m), str(n), str(k)]
+        if copies:
+            commands = {"launch program alone": launch}
+            for name, options in TOOLS.items():
+                commands[name] = [tool, "--tool", name, *options, "--show-backtrace", "no", *launch]
+                if extra:
+                    commands[f"{name} {' '.join(extra)}"] = [*commands[name][:-len(launch)], *extra, *launch]
+            for label, command in commands.items():
+                if only and not label.startswith(only):
+                    continue
+                for count in copies:
+                    side_by_side(label, command, count, runs)
+            return
+        report("launch program alone", [measured(launch, protocol=True) for _ in range(runs)])
+        for name, options in TOOLS.items():
+            base = [tool, "--tool", name, *options, "--show-backtrace", "no", "--print-limit", "50"]
+            report(f"{name} (as the grader runs it)", [measured([*base, *launch], protocol=True) for _ in range(runs)])
+            if extra:
+                report(f"{name} {' '.join(extra)}", [measured([*base, *extra, *launch], protocol=True)
+                                                     for _ in range(runs)])
+        student = (ROOT / "tests" / "submissions" / "good_basic" / "kernel.cu").read_text()
+        for index in range(runs):  # each text unique, as in a class
+            Path(work, f"s{index}.cu").write_text(wrap_like_sourcemodule(prepare_source(student + f"// {index}\n")))
+        report("nvcc --cubin of a student kernel", [
+            measured(["nvcc", "--cubin", "-lineinfo", "-arch", arch, f"s{index}.cu", "-o", f"s{index}.cubin"],
+                     cwd=work) for index in range(runs)])
+        for label, code, threads in [
+                ("python + numpy", "import numpy", ""),
+                ("python + numpy, one BLAS thread", "import numpy", "1"),
+                ("python + numpy + pycuda, cuInit", "import numpy, pycuda.driver as c; c.init()", "1"),
+                ("GPU child start-up (python, pycuda, context)", "import numpy, pycuda.driver as c; c.init(); "
+                 "x = c.Device(0).make_context(); x.pop()", ""),
+                ("the same, one BLAS thread", "import numpy, pycuda.driver as c; c.init(); "
+                 "x = c.Device(0).make_context(); x.pop()", "1")]:
+            with blas_threads(threads):
+                report(label, [measured([sys.executable, "-c", code]) for _ in range(runs)])
+
+
+@contextmanager
+def blas_threads(count: str):
+    saved = {name: os.environ.pop(name, None) for name in BLAS_THREADS}
+    os.environ.update(dict.fromkeys(BLAS_THREADS, count) if count else {})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
+
+
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+if __name__ == "__main__":
+    main()
