@@ -38,6 +38,7 @@ MIX = [("good_basic", 90), ("good_tile8_renamed", 30), ("good_tile32_macro_sync"
 
 def generate(folder: Path, count: int, mix: list[tuple[str, int]] = MIX) -> list[Path]:
     names = [name for name, share in mix for _ in range(share)]
+    random.Random(7).shuffle(names)  # any first COUNT has the mix's kinds, not only its first ones
     students = []
     for index in range(count):
         name = names[index % len(names)]

@@ -1,7 +1,7 @@
 """What one compute-sanitizer tool run costs in CPU, next to what else a batch spends per student (GPU host).
 
-Usage: python3 bench/sanitizer_cost.py [RUNS] [--side-by-side N,N,...] [--only NAME] [NAME=VALUE ...]
-                                      [-- EXTRA TOOL OPTIONS ...]
+Usage: python3 bench/sanitizer_cost.py [RUNS] [--side-by-side N,N,...] [--only NAME] [--kernel SUBMISSION]
+                                      [--shape M,N,K] [NAME=VALUE ...] [-- EXTRA TOOL OPTIONS ...]
 One at a time on a quiet machine, outside the sandbox (only the grader's reference kernel runs, never a
 student's): the launch program alone, each tool as the grader runs it (and with the extra options, if
 given), nvcc on a corpus kernel as the GPU child compiles it, and a GPU child's CUDA start-up. CPU is
@@ -10,6 +10,8 @@ up to what a 16-core host can do per second. --side-by-side runs N copies of eac
 launch program alone) at once, RUNS times each, and prints runs per second: whether tool runs on one GPU
 scale with the cores or queue on something else; --only keeps one of those runs (launch, racecheck, …).
 NAME=VALUE sets an environment variable for every measured run (e.g. CUDA_DEVICE_MAX_CONNECTIONS=1).
+--kernel runs a corpus submission's kernel (tile 16) instead of the reference's, --shape on another shape
+than the grader's; an extra option replaces the grader's own of that name.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from statistics import median
 from benchlib import ROOT
 
 from grader.diagnose.launcher import launcher
-from grader.diagnose.run import TOOLS, sanitizer_path, shape_for
+from grader.diagnose.run import TOOLS, ragged_shape, sanitizer_path
 from grader.execute.compile import prepare_source, reference_module_source, wrap_like_sourcemodule
 
 
@@ -83,6 +85,8 @@ def main() -> None:
     copies = [int(c) for c in args[args.index("--side-by-side") + 1].split(",")] if "--side-by-side" in args else []
     runs = int(args[0]) if args and args[0].isdigit() else 3
     only = args[args.index("--only") + 1] if "--only" in args else ""
+    kernel = args[args.index("--kernel") + 1] if "--kernel" in args else ""
+    shape = args[args.index("--shape") + 1].split(",") if "--shape" in args else [str(x) for x in ragged_shape(16)]
     os.environ.update(arg.split("=", 1) for arg in args if "=" in arg)
     tool = sanitizer_path()
     with tempfile.TemporaryDirectory() as work:
@@ -94,12 +98,18 @@ def main() -> None:
         subprocess.run(["nvcc", "--cubin", "-lineinfo", "-arch", arch, "ref.cu", "-o", "ref.cubin"], cwd=work,
                        check=True)
         program = launcher(Path(work))
-        m, n, k = shape_for(16)
-        launch = [str(program), str(Path(work, "ref.cubin")), "mysgemm", "m,n,k,A,B,C", "16", str(m), str(n), str(k)]
+        cubin = Path(work, "ref.cubin")
+        if kernel:
+            source = (ROOT / "tests" / "submissions" / kernel / "kernel.cu").read_text()
+            Path(work, "student.cu").write_text(wrap_like_sourcemodule(prepare_source(source)))
+            subprocess.run(["nvcc", "--cubin", "-lineinfo", "-arch", arch, "student.cu", "-o", "student.cubin"],
+                           cwd=work, check=True)
+            cubin = Path(work, "student.cubin")
+        launch = [str(program), str(cubin), "mysgemm", "m,n,k,A,B,C", "16", *shape]
         if copies:
             commands = {"launch program alone": launch}
-            for name, options in TOOLS.items():
-                commands[name] = [tool, "--tool", name, *options, "--show-backtrace", "no", *launch]
+            for name, spec in TOOLS.items():
+                commands[name] = [tool, "--tool", name, *spec.options, "--show-backtrace", "no", *launch]
                 if extra:
                     commands[f"{name} {' '.join(extra)}"] = [*commands[name][:-len(launch)], *extra, *launch]
             for label, command in commands.items():
@@ -108,13 +118,19 @@ def main() -> None:
                 for count in copies:
                     side_by_side(label, command, count, runs)
             return
-        report("launch program alone", [measured(launch, protocol=True) for _ in range(runs)])
-        for name, options in TOOLS.items():
-            base = [tool, "--tool", name, *options, "--show-backtrace", "no", "--print-limit", "50"]
+        if not only:
+            report("launch program alone", [measured(launch, protocol=True) for _ in range(runs)])
+        for name, spec in TOOLS.items():
+            if only and not name.startswith(only):
+                continue
+            base = [tool, "--tool", name, *without(list(spec.options), extra), "--show-backtrace", "no",
+                    "--print-limit", "50"]
             report(f"{name} (as the grader runs it)", [measured([*base, *launch], protocol=True) for _ in range(runs)])
             if extra:
                 report(f"{name} {' '.join(extra)}", [measured([*base, *extra, *launch], protocol=True)
                                                      for _ in range(runs)])
+        if only:
+            return
         student = (ROOT / "tests" / "submissions" / "good_basic" / "kernel.cu").read_text()
         for index in range(runs):  # each text unique, as in a class
             Path(work, f"s{index}.cu").write_text(wrap_like_sourcemodule(prepare_source(student + f"// {index}\n")))
@@ -131,6 +147,20 @@ def main() -> None:
                  "x = c.Device(0).make_context(); x.pop()", "1")]:
             with blas_threads(threads):
                 report(label, [measured([sys.executable, "-c", code]) for _ in range(runs)])
+
+
+def without(options: list[str], extra: list[str]) -> list[str]:
+    """The grader's options for a tool, minus those (with their values) that extra gives again."""
+    kept, skip = [], False
+    for index, option in enumerate(options):
+        if skip:
+            skip = False
+            continue
+        if option in extra:
+            skip = index + 1 < len(options) and not options[index + 1].startswith("--")
+            continue
+        kept.append(option)
+    return kept
 
 
 @contextmanager

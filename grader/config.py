@@ -121,9 +121,15 @@ class TimeoutsConfig:
     max_restarts: int = 2
     # Each compute-sanitizer tool, on its small shape (a deadlock never ends under it either).
     sanitizer_s: float = 15.0
+    # Of which the launch itself: the GPU is held alone meanwhile, so this is what a hung kernel costs a
+    # batch. Instrumented, a launch is slower (racecheck of a racy kernel: about 1.5 s on an H100).
+    sanitizer_launch_s: float = 5.0
+    # On the GPU, one case: its launches take milliseconds for a correct kernel, slow or not. The GPU is
+    # held alone meanwhile, so this is what a hung kernel costs a batch, per case it hangs in.
+    gpu_hang_s: float = 3.0
 
     def validate(self):
-        for key in ("compile_s", "run_s", "sanitizer_s"):
+        for key in ("compile_s", "run_s", "sanitizer_s", "sanitizer_launch_s", "gpu_hang_s"):
             if getattr(self, key) <= 0:
                 return key, "must be positive"
         if self.max_restarts < 0:

@@ -180,8 +180,9 @@ def _take_run(result: SubmissionResult, run: RunEvents) -> None:
 def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan) -> CheckResult:
     if not run.compile_check.passed or not run.tile_size:
         return skipped(SANITIZER_NAME, SANITIZER, 0, "not run: the kernel did not compile")
+    timeouts = config.timeouts
     return sanitize(SanitizerRun(run.student_cubin, config.kernel.name, config.kernel.args, run.tile_size,
-                                 submission.source, config.timeouts.sanitizer_s),
+                                 submission.source, timeouts.sanitizer_s, timeouts.sanitizer_launch_s),
                     placement_of(plan, config), sandbox_of(plan), config.cache_dir)
 
 
@@ -260,7 +261,8 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     try:
         job = _job(submission, config, cases, workdir, sandbox, timed=backend == GPU)
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
-                        run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts)
+                        run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
+                        case_s=config.timeouts.gpu_hang_s if backend == GPU else None)
         program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
         run = RunEvents(config, cases, Path(workdir), timed=job.timing is not None)
         for event in run_job(job, limits, run.timing_turn, program, placement_of(plan, config)):

@@ -98,6 +98,22 @@ def test_phase_deadlines_are_per_phase(tmp_path):
     assert kinds == ["case", "done", "output"]
 
 
+def test_a_case_has_its_own_limit_where_one_is_set_and_timing_keeps_run_s(tmp_path):
+    """On the GPU a case is milliseconds and holds the GPU alone: a hang there is cut at case_s, while the
+    timing phase keeps run_s."""
+    body = """
+    send("phase", phase="timing")
+    time.sleep(0.6)  # longer than case_s, shorter than run_s
+    send("phase", phase="case", case="one")
+    time.sleep(60)
+    """
+    limits = Limits(startup_s=5, compile_s=5, run_s=1, max_restarts=0, case_s=0.3)
+    started = time.monotonic()
+    events = events_of(tmp_path, body, limits=limits, cases=("one",))
+    assert events[0] == {"event": "timeout", "phase": "case", "case": "one", "limit_s": 0.3}
+    assert time.monotonic() - started < 3
+
+
 def test_child_dying_without_a_word_is_a_crash(tmp_path):
     body = """
     send("phase", phase="case", case="two")
@@ -419,3 +435,4 @@ def test_emulated_cases_share_the_cpu_while_a_gpu_is_used_by_one_at_a_time(tmp_p
     held = gpu.turn("case")
     threading.Timer(0.5, held.release).start()
     assert gpu.turn("case").waited_s >= 0.4  # a racy kernel runs alone, as it does when graded alone
+

@@ -57,9 +57,15 @@ def test_a_correct_kernel_is_clean_and_fast(diagnose):
     assert max(check.metrics[f"{tool}_s"] for tool in ("racecheck", "memcheck", "synccheck")) < 30
 
 
-def test_a_deadlocking_barrier_costs_the_time_limit_and_is_explained(diagnose):
+def test_a_deadlocking_barrier_holds_the_gpu_only_for_the_hang_limit_and_is_explained(diagnose, setup):
+    """Every tool's launch hangs; each holds the GPU (nobody else may use it) for sanitizer_launch_s, not for
+    the tool's whole time limit."""
+    config, _ = setup
+    limit = config.timeouts.sanitizer_launch_s
     check = diagnose("conditional_barrier")
     assert check.status == FAILED and "__syncthreads()" in check.message
+    assert f"the kernel did not finish in {limit:g} s" in check.message, check.message
+    assert check.metrics["turn_held_s"] < 3 * (limit + 2)
     print(check.message)  # whether synccheck named line 21 before the hang, for the record
 
 
@@ -90,7 +96,7 @@ def test_a_kernel_that_never_ran_under_the_tools_is_an_error_not_a_pass(setup, t
     module = next(config.cache_dir.rglob("*.cubin"))
     shutil.copy(module, tmp_path / "kernel.cubin")
     check = sanitize(SanitizerRun(str(tmp_path / "kernel.cubin"), "no_such_kernel", ["m", "n", "k", "A", "B", "C"],
-                                  16, "", 20), Placement(), sandbox_of(RunPlan(GPU)), config.cache_dir)
+                                  16, "", 20, 3), Placement(), sandbox_of(RunPlan(GPU)), config.cache_dir)
     assert check.status == ERROR and "not launched" in check.message and "found nothing" not in check.message
 
 

@@ -1,13 +1,14 @@
-"""Sanitizer diagnosis: the kernel on one small, ragged shape under compute-sanitizer, told in student terms.
+"""Sanitizer diagnosis: the kernel on small shapes under compute-sanitizer, told in student terms.
 
-racecheck (shared-memory hazards), memcheck with padding (out-of-bounds accesses) and synccheck
-(divergent barriers) run side by side, each in the sandbox, each watching one launch of the module the
-GPU run built (same compile options, same parameter order) by launch_kernel.c. Each has the device
-alone for its launch (device_lock.py), so nobody's kernel shares the GPU with it, and its time limit
-counts its own work only. Their text summaries are parsed (sanitizer_log.py). A tool's silence is
-trusted only when the launch demonstrably happened under it, it ended with status 0 and its summary was
-read; anything less is an error with its reason, never "found nothing". Worth no points; it says what to
-fix.
+racecheck (shared-memory hazards, on one block), memcheck with padding (out-of-bounds accesses) and
+synccheck (divergent barriers), both on a small ragged shape, run side by side, each in the sandbox, each
+watching one launch of the module the GPU run built (same compile options, same parameter order) by
+launch_kernel.c. Each has the device alone for its launch (device_lock.py), so nobody's kernel shares the
+GPU with it; its time limit counts its own work only, and the launch, which holds the GPU, has a shorter
+one of its own (config: sanitizer_launch_s). Their text summaries are parsed (sanitizer_log.py). A
+tool's silence is trusted only when the launch demonstrably happened under it, it ended with status 0
+and its summary was read; anything less is an error with its reason, never "found nothing". Worth no
+points; it says what to fix.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ..execute.deadline import Deadline
 from ..execute.device_lock import Turn
@@ -31,7 +33,32 @@ from .launcher import LauncherUnavailable, launcher
 from .sanitizer_log import describe, parse, syncthreads_lines
 
 NAME = "compute-sanitizer"
-TOOLS = {"racecheck": ["--racecheck-report", "hazard"], "memcheck": ["--padding", "32"], "synccheck": []}
+
+
+def ragged_shape(tile: int) -> tuple[int, int, int]:
+    """2×2 blocks, ragged in m and n, and k three tiles and a bit: every edge and phase kind, few threads."""
+    return tile + 3, tile + 5, 3 * tile + 2
+
+
+def one_block_shape(tile: int) -> tuple[int, int, int]:
+    """One block, and k two tiles and a bit: a race is between threads of a block, in a phase or across
+    two; more blocks only add hazards to record, and racecheck records each through the host while the
+    GPU is held (a racy kernel on the ragged shape held it 3.5 s on an H100, on this one under 1.5 s)."""
+    return tile, tile, 2 * tile + 2
+
+
+@dataclass(frozen=True)
+class Tool:
+    options: tuple[str, ...]
+    shape: Callable[[int], tuple[int, int, int]]
+
+
+TOOLS = {
+    # racecheck's analysis threads: by default one per core in every run, which side-by-side runs fight over
+    "racecheck": Tool(("--racecheck-report", "hazard", "--racecheck-num-workers", "1"), one_block_shape),
+    "memcheck": Tool(("--padding", "32"), ragged_shape),
+    "synccheck": Tool((), ragged_shape),
+}
 FOUND_ERRORS_EXIT = 86  # the tool's exit status when it reported errors (--error-exitcode)
 LOG_BYTES = 4 << 20
 EXIT_GRACE_S = 10.0  # for the tool to write its report after the launch program ended
@@ -47,6 +74,7 @@ class SanitizerRun:
     tile: int
     source: str  # the student's file, for the lines of its barriers
     timeout_s: float  # each tool's own time
+    launch_s: float  # of which the launch itself, while the GPU is held for it (config: sanitizer_launch_s)
 
 
 @dataclass
@@ -64,11 +92,6 @@ def sanitizer_path() -> str | None:
         (p for p in ("/usr/local/cuda/bin/compute-sanitizer",) if Path(p).is_file()), None)
 
 
-def shape_for(tile: int) -> tuple[int, int, int]:
-    """2×2 blocks, ragged in m and n, and k three tiles and a bit: every phase kind, few threads to watch."""
-    return tile + 3, tile + 5, 3 * tile + 2
-
-
 def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_dir: Path) -> CheckResult:
     tool_path = sanitizer_path()
     if tool_path is None:
@@ -79,7 +102,6 @@ def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_di
         program = launcher(cache_dir)
     except LauncherUnavailable as error:
         return errored(NAME, SANITIZER, 0, f"grader error: {error}")
-    m, n, k = shape_for(run.tile)
     with scratch_folder("sgemm-sanitize-") as root:
         inputs = root / "inputs"  # read-only for the tools: each writes only into a folder of its own
         inputs.mkdir(mode=0o755)
@@ -87,22 +109,24 @@ def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_di
         shutil.copy(program, inputs / "launch_kernel")
         (inputs / "kernel.cubin").chmod(0o644)
         (inputs / "launch_kernel").chmod(0o755)
-        launch = [str(inputs / "launch_kernel"), str(inputs / "kernel.cubin"), run.kernel_name,
-                  ",".join(run.arg_order), str(run.tile), str(m), str(n), str(k)]
+        program_and_module = [str(inputs / "launch_kernel"), str(inputs / "kernel.cubin"), run.kernel_name,
+                              ",".join(run.arg_order), str(run.tile)]
         barriers = syncthreads_lines(run.source)
 
         def one(tool: str) -> ToolRun:
-            return _run_tool(tool, tool_path, launch, root, inputs, run.timeout_s, placement, sandbox, barriers)
+            launch = [*program_and_module, *map(str, TOOLS[tool].shape(run.tile))]
+            return _run_tool(tool, tool_path, launch, root, inputs, run, placement, sandbox, barriers)
 
         with ThreadPoolExecutor(len(TOOLS)) as pool:
             tools = list(pool.map(one, TOOLS))
-    return _verdict(tools, (m, n, k))
+    return _verdict(tools, run.tile)
 
 
-def _verdict(tools: list[ToolRun], shape: tuple[int, int, int]) -> CheckResult:
-    m, n, k = shape
+def _verdict(tools: list[ToolRun], tile: int) -> CheckResult:
+    m, n, k = ragged_shape(tile)
     metrics = {f"{t.tool}_s": round(t.seconds, 2) for t in tools}
-    metrics |= {"m": m, "n": n, "k": k, "turn_wait_s": round(sum(t.waited_s for t in tools), 3),
+    metrics |= {"m": m, "n": n, "k": k, "racecheck_shape": "×".join(map(str, one_block_shape(tile))),
+                "turn_wait_s": round(sum(t.waited_s for t in tools), 3),
                 "turn_held_s": round(sum(t.held_s for t in tools), 3)}
     sentences = list(dict.fromkeys(s for t in tools for s in t.sentences))
     problems = [f"{t.tool}: {t.problem}" for t in tools if t.problem]
@@ -113,22 +137,22 @@ def _verdict(tools: list[ToolRun], shape: tuple[int, int, int]) -> CheckResult:
                        metrics=metrics)
     if sentences:
         return failed(NAME, SANITIZER, 0, "\n".join(sentences), metrics=metrics)
-    return passed(NAME, SANITIZER, 0, f"racecheck, memcheck and synccheck found nothing on {m}×{n}×{k}",
-                  metrics=metrics)
+    return passed(NAME, SANITIZER, 0, f"racecheck ({metrics['racecheck_shape']}), memcheck and synccheck "
+                  f"({m}×{n}×{k}) found nothing", metrics=metrics)
 
 
-def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: Path, timeout_s: float,
+def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: Path, run: SanitizerRun,
               placement: Placement, sandbox: Sandbox, barriers: list[int]) -> ToolRun:
     started = time.perf_counter()
     work = root / tool
     work.mkdir()
     # The tool's report goes to a file of its own: the kernel's printf cannot forge sanitizer lines.
     log = work / f"{tool}.log"
-    command = [tool_path, "--tool", tool, *TOOLS[tool], "--show-backtrace", "no", "--print-limit", "50",
+    command = [tool_path, "--tool", tool, *TOOLS[tool].options, "--show-backtrace", "no", "--print-limit", "50",
                "--error-exitcode", str(FOUND_ERRORS_EXIT), "--log-file", str(log), *launch]
     confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True, readable=(inputs,), nice=BACKGROUND_NICE)
     watched = _watch(command, confinement, sandbox, child_environment(str(work), placement.environment()),
-                     timeout_s, placement)
+                     run.timeout_s, run.launch_s, placement)
     result = ToolRun(tool, seconds=time.perf_counter() - started, waited_s=watched.waited_s,
                      held_s=watched.held_s)
     report = parse(tool, _read(log))
@@ -141,8 +165,11 @@ def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: 
         # What the tool logged before the kernel hung is still true (synccheck may have seen the divergent
         # barrier that hangs it).
         m, n, k = launch[-3:]
-        found.append(f"{tool} timed out after {timeout_s:g} s: the kernel did not finish on a {m}×{n}×{k} "
-                     "problem (threads waiting at a __syncthreads() others never reach?)")
+        if watched.in_launch:
+            found.append(f"under {tool} the kernel did not finish in {run.launch_s:g} s on a {m}×{n}×{k} problem "
+                         "(threads waiting at a __syncthreads() others never reach?)")
+        else:
+            found.append(f"{tool} timed out after {run.timeout_s:g} s on a {m}×{n}×{k} problem")
     elif watched.protocol_error:
         found.append(f"the kernel's process broke the grader's protocol under {tool} ({watched.protocol_error})")
     elif launched is None:
@@ -163,15 +190,17 @@ class Watched:
     events: list[dict]
     returncode: int | None
     timed_out: bool = False
+    in_launch: bool = False  # it timed out during the kernel's launch (the GPU held for it)
     protocol_error: str = ""
     waited_s: float = 0.0
     held_s: float = 0.0
 
 
 def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: dict[str, str], timeout_s: float,
-           placement: Placement) -> Watched:
+           launch_s: float, placement: Placement) -> Watched:
     """Run the tool over the launch program, which speaks the protocol on a pipe (its last two arguments):
-    its events, its exit status, and whether its own time ran out."""
+    its events, its exit status, and whether its own time ran out: timeout_s in all, but launch_s from the
+    GPU turn to the launch's end (a hung kernel holds the GPU that long, and nobody else can use it)."""
     read_fd, write_fd = os.pipe()
     control_read, control_write = os.pipe()
     proc = sandbox.popen([*command, str(write_fd), str(control_read)], confinement,
@@ -186,12 +215,15 @@ def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: 
                 if placement.lock is not None:
                     set_tree_priority(proc.pid, TURN_NICE)  # the tool's CPU work during the launch holds the GPU
                 turn = _turn(placement)
-                deadline.restart(timeout_s)  # the wait was not the kernel's time
+                deadline.restart(launch_s)  # the wait was not the kernel's time
                 os.write(control_write, b"go\n")
+                events.append(event)
                 continue
-            if event["event"] == "launched" and turn is not None:
-                turn.release()  # done with the GPU: the rest is the tool writing its report
-                set_tree_priority(proc.pid, BACKGROUND_NICE)
+            if event["event"] == "launched":
+                deadline.restart(timeout_s)  # done with the GPU: the rest is the tool writing its report
+                if turn is not None:
+                    turn.release()
+                    set_tree_priority(proc.pid, BACKGROUND_NICE)
             events.append(event)
         proc.wait(timeout=max(deadline.remaining(), EXIT_GRACE_S))
         if turn is not None:
@@ -199,7 +231,12 @@ def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: 
         return Watched(events, proc.returncode, waited_s=turn.waited_s if turn else 0.0,
                        held_s=turn.held_s if turn else 0.0)
     except (TimedOut, subprocess.TimeoutExpired):
-        return Watched(events, None, timed_out=True)
+        kill_group(proc)  # before the turn is given back: a hung kernel leaves the GPU with its process
+        launching = {e["event"] for e in events} & {"await_device", "launched"} == {"await_device"}
+        if turn is not None:
+            turn.release()
+        return Watched(events, None, timed_out=True, in_launch=launching, waited_s=turn.waited_s if turn else 0.0,
+                       held_s=turn.held_s if turn else 0.0)
     except (ProtocolError, BrokenPipeError) as error:
         return Watched(events, None, protocol_error=str(error) or "its pipe closed early")
     finally:
