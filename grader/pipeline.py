@@ -99,8 +99,8 @@ def device_lock(config: Config, gpu: int | str | None) -> DeviceLock:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
         gpu = visible or "0"
     if gpu == CPU:
-        return DeviceLock(config.cache_dir / "turns", CPU, cases_share=True)
-    return DeviceLock(config.cache_dir / "turns", f"gpu{gpu}")
+        return DeviceLock(config.cache_dir / "turns", CPU, shared_kinds=frozenset({"case"}))
+    return DeviceLock(config.cache_dir / "turns", f"gpu{gpu}", shared_kinds=frozenset({"sanitizer"}))
 
 
 def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:

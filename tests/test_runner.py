@@ -427,7 +427,7 @@ def test_emulated_cases_share_the_cpu_while_a_gpu_is_used_by_one_at_a_time(tmp_p
 
     from grader.execute.device_lock import DeviceLock
 
-    cpu = DeviceLock(tmp_path, "cpu", cases_share=True)
+    cpu = DeviceLock(tmp_path, "cpu", shared_kinds=frozenset({"case"}))
     first, second = cpu.turn("case"), cpu.turn("case")  # granted together
     assert first.waited_s < 0.2 and second.waited_s < 0.2
     first.release(), second.release()
@@ -436,3 +436,32 @@ def test_emulated_cases_share_the_cpu_while_a_gpu_is_used_by_one_at_a_time(tmp_p
     threading.Timer(0.5, held.release).start()
     assert gpu.turn("case").waited_s >= 0.4  # a racy kernel runs alone, as it does when graded alone
 
+
+def test_sanitizer_launches_share_the_gpu_but_not_with_a_case_and_cannot_starve_one(tmp_path):
+    """Tools' launches overlap each other; a case (or a timing measurement) waits until they end, and a
+    launch that asks after the case waits behind it, however many launches keep coming."""
+    import threading
+
+    from grader.execute.device_lock import DeviceLock
+
+    gpu = DeviceLock(tmp_path, "gpu0", shared_kinds=frozenset({"sanitizer"}))
+    first, second = gpu.turn("sanitizer"), gpu.turn("sanitizer")  # granted together
+    assert first.waited_s < 0.2 and second.waited_s < 0.2
+    order = []
+
+    def take(kind: str, hold_s: float) -> None:
+        turn = gpu.turn(kind)
+        order.append(kind)
+        time.sleep(hold_s)
+        turn.release()
+
+    case = threading.Thread(target=take, args=("case", 0.3))
+    case.start()
+    time.sleep(0.2)
+    late = threading.Thread(target=take, args=("sanitizer", 0))
+    late.start()
+    time.sleep(0.2)
+    assert order == []  # the case waits for the two launches, the late launch for the case
+    first.release(), second.release()
+    case.join(), late.join()
+    assert order == ["case", "sanitizer"]

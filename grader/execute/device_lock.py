@@ -1,14 +1,17 @@
-"""Turns on a device, across processes: whoever runs anything on it has it alone for that turn.
+"""Turns on a device, across processes: a submission's cases and a timing measurement have it alone.
 
-Why alone, even for correctness runs: kernels of two processes on one GPU are time-sliced, and a racy
-kernel's output depends on where it was preempted. A kernel that races passes or fails by luck; graded
-next to a classmate it must get the luck it gets alone, on a quiet GPU. Turns are short (a submission's
-cases, one timing measurement, one sanitizer launch); the heavy host-side steps (making inputs,
-compiling, judging) happen outside them, so the GPU is seldom idle while someone waits.
+Why alone, even for correctness runs: kernels of two processes on one GPU are time-sliced. A timing
+measurement needs a quiet GPU, and a case's launches must find the GPU as they find it graded alone: the
+poison in shared memory, not a classmate's tiles, is what a racy kernel reads. Launches under a
+sanitizer tool share their turns with each other (not with cases or timing): what a tool finds is its
+analysis of the kernel's accesses and barriers, not the luck of a schedule, and instrumented launches
+are long (racecheck of a racy kernel: over a second), so one at a time they would queue the whole batch.
+Turns are short; the heavy host-side steps (making inputs, compiling, judging) happen outside them.
 
 A flock on one file per device: a holder that dies releases at once, and a batch and a `grade` run on
-the same machine take turns too. Whoever asks measures how long it waited, because waiting is not the
-student's time.
+the same machine take turns too. Whoever asks for the device alone first takes a gate file that sharing
+turns pass through, so sharing turns drain rather than starve it. Whoever asks measures how long it
+waited, because waiting is not the student's time.
 """
 from __future__ import annotations
 
@@ -42,14 +45,25 @@ class DeviceLock:
 
     folder: Path
     device: str
-    # The CPU emulator's cases share their turns: an emulated run's result does not depend on what runs
-    # beside it (its threads are fibers in a fixed order), and a slow student must not hold up the class.
-    cases_share: bool = False
+    # The kinds of turn that share the device with each other (never with the other kinds). On the GPU,
+    # sanitizer launches. The CPU emulator's cases share theirs: an emulated run's result does not depend
+    # on what runs beside it (its threads are fibers in a fixed order), and a slow student must not hold
+    # up the class.
+    shared_kinds: frozenset[str] = frozenset()
 
     def turn(self, kind: str) -> Turn:
-        """Wait until nobody else uses the device (or, for shared cases, nobody holds it alone), then hold it."""
+        """Wait until nobody else uses the device (for a sharing kind: nobody holds it alone), then hold it."""
         started = time.monotonic()
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.folder / f"{self.device}.turn", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_SH if kind == "case" and self.cases_share else fcntl.LOCK_EX)
+        mode = fcntl.LOCK_SH if kind in self.shared_kinds else fcntl.LOCK_EX
+        gate = self._open("gate")
+        try:
+            fcntl.flock(gate, mode)  # held alone by whoever waits for the device alone: nobody passes it
+            fd = self._open("turn")
+            fcntl.flock(fd, mode)
+        finally:
+            os.close(gate)
         return Turn(kind, time.monotonic() - started, fd)
+
+    def _open(self, suffix: str) -> int:
+        return os.open(self.folder / f"{self.device}.{suffix}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
