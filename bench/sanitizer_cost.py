@@ -31,6 +31,7 @@ from benchlib import ROOT
 from grader.diagnose.launcher import launcher
 from grader.diagnose.run import TOOLS, ragged_shape, sanitizer_path
 from grader.execute.compile import prepare_source, reference_module_source, wrap_like_sourcemodule
+from grader.execute.sandbox import ONE_BLAS_THREAD
 
 
 def cpu_children() -> float:
@@ -176,7 +177,7 @@ def blas_threads(count: str):
                 os.environ[name] = value
 
 
-BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+BLAS_THREADS = tuple(ONE_BLAS_THREAD)  # the variables the grader sets for its children
 
 
 if __name__ == "__main__":

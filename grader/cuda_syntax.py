@@ -30,6 +30,15 @@ def parse(source: str) -> Tree:
     return parser().parse(text.encode("utf-8", "replace"))
 
 
+def insert_text(source: str, insertions: list[tuple[int, str]]) -> str:
+    """The source with each (byte offset in its parse, text) inserted. Of two insertions at one offset,
+    the later in the list lands first."""
+    data = source.encode("utf-8", "replace")
+    for position, text in sorted(insertions, key=lambda item: item[0], reverse=True):
+        data = data[:position] + text.encode() + data[position:]
+    return data.decode("utf-8", "replace")
+
+
 # --- preprocessor -------------------------------------------------------------------------------
 
 _DIRECTIVE = re.compile(r"[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b(.*)", re.S)

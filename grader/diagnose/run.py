@@ -226,17 +226,12 @@ def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: 
                     set_tree_priority(proc.pid, BACKGROUND_NICE)
             events.append(event)
         proc.wait(timeout=max(deadline.remaining(), EXIT_GRACE_S))
-        if turn is not None:
-            turn.release()  # no-op when the launch already gave it back
-        return Watched(events, proc.returncode, waited_s=turn.waited_s if turn else 0.0,
-                       held_s=turn.held_s if turn else 0.0)
+        return Watched(events, proc.returncode, **_given_back(turn))
     except (TimedOut, subprocess.TimeoutExpired):
         kill_group(proc)  # before the turn is given back: a hung kernel leaves the GPU with its process
-        launching = {e["event"] for e in events} & {"await_device", "launched"} == {"await_device"}
-        if turn is not None:
-            turn.release()
-        return Watched(events, None, timed_out=True, in_launch=launching, waited_s=turn.waited_s if turn else 0.0,
-                       held_s=turn.held_s if turn else 0.0)
+        kinds = {event["event"] for event in events}
+        in_launch = "await_device" in kinds and "launched" not in kinds
+        return Watched(events, None, timed_out=True, in_launch=in_launch, **_given_back(turn))
     except (ProtocolError, BrokenPipeError) as error:
         return Watched(events, None, protocol_error=str(error) or "its pipe closed early")
     finally:
@@ -245,6 +240,14 @@ def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: 
             turn.release()
         for fd in (read_fd, control_write):
             os.close(fd)
+
+
+def _given_back(turn: Turn | None) -> dict[str, float]:
+    """Release the turn (again: a no-op once the launch gave it back); how long it was waited for and held."""
+    if turn is None:
+        return {}
+    turn.release()
+    return {"waited_s": turn.waited_s, "held_s": turn.held_s}
 
 
 def _turn(placement: Placement) -> Turn | None:

@@ -48,12 +48,7 @@ def skew_for(launch: int) -> int:
 def with_late_warps(source: str) -> str:
     """The prelude is put before the file by prepare_source; this adds the hook at each kernel's entry."""
     tree = cs.parse(source)
-    entries = [body.start_byte + 1 for function in cs.function_definitions(tree.root_node)
+    entries = [(body.start_byte + 1, f" {HOOK}();") for function in cs.function_definitions(tree.root_node)
                if cs.has_keyword(function, "__global__")
                and (body := function.child_by_field_name("body")) is not None]
-    if not entries:
-        return source
-    data = source.encode("utf-8", "surrogateescape")
-    for position in sorted(entries, reverse=True):
-        data = data[:position] + f" {HOOK}();".encode() + data[position:]
-    return data.decode("utf-8", "surrogateescape")
+    return cs.insert_text(source, entries) if entries else source

@@ -22,10 +22,7 @@ def instrument(source: str) -> str:
         body = function.child_by_field_name("body")
         if body is not None:
             insertions.extend(_function_insertions(body))
-    data = source.encode("utf-8", "replace")
-    for position, text in sorted(insertions, key=lambda item: item[0], reverse=True):
-        data = data[:position] + text.encode() + data[position:]
-    return data.decode("utf-8", "replace")
+    return cs.insert_text(source, insertions)
 
 
 # Statements marked with their line. Only those directly in a block: a mark before the unbraced body of an
