@@ -28,8 +28,9 @@ from statistics import median
 
 from benchlib import ROOT
 
+from grader.contract import REFERENCE
 from grader.diagnose.launcher import launcher
-from grader.diagnose.run import TOOLS, ragged_shape, sanitizer_path
+from grader.diagnose.run import TOOLS, launch_command, ragged_shape, sanitizer_path
 from grader.execute.compile import prepare_source, reference_module_source, wrap_like_sourcemodule
 from grader.execute.sandbox import ONE_BLAS_THREAD
 
@@ -106,7 +107,7 @@ def main() -> None:
             subprocess.run(["nvcc", "--cubin", "-lineinfo", "-arch", arch, "student.cu", "-o", "student.cubin"],
                            cwd=work, check=True)
             cubin = Path(work, "student.cubin")
-        launch = [str(program), str(cubin), "mysgemm", "m,n,k,A,B,C", "16", *shape]
+        launch = launch_command(program, cubin, REFERENCE, 16, tuple(map(int, shape)))
         if copies:
             commands = {"launch program alone": launch}
             for name, spec in TOOLS.items():

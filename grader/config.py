@@ -10,12 +10,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .contract import ROLES, TILE_MACROS, KernelContract
 from .errors import ConfigError
-from .execute.compile import TILE_MACROS
 from .include_policy import DEFAULT_ALLOWED_HEADERS
 from .schema import build, load_yaml
 
-KERNEL_ARGS = ("m", "n", "k", "A", "B", "C")
 MAX_KERNEL_ARGS = 16  # what the launchers (and the sanitizer's launch program) pass at most
 PRESETS = Path(__file__).resolve().parent.parent / "presets"  # `grade --preset NAME`: presets/NAME.yaml
 MAX_LAUNCHES_PER_CASE = 10
@@ -26,7 +25,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config.yaml"
 @dataclass
 class KernelConfig:
     name: str = "mysgemm"
-    args: list[str] = field(default_factory=lambda: list(KERNEL_ARGS))
+    args: list[str] = field(default_factory=lambda: list(ROLES))
     tile_sizes: list[int] = field(default_factory=lambda: [8, 16, 32])
     tile_macros: list[str] = field(default_factory=lambda: list(TILE_MACROS))  # the tile size's names, in order
     # Launches of the student's kernel per case on the GPU, on the same inputs: each must be right. A kernel
@@ -36,7 +35,7 @@ class KernelConfig:
     def validate(self):
         # Roles, in the kernel's order: each matrix once; a size may come more than once under other names
         # (ECE408's numARows = m, numAColumns = k, numBRows = k, numBColumns = n, numCRows = m, numCColumns = n).
-        unknown = [a for a in self.args if a not in KERNEL_ARGS]
+        unknown = [a for a in self.args if a not in ROLES]
         once = all(self.args.count(role) == 1 for role in "ABC") and all(role in self.args for role in "mnk")
         if unknown or not once or len(self.args) > MAX_KERNEL_ARGS:
             return "args", ("must list, in the kernel's order, each of A, B, C once and each of m, n, k at least "
@@ -50,6 +49,10 @@ class KernelConfig:
         if not 1 <= self.launches_per_case <= MAX_LAUNCHES_PER_CASE:
             return "launches_per_case", f"must be from 1 to {MAX_LAUNCHES_PER_CASE}"
         return None
+
+    def contract(self) -> KernelContract:
+        """The one description of the kernel every launcher and check reads."""
+        return KernelContract(self.name, tuple(self.args), tuple(self.tile_sizes), tuple(self.tile_macros))
 
 
 @dataclass

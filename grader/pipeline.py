@@ -21,7 +21,6 @@ from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import SanitizerRun, sanitize
 from .execute.compile import (
     CompileOutcome,
-    TileSource,
     compile_check,
     nvcc_path,
     prepare_source,
@@ -160,7 +159,7 @@ def _refusal_before_compiling(source: str, config: Config) -> str:
     if config.kernel.name not in kernels:
         found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
         return f"kernel {config.kernel.name} not found; {found}"
-    declared = signature_problem(source, config.kernel.name, config.kernel.args)
+    declared = signature_problem(source, config.kernel.contract())
     if declared:
         return declared
     violations = check_source(source, config.compile.allowed_headers)
@@ -181,7 +180,7 @@ def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, pla
     if not run.compile_check.passed or not run.tile_size:
         return skipped(SANITIZER_NAME, SANITIZER, 0, "not run: the kernel did not compile")
     timeouts = config.timeouts
-    return sanitize(SanitizerRun(run.student_cubin, config.kernel.name, config.kernel.args, run.tile_size,
+    return sanitize(SanitizerRun(run.student_cubin, config.kernel.contract(), run.tile_size,
                                  submission.source, timeouts.sanitizer_s, timeouts.sanitizer_launch_s),
                     placement_of(plan, config), sandbox_of(plan), config.cache_dir)
 
@@ -244,11 +243,12 @@ def compile_without_gpu(submission: Submission, config: Config, sandbox: Sandbox
 def _compile_with_fallback(source: str, config: Config, sandbox: Sandbox) -> CompileOutcome:
     """nvcc on the whole file, as SourceModule would; on failure, on its device side alone."""
     options, arch, timeout = config.compile.options, config.compile.arch_without_gpu, config.timeouts.compile_s
-    outcome = compile_check(source, arch, options, timeout, sandbox)
+    contract = config.kernel.contract()
+    outcome = compile_check(source, arch, options, timeout, sandbox, contract)
     device = device_side(source)
     if outcome.ok or outcome.timed_out or device == source:
         return outcome
-    fallback = compile_check(device, arch, options, timeout, sandbox)
+    fallback = compile_check(device, arch, options, timeout, sandbox, contract)
     return CompileOutcome(True, f"{fallback.message} ({HOST_CODE_LEFT_OUT})") if fallback.ok else outcome
 
 
@@ -277,19 +277,19 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
     reference = config.reference_path.read_text(encoding="utf-8")
     t = config.timing
     device = device_side(submission.source)
-    tile = TileSource(tuple(config.kernel.tile_macros), tile_constant(submission.source, config.kernel.name))
+    contract = config.kernel.contract()
+    tile = contract.tile_source(tile_constant(submission.source, contract.name))
     return Job(
         student_source=prepare_source(submission.source, tile=tile),
         reference_source=reference_module_source(reference),
-        kernel_name=config.kernel.name, arg_order=config.kernel.args, tile_sizes=config.kernel.tile_sizes,
-        options=config.compile.options, cache_dir=str(config.cache_dir), workdir=workdir,
+        contract=contract, options=config.compile.options, cache_dir=str(config.cache_dir), workdir=workdir,
         cases=[CaseSpec(c.name, c.m, c.n, c.k, c.seed, c.distribution) for c in cases],
         timing=TimingSpec(t.m, t.n, t.k, t.seed, t.warmup, t.repetitions,
                           config.tolerance.k_factor, config.tolerance.abs) if timed else None,
         original_source=submission.source,
         device_side_source=(prepare_source(device, tile=tile)
                             if device != submission.source else ""),
-        tile_macros=list(tile.macros), tile_constant=tile.constant, launches_per_case=config.kernel.launches_per_case,
+        tile_constant=tile.constant, launches_per_case=config.kernel.launches_per_case,
         sandbox=asdict(sandbox),
     )
 

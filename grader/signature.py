@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 
 from . import cuda_syntax as cs
+from .contract import MATRICES, KernelContract
 
-INT_ROLES, POINTER_ROLES = ("m", "n", "k"), ("A", "B", "C")
 # C spellings that are a 32-bit int, as the launchers pass them.
 INT_TYPES = {"int", "signed", "signed int", "unsigned", "unsigned int", "int32_t", "uint32_t"}
 PRIMITIVE = re.compile(r"^(?:(?:un)?signed\s+|short\s+|long\s+)*(?:void|bool|char|short|int|long|float|double|half|"
@@ -55,22 +55,18 @@ def _parameter(node) -> Parameter:
                      " ".join(cs.text(node).split()))
 
 
-def expected_signature(arg_order: list[str]) -> str:
-    spelled = {"m": "int m", "n": "int n", "k": "int k", "A": "const float *A", "B": "const float *B", "C": "float *C"}
-    return ", ".join(spelled[arg] for arg in arg_order)
-
-
-def signature_problem(source: str, kernel: str, arg_order: list[str]) -> str:
+def signature_problem(source: str, contract: KernelContract) -> str:
     """What is certainly wrong with the kernel's declaration for this lab, in words; '' when nothing is."""
+    kernel = contract.name
     params = kernel_parameters(source, kernel)
     if params is None:
         return ""
-    expected = expected_signature(arg_order)
-    if len(params) != len(arg_order):
+    expected = contract.signature
+    if len(params) != len(contract.roles):
         found = ", ".join(p.text for p in params) or "nothing"
         return (f"{kernel} takes {len(params)} parameters ({found}); this lab launches it with "
-                f"{len(arg_order)}: ({expected})")
-    for position, (param, role) in enumerate(zip(params, arg_order), start=1):
+                f"{len(contract.roles)}: ({expected})")
+    for position, (param, role) in enumerate(zip(params, contract.roles), start=1):
         problem = _role_problem(param, role, kernel, position)
         if problem:
             return f"{problem}\nthis lab launches {kernel}({expected})"
@@ -80,7 +76,7 @@ def signature_problem(source: str, kernel: str, arg_order: list[str]) -> str:
 def _role_problem(param: Parameter, role: str, kernel: str, position: int) -> str:
     if not PRIMITIVE.match(param.base):
         return ""  # a typedef or macro: not known to be wrong
-    if role in POINTER_ROLES:
+    if role in MATRICES:
         if param.pointers != 1:
             return (f"{kernel}'s parameter {position} is `{param.text}`; the lab passes the matrix {role} there, "
                     "a float *")

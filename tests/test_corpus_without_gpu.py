@@ -108,7 +108,8 @@ def test_a_declaration_the_lab_cannot_launch_is_told_as_such_before_compiling(na
     ("int m, int n, int k, float A, const float *B, float *C", "parameter 4 is `float A`"),
 ])
 def test_the_kernels_declaration_is_checked_against_how_the_lab_launches_it(declaration, problem):
+    from grader.contract import KernelContract
     from grader.signature import signature_problem
 
-    found = signature_problem(f"__global__ void mysgemm({declaration}) {{}}", "mysgemm", ["m", "n", "k", "A", "B", "C"])
+    found = signature_problem(f"__global__ void mysgemm({declaration}) {{}}", KernelContract())
     assert problem in found if problem else found == ""

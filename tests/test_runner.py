@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.contract import KernelContract
 from grader.execute.job import CaseSpec, Job
 from grader.execute.runner import ChildProgram, Limits, run_job
 
@@ -26,8 +27,8 @@ def send_case(name):
 
 
 def make_job(tmp_path, cases=("one", "two", "three")):
-    return Job(student_source="", reference_source="", kernel_name="mysgemm", arg_order=["m"],
-               tile_sizes=[16], options=[], cache_dir=str(tmp_path / "cache"), workdir=str(tmp_path),
+    return Job(student_source="", reference_source="", contract=KernelContract(tile_sizes=(16,)), options=[],
+               cache_dir=str(tmp_path / "cache"), workdir=str(tmp_path),
                cases=[CaseSpec(name, 1, 1, 1, 0, "uniform") for name in cases], timing=None)
 
 

@@ -8,6 +8,7 @@ from hardware import needs_gpu, needs_sanitizer
 
 from grader.cases import load_cases
 from grader.config import load_config
+from grader.contract import KernelContract
 from grader.diagnose.run import SanitizerRun, sanitize
 from grader.execute.runner import Placement
 from grader.pipeline import GPU, RunPlan, grade, sandbox_of
@@ -95,8 +96,8 @@ def test_a_kernel_that_never_ran_under_the_tools_is_an_error_not_a_pass(setup, t
     grade(SUBMISSIONS / "good_basic", config, cases, RunPlan(GPU, sanitize=True))  # a module in the cache
     module = next(config.cache_dir.rglob("*.cubin"))
     shutil.copy(module, tmp_path / "kernel.cubin")
-    check = sanitize(SanitizerRun(str(tmp_path / "kernel.cubin"), "no_such_kernel", ["m", "n", "k", "A", "B", "C"],
-                                  16, "", 20, 3), Placement(), sandbox_of(RunPlan(GPU)), config.cache_dir)
+    run = SanitizerRun(str(tmp_path / "kernel.cubin"), KernelContract("no_such_kernel"), 16, "", 20, 3)
+    check = sanitize(run, Placement(), sandbox_of(RunPlan(GPU)), config.cache_dir)
     assert check.status == ERROR and "not launched" in check.message and "found nothing" not in check.message
 
 

@@ -375,7 +375,9 @@ def test_the_launch_program_builds_and_says_when_it_did_not_launch(tmp_path):
     import os
     import subprocess
 
+    from grader.contract import KernelContract
     from grader.diagnose.launcher import launcher
+    from grader.diagnose.run import launch_command
     from grader.execute.protocol import decode
 
     program = launcher(tmp_path / "cache")
@@ -383,8 +385,8 @@ def test_the_launch_program_builds_and_says_when_it_did_not_launch(tmp_path):
     (tmp_path / "kernel.cubin").write_bytes(b"not a module")
     events_read, events_write = os.pipe()
     control_read, control_write = os.pipe()
-    finished = subprocess.run([str(program), str(tmp_path / "kernel.cubin"), "mysgemm", "m,n,k,A,B,C", "16", "19",
-                               "21", "50", str(events_write), str(control_read)], pass_fds=(events_write, control_read),
+    command = launch_command(program, tmp_path / "kernel.cubin", KernelContract(), 16, (19, 21, 50))
+    finished = subprocess.run([*command, str(events_write), str(control_read)], pass_fds=(events_write, control_read),
                               timeout=60, check=False)
     os.close(events_write)
     with os.fdopen(events_read, "rb") as events:

@@ -1,7 +1,8 @@
 /* The program compute-sanitizer watches: one launch of the student's kernel on a small, ragged shape.
 
-   launch_kernel CUBIN KERNEL ARGS TILE M N K EVENT_FD CONTROL_FD
-     ARGS: the kernel's parameters in the configured order, comma separated, each one of m n k A B C.
+   launch_kernel CUBIN KERNEL ARGS GRID BLOCK M N K EVENT_FD CONTROL_FD
+     ARGS: the kernel's parameters in the configured order, comma separated, each one of m n k A B C;
+     GRID, BLOCK: X,Y,Z each, as the kernel contract launches it (contract.py).
 
    A plain C program on the CUDA driver API (libcuda.so.1, opened at run time): no interpreter to start
    under the sanitizer, which makes one tool run several times cheaper than a Python one. It loads the
@@ -113,14 +114,16 @@ static CUdeviceptr device_copy(const float *host, size_t count) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 10) {
-        fprintf(stderr, "usage: launch_kernel CUBIN KERNEL ARGS TILE M N K EVENT_FD CONTROL_FD\n");
+    unsigned grid[3], block[3];
+    if (argc != 11 || sscanf(argv[4], "%u,%u,%u", &grid[0], &grid[1], &grid[2]) != 3 ||
+        sscanf(argv[5], "%u,%u,%u", &block[0], &block[1], &block[2]) != 3) {
+        fprintf(stderr, "usage: launch_kernel CUBIN KERNEL ARGS GRID BLOCK M N K EVENT_FD CONTROL_FD\n");
         return 2;
     }
-    int m = atoi(argv[5]), n = atoi(argv[6]), k = atoi(argv[7]), tile = atoi(argv[4]);
-    events = fdopen(atoi(argv[8]), "w");
-    FILE *control = fdopen(atoi(argv[9]), "r");
-    if (events == NULL || control == NULL || m <= 0 || n <= 0 || k <= 0 || tile <= 0) return 2;
+    int m = atoi(argv[6]), n = atoi(argv[7]), k = atoi(argv[8]);
+    events = fdopen(atoi(argv[9]), "w");
+    FILE *control = fdopen(atoi(argv[10]), "r");
+    if (events == NULL || control == NULL || m <= 0 || n <= 0 || k <= 0) return 2;
     if (!open_driver()) {
         fprintf(events, "{\"event\": \"not_launched\", \"reason\": \"the CUDA driver (libcuda.so.1) is not here\"}\n");
         fflush(events);
@@ -170,8 +173,7 @@ int main(int argc, char **argv) {
     fflush(events);
     char answer[16] = {0};
     if (fgets(answer, sizeof answer, control) == NULL || strncmp(answer, "go", 2) != 0) return 3;
-    unsigned grid_x = (unsigned)((n + tile - 1) / tile), grid_y = (unsigned)((m + tile - 1) / tile);
-    check(cu.launch(function, grid_x, grid_y, 1, (unsigned)tile, (unsigned)tile, 1, 0, NULL, parameters, NULL),
+    check(cu.launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, NULL, parameters, NULL),
           "cuLaunchKernel");
     CUresult status = cu.synchronize();
     fprintf(events, "{\"event\": \"launched\", \"status\": \"%s\"}\n", status == 0 ? "ok" : error_name(status));

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..contract import KernelContract
 from ..execute.deadline import Deadline
 from ..execute.device_lock import Turn
 from ..execute.event_pipe import TimedOut, read_events
@@ -69,8 +70,7 @@ class SanitizerRun:
     """What the tools check: the GPU run's module, launched the way the grader launches it."""
 
     cubin: str  # the module the GPU run built and ran (its compile options, -lineinfo included)
-    kernel_name: str
-    arg_order: list[str]
+    contract: KernelContract
     tile: int
     source: str  # the student's file, for the lines of its barriers
     timeout_s: float  # each tool's own time
@@ -109,17 +109,25 @@ def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_di
         shutil.copy(program, inputs / "launch_kernel")
         (inputs / "kernel.cubin").chmod(0o644)
         (inputs / "launch_kernel").chmod(0o755)
-        program_and_module = [str(inputs / "launch_kernel"), str(inputs / "kernel.cubin"), run.kernel_name,
-                              ",".join(run.arg_order), str(run.tile)]
         barriers = syncthreads_lines(run.source)
 
         def one(tool: str) -> ToolRun:
-            launch = [*program_and_module, *map(str, TOOLS[tool].shape(run.tile))]
+            launch = launch_command(inputs / "launch_kernel", inputs / "kernel.cubin", run.contract, run.tile,
+                                    TOOLS[tool].shape(run.tile))
             return _run_tool(tool, tool_path, launch, root, inputs, run, placement, sandbox, barriers)
 
         with ThreadPoolExecutor(len(TOOLS)) as pool:
             tools = list(pool.map(one, TOOLS))
     return _verdict(tools, run.tile)
+
+
+def launch_command(program: Path, cubin: Path, contract: KernelContract, tile: int,
+                   shape: tuple[int, int, int]) -> list[str]:
+    """launch_kernel's command line (before its two pipes) for one launch of the contract's kernel."""
+    m, n, k = shape
+    geometry = contract.launch(m, n, tile)
+    return [str(program), str(cubin), contract.name, ",".join(contract.roles), ",".join(map(str, geometry.grid)),
+            ",".join(map(str, geometry.block)), str(m), str(n), str(k)]
 
 
 def _verdict(tools: list[ToolRun], tile: int) -> CheckResult:

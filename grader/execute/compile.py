@@ -13,37 +13,17 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..contract import DEFAULT_TILE, KernelContract, TileSource
+from .kernel_params import parameter_problem
 from .late_warps import PRELUDE as LATE_WARPS_PRELUDE
 from .late_warps import with_late_warps
 from .proc import BACKGROUND_NICE, run_killable
+from .protocol import read_untrusted
 from .sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 
-STUDENT_FILE = "kernel.cu"
+STUDENT_FILE, CUBIN_FILE = "kernel.cu", "kernel.cubin"
+MAX_CUBIN_BYTES = 64 << 20
 TILE_PROBE_SYMBOL = "sgemm_grader_tile_size_"
-# The names real labs give the tile size, tried in this order (config: kernel.tile_macros).
-TILE_MACROS = ("TILE_SIZE", "TILE_WIDTH", "BLOCK_SIZE", "TILEWIDTH", "TILE_DIM")
-
-
-@dataclass(frozen=True)
-class TileSource:
-    """Where a submission's tile size comes from: the first of `macros` the file defines, else `constant`
-    (a number or file-scope integer constant sizing its first shared tile, tile_size.py), else nowhere."""
-
-    macros: tuple[str, ...] = TILE_MACROS
-    constant: str = ""
-
-    def chain(self, line: str) -> str:
-        """Preprocessor lines that emit `line` (with {} for the value) for the first source the file has:
-        the compiler, not the grader, evaluates the student's macro or constant."""
-        branches = [(f"defined({name})", name) for name in self.macros]
-        if self.constant:
-            branches.append(("1", self.constant))
-        chain = [f"#{'if' if i == 0 else 'elif'} {test}\n{line.format(f'({value})')}"
-                 for i, (test, value) in enumerate(branches)]
-        return "\n".join(chain) + "\n#endif\n" if chain else ""
-
-
-DEFAULT_TILE = TileSource()
 
 
 def _tile_probe(tile: TileSource) -> str:
@@ -152,8 +132,10 @@ class CompileOutcome:
     timed_out: bool = False
 
 
-def compile_check(source: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox) -> CompileOutcome:
-    """Compile as SourceModule would, without a GPU: nvcc --cubin for `arch`, in the sandbox, output discarded."""
+def compile_check(source: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox,
+                  contract: KernelContract | None = None) -> CompileOutcome:
+    """Compile as SourceModule would, without a GPU: nvcc --cubin for `arch`, in the sandbox. The cubin is
+    read only for the contract's kernel's parameter list (kernel_params.py), then discarded."""
     nvcc = nvcc_path()
     if nvcc is None:
         raise FileNotFoundError("nvcc not found on PATH")
@@ -161,13 +143,21 @@ def compile_check(source: str, arch: str, options: list[str], timeout: float, sa
         Path(work, STUDENT_FILE).write_text(wrap_like_sourcemodule(prepare_source(source)))
         confinement = Confinement(work, COMPILER_LIMITS, cuda=True, seccomp=True, nice=BACKGROUND_NICE)
         env = child_environment(str(work), {})
-        finished = run_killable([nvcc, "--cubin", *options, "-arch", arch, STUDENT_FILE], timeout, env=env,
-                                start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
-    if finished.timed_out:
-        return CompileOutcome(False, f"compilation timed out after {timeout:g} s", timed_out=True)
-    if finished.returncode != 0:
-        return CompileOutcome(False, student_compile_message(finished.output))
-    return CompileOutcome(True, warnings_of(finished.output))
+        finished = run_killable([nvcc, "--cubin", *options, "-arch", arch, STUDENT_FILE, "-o", CUBIN_FILE], timeout,
+                                env=env, start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
+        if finished.timed_out:
+            return CompileOutcome(False, f"compilation timed out after {timeout:g} s", timed_out=True)
+        if finished.returncode != 0:
+            return CompileOutcome(False, student_compile_message(finished.output))
+        declared = _parameter_problem(Path(work, CUBIN_FILE), contract) if contract else ""
+    return CompileOutcome(False, declared) if declared else CompileOutcome(True, warnings_of(finished.output))
+
+
+def _parameter_problem(cubin: Path, contract: KernelContract) -> str:
+    try:
+        return parameter_problem(read_untrusted(cubin, MAX_CUBIN_BYTES), contract)
+    except OSError:
+        return ""  # no cubin to read: nvcc's verdict stands
 
 
 _LOCATION = re.compile(r'^(?:[^\s:]*/)?kernel\.cu\((\d+)\): ', re.MULTILINE)

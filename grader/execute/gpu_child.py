@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..contract import REFERENCE, KernelContract
 from ..inputs import GUARD_BEFORE, POISON_BITS, guarded_c, guarded_size, make_inputs
 from ..tolerance import uniform_bound
 from .compile import (
@@ -29,6 +30,7 @@ from .compile import (
 )
 from .cubin_cache import BUILT, OFFERED
 from .job import CaseSpec, Job, TimingSpec, student_output
+from .kernel_params import parameter_problem
 from .late_warps import OFF, SKEW_SYMBOL, skew_for
 from .proc import BACKGROUND_NICE, die_with_parent
 from .protocol import Channel
@@ -36,7 +38,6 @@ from .protocol import Channel
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
 
 
-REFERENCE_KERNEL, REFERENCE_ARGS = "mysgemm", ["m", "n", "k", "A", "B", "C"]  # reference/kernel.cu's kernel
 
 
 class KernelFault(Exception):
@@ -130,14 +131,15 @@ class Worker:
             if isinstance(cubins[who], str):
                 self.channel.send("compile_error", target=who, message=cubins[who])
                 return None
+        declared = parameter_problem(cubins["student"], self.job.contract)
+        if declared:  # launched as the lab launches it, the kernel would read the wrong bytes
+            self.channel.send("compile_error", target="student", message=declared)
+            return None
         kernels = {}
         for who, cubin in cubins.items():
             # The reference is the grader's own kernel, launched through its own fixed signature whatever
             # parameter order the lab gives the student's.
-            if who == "reference":
-                kernel = Kernel.load(cubin, REFERENCE_KERNEL, REFERENCE_ARGS)
-            else:
-                kernel = Kernel.load(cubin, self.job.kernel_name, self.job.arg_order)
+            kernel = Kernel.load(cubin, REFERENCE if who == "reference" else self.job.contract)
             if isinstance(kernel, str):
                 self.channel.send("kernel_missing", target=who, message=kernel)
                 return None
@@ -147,7 +149,7 @@ class Worker:
                           tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile,
                           host_code_left_out=self.host_code_left_out,
                           cubins={"student": self.keys.get(self.student_compiled, "")})
-        if kernels["student"].tile not in self.job.tile_sizes or not kernels["reference"].tile:
+        if kernels["student"].tile not in self.job.contract.tile_sizes or not kernels["reference"].tile:
             return None  # the parent explains why nothing runs
         self.stale_shared = StaleShared(kernels["reference"].module, self.device)
         self.differences = Differences(kernels["reference"].module)
@@ -354,11 +356,11 @@ def download(pointer, like: np.ndarray) -> np.ndarray:
 
 
 class Kernel:
-    """A loaded kernel with its tile size, launched with block (T, T) and grid (ceil(n/T), ceil(m/T))."""
+    """A loaded kernel with its tile size, launched as its contract says."""
 
-    def __init__(self, module, function, tile: int | None, arg_order: list[str]):
-        self.module, self.function, self.tile, self.arg_order = module, function, tile, arg_order
-        function.prepare("".join("i" if arg in "mnk" else "P" for arg in arg_order))
+    def __init__(self, module, function, tile: int | None, contract: KernelContract):
+        self.module, self.function, self.tile, self.contract = module, function, tile, contract
+        function.prepare("".join("i" if size == 4 else "P" for size in contract.argument_bytes))
         self.skew = module.get_global(SKEW_SYMBOL)[0]  # every module the grader compiles has one
         self.skew_now = OFF
 
@@ -369,19 +371,17 @@ class Kernel:
             self.skew_now = skew
 
     @classmethod
-    def load(cls, cubin: bytes, name: str, arg_order: list[str]) -> Kernel | str:
+    def load(cls, cubin: bytes, contract: KernelContract) -> Kernel | str:
         module = guarded(cuda.module_from_buffer, cubin)
         try:
-            function = module.get_function(name)
+            function = module.get_function(contract.name)
         except cuda.LogicError:
-            return f"kernel {name} not found in the compiled module"
-        return cls(module, function, _tile_size(module), arg_order)
+            return f"kernel {contract.name} not found in the compiled module"
+        return cls(module, function, _tile_size(module), contract)
 
     def launch(self, m: int, n: int, k: int, a: int, b: int, c: int) -> None:
-        values = {"m": m, "n": n, "k": k, "A": a, "B": b, "C": c}
-        t = self.tile
-        grid, block = ((n + t - 1) // t, (m + t - 1) // t, 1), (t, t, 1)
-        guarded(self.function.prepared_call, grid, block, *(values[arg] for arg in self.arg_order))
+        launch = self.contract.launch(m, n, self.tile)
+        guarded(self.function.prepared_call, launch.grid, launch.block, *self.contract.arguments(m, n, k, a, b, c))
 
 
 def _tile_size(module) -> int | None:

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .compile import TILE_MACROS, TileSource
+from ..contract import KernelContract, TileSource
 
 
 @dataclass
@@ -45,9 +45,7 @@ def student_output(index: int) -> str:
 class Job:
     student_source: str  # prepared: #line directive and tile size probe already in
     reference_source: str
-    kernel_name: str
-    arg_order: list[str]
-    tile_sizes: list[int]
+    contract: KernelContract  # the student's kernel: name, parameters, tile size names and sizes, launch
     options: list[str]
     cache_dir: str
     workdir: str
@@ -58,15 +56,14 @@ class Job:
     device_side_source: str = ""
     # The sandbox the CPU driver runs the compiler and the harness in (Sandbox's fields).
     sandbox: dict = field(default_factory=dict)
-    # The macro names the tile size may have, tried in order, then the constant sizing the first shared tile
-    # (the CPU emulator's own probe uses them: compile.TileSource).
-    tile_macros: list[str] = field(default_factory=list)
+    # The constant sizing the first shared tile, tried after the contract's macro names (the CPU emulator's
+    # own probe uses them: contract.TileSource).
     tile_constant: str = ""
     launches_per_case: int = 1  # the GPU child's launches of the student's kernel per case (config.py)
 
     @property
     def tile(self) -> TileSource:
-        return TileSource(tuple(self.tile_macros) or TILE_MACROS, self.tile_constant)
+        return self.contract.tile_source(self.tile_constant)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -80,6 +77,7 @@ class Job:
             Path(path).unlink()
         data["cases"] = [CaseSpec(**c) for c in data["cases"]]
         data["timing"] = TimingSpec(**data["timing"]) if data["timing"] else None
+        data["contract"] = KernelContract.from_wire(data["contract"])
         return cls(**data)
 
     def output_path(self, case: str, who: str) -> Path:

@@ -15,8 +15,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...contract import DEFAULT_TILE, KernelContract, TileSource
 from ...device_side import device_side
-from ..compile import DEFAULT_TILE, MAX_MESSAGE_LINES, STUDENT_FILE, TileSource
+from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE
 from ..proc import BACKGROUND_NICE, kill_group
 from ..protocol import read_untrusted
 from ..sandbox import COMPILER_LIMITS, Confinement, Sandbox
@@ -61,13 +62,11 @@ def compiler_version(path: str) -> str:
     return f"{Path(path).name} {first.split()[-1]}"
 
 
-def emulator_sources(source: str, kernel_name: str, arg_order: list[str],
-                     tile: TileSource = DEFAULT_TILE) -> dict[str, str]:
+def emulator_sources(source: str, contract: KernelContract, tile: TileSource = DEFAULT_TILE) -> dict[str, str]:
     """The two files the harness includes: the student's device side (with the tile size probe, which
     defines SGEMM_GRADER_TILE) and the launch of their kernel."""
-    values = {"m": "args.m", "n": "args.n", "k": "args.k",
-              "A": "AnyPointer{args.A}", "B": "AnyPointer{args.B}", "C": "AnyPointer{args.C}"}
-    call = ", ".join(values[arg] for arg in arg_order)
+    call = ", ".join(contract.arguments("args.m", "args.n", "args.k", "AnyPointer{args.A}", "AnyPointer{args.B}",
+                                        "AnyPointer{args.C}"))
     return {
         "student.cu": (f'#line 1 "{STUDENT_FILE}"\n{instrument(device_side(source))}\n'
                        '#line 1 "<grader: tile size probe>"\n'
@@ -76,17 +75,17 @@ def emulator_sources(source: str, kernel_name: str, arg_order: list[str],
             '#line 1 "<grader: kernel launch>"\n'
             "static void cuda_emu_kernel_call() {\n"
             "    using cuda_emu_harness::args;\n    using cuda_emu_harness::AnyPointer;\n"
-            f"    {kernel_name}({call});\n}}\n"
+            f"    {contract.name}({call});\n}}\n"
         ),
     }
 
 
-def build(source: str, kernel_name: str, arg_order: list[str], tile: TileSource, cache_dir: Path,
+def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Path,
           workdir: Path, sandbox: Sandbox, timeout_s: float) -> Build:
     cxx = compiler()
     if cxx is None:
         return Build(None, "the CPU emulator needs a C++ compiler (g++), and none is on PATH")
-    sources = emulator_sources(source, kernel_name, arg_order, tile)
+    sources = emulator_sources(source, contract, tile)
     inputs = [*sources.values(), (HERE / "harness.cpp").read_text(), (HERE / "cuda_emu.h").read_text()]
     key = hashlib.sha256("\0".join([*inputs, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
     cached = Path(cache_dir, "cpu", key)

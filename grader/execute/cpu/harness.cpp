@@ -209,12 +209,14 @@ bool write_file(const char *path, const void *data, size_t bytes) {
 int run(const char *run_file, const char *report_file) {
     cuda_emu::report_fd = open(report_file, O_WRONLY | O_CREAT | O_APPEND, 0600);
     FILE *spec = fopen(run_file, "r");
-    int m, n, k, tile;
+    int m, n, k;
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z;  // the kernel contract's launch (contract.py)
     char schedule[32], layout[32], a_path[4096], b_path[4096], c_path[4096], out_path[4096];
     size_t c_floats, c_offset;
-    if (spec == nullptr || fscanf(spec, "%d %d %d %d %31s %31s %4095s %4095s %4095s %4095s %zu %zu", &m, &n, &k,
-                                  &tile, schedule, layout, a_path, b_path, c_path, out_path, &c_floats,
-                                  &c_offset) != 12) {
+    if (spec == nullptr ||
+        fscanf(spec, "%d %d %d %u %u %u %u %u %u %31s %31s %4095s %4095s %4095s %4095s %zu %zu", &m, &n, &k, &grid_x,
+               &grid_y, &grid_z, &block_x, &block_y, &block_z, schedule, layout, a_path, b_path, c_path, out_path,
+               &c_floats, &c_offset) != 17) {
         fprintf(stderr, "harness: unreadable run file %s\n", run_file);
         return 2;
     }
@@ -232,7 +234,7 @@ int run(const char *run_file, const char *report_file) {
     args = {m, n, k, a, b, c + c_offset};
     install_fault_handlers();
     limit_student_code();
-    dim3 grid((n + tile - 1) / tile, (m + tile - 1) / tile), block(tile, tile);
+    dim3 grid(grid_x, grid_y, grid_z), block(block_x, block_y, block_z);
     launch(grid, block, strcmp(schedule, "reversed") == 0);
     fflush(stdout);
     bool a_changed = memcmp(a_before.data(), a, a_bytes) != 0, b_changed = memcmp(b_before.data(), b, b_bytes) != 0;

@@ -43,9 +43,7 @@ def main(argv: list[str]) -> int:
     channel.send("phase", phase="startup")
     channel.send("phase", phase="compile")
     workdir = Path(job.workdir)
-    built = build(job.original_source, job.kernel_name, job.arg_order, job.tile, Path(job.cache_dir), workdir,
-                  sandbox,
-                  COMPILE_TIMEOUT_S)
+    built = build(job.original_source, job.contract, job.tile, Path(job.cache_dir), workdir, sandbox, COMPILE_TIMEOUT_S)
     if built.binary is None:
         channel.send("compile_error", target="student", message=built.message, emulator=True)
         channel.send("done")
@@ -54,7 +52,7 @@ def main(argv: list[str]) -> int:
     tile = harness.tile_size()
     channel.send("compiled", device=f"CPU emulation ({compiler_version(compiler())})", arch="cpu",
                  tile_size=tile)
-    if tile in job.tile_sizes:
+    if tile in job.contract.tile_sizes:
         answers = open(int(argv[3]))
         for index, spec in enumerate(job.cases):
             channel.send("phase", phase="case", case=spec.name)
@@ -80,7 +78,7 @@ class Harness:
         self.output_path = lambda case: job.output_path(case, "student")
         folder = workdir / "bin"
         folder.mkdir(mode=0o755, exist_ok=True)
-        self.binary, self.workdir, self.sandbox = folder / "harness", workdir, sandbox
+        self.binary, self.workdir, self.sandbox, self.contract = folder / "harness", workdir, sandbox, job.contract
         shutil.copyfile(binary, self.binary)
         self.binary.chmod(0o755)
 
@@ -150,8 +148,10 @@ class Harness:
         run_file = folder / f"run-{schedule}.txt"
         report = folder / f"report-{schedule}.jsonl"
         report.unlink(missing_ok=True)
+        launch = self.contract.launch(spec.m, spec.n, tile)
         run_file.write_text(" ".join(map(str, [
-            spec.m, spec.n, spec.k, tile, schedule, layout, folder / "a.bin", folder / "b.bin", folder / "c.bin",
+            spec.m, spec.n, spec.k, *launch.grid, *launch.block, schedule, layout,
+            folder / "a.bin", folder / "b.bin", folder / "c.bin",
             folder / f"out-{schedule}.bin", c_floats, GUARD_BEFORE])))
         # One copy of the kernel's printf output is enough: the forward run's.
         stdout = None if schedule == "forward" else subprocess.DEVNULL

@@ -1,0 +1,90 @@
+"""The kernel contract: what the lab's kernel is called, what it takes in which order, where its tile size
+comes from, and how it is launched.
+
+Built once from config (`KernelConfig.contract()`). The GPU child, the CPU emulator's launch, the
+sanitizer's launch program and the declaration checks all read this one object, so no launcher can
+disagree with another about an argument, its type or the grid. Parameters are roles: the matrices A, B
+and C, and the sizes m, n and k, a size repeated under any name (ECE408's numARows = m, numAColumns = k,
+numBRows = k, numBColumns = n, numCRows = m, numCColumns = n).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+SIZES, MATRICES = ("m", "n", "k"), ("A", "B", "C")
+ROLES = SIZES + MATRICES
+# How every launcher passes a role: a size as a 32-bit int, a matrix as a 64-bit pointer to float.
+SPELLING = {"m": "int m", "n": "int n", "k": "int k", "A": "const float *A", "B": "const float *B", "C": "float *C"}
+ARGUMENT_BYTES = {"m": 4, "n": 4, "k": 4, "A": 8, "B": 8, "C": 8}
+
+# The names real labs give the tile size, tried in this order (config: kernel.tile_macros).
+TILE_MACROS = ("TILE_SIZE", "TILE_WIDTH", "BLOCK_SIZE", "TILEWIDTH", "TILE_DIM")
+
+
+@dataclass(frozen=True)
+class TileSource:
+    """Where a submission's tile size comes from: the first of `macros` the file defines, else `constant`
+    (a number or file-scope integer constant sizing its first shared tile, tile_size.py), else nowhere."""
+
+    macros: tuple[str, ...] = TILE_MACROS
+    constant: str = ""
+
+    def chain(self, line: str) -> str:
+        """Preprocessor lines that emit `line` (with {} for the value) for the first source the file has:
+        the compiler, not the grader, evaluates the student's macro or constant."""
+        branches = [(f"defined({name})", name) for name in self.macros]
+        if self.constant:
+            branches.append(("1", self.constant))
+        chain = [f"#{'if' if i == 0 else 'elif'} {test}\n{line.format(f'({value})')}"
+                 for i, (test, value) in enumerate(branches)]
+        return "\n".join(chain) + "\n#endif\n" if chain else ""
+
+
+DEFAULT_TILE = TileSource()
+
+
+@dataclass(frozen=True)
+class Launch:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class KernelContract:
+    name: str = "mysgemm"
+    roles: tuple[str, ...] = ROLES
+    tile_sizes: tuple[int, ...] = (8, 16, 32)
+    tile_macros: tuple[str, ...] = TILE_MACROS
+
+    def launch(self, m: int, n: int, tile: int) -> Launch:
+        """One thread per element of C: blocks of tile × tile threads, over n columns and m rows."""
+        return Launch(((n + tile - 1) // tile, (m + tile - 1) // tile, 1), (tile, tile, 1))
+
+    def arguments(self, m, n, k, a, b, c) -> list:
+        """The values in the kernel's parameter order."""
+        values = {"m": m, "n": n, "k": k, "A": a, "B": b, "C": c}
+        return [values[role] for role in self.roles]
+
+    @property
+    def argument_bytes(self) -> tuple[int, ...]:
+        return tuple(ARGUMENT_BYTES[role] for role in self.roles)
+
+    @property
+    def signature(self) -> str:
+        """The declaration the launchers call, in words: "int m, int n, int k, const float *A, …"."""
+        return ", ".join(SPELLING[role] for role in self.roles)
+
+    def tile_source(self, constant: str = "") -> TileSource:
+        return TileSource(self.tile_macros, constant)
+
+    def to_wire(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict) -> KernelContract:
+        return cls(data["name"], tuple(data["roles"]), tuple(data["tile_sizes"]), tuple(data["tile_macros"]))
+
+
+# The grader's reference kernel (reference/kernel.cu), always called through its own fixed signature,
+# whatever the student's contract.
+REFERENCE = KernelContract()
