@@ -39,7 +39,6 @@ from .result import (
     ERROR,
     GRADED,
     GRADER_ERROR,
-    SANITIZER,
     SUBMISSION_ERROR,
     TIMED_OUT,
     TIMING,
@@ -49,9 +48,10 @@ from .result import (
     passed,
     skipped,
 )
+from .rubric import Rubric
 from .run_events import RunEvents
 from .signature import hip_problem, signature_problem
-from .static_check import find_kernels, skipped_static_checks, static_checks
+from .static_check import find_kernels, static_checks
 from .submission import Submission, SubmissionError, locate, read_submission
 from .tile_size import tile_constant
 from .timing import NAME as TIMING_NAME
@@ -120,32 +120,32 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
     submission.source = drop_host_headers(submission.source, config.compile.host_only_headers)
     sandbox = sandbox_of(plan)
     result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level)
+    rubric = Rubric.of(config, cases, sanitize=plan.sanitize and plan.backend == GPU)
     statics = static_checks(submission.source, config.kernel.name, vars(config.points.static))
     refusal = _refusal_before_compiling(submission.source, config)
     if refusal:
-        result.checks = [errored("compile", COMPILE, config.points.compile, refusal), *statics,
-                         *_skip_run_checks(config, cases, "not run: the kernel was not compiled")]
+        result.checks = rubric.results([errored("compile", COMPILE, config.points.compile, refusal), *statics])
         result.outcome = COMPILE_ERROR
         return result
     if plan.backend is None:
         result.message = plan.skip_reason
         compiled = compile_without_gpu(submission, config, sandbox)
-        result.checks = [compiled.check, *statics, *_skip_run_checks(config, cases, plan.skip_reason)]
+        result.checks = rubric.results([compiled.check, *statics], plan.skip_reason)
         result.outcome = compiled.outcome
         return result
     if plan.backend == CPU:
         result.message = plan.note or CPU_NOTE
-        compiled, case_checks, timing = _checks_on_cpu(submission, config, cases, result, plan)
-        result.checks = [compiled, *statics, *case_checks, timing]
+        result.checks = rubric.results([*_checks_on_cpu(submission, config, cases, result, plan), *statics])
         return result
     run = run_child(submission, config, cases, GPU, plan)
     _take_run(result, run)
-    result.checks = [run.compile_check, *statics, *run.case_checks(), run.timing_result()]
-    if plan.sanitize:
-        diagnosis = _sanitizer_check(submission, config, run, plan)
-        result.checks.append(diagnosis)
+    made = [*run.made_checks(), *statics]
+    diagnosis = _sanitizer_check(submission, config, run, plan) if rubric.has(SANITIZER_NAME) else None
+    if diagnosis is not None:
+        made.append(diagnosis)
         if diagnosis.status == ERROR and result.outcome == GRADED:
             result.outcome = GRADER_ERROR  # the diagnosis could not run: graded again by --resume
+    result.checks = rubric.results(made, run.not_run_reason)
     return result
 
 
@@ -176,9 +176,10 @@ def _take_run(result: SubmissionResult, run: RunEvents) -> None:
         result.message = run.grader_error
 
 
-def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan) -> CheckResult:
+def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan) -> CheckResult | None:
+    """compute-sanitizer's diagnosis; None when the kernel did not compile (the rubric says so)."""
     if not run.compile_check.passed or not run.tile_size:
-        return skipped(SANITIZER_NAME, SANITIZER, 0, "not run: the kernel did not compile")
+        return None
     timeouts = config.timeouts
     return sanitize(SanitizerRun(run.student_cubin, config.kernel.contract(), run.tile_size,
                                  submission.source, timeouts.sanitizer_s, timeouts.sanitizer_launch_s),
@@ -186,40 +187,39 @@ def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, pla
 
 
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
-                   plan: RunPlan) -> tuple[CheckResult, list[CheckResult], CheckResult]:
-    """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, timing skipped."""
+                   plan: RunPlan) -> list[CheckResult]:
+    """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, and the checks only
+    a GPU can make, skipped as such."""
     compiled = compile_without_gpu(submission, config, sandbox_of(plan))
     nvcc = compiled.check
-    timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE, needs_gpu=NEEDS_GPU_TIMING)
+    needs_gpu = [skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE,
+                         needs_gpu=NEEDS_GPU_TIMING)]
+    reason = ("not run: the kernel did not compile" if nvcc.status == ERROR else
+              "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
+    needs_gpu += [skipped(c.name, CASE, c.points, reason, visibility=c.visibility, needs_gpu=NEEDS_GPU_LARGE)
+                  for c in cases if c.gpu_only]
     if nvcc.status == ERROR:
-        reason = "not run: the kernel did not compile"
         result.outcome = compiled.outcome
-        return nvcc, [skipped(c.name, CASE, c.points, reason, visibility=c.visibility,
-                              needs_gpu=NEEDS_GPU_LARGE if c.gpu_only else "") for c in cases], timing
+        return [nvcc, *needs_gpu]
     emulated = [case for case in cases if not case.gpu_only]
     run = run_child(submission, config, emulated, CPU, plan)
     _take_run(result, run)
-    compile_result, by_name = run.compile_check, {check.name: check for check in run.case_checks()}
+    made = [check for check in run.made_checks() if check.kind != TIMING]
     if run.emulator_compile_error and nvcc.passed:
         result.outcome = GRADED  # nvcc's verdict stands: the emulator's limit is not the student's error
         reason = ("not run: nvcc compiles this kernel but the CPU emulator cannot build it; grade it on a GPU. "
-                  f"The emulator said:\n{compile_result.message}")
-        compile_result, by_name = nvcc, {c.name: skipped(c.name, CASE, c.points, reason, visibility=c.visibility,
-                                                         needs_gpu=NEEDS_GPU_EMULATOR) for c in emulated}
-    elif compile_result.passed and nvcc.passed:
-        compile_result.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
-    gpu_only = "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU"
-    checks = [by_name.get(case.name) or skipped(case.name, CASE, case.points, gpu_only, visibility=case.visibility,
-                                                needs_gpu=NEEDS_GPU_LARGE) for case in cases]
-    return compile_result, checks, timing
+                  f"The emulator said:\n{run.compile_check.message}")
+        made = [nvcc, *(skipped(c.name, CASE, c.points, reason, visibility=c.visibility,
+                                needs_gpu=NEEDS_GPU_EMULATOR) for c in emulated)]
+    elif run.compile_check.passed and nvcc.passed:
+        run.compile_check.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
+    return [*made, *needs_gpu]
 
 
 def not_graded(path: Path, config: Config, cases: list[Case], reason: str,
                outcome: str = SUBMISSION_ERROR) -> SubmissionResult:
     """Every check skipped with the reason, so the score reads 0 of the full total, not 0 of 0."""
-    checks = [skipped("compile", COMPILE, config.points.compile, reason),
-              *skipped_static_checks(vars(config.points.static), reason), *_skip_run_checks(config, cases, reason)]
-    return SubmissionResult(locate(path)[0], outcome, checks, message=reason)
+    return SubmissionResult(locate(path)[0], outcome, Rubric.of(config, cases).results([], reason), message=reason)
 
 
 @dataclass
@@ -293,7 +293,3 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
         sandbox=asdict(sandbox),
     )
 
-
-def _skip_run_checks(config: Config, cases: list[Case], reason: str) -> list[CheckResult]:
-    checks = [skipped(c.name, CASE, c.points, reason, visibility=c.visibility) for c in cases]
-    return [*checks, skipped(TIMING_NAME, TIMING, config.points.timing, reason)]

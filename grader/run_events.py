@@ -304,22 +304,15 @@ class RunEvents:
 
     # -- results -------------------------------------------------------------------------------
 
-    def case_checks(self) -> list[CheckResult]:
+    def made_checks(self) -> list[CheckResult]:
+        """The checks this run decided: compile, each case that ran, timing when it was measured or lost.
+        The rubric says why the others were not made (not_run_reason when nothing else does)."""
         self.judge_outputs()
-        return [self.case_results.get(name) or skipped(name, CASE, case.points, self.not_run_reason,
-                                                       visibility=case.visibility)
-                for name, case in self.cases.items()]
-
-    def timing_result(self) -> CheckResult:
+        made = [self.compile_check, *self.case_results.values()]
         if self.timing:
-            return self.timing
-        points = self.config.points.timing
-        failing = [c for c in self.case_checks() if not c.passed]
-        if self.timing_lost:
-            return errored(TIMING_NAME, TIMING, points, "grader error: every case passed but the GPU process ended "
-                           "before it was timed; it will be timed when graded again (--resume)")
-        if failing:
-            return skipped(TIMING_NAME, TIMING, points,
-                           f"not timed: {len(failing)} of {len(self.cases)} cases did not pass; "
-                           "timing needs a correct kernel")
-        return skipped(TIMING_NAME, TIMING, points, self.not_run_reason)
+            made.append(self.timing)
+        elif self.timing_lost:
+            made.append(errored(TIMING_NAME, TIMING, self.config.points.timing, "grader error: every case passed but "
+                                "the GPU process ended before it was timed; it will be timed when graded again "
+                                "(--resume)"))
+        return made

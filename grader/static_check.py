@@ -16,7 +16,7 @@ from grader.result import STATIC, CheckResult, errored, failed, passed, skipped
 TILES = "shared-memory tiles"
 LOAD_BARRIER = "barrier after loading tiles"
 USE_BARRIER = "barrier after using tiles"
-_CHECKS = (("shared_tiles", TILES), ("load_barrier", LOAD_BARRIER), ("use_barrier", USE_BARRIER))
+STATIC_CHECKS = (("shared_tiles", TILES), ("load_barrier", LOAD_BARRIER), ("use_barrier", USE_BARRIER))
 
 BARRIER_FUNCTIONS = frozenset({"__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or"})
 THREAD_INDEX = "threadIdx"
@@ -568,12 +568,12 @@ def find_kernels(source: str) -> list[str]:
 
 
 def skipped_static_checks(points: dict[str, float], reason: str) -> list[CheckResult]:
-    return [skipped(name, STATIC, float(points.get(key, 0.0)), reason) for key, name in _CHECKS]
+    return [skipped(name, STATIC, float(points.get(key, 0.0)), reason) for key, name in STATIC_CHECKS]
 
 
 def static_checks(source: str, kernel_name: str, points: dict[str, float]) -> list[CheckResult]:
     """The three static checks of kernel_name, in order: shared tiles, load barrier, use barrier."""
-    worth = {name: float(points.get(key, 0.0)) for key, name in _CHECKS}
+    worth = {name: float(points.get(key, 0.0)) for key, name in STATIC_CHECKS}
     try:
         file = _File(source)
         kernel = file.kernel(kernel_name)
@@ -589,4 +589,5 @@ def static_checks(source: str, kernel_name: str, points: dict[str, float]) -> li
     except Exception as exc:  # noqa: BLE001 - student input must never crash grading; the error is reported
         message = (f"the static checker could not analyse {kernel_name} ({type(exc).__name__}); "
                    f"this check needs a manual review by the instructor")
-        return [errored(name, STATIC, worth[name], message, metrics={"error": repr(exc)[:300]}) for _, name in _CHECKS]
+        return [errored(name, STATIC, worth[name], message, metrics={"error": repr(exc)[:300]})
+                for _, name in STATIC_CHECKS]

@@ -26,7 +26,7 @@ def judged(tmp_path, outputs: list[np.ndarray], launches: int):
     events.tile_size = 16
     events.handle({"event": "case", "case": "square_16", "seconds": 0.001, "a_changed": False, "b_changed": False,
                    "launches": launches, "distinct_outputs": len(outputs), "folder": str(tmp_path)})
-    return events.case_checks()[0]
+    return {c.name: c for c in events.made_checks()}["square_16"]
 
 
 def test_a_case_right_in_every_launch_passes(tmp_path):
@@ -42,7 +42,7 @@ def test_a_case_is_judged_on_its_outputs_as_they_were_when_it_was_reported(tmp_p
     events.handle({"event": "case", "case": "square_16", "seconds": 0.001, "a_changed": False, "b_changed": False,
                    "launches": 1, "distinct_outputs": 1, "folder": str(tmp_path)})
     np.save(tmp_path / "square_16.student.npy", np.zeros_like(right_output()))
-    assert events.case_checks()[0].status == PASSED
+    assert {c.name: c for c in events.made_checks()}["square_16"].status == PASSED
 
 
 def test_one_wrong_launch_among_right_ones_fails_the_case_and_says_it_depends_on_timing(tmp_path):
