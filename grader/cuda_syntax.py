@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from typing import Iterable, Iterator
 
 from tree_sitter import Language, Node, Parser, Tree
@@ -24,8 +25,26 @@ def parser() -> Parser:
     return _LOCAL.parser
 
 
+# The trees of the last few texts parsed on this thread. Every stage that reads a submission (static check,
+# declaration, tile size, host code, late-warps hooks) asks for the tree of the same text, so a
+# submission's file is parsed once and the tree shared; a grade parses at most its file, the file's device
+# side and the reference. Nobody edits a tree, so sharing one is safe.
+TREES_KEPT = 8
+
+
 def parse(source: str) -> Tree:
     """Parse CUDA source after blanking `#if 0` style groups; line numbers stay those of the file."""
+    trees = _LOCAL.__dict__.setdefault("trees", OrderedDict())
+    tree = trees.get(source)
+    if tree is None:
+        tree = trees[source] = parse_text(source)
+        while len(trees) > TREES_KEPT:
+            trees.popitem(last=False)
+    trees.move_to_end(source)
+    return tree
+
+
+def parse_text(source: str) -> Tree:
     text = blank_inactive_preprocessor(source)
     return parser().parse(text.encode("utf-8", "replace"))
 

@@ -174,6 +174,44 @@ def test_cli_writes_json_and_junit_and_exits_zero(config_file, reference_submiss
     assert "illegal memory access" in first_case.result[0].message
 
 
+# Which cases each classic ECE408 mistake (test_presets.BUGS) must break on the GPU, by shape:
+# - no load bounds: a phase past k reads the next row of A (and past B), so a k that is not a multiple of
+#   the tile is wrong; rows past m and columns past n are read but never stored;
+# - B read with stride numAColumns (k) instead of numBColumns (n): wrong whenever n != k, except k = 1
+#   (only row 0 of B is read, at the same place);
+# - the barrier after loading missing: with warps held back (late_warps.py) every case reads unloaded tiles.
+ECE408_BREAKS = {
+    "no_bounds": lambda case: case.k % 16 != 0,
+    "wrong_stride": lambda case: case.n != case.k and case.k != 1,
+    "missing_barrier": lambda case: True,
+}
+ECE408_STATIC_LOST = {"no_bounds": 0, "wrong_stride": 0, "missing_barrier": 4}  # the load barrier's points
+
+
+@pytest.mark.parametrize("bug", sorted(ECE408_BREAKS))
+def test_the_ece408_preset_gives_the_classic_mistakes_their_partial_scores(tmp_path, bug):
+    from test_presets import BUGS, ECE408
+
+    from grader.cases import load_cases
+    from grader.config import preset_path
+    from grader.pipeline import GPU, RunPlan, grade
+
+    source = ECE408
+    for old, new in BUGS[bug]:
+        source = source.replace(old, new)
+    (tmp_path / "student").mkdir()
+    (tmp_path / "student" / "kernel.cu").write_text(source)
+    config = load_config(preset_path("ece408"))
+    cases = load_cases(config.testcases_dir)
+    result = grade(tmp_path / "student", config, cases, RunPlan(GPU))
+    checks = checks_of(result)
+    broken = {case.name for case in cases if ECE408_BREAKS[bug](case)}
+    assert {name for name, c in checks_of(result, "case").items() if c.status != PASSED} == broken
+    assert checks["speed vs reference"].status == SKIPPED  # timing needs every case right
+    lost = sum(case.points for case in cases if case.name in broken) + config.points.timing
+    assert result.score == result.max_score - lost - ECE408_STATIC_LOST[bug]
+
+
 def test_the_ece408_preset_grades_a_correct_mp3_file_full_marks():
     """matrixMultiplyShared(A, B, C, numARows, …, numCColumns) with a libwb main, as students publish it."""
     from grader.cases import load_cases

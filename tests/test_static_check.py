@@ -498,3 +498,27 @@ def test_internal_error_is_reported_not_raised(monkeypatch):
     results = check(GOOD)
     assert [r.status for r in results] == ["error"] * 3
     assert "RuntimeError" in results[0].message and results[0].metrics["error"] == "RuntimeError('boom')"
+
+
+def test_a_submission_is_parsed_once_and_the_tree_shared_by_every_stage(monkeypatch):
+    """Static check, declaration, tile size, host code and the late-warps hooks all read the file's tree:
+    grading it (and preparing its GPU job) parses each distinct text once."""
+    from conftest import SUBMISSIONS
+
+    import grader.cuda_syntax as cs
+    from grader.cases import load_cases
+    from grader.config import load_config
+    from grader.execute.sandbox import detect
+    from grader.pipeline import RunPlan, _job, grade
+    from grader.submission import read_submission
+
+    parsed = []
+    real = cs.parse_text
+    monkeypatch.setattr(cs, "parse_text", lambda text: parsed.append(text) or real(text))
+    config = load_config()
+    cases = load_cases(config.testcases_dir)
+    grade(SUBMISSIONS / "ece408_mp3", config, cases, RunPlan(None, "no backend"))
+    _job(read_submission(SUBMISSIONS / "ece408_mp3"), config, cases, "/tmp", detect(), timed=True)
+    source = (SUBMISSIONS / "ece408_mp3" / "kernel.cu").read_text()
+    assert parsed.count(source) == 1
+    assert len(parsed) == len(set(parsed))
