@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..contract import REFERENCE, KernelContract
-from ..inputs import GUARD_BEFORE, POISON_BITS, guarded_c, guarded_size, make_inputs
+from ..inputs import GUARD_BEFORE, POISON_BITS, guard_after, guarded_c, guarded_size, make_inputs
 from ..tolerance import uniform_bound
 from .compile import (
     COUNT_KERNEL,
@@ -199,11 +199,12 @@ class Worker:
         C differs from the first launch's, so the turn copies back only outputs that differ; a changed
         input is restored from the host's copy."""
         launches, poisoned = self.job.launches_per_case, guarded_c(spec.m, spec.n)
-        for pointer, host in ((memory.a, a), (memory.b, b), (memory.pristine_a, a), (memory.pristine_b, b),
-                              (memory.poisoned, poisoned)):
+        for pointer, host in ((memory.pristine_a, a), (memory.pristine_b, b), (memory.poisoned, poisoned)):
             guarded(cuda.memcpy_htod, pointer, host)
+        memory.upload_inputs(a, b)
         outputs, seconds, a_changed, b_changed = [], [], False, False
         for launch in range(launches):
+            memory.poison_past_inputs(a, b)
             guarded(cuda.memcpy_dtod, memory.c, memory.poisoned, poisoned.nbytes)
             self.stale_shared.prepare((memory.a, a.size), (memory.b, b.size), (memory.c, poisoned.size))
             student.late_warps(skew_for(launch))
@@ -223,8 +224,7 @@ class Worker:
                     outputs.append(c_host)
             a_changed, b_changed = a_changed or bool(changed_a), b_changed or bool(changed_b)
             if changed_a or changed_b:  # the student wrote into A or B: every launch gets the real ones
-                guarded(cuda.memcpy_htod, memory.a, a)
-                guarded(cuda.memcpy_htod, memory.b, b)
+                memory.upload_inputs(a, b)
 
         reference.launch(spec.m, spec.n, spec.k, memory.a, memory.b, memory.reference)
         synchronize()
@@ -401,12 +401,24 @@ class CaseMemory:
     (bench/gpu_contention.py --allocate); allocating at the turn's start still tripled a batch's turns."""
 
     def __init__(self, cases: list[CaseSpec]):
-        a_words = max(case.m * case.k for case in cases)
-        b_words = max(case.k * case.n for case in cases)
+        # A and B are followed by poison: a load past either's end (a missing bound) reads NaN, whatever
+        # lies there (zeros after the largest case's inputs made such a kernel right by luck).
+        self.a_words = max(case.m * case.k + guard_after(case.k) for case in cases)
+        self.b_words = max(case.k * case.n + guard_after(case.n) for case in cases)
         c_words = max(guarded_size(case.m, case.n) for case in cases)
+        a_words, b_words = self.a_words, self.b_words
         self.allocations = allocate_words(a_words, b_words, a_words, b_words, c_words, c_words, c_words, c_words)
         (self.a, self.b, self.pristine_a, self.pristine_b, self.poisoned, self.c, self.first,
          self.reference) = (int(allocation) for allocation in self.allocations)
+
+    def upload_inputs(self, a: np.ndarray, b: np.ndarray) -> None:
+        guarded(cuda.memcpy_htod, self.a, a)
+        guarded(cuda.memcpy_htod, self.b, b)
+
+    def poison_past_inputs(self, a: np.ndarray, b: np.ndarray) -> None:
+        """Poison after the case's A and B, again before each launch (a launch may have stored there)."""
+        guarded(cuda.memset_d32, self.a + a.nbytes, POISON_BITS, self.a_words - a.size)
+        guarded(cuda.memset_d32, self.b + b.nbytes, POISON_BITS, self.b_words - b.size)
 
 
 class TimingMemory:
