@@ -90,7 +90,7 @@ def _wrong_elements(c, truth, wrong, figures, hint) -> Finding:
     if never_written:
         lines.append(f"{never_written} elements were never written: they still hold the NaN the grader fills C with")
     rows, cols = np.nonzero(wrong)
-    for r, col in list(zip(rows, cols))[:SHOWN_ELEMENTS]:
+    for r, col in zip(rows[:SHOWN_ELEMENTS], cols[:SHOWN_ELEMENTS]):
         lines.append(f"  C[{r}][{col}]: expected {truth.value[r, col]:.6g}, got {c[r, col]:.6g}")
     if count > SHOWN_ELEMENTS:
         lines.append(f"  ... and {count - SHOWN_ELEMENTS} more")

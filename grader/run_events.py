@@ -60,15 +60,23 @@ def _output(path: Path, elements: int) -> np.ndarray:
     return array
 
 
-def _worst_launch(judged: list[CheckResult], launches: int) -> CheckResult:
-    """A case is right only if every launch was: the first wrong output decides, and when the launches
+def _worst_launch(judge: Callable[[np.ndarray], CheckResult], outputs: list[np.ndarray],
+                  launches: int) -> CheckResult:
+    """A case is right only if every launch was: the first wrong output decides (the outputs after it are
+    not judged: a wrong 1000×1000 output costs the parent a CPU-second to describe), and when the launches
     disagreed, the message says the result depends on timing."""
-    worst = next((check for check in judged if check.status != PASSED), judged[0])
-    if len(judged) > 1 and worst.status != PASSED:
-        worst.message += (f"\nthe same inputs gave {len(judged)} different results in {launches} launches (after "
+    first = None
+    for output in outputs:
+        check = judge(output)
+        first = first or check
+        if check.status != PASSED:
+            break
+    if len(outputs) > 1 and check.status != PASSED:
+        check.message += (f"\nthe same inputs gave {len(outputs)} different results in {launches} launches (after "
                           "the first, the grader holds back every other warp): the result depends on timing "
                           "(threads reading shared memory before it is written?)")
-    return worst
+        return check
+    return first
 
 
 def _shape(case: Case) -> str:
@@ -209,12 +217,13 @@ class RunEvents:
         def judge() -> CheckResult:
             tolerance = self.config.tolerance
             a, b, truth = case_truth(case, self.config)
-            judged = [judge_case(case.name, case.points, a, b,
-                                 CaseRun(buffer=buffer.ravel(), reference=reference, a_changed=event["a_changed"],
-                                         b_changed=event["b_changed"], seconds=event["seconds"], races=races),
-                                 self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth)
-                      for buffer in buffers]
-            return _worst_launch(judged, launches)
+            return _worst_launch(
+                lambda buffer: judge_case(
+                    case.name, case.points, a, b,
+                    CaseRun(buffer=buffer.ravel(), reference=reference, a_changed=event["a_changed"],
+                            b_changed=event["b_changed"], seconds=event["seconds"], races=races),
+                    self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth),
+                buffers, launches)
 
         self.unjudged[case.name] = judge  # the outputs as they were now: what the child writes later is not read
 
