@@ -82,6 +82,21 @@ class GpuBusy:
         return sum(self.samples) / len(self.samples) / 100 if self.samples else None
 
 
+def _label(proc: str, name: str) -> str:
+    """A process's program name; for Python, with the module or script it runs (the batch's parent, a
+    worker, a GPU child, the CPU driver), so Python's CPU splits by role."""
+    if not name.startswith("python"):
+        return name
+    try:
+        argv = Path(proc, "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return name
+    words = [a.decode(errors="replace") for a in argv[1:] if a and not a.startswith(b"-")]
+    module = argv[argv.index(b"-m") + 1].decode(errors="replace") if b"-m" in argv[:-1] else ""
+    what = module or (Path(words[0]).name if words else "")
+    return f"{name} {what}".strip()
+
+
 class CpuUse:
     """Where the host's CPU went while the batch ran: busy fraction of all cores (/proc/stat), and CPU seconds
     by program name, from every process seen (/proc/PID/stat, sampled every 100 ms; a process that lives
@@ -110,7 +125,9 @@ class CpuUse:
                     continue
                 name = stat[stat.index("(") + 1:stat.rindex(")")]
                 fields = stat[stat.rindex(")") + 2:].split()
-                self.last[int(entry.name), fields[19]] = (name, (int(fields[11]) + int(fields[12])) / self.tick)
+                key = int(entry.name), fields[19]
+                label = self.last[key][0] if key in self.last else _label(entry.path, name)
+                self.last[key] = (label, (int(fields[11]) + int(fields[12])) / self.tick)
 
     def __enter__(self):
         self.start = self._busy_idle()
