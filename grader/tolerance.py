@@ -11,8 +11,12 @@ EPS32 = float(np.finfo(np.float32).eps)
 
 
 def error_bound(a64: np.ndarray, b64: np.ndarray, k_factor: float, abs_tol: float) -> np.ndarray:
-    k = a64.shape[1]
-    return k_factor * max(k, 1) * EPS32 * (np.abs(a64) @ np.abs(b64)) + abs_tol
+    return bound_of(np.abs(a64) @ np.abs(b64), a64.shape[1], k_factor, abs_tol)
+
+
+def bound_of(abs_dot: np.ndarray, k: int, k_factor: float, abs_tol: float) -> np.ndarray:
+    """The bound of elements whose sums of |a_i| |b_i| over k terms are `abs_dot`."""
+    return k_factor * max(k, 1) * EPS32 * abs_dot + abs_tol
 
 
 def within(c: np.ndarray, expected: np.ndarray, bound: np.ndarray) -> np.ndarray:

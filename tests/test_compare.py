@@ -89,6 +89,17 @@ def test_truncated_phase_count_is_diagnosed():
     assert "last, partial tile phase" in result.message and "(k + TILE - 1) / TILE" in result.explained
 
 
+@pytest.mark.parametrize("spoiled_rows", [slice(0, 1), slice(40, 48), slice(63, 64)])
+def test_the_truncated_phase_hint_needs_every_part_of_c_to_fit_it(spoiled_rows):
+    """The hint is tried on a sample of the wrong elements spread over all of them: rows that are wrong
+    some other way, first, in the middle or last, keep it from being given."""
+    a, b = make_inputs(64, 64, 67, seed=5, distribution="uniform")
+    c = product(a[:, :64], b[:64, :])
+    c[spoiled_rows, :] += 1.0
+    result = judge(a, b, c)
+    assert result.status == FAILED and "last, partial tile phase" not in result.message
+
+
 def test_wrong_stride_of_b_in_rectangular_case_points_at_strides():
     m, n, k = 48, 80, 64
     a, b = make_inputs(m, n, k, seed=6, distribution="uniform")
