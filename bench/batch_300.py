@@ -2,7 +2,7 @@
 defaults (target: <= 3 min on the H100, 16 cores), then a sample graded alone: any verdict that differs
 fails the run.
 
-Usage: python3 bench/batch_300.py [COUNT] [SAMPLE] [CAP_S] [--no-sanitize]
+Usage: python3 bench/batch_300.py [COUNT] [SAMPLE] [CAP_S] [--no-sanitize] [--jobs=N]
 CAP_S (default 600) stops a batch that runs that long and reports what it graded by then. --no-sanitize
 (batch and sample alike) is for finding where the time goes; the target is met with the sanitizer on.
 Variants of the corpus's correct and buggy kernels, each made unique (a student comment, renamed
@@ -148,6 +148,7 @@ class CpuUse:
 
 
 SANITIZE = "--no-sanitize" not in sys.argv
+JOBS = [arg.replace("--jobs=", "--jobs ").split()[i] for arg in sys.argv if arg.startswith("--jobs=") for i in (0, 1)]
 
 
 def grade_alone(student: Path, config: Path, outdir: Path) -> SubmissionResult:
@@ -173,7 +174,7 @@ def main() -> int:
             try:
                 subprocess.run([sys.executable, "-m", "grader", "batch", str(work / "class"), "-o",
                                 str(work / "out"), "--config", str(config), "--backend", "gpu",
-                                *([] if SANITIZE else ["--no-sanitize"])], check=True,
+                                *([] if SANITIZE else ["--no-sanitize"]), *JOBS], check=True,
                                cwd=ROOT, stdout=subprocess.DEVNULL, timeout=cap)
             except subprocess.TimeoutExpired:
                 print(f"STOPPED: the batch ran past {cap:g} s")
