@@ -118,6 +118,22 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
 def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
     submission = read_submission(path)
     submission.source = drop_host_headers(submission.source, config.compile.host_only_headers)
+    result = _graded(submission, config, cases, plan)
+    _say_which_kernel(result, find_kernels(submission.source), config.kernel.name)
+    return result
+
+
+def _say_which_kernel(result: SubmissionResult, kernels: list[str], graded: str) -> None:
+    """A file with more kernels than the lab's (both course families' in one, a naive version kept beside
+    the tiled one) is graded on the configured kernel, and the compile check says so."""
+    others = [name for name in kernels if name != graded]
+    compiled = next((check for check in result.checks if check.kind == COMPILE), None)
+    if graded in kernels and others and compiled is not None:
+        compiled.message += (f"\ngraded {graded}, the kernel this lab names; the file also defines "
+                             f"{', '.join(others)}, which the grader does not run")
+
+
+def _graded(submission: Submission, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
     sandbox = sandbox_of(plan)
     result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level)
     rubric = Rubric.of(config, cases, sanitize=plan.sanitize and plan.backend == GPU)

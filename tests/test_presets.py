@@ -103,3 +103,18 @@ def test_the_cli_grades_with_the_preset(tmp_path):
     assert finished.returncode == 0, finished.stderr
     result = json.loads((out / "ece408_mp3.json").read_text())
     assert result["outcome"] == "graded" and result["score"] == 74  # every point checkable without a GPU
+
+
+@pytest.mark.parametrize("preset, graded, other", [(None, "mysgemm", "matrixMultiplyShared"),
+                                                   ("ece408", "matrixMultiplyShared", "mysgemm")])
+def test_a_file_with_both_families_kernels_is_graded_on_the_configured_one_and_says_so(tmp_path, preset, graded,
+                                                                                       other):
+    ece408_kernel = ECE408[ECE408.index("#define TILE_WIDTH"):ECE408.index("int main(")]
+    both = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text() + "\n" + ece408_kernel
+    (tmp_path / "both").mkdir()
+    (tmp_path / "both" / "kernel.cu").write_text(both)
+    config = load_config(preset_path(preset) if preset else None)
+    result = grade(tmp_path / "both", config, load_cases(config.testcases_dir)[:1], RunPlan(None, "no backend"))
+    compiled = result.checks[0]
+    assert f"graded {graded}, the kernel this lab names; the file also defines {other}" in compiled.message
+    assert [c.status for c in result.checks if c.kind == "static"] == [PASSED] * 3
