@@ -151,13 +151,14 @@ class RunEvents:
     def on_compiled(self, event: dict) -> None:
         self.device, self.tile_size = event["device"], event["tile_size"]
         self.student_cubin = event.get("student_cubin", "")
-        points, allowed = self.config.points.compile, self.config.kernel.tile_sizes
+        contract = self.config.kernel.contract()
+        points, allowed = self.config.points.compile, contract.tile_sizes
         sizes = ", ".join(map(str, allowed))
         if "reference_tile" in event and event["reference_tile"] is None:
             self.grader_error = "grader error: the reference kernel defines none of the tile size macros"
             self._compile_error("not run: the grader's reference kernel is broken")
         elif self.tile_size is None:
-            names = ", ".join(self.config.kernel.tile_macros)
+            names = ", ".join(contract.tile_macros)
             self._compile_error(f"the tile size is not defined: none of {names} is a macro in your file, and "
                                 "your first __shared__ tile is not a two-dimensional array sized by a constant; "
                                 f"add `#define TILE_SIZE 16` (allowed: {sizes}); the grader launches blocks of "
