@@ -4,6 +4,7 @@
     grade batch PATH [PATH ...]           a whole class: folders, LMS zips, Gradescope exports; --resume
     grade gradescope SUBMISSION RESULTS   the Gradescope autograder entry (run_autograder calls it)
     grade prairielearn SUBMISSION RESULTS the PrairieLearn external-grader entry
+    grade serve --tokens FILE             the grading service: LMS containers post archives over HTTP
 
 Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2 for misuse, 130 on Ctrl-C.
 """
@@ -63,13 +64,30 @@ def _common(parser: argparse.ArgumentParser) -> None:
                              "explain what it finds (GPU only; default: on in batch, off otherwise)")
 
 
+def _serve_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tokens", type=Path, required=True, metavar="FILE",
+                        help="`course: token` lines (YAML, mode 600): each course's bearer token")
+    parser.add_argument("--state", type=Path, default=Path("grader-service"), metavar="DIR",
+                        help="where the job queue (SQLite) lives; a restart picks it up (default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=0, metavar="N",
+                        help="submissions graded at once (default: one per CPU core)")
+    parser.add_argument("--max-mb", type=float, default=8, metavar="MB",
+                        help="largest archive accepted (default: %(default)s MB)")
+    parser.add_argument("--per-hour", type=int, default=20, metavar="N",
+                        help="jobs one student may submit per hour (default: %(default)s)")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else argv
-    command = argv[0] if argv and argv[0] in ("batch", *LMS_ENTRIES) else "grade"
+    command = argv[0] if argv and argv[0] in ("batch", "serve", *LMS_ENTRIES) else "grade"
     rest = argv[1:] if command != "grade" else argv
     parser = argparse.ArgumentParser(prog="grade" if command == "grade" else f"grade {command}",
                                      description="Grade tiled-SGEMM CUDA submissions.")
-    if command in LMS_ENTRIES:
+    if command == "serve":
+        _serve_options(parser)
+    elif command in LMS_ENTRIES:
         parser.add_argument("submission", type=Path, help="the folder the LMS put the student's files in "
                                                           "(kernel.cu is found anywhere below it)")
         parser.add_argument("results", type=Path, help="where the LMS reads results.json")
@@ -144,7 +162,7 @@ def _backend_plan(args: argparse.Namespace) -> RunPlan:
     if args.backend == GPU or (args.backend == "auto" and gpu_missing is None):
         if gpu_missing is not None:
             raise UsageError(f"--backend gpu: {gpu_missing}")
-        sanitize = args.command == "batch" if args.sanitize is None else args.sanitize
+        sanitize = args.command in ("batch", "serve") if args.sanitize is None else args.sanitize
         return RunPlan(GPU, sanitize=sanitize)
     if compiler() is None:
         reason = "the CPU emulator needs a C++ compiler (g++), and none is on PATH"
@@ -173,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if args.command == "batch":
         return grade_batch(args, config, cases, plan, console, errors)
+    if args.command == "serve":
+        return grade_serve(args, config, cases, plan, errors)
     if args.command in LMS_ENTRIES:
         return lms_entry(args, config, cases, plan)
     code, names = EXIT_OK, set()
@@ -269,6 +289,25 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
                       f"{args.output / 'canvas-notes.txt'}:", highlight=False)
         for line in notes[:20]:
             console.print(f"  {line}", highlight=False, markup=False)
+    return EXIT_OK
+
+
+def grade_serve(args, config, cases, plan, errors: Console) -> int:
+    try:
+        from .serve.app import ServiceLimits
+        from .serve.main import load_tokens, serve
+    except ImportError as exc:
+        errors.print(f"[bold red]error:[/] grade serve needs the service's libraries ({exc.name}): "
+                     "pip install -e '.[serve]'", highlight=False)
+        return EXIT_USAGE
+
+    try:
+        tokens = load_tokens(args.tokens)
+    except UsageError as exc:
+        errors.print(f"[bold red]error:[/] {exc}", highlight=False)
+        return EXIT_USAGE
+    limits = ServiceLimits(max_bytes=int(args.max_mb * (1 << 20)), per_window=args.per_hour, window_s=3600.0)
+    serve(config, cases, plan, args.state, tokens, args.host, args.port, args.jobs, limits)
     return EXIT_OK
 
 
