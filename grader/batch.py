@@ -51,6 +51,8 @@ class BatchOptions:
     resume: bool = False
     force: bool = False
     jobs: int = 0  # 0: one per CPU core
+    cluster: str = ""  # a Dask scheduler's address: each submission a task there (cluster.py); "" grades here
+    security: object | None = None  # distributed.Security for a TLS cluster
     exports: ExportOptions = field(default_factory=ExportOptions)
 
 
@@ -138,20 +140,25 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
     workers = Workers()
-    pool = ThreadPoolExecutor(max_workers=jobs)
+    pool, client = _executor(options, plan, jobs)
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(_describe(counts), total=len(todo))
         pending: dict[Future, Entry] = {}
         for i, (entry, _) in enumerate(todo):
-            placed = replace(plan, placement=placements[i % len(placements)])
-            pending[pool.submit(workers.grade, entry, config, cases, placed)] = entry
+            if client is not None:
+                from .cluster import grade_task, remote_task  # cluster.py grades with this module's Workers
+
+                pending[pool.submit(grade_task, remote_task(entry, config, cases, plan))] = entry
+            else:
+                placed = replace(plan, placement=placements[i % len(placements)])
+                pending[pool.submit(workers.grade, entry, config, cases, placed)] = entry
         marks = {entry.key: mark for entry, mark in todo}
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     entry = pending.pop(future)
-                    result = future.result()
+                    result = _result_of(future, entry, config, cases)
                     result.student_id, result.student_name = entry.student_id, entry.student_name
                     result.fingerprint = marks[entry.key]
                     _store(result, options.outdir, entry.key)
@@ -163,8 +170,40 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
             workers.stop()
             pool.shutdown(wait=False, cancel_futures=True)
             return len(todo) - len(pending), True
-    pool.shutdown()
+        finally:
+            if client is not None:
+                client.close()  # every future is done or given up: nothing left for the executor to wait on
+    if client is None:
+        pool.shutdown()
     return len(todo), False
+
+
+def _executor(options: BatchOptions, plan: RunPlan, jobs: int):
+    """Where the submissions are graded: worker processes of this host, or a Dask cluster's workers."""
+    if not options.cluster:
+        return ThreadPoolExecutor(max_workers=jobs), None
+    from distributed import Client  # only a cluster batch needs Dask
+
+    from .cluster import task_resources
+
+    client = Client(options.cluster, security=options.security, timeout="30s")
+    return client.get_executor(resources=task_resources(plan), pure=False), client
+
+
+def _result_of(future: Future, entry: Entry, config: Config, cases: list[Case]) -> SubmissionResult:
+    """A local worker's result, or a cluster task's (its data, or the reason it never came back)."""
+    try:
+        value = future.result()
+    except Exception as error:  # a cluster task that failed however often Dask retried it
+        reason = (f"grader error: the cluster could not grade this submission ({type(error).__name__}: "
+                  f"{str(error)[:200]}); it will be graded again with --resume")
+        return not_graded(entry.path, config, cases, reason, GRADER_ERROR)
+    if isinstance(value, SubmissionResult):
+        return value
+    log = value.pop("log", "")
+    result = SubmissionResult.from_dict(value)
+    result.log = log
+    return result
 
 
 def _worker_environment() -> dict[str, str]:

@@ -11,6 +11,7 @@ Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2
 from __future__ import annotations
 
 import argparse
+import glob
 import math
 import os
 import sys
@@ -64,6 +65,34 @@ def _common(parser: argparse.ArgumentParser) -> None:
                              "explain what it finds (GPU only; default: on in batch, off otherwise)")
 
 
+def _tls_options(group) -> None:
+    group.add_argument("--tls-ca-file", type=Path, default=None, metavar="FILE", help="TLS: the CA certificate")
+    group.add_argument("--tls-cert", type=Path, default=None, metavar="FILE", help="TLS: this side's certificate")
+    group.add_argument("--tls-key", type=Path, default=None, metavar="FILE", help="TLS: this side's private key")
+
+
+def worker_main(argv: list[str]) -> int:
+    """`grade worker --scheduler ADDRESS`: Dask workers for this host's GPUs (or its CPU emulator)."""
+    parser = argparse.ArgumentParser(prog="grade worker", description="Grade a cluster batch's submissions here.")
+    parser.add_argument("--scheduler", required=True, metavar="ADDRESS", help="tcp://HOST:8786 or tls://HOST:8786")
+    parser.add_argument("--slots", type=int, default=0, metavar="N",
+                        help="submissions each GPU's worker grades at once (default: CPU cores / GPUs); the "
+                             "GPU's lock still gives out timing turns one at a time")
+    _tls_options(parser)
+    args = parser.parse_args(argv)
+    from .cluster import run_workers, worker_commands
+
+    tls = [flag for option, flag in ((args.tls_ca_file, "--tls-ca-file"), (args.tls_cert, "--tls-cert"),
+                                     (args.tls_key, "--tls-key")) if option for flag in (flag, str(option))]
+    gpus = [int(path[len("/dev/nvidia"):]) for path in sorted(glob.glob("/dev/nvidia[0-9]*"))]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        gpus = [int(g) for g in visible.split(",") if g.strip().isdigit()]
+    cores = os.cpu_count() or 2
+    slots = args.slots or max(1, cores // max(len(gpus), 1))
+    return run_workers(worker_commands(args.scheduler, gpus, slots, cores, tls))
+
+
 def _serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=Path, required=True, metavar="FILE",
                         help="`course: token` lines (YAML, mode 600): each course's bearer token")
@@ -113,6 +142,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         again.add_argument("--force", action="store_true", help="grade everyone again")
         parser.add_argument("--jobs", type=int, default=0, metavar="N",
                             help="submissions graded at once (default: one per CPU core)")
+        cluster = parser.add_argument_group("cluster")
+        cluster.add_argument("--cluster", default="", metavar="ADDRESS",
+                             help="a Dask scheduler (tcp://HOST:8786 or tls://…): each submission is graded on "
+                                  "its workers (`grade worker`); results are written here as always")
+        _tls_options(cluster)
         canvas = parser.add_argument_group("canvas.csv")
         canvas.add_argument("--assignment", default="SGEMM lab", metavar="TITLE",
                             help="the Canvas assignment's title (the column is headed 'TITLE (ID)')")
@@ -175,6 +209,9 @@ def _backend_plan(args: argparse.Namespace) -> RunPlan:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        return worker_main(argv[1:])
     args = parse_args(argv)
     console, errors = Console(), Console(stderr=True, soft_wrap=True)
     try:
@@ -272,8 +309,15 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
 
 
 def grade_batch(args, config, cases, plan, console: Console, errors: Console) -> int:
+    from .cluster import security_of
+
+    try:
+        security = security_of(args.tls_ca_file, args.tls_cert, args.tls_key)
+    except ValueError as exc:
+        errors.print(f"[bold red]error:[/] {exc}", highlight=False)
+        return EXIT_USAGE
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
-                           exports=args.exports)
+                           exports=args.exports, cluster=args.cluster, security=security)
     outcome = run_batch(args.paths, config, cases, plan, options, console)
     if outcome.interrupted:
         errors.print(f"[bold red]interrupted[/]: {outcome.graded_now} submissions graded and saved in "

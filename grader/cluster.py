@@ -1,0 +1,112 @@
+"""Grading beyond one host: with `grade batch --cluster ADDRESS`, each submission is a Dask task.
+
+The client (the batch) keeps everything it keeps today: intake, the fingerprints, every result file,
+written the moment a task's result arrives, once per student. A task carries what grading needs that
+the worker's host does not have (the kernel's bytes, the reference's text, the config and cases) and
+runs on a worker started by `grade worker`: there the submission is graded exactly as a local batch
+grades it, in a batch_worker process of that host, the student's code in that host's sandbox, on the
+GPU the worker was given. A worker that dies mid-task costs nothing: Dask runs the task again elsewhere,
+and the client stores the one result that comes back.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .batch import Workers
+from .cases import Case
+from .config import Config
+from .intake import Entry
+from .pipeline import GPU, RunPlan
+
+SLOTS = "GPU"  # the Dask resource a GPU worker offers: how many submissions it grades at once
+WORKER_CACHE = "SGEMM_GRADER_WORKER_CACHE"  # where a worker keeps its compile cache and GPU turns
+
+
+@dataclass
+class RemoteTask:
+    key: str
+    kernel: bytes
+    reference: str
+    config: Config
+    cases: list[Case]
+    backend: str | None
+    sanitize: bool
+    note: str
+    skip_reason: str
+
+
+def remote_task(entry: Entry, config: Config, cases: list[Case], plan: RunPlan) -> RemoteTask:
+    return RemoteTask(entry.key, entry.kernel.read_bytes(), config.reference_path.read_text(encoding="utf-8"),
+                      config, cases, plan.backend, plan.sanitize, plan.note, plan.skip_reason)
+
+
+def task_resources(plan: RunPlan) -> dict[str, int]:
+    """A GPU submission needs one of a GPU worker's slots; a CPU one runs on any worker."""
+    return {SLOTS: 1} if plan.backend == GPU else {}
+
+
+def grade_task(task: RemoteTask) -> dict:
+    """On a Dask worker: the submission graded in a batch_worker process of this host, with this host's
+    sandbox, GPU and caches; the result as JSON-ready data (the log included) for the client to store."""
+    config = copy.deepcopy(task.config)
+    config.compile.cache_dir = os.environ.get(WORKER_CACHE, "~/.cache/sgemm-grader")
+    with tempfile.TemporaryDirectory(prefix="sgemm-task-") as work:
+        folder = Path(work, "submissions", task.key)
+        folder.mkdir(parents=True)
+        (folder / "kernel.cu").write_bytes(task.kernel)
+        reference = Path(work, "reference.cu")
+        reference.write_text(task.reference, encoding="utf-8")
+        config.reference, config.source = str(reference), ""
+        plan = RunPlan(task.backend, skip_reason=task.skip_reason, note=task.note, sanitize=task.sanitize)
+        entry = Entry(task.key, "", "", folder, task.key, "kernel.cu")
+        result = Workers().grade(entry, config, task.cases, plan)
+    data = result.to_dict()
+    data["log"] = result.log
+    return data
+
+
+def security_of(ca_file: Path | None, cert: Path | None, key: Path | None):
+    """Dask's TLS settings from the three files, or None for a plain-TCP cluster."""
+    if not (ca_file or cert or key):
+        return None
+    if not (ca_file and cert and key):
+        raise ValueError("TLS needs all three: --tls-ca-file, --tls-cert and --tls-key")
+    from distributed.security import Security
+
+    return Security(tls_ca_file=str(ca_file), tls_client_cert=str(cert), tls_client_key=str(key),
+                    tls_worker_cert=str(cert), tls_worker_key=str(key), require_encryption=True)
+
+
+def worker_commands(scheduler: str, gpus: list[int], slots: int, cores: int,
+                    tls: list[str]) -> list[tuple[list[str], dict]]:
+    """One Dask worker per local GPU (that GPU alone visible to it, `slots` submissions at once, offered as
+    the GPU resource), or one worker for the CPU emulator when the host has none."""
+    base = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--nworkers", "1", "--no-dashboard", *tls]
+    if not gpus:
+        return [([*base, "--nthreads", str(cores), "--name", f"{socket.gethostname()}-cpu"], {})]
+    return [([*base, "--nthreads", str(slots), "--resources", f"{SLOTS}={slots}",
+              "--name", f"{socket.gethostname()}-gpu{gpu}"], {"CUDA_VISIBLE_DEVICES": str(gpu)}) for gpu in gpus]
+
+
+def run_workers(commands: list[tuple[list[str], dict]]) -> int:
+    """`grade worker`: the workers until Ctrl-C or one of them ends."""
+    processes = [subprocess.Popen(command, env={**os.environ, **env}) for command, env in commands]
+    try:
+        while all(process.poll() is None for process in processes):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait()
+    return 0

@@ -1,0 +1,106 @@
+"""`grade batch --cluster`: a real Dask LocalCluster with worker processes (CPU backend). A class graded
+there gets each student's verdicts of grading them alone; a worker killed mid-task costs a retry, not a
+row; and a TLS cluster with self-signed certificates refuses a client without them."""
+import os
+import shutil
+import signal
+import threading
+import time
+
+import distributed
+import pytest
+from conftest import SUBMISSIONS
+from hardware import needs_cxx
+from rich.console import Console
+
+from grader.batch import BatchOptions, run_batch
+from grader.cases import load_cases
+from grader.cluster import WORKER_CACHE
+from grader.config import load_config
+from grader.pipeline import CPU, RunPlan, grade
+from grader.verdicts import differences
+
+CLASS = ("good_basic", "compile_error", "wrong_kernel_name")
+
+
+@pytest.fixture(scope="module")
+def setup():
+    config = load_config()
+    return config, load_cases(config.testcases_dir)[:4]
+
+
+def local_cluster(workers: int = 2, **options) -> distributed.LocalCluster:
+    return distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                                    **options)
+
+
+def a_class(tmp_path, names):
+    folder = tmp_path / "class"
+    for name in names:
+        shutil.copytree(SUBMISSIONS / name, folder / name)
+    return folder
+
+
+def batch_on(cluster, tmp_path, names, setup, security=None):
+    config, cases = setup
+    options = BatchOptions(tmp_path / "out", cluster=cluster.scheduler_address, security=security)
+    return run_batch([a_class(tmp_path, names)], config, cases, RunPlan(CPU), options, Console(quiet=True))
+
+
+@needs_cxx
+def test_a_cluster_batch_grades_each_student_as_grading_them_alone(tmp_path, setup):
+    config, cases = setup
+    with local_cluster() as cluster:
+        outcome = batch_on(cluster, tmp_path, CLASS, setup)
+    assert sorted(r.submission for r in outcome.results) == sorted(CLASS)
+    for result in outcome.results:
+        alone = grade(SUBMISSIONS / result.submission, config, cases, RunPlan(CPU))
+        assert differences(result, alone, config.timing.max_ratio) == [], result.submission
+    assert (tmp_path / "out" / "students" / "good_basic.json").is_file()
+
+
+@needs_cxx
+def test_a_worker_killed_mid_task_costs_a_retry_not_a_row(tmp_path, setup, monkeypatch):
+    config, cases = setup
+    monkeypatch.setenv(WORKER_CACHE, str(tmp_path / "worker-cache"))  # nothing cached: grading takes seconds
+    with local_cluster() as cluster, distributed.Client(cluster) as watcher:
+        finished = {}
+        batch = threading.Thread(target=lambda: finished.update(outcome=batch_on(cluster, tmp_path, ["good_basic"],
+                                                                                 setup)))
+        batch.start()
+        deadline = time.monotonic() + 120
+        busy = []
+        while not busy and time.monotonic() < deadline:
+            busy = [worker for worker, tasks in watcher.processing().items() if tasks]
+            time.sleep(0.05)
+        assert busy, "the task never started"
+        time.sleep(1.0)  # well into grading: the worker's batch_worker and sandbox are running
+        os.kill(watcher.run(os.getpid, workers=busy)[busy[0]], signal.SIGKILL)
+        batch.join(timeout=300)
+        log = cluster.scheduler.transition_log
+        started = [t for t in log if str(t[0]).startswith("grade_task") and t[2] == "processing"]
+    assert len(started) == 2  # killed while processing, then run again on the other worker
+    results = finished["outcome"].results
+    assert len(results) == 1 and results[0].graded
+    alone = grade(SUBMISSIONS / "good_basic", config, cases, RunPlan(CPU))
+    assert differences(results[0], alone, config.timing.max_ratio) == []
+
+
+def test_a_tls_cluster_with_self_signed_certificates(tmp_path, setup):
+    security = distributed.security.Security.temporary()  # a self-signed CA and certificate, made now
+    with local_cluster(1, protocol="tls", security=security) as cluster:
+        assert cluster.scheduler_address.startswith("tls://")
+        stranger = distributed.security.Security.temporary()  # certificates of another, self-made CA
+        with pytest.raises((OSError, TimeoutError)):
+            distributed.Client(cluster.scheduler_address, security=stranger, timeout="3s")
+        outcome = batch_on(cluster, tmp_path, ["compile_error"], setup, security=security)
+    assert [r.outcome for r in outcome.results] == ["compile error"]
+
+
+def test_half_a_tls_setup_is_misuse(tmp_path):
+    from grader.cli import main
+
+    key = tmp_path / "key.pem"
+    key.write_text("x")
+    assert main(["batch", str(SUBMISSIONS / "compile_error"), "-o", str(tmp_path / "out"), "--no-run",
+                 "--cluster", "tls://127.0.0.1:1", "--tls-key", str(key)]) == 2
