@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -96,9 +97,14 @@ def worker_commands(scheduler: str, gpus: list[int], slots: int, cores: int,
               "--name", f"{socket.gethostname()}-gpu{gpu}"], {"CUDA_VISIBLE_DEVICES": str(gpu)}) for gpu in gpus]
 
 
+def _stop(signum, frame):
+    raise KeyboardInterrupt
+
+
 def run_workers(commands: list[tuple[list[str], dict]]) -> int:
     """`grade worker`: the workers until Ctrl-C or one of them ends."""
     processes = [subprocess.Popen(command, env={**os.environ, **env}) for command, env in commands]
+    signal.signal(signal.SIGTERM, _stop)  # a service manager's stop takes the workers with it
     try:
         while all(process.poll() is None for process in processes):
             time.sleep(0.5)

@@ -1,15 +1,19 @@
 """`grade batch --cluster`: a real Dask LocalCluster with worker processes (CPU backend). A class graded
 there gets each student's verdicts of grading them alone; a worker killed mid-task costs a retry, not a
 row; and a TLS cluster with self-signed certificates refuses a client without them."""
+import json
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 
 import distributed
 import pytest
-from conftest import SUBMISSIONS
+from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx
 from rich.console import Console
 
@@ -27,6 +31,12 @@ CLASS = ("good_basic", "compile_error", "wrong_kernel_name")
 def setup():
     config = load_config()
     return config, load_cases(config.testcases_dir)[:4]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def local_cluster(workers: int = 2, **options) -> distributed.LocalCluster:
@@ -104,3 +114,26 @@ def test_half_a_tls_setup_is_misuse(tmp_path):
     key.write_text("x")
     assert main(["batch", str(SUBMISSIONS / "compile_error"), "-o", str(tmp_path / "out"), "--no-run",
                  "--cluster", "tls://127.0.0.1:1", "--tls-key", str(key)]) == 2
+
+
+def test_grade_worker_serves_a_scheduler_that_grade_batch_sends_to(tmp_path):
+    """The commands as an instructor runs them: a scheduler, `grade worker` on this (GPU-less) host, and
+    `grade batch --cluster`."""
+    port = free_port()
+    scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", str(port),
+                                  "--dashboard-address", ":0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)
+    worker = subprocess.Popen([sys.executable, "-m", "grader", "worker", "--scheduler", f"tcp://127.0.0.1:{port}"],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        finished = subprocess.run([sys.executable, "-m", "grader", "batch", str(SUBMISSIONS / "compile_error"),
+                                   "-o", str(tmp_path / "out"), "--backend", "cpu", "--cluster",
+                                   f"tcp://127.0.0.1:{port}"], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    finally:
+        worker.terminate()  # grade worker alone: it stops the Dask worker it started
+        worker.wait(timeout=30)
+        os.killpg(scheduler.pid, signal.SIGTERM)
+        scheduler.wait(timeout=30)
+    assert finished.returncode == 0, finished.stderr
+    stored = json.loads((tmp_path / "out" / "students" / "compile_error.json").read_text())
+    assert stored["outcome"] == "compile error"
