@@ -27,6 +27,16 @@ from grader.verdicts import differences
 CLASS = ("good_basic", "compile_error", "wrong_kernel_name")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_resource_tracker_left():
+    """LocalCluster's worker processes start Python's multiprocessing resource tracker in this process; it
+    would outlive the session (the suite fails on any process left running), so it stops with the module."""
+    yield
+    from multiprocessing import resource_tracker
+
+    resource_tracker._resource_tracker._stop()
+
+
 @pytest.fixture(scope="module")
 def setup():
     config = load_config()
