@@ -35,7 +35,7 @@ from .report.canvas_csv import HOLD, SCALE, CanvasOptions, RosterRow, read_roste
 from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
 from .report.status import status_label
-from .result import SubmissionResult
+from .result import GRADER_ERROR, SubmissionResult
 from .submission import SubmissionError, find_kernel, locate
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -131,6 +131,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.add_argument("--fail-under", type=float, default=None, metavar="SCORE",
                             help="exit with 1 when a submission scores below SCORE (points out of the full "
                                  "total; without a GPU, scaled to the points that could be checked)")
+    if command in LMS_ENTRIES:
+        remote = parser.add_argument_group("remote grading")
+        remote.add_argument("--remote", default="", metavar="URL",
+                            help="send the kernel to a `grade serve` service and write its result")
+        remote.add_argument("--token-file", type=Path, default=None, metavar="FILE", help="the course's token")
+        remote.add_argument("--student", default="", metavar="ID",
+                            help="the student's LMS id (default: Gradescope's submission_metadata.json)")
+        remote.add_argument("--remote-timeout", type=float, default=600, metavar="S",
+                            help="how long to wait for the service's result (default: %(default)s s)")
+        remote.add_argument("--remote-fallback", choices=("cpu", "fail"), default="fail",
+                            help="when the service cannot grade it: grade here on the CPU with a note, or write a "
+                                 "grader error (default: %(default)s)")
     if command == "gradescope":
         parser.add_argument("--hidden-visibility", choices=HIDDEN_VISIBILITIES, default=DEFAULT_HIDDEN_VISIBILITY,
                             help="Gradescope visibility of hidden cases (default: %(default)s); students see only "
@@ -355,12 +367,37 @@ def grade_serve(args, config, cases, plan, errors: Console) -> int:
     return EXIT_OK
 
 
+def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
+    """The service's result; when it cannot give one, the instructor's --remote-fallback."""
+    from .remote import RemoteUnavailable, grade_remotely, student_of
+
+    kernel = folder / "kernel.cu" if folder.is_dir() else folder
+    try:
+        token = args.token_file.read_text(encoding="utf-8").strip() if args.token_file else ""
+        student = student_of(args.submission, args.student)
+        if not token or not student:
+            raise RemoteUnavailable("--remote needs --token-file and the student's id (--student, or Gradescope's "
+                                    "submission_metadata.json)")
+        if not kernel.is_file():
+            raise SubmissionError(f"{args.submission}: no kernel.cu to send")
+        return grade_remotely(kernel, student, args.remote, token, args.remote_timeout)
+    except (RemoteUnavailable, OSError) as error:
+        if args.remote_fallback == "cpu":
+            result = grade(folder, config, cases, plan)
+            result.message = "; ".join(filter(None, [f"graded here, not by the grading service: {error}",
+                                                     result.message]))
+            return result
+        return not_graded(folder, config, cases, f"grader error: {error}", GRADER_ERROR)
+
+
 def lms_entry(args, config, cases, plan) -> int:
     """One submission for an LMS: the results file is always written, whatever happened."""
     started = time.perf_counter()
     try:
         # Students upload folders: kernel.cu may sit anywhere below the folder the LMS gives.
-        result = grade(find_kernel(args.submission), config, cases, plan)
+        folder = find_kernel(args.submission)
+        result = _remote_grade(args, folder, config, cases, plan) if args.remote else grade(folder, config, cases,
+                                                                                              plan)
     except SubmissionError as exc:
         result = not_graded(args.submission, config, cases, str(exc))
     args.results.parent.mkdir(parents=True, exist_ok=True)

@@ -186,3 +186,36 @@ def test_a_bad_tokens_file_is_refused_before_the_service_starts(tmp_path, text, 
                               text=True, timeout=60)
     assert finished.returncode == 2 and words in " ".join(finished.stderr.split())
     assert not (tmp_path / "state").exists()
+
+
+def lms_remote(tmp_path, url: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    submission = tmp_path / "autograder" / "submission"
+    submission.mkdir(parents=True)
+    (submission / "kernel.cu").write_text(BROKEN)
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    results = tmp_path / "autograder" / "results" / "results.json"
+    finished = subprocess.run([sys.executable, "-m", "grader", "gradescope", str(submission), str(results),
+                               "--remote", url, "--token-file", str(token), "--student", "heidi",
+                               "--remote-timeout", "120", *extra], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+    return finished, json.loads(results.read_text())
+
+
+def test_the_lms_entry_sends_the_kernel_to_the_service_and_writes_its_result(service, tmp_path):
+    finished, results = lms_remote(tmp_path, f"http://127.0.0.1:{service.port}")
+    assert finished.returncode == 0, finished.stderr
+    assert "compile error" in json.dumps(results) and "graded here" not in json.dumps(results)
+    with sqlite3.connect(service.tmp_path / "state" / "jobs.sqlite") as db:
+        assert db.execute("SELECT student, status FROM jobs").fetchall() == [("heidi", "done")]
+
+
+@pytest.mark.parametrize("fallback", ["fail", "cpu"])
+def test_a_service_that_cannot_be_reached_is_the_instructors_choice(tmp_path, fallback):
+    finished, results = lms_remote(tmp_path, f"http://127.0.0.1:{free_port()}", "--remote-fallback", fallback)
+    text = json.dumps(results)
+    assert finished.returncode == 0 and "could not be reached" in text
+    if fallback == "fail":
+        assert "grader error" in text and "compile error" not in text
+    else:
+        assert "graded here, not by the grading service" in text and "compile error" in text
