@@ -219,3 +219,28 @@ def test_a_service_that_cannot_be_reached_is_the_instructors_choice(tmp_path, fa
         assert "grader error" in text and "compile error" not in text
     else:
         assert "graded here, not by the grading service" in text and "compile error" in text
+
+
+def test_the_leaderboard_ranks_each_students_best_timed_run(tmp_path):
+    """Jobs finished before this start (a GPU host's timed runs), read back from the queue's database."""
+    from grader.result import TIMING, SubmissionResult, passed, skipped
+    from grader.serve.store import JobStore
+
+    def timed(gflops: float | None) -> dict:
+        timing = (passed("speed vs reference", TIMING, 10, metrics={"ratio": 900 / gflops, "student_gflops": gflops})
+                  if gflops else skipped("speed vs reference", TIMING, 10, "not timed: a case failed"))
+        return SubmissionResult("s", "graded", [timing]).to_dict()
+
+    store = JobStore(tmp_path / "state" / "jobs.sqlite")
+    for course, student, gflops in (("ece", "ivan", 700.0), ("ece", "judy", 910.0), ("ece", "ivan", 820.0),
+                                    ("ece", "ken", None), ("other", "leo", 5000.0)):
+        store.finish(store.add(course, student, b"").id, timed(gflops))
+    store.close()
+    running = Service(tmp_path).start()
+    try:
+        code, answer = running.get("/v1/leaderboard")
+        assert running.get("/v1/leaderboard", token=None)[0] == 401
+    finally:
+        running.kill()
+    assert code == 200
+    assert [(row["student"], row["gflops"]) for row in answer["leaderboard"]] == [("judy", 910.0), ("ivan", 820.0)]

@@ -4,6 +4,8 @@
                                 -> 202 {"id", "status": "queued", "position"}
     GET  /v1/jobs/{id}          -> {"id", "status", "position"} and, once done, "result": the native JSON,
                                    or ?format=gradescope / prairielearn shaped for that LMS
+    GET  /v1/leaderboard        -> {"leaderboard": [{"student", "gflops", "ratio"}, …]}: each student's best
+                                   GFLOP/s over their timed runs, best first
 
 Each course has its own bearer token; a job is visible only with its course's token. Every refusal is a
 4xx with the reason: 401 a missing or unknown token, 413 an archive over the cap, 429 a second job in
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
-from ..report.gradescope import to_gradescope
+from ..report.gradescope import timing_figures, to_gradescope
 from ..report.prairielearn import to_prairielearn
 from ..result import SubmissionResult
 from .store import DONE, JobStore
@@ -83,6 +85,17 @@ def create_app(store: JobStore, tokens: dict[str, str], limits: ServiceLimits, w
             shape = FORMATS[format]
             answer["result"] = shape(SubmissionResult.from_dict(job.result)) if shape else job.result
         return JSONResponse(answer)
+
+    @app.get("/v1/leaderboard")
+    def leaderboard(authorization: str | None = Header(None)):
+        """Each student's best GFLOP/s over their timed runs, best first."""
+        best: dict[str, dict] = {}
+        for student, data in store.results(course_of(authorization)):
+            figures = timing_figures(SubmissionResult.from_dict(data))
+            gflops = figures.get("student_gflops")
+            if gflops is not None and gflops > best.get(student, {}).get("gflops", -1.0):
+                best[student] = {"student": student, "gflops": gflops, "ratio": figures["ratio"]}
+        return {"leaderboard": sorted(best.values(), key=lambda row: -row["gflops"])}
 
     return app
 

@@ -88,6 +88,13 @@ class JobStore:
             return None
         return Job(*row[:5], result=json.loads(row[5]) if row[5] else None)
 
+    def results(self, course: str) -> list[tuple[str, dict]]:
+        """(student, result) of every finished job of the course, oldest first."""
+        with self.lock:
+            rows = self.db.execute("SELECT student, result FROM jobs WHERE course = ? AND status = ? AND result "
+                                   "IS NOT NULL ORDER BY created", (course, DONE)).fetchall()
+        return [(student, json.loads(result)) for student, result in rows]
+
     def claim(self) -> tuple[Job, bytes] | None:
         """The oldest queued job, now marked running, with its archive; None when none is queued."""
         with self.lock:
