@@ -106,6 +106,9 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
                         help="largest archive accepted (default: %(default)s MB)")
     parser.add_argument("--per-hour", type=int, default=20, metavar="N",
                         help="jobs one student may submit per hour (default: %(default)s)")
+    parser.add_argument("--cluster", default="", metavar="ADDRESS",
+                        help="a Dask scheduler: jobs are graded on its workers (`grade worker`) instead of here")
+    _tls_options(parser)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -362,8 +365,15 @@ def grade_serve(args, config, cases, plan, errors: Console) -> int:
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_USAGE
+    from .cluster import security_of
+
+    try:
+        security = security_of(args.tls_ca_file, args.tls_cert, args.tls_key)
+    except ValueError as exc:
+        errors.print(f"[bold red]error:[/] {exc}", highlight=False)
+        return EXIT_USAGE
     limits = ServiceLimits(max_bytes=int(args.max_mb * (1 << 20)), per_window=args.per_hour, window_s=3600.0)
-    serve(config, cases, plan, args.state, tokens, args.host, args.port, args.jobs, limits)
+    serve(config, cases, plan, args.state, tokens, args.host, args.port, args.jobs, limits, args.cluster, security)
     return EXIT_OK
 
 

@@ -147,3 +147,18 @@ def test_grade_worker_serves_a_scheduler_that_grade_batch_sends_to(tmp_path):
     assert finished.returncode == 0, finished.stderr
     stored = json.loads((tmp_path / "out" / "students" / "compile_error.json").read_text())
     assert stored["outcome"] == "compile error"
+
+
+def test_grade_serve_sends_its_jobs_to_the_cluster(tmp_path):
+    from test_serve import BROKEN, Service, zipped
+
+    with local_cluster(1) as cluster:
+        service = Service(tmp_path, "--cluster", cluster.scheduler_address).start()
+        try:
+            code, queued = service.submit("olivia", zipped({"kernel.cu": BROKEN}))
+            assert code == 202
+            assert service.result(queued["id"])["result"]["outcome"] == "compile error"
+        finally:
+            service.kill()
+        ran = [t for t in cluster.scheduler.transition_log if str(t[0]).startswith("grade_task") and t[2] == "memory"]
+    assert len(ran) == 1  # graded by the cluster's worker, once

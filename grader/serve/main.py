@@ -35,7 +35,7 @@ def load_tokens(path: Path) -> dict[str, str]:
 
 
 def serve(config: Config, cases: list[Case], plan: RunPlan, state: Path, tokens: dict[str, str], host: str,
-          port: int, workers: int, limits) -> None:
+          port: int, workers: int, limits, cluster: str = "", security=None) -> None:
     import uvicorn  # the service's dependencies load only for `grade serve`
 
     from .app import create_app
@@ -45,10 +45,17 @@ def serve(config: Config, cases: list[Case], plan: RunPlan, state: Path, tokens:
     os.chmod(state, 0o700)  # the archives and results of every student: nobody else's to read
     store = JobStore(state / "jobs.sqlite")
     store.requeue_running()
-    runner = JobRunner(store, config, cases, plan, workers or os.cpu_count() or 2)
+    client = None
+    if cluster:
+        from distributed import Client
+
+        client = Client(cluster, security=security, timeout="30s")
+    runner = JobRunner(store, config, cases, plan, workers or os.cpu_count() or 2, client)
     runner.start()
     try:
         uvicorn.run(create_app(store, tokens, limits, runner.wake.set), host=host, port=port, log_level="warning")
     finally:
         runner.stop()
         store.close()
+        if client is not None:
+            client.close()

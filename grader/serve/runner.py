@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..batch import Workers, _refused
 from ..cases import Case
+from ..cluster import grade_task, remote_task, task_resources
 from ..config import Config
 from ..intake import discover
 from ..pipeline import RunPlan, not_graded
@@ -20,8 +21,10 @@ IDLE_POLL_S = 0.2
 
 
 class JobRunner:
-    def __init__(self, store: JobStore, config: Config, cases: list[Case], plan: RunPlan, workers: int):
-        self.store, self.config, self.cases, self.plan = store, config, cases, plan
+    def __init__(self, store: JobStore, config: Config, cases: list[Case], plan: RunPlan, workers: int,
+                 client=None):
+        """`client`: a Dask client; each job then runs as a task on the cluster's workers (cluster.py)."""
+        self.store, self.config, self.cases, self.plan, self.client = store, config, cases, plan, client
         self.stopping, self.wake = threading.Event(), threading.Event()
         self.workers = Workers()
         self.threads = [threading.Thread(target=self._loop, daemon=True, name=f"grader-{i}") for i in range(workers)]
@@ -55,6 +58,19 @@ class JobRunner:
             data = result.to_dict()
             self.store.finish(job.id, data)
 
+    def _grade_entry(self, entry) -> SubmissionResult:
+        if self.client is None:
+            return self.workers.grade(entry, self.config, self.cases, self.plan)
+        task = remote_task(entry, self.config, self.cases, self.plan)
+        future = self.client.submit(grade_task, task, resources=task_resources(self.plan), pure=False)
+        try:
+            data = future.result()
+        except Exception as error:  # failed however often Dask retried it
+            return not_graded(entry.path, self.config, self.cases, "grader error: the cluster could not grade "
+                              f"this submission ({type(error).__name__}); submit it again", GRADER_ERROR)
+        data.pop("log", None)
+        return SubmissionResult.from_dict(data)
+
     def grade(self, student: str, archive: bytes) -> SubmissionResult:
         work = Path(tempfile.mkdtemp(prefix="sgemm-serve-"))
         try:
@@ -69,7 +85,7 @@ class JobRunner:
                           not_graded(Path(student), self.config, self.cases, f"not graded: {reason}"))
             else:
                 entry = intake.submissions[0]
-                result = self.workers.grade(entry, self.config, self.cases, self.plan)
+                result = self._grade_entry(entry)
                 result.intake_notes = list(entry.notes)
         except OSError as error:  # the service's own disk: a grader error, graded again on request
             result = not_graded(Path(student), self.config, self.cases, f"grader error: {error.strerror}",
