@@ -13,7 +13,6 @@ graded again).
 from __future__ import annotations
 
 import functools
-import glob
 import hashlib
 import hmac
 import json
@@ -33,6 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__, truths
 from .cases import Case
 from .config import Config
+from .execute.gpu_detect import local_gpus
 from .execute.runner import Placement
 from .execute.sandbox import ONE_BLAS_THREAD
 from .intake import Entry, Intake, Refusal, discover
@@ -141,13 +141,13 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
                TextColumn("eta"), TimeRemainingColumn())
     workers = Workers()
     pool, client = _executor(options, plan, jobs)
+    from .cluster import grade_task, remote_task, task_result  # cluster.py grades with this module's Workers
+
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(_describe(counts), total=len(todo))
         pending: dict[Future, Entry] = {}
         for i, (entry, _) in enumerate(todo):
             if client is not None:
-                from .cluster import grade_task, remote_task  # cluster.py grades with this module's Workers
-
                 pending[pool.submit(grade_task, remote_task(entry, config, cases, plan))] = entry
             else:
                 placed = replace(plan, placement=placements[i % len(placements)])
@@ -158,7 +158,8 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     entry = pending.pop(future)
-                    result = _result_of(future, entry, config, cases)
+                    result = (task_result(future, entry, config, cases, "it will be graded again with --resume")
+                              if client is not None else future.result())
                     result.student_id, result.student_name = entry.student_id, entry.student_name
                     result.fingerprint = marks[entry.key]
                     _store(result, options.outdir, entry.key)
@@ -189,21 +190,6 @@ def _executor(options: BatchOptions, plan: RunPlan, jobs: int):
     client = Client(options.cluster, security=options.security, timeout="30s")
     return client.get_executor(resources=task_resources(plan), pure=False), client
 
-
-def _result_of(future: Future, entry: Entry, config: Config, cases: list[Case]) -> SubmissionResult:
-    """A local worker's result, or a cluster task's (its data, or the reason it never came back)."""
-    try:
-        value = future.result()
-    except Exception as error:  # a cluster task that failed however often Dask retried it
-        reason = (f"grader error: the cluster could not grade this submission ({type(error).__name__}: "
-                  f"{str(error)[:200]}); it will be graded again with --resume")
-        return not_graded(entry.path, config, cases, reason, GRADER_ERROR)
-    if isinstance(value, SubmissionResult):
-        return value
-    log = value.pop("log", "")
-    result = SubmissionResult.from_dict(value)
-    result.log = log
-    return result
 
 
 def _worker_environment() -> dict[str, str]:
@@ -236,11 +222,7 @@ class Workers:
                 self.running.discard(process)
         if process.returncode == 0:
             try:
-                data = json.loads(output)
-                log = data.pop("log", "")
-                result = SubmissionResult.from_dict(data)
-                result.log = log
-                return result
+                return SubmissionResult.from_dict(json.loads(output))
             except (ValueError, TypeError):
                 pass
         return _worker_died(entry, config, cases, process.returncode, errors.decode("utf-8", "replace"))
@@ -265,10 +247,7 @@ def _placements(plan: RunPlan, config: Config) -> list[Placement]:
     """One placement per GPU (students go round robin), each with the lock that gives out its turns."""
     if plan.backend != GPU:
         return [Placement(lock=device_lock(config, CPU))]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    gpus = ([int(g) for g in visible.split(",") if g.strip().isdigit()] if visible
-            else list(range(len(glob.glob("/dev/nvidia[0-9]*")))))
-    return [Placement(gpu=g, lock=device_lock(config, g)) for g in gpus or [0]]
+    return [Placement(gpu=g, lock=device_lock(config, g)) for g in local_gpus() or [0]]
 
 
 def _outcome(result: SubmissionResult) -> str:

@@ -18,9 +18,7 @@ def main() -> int:
     die_with_parent()  # a kill -9 of the batch takes every worker with it
     path, config, cases, plan = pickle.loads(sys.stdin.buffer.read())
     result = grade(path, config, cases, plan)
-    data = result.to_dict()
-    data["log"] = result.log
-    sys.stdout.write(json.dumps(data))
+    sys.stdout.write(json.dumps(result.to_dict(with_log=True)))
     return 0
 
 

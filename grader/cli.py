@@ -11,7 +11,6 @@ Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import os
 import sys
@@ -27,7 +26,7 @@ from .cases import load_cases, mix_seed, with_secret
 from .config import load_config, preset_path
 from .errors import UsageError
 from .execute.cpu.build import compiler
-from .execute.gpu_detect import gpu_unavailable_reason
+from .execute.gpu_detect import gpu_unavailable_reason, local_gpus
 from .execute.sandbox import SandboxUnavailable, detect
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
 from .report import render, write_json, write_junit
@@ -84,10 +83,7 @@ def worker_main(argv: list[str]) -> int:
 
     tls = [flag for option, flag in ((args.tls_ca_file, "--tls-ca-file"), (args.tls_cert, "--tls-cert"),
                                      (args.tls_key, "--tls-key")) if option for flag in (flag, str(option))]
-    gpus = [int(path[len("/dev/nvidia"):]) for path in sorted(glob.glob("/dev/nvidia[0-9]*"))]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        gpus = [int(g) for g in visible.split(",") if g.strip().isdigit()]
+    gpus = local_gpus()
     cores = os.cpu_count() or 2
     slots = args.slots or max(1, cores // max(len(gpus), 1))
     return run_workers(worker_commands(args.scheduler, gpus, slots, cores, tls))
@@ -238,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
             config.timing.seed = mix_seed(config.timing.seed, secret)
         plan = run_plan(args)
         args.exports = export_options(args, config)
+        if args.command in ("batch", "serve"):
+            from .cluster import security_of
+
+            args.security = security_of(args.tls_ca_file, args.tls_cert, args.tls_key)
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_USAGE
@@ -324,15 +324,8 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
 
 
 def grade_batch(args, config, cases, plan, console: Console, errors: Console) -> int:
-    from .cluster import security_of
-
-    try:
-        security = security_of(args.tls_ca_file, args.tls_cert, args.tls_key)
-    except ValueError as exc:
-        errors.print(f"[bold red]error:[/] {exc}", highlight=False)
-        return EXIT_USAGE
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
-                           exports=args.exports, cluster=args.cluster, security=security)
+                           exports=args.exports, cluster=args.cluster, security=args.security)
     outcome = run_batch(args.paths, config, cases, plan, options, console)
     if outcome.interrupted:
         errors.print(f"[bold red]interrupted[/]: {outcome.graded_now} submissions graded and saved in "
@@ -365,15 +358,9 @@ def grade_serve(args, config, cases, plan, errors: Console) -> int:
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_USAGE
-    from .cluster import security_of
-
-    try:
-        security = security_of(args.tls_ca_file, args.tls_cert, args.tls_key)
-    except ValueError as exc:
-        errors.print(f"[bold red]error:[/] {exc}", highlight=False)
-        return EXIT_USAGE
     limits = ServiceLimits(max_bytes=int(args.max_mb * (1 << 20)), per_window=args.per_hour, window_s=3600.0)
-    serve(config, cases, plan, args.state, tokens, args.host, args.port, args.jobs, limits, args.cluster, security)
+    serve(config, cases, plan, args.state, tokens, args.host, args.port, args.jobs, limits, args.cluster,
+          args.security)
     return EXIT_OK
 
 

@@ -24,8 +24,10 @@ from pathlib import Path
 from .batch import Workers
 from .cases import Case
 from .config import Config
+from .errors import UsageError
 from .intake import Entry
-from .pipeline import GPU, RunPlan
+from .pipeline import GPU, RunPlan, not_graded
+from .result import GRADER_ERROR, SubmissionResult
 
 SLOTS = "GPU"  # the Dask resource a GPU worker offers: how many submissions it grades at once
 WORKER_CACHE = "SGEMM_GRADER_WORKER_CACHE"  # where a worker keeps its compile cache and GPU turns
@@ -68,10 +70,18 @@ def grade_task(task: RemoteTask) -> dict:
         config.reference, config.source = str(reference), ""
         plan = RunPlan(task.backend, skip_reason=task.skip_reason, note=task.note, sanitize=task.sanitize)
         entry = Entry(task.key, "", "", folder, task.key, "kernel.cu")
-        result = Workers().grade(entry, config, task.cases, plan)
-    data = result.to_dict()
-    data["log"] = result.log
-    return data
+        return Workers().grade(entry, config, task.cases, plan).to_dict(with_log=True)
+
+
+def task_result(future, entry: Entry, config: Config, cases: list[Case], again: str) -> SubmissionResult:
+    """A task's result; if it failed however often Dask retried it, a grader-error row with the reason and
+    `again` (how it gets graded again)."""
+    try:
+        return SubmissionResult.from_dict(future.result())
+    except Exception as error:  # noqa: BLE001 - whatever became of the task, the student gets a row
+        reason = (f"grader error: the cluster could not grade this submission ({type(error).__name__}: "
+                  f"{str(error)[:200]}); {again}")
+        return not_graded(entry.path, config, cases, reason, GRADER_ERROR)
 
 
 def security_of(ca_file: Path | None, cert: Path | None, key: Path | None):
@@ -79,7 +89,7 @@ def security_of(ca_file: Path | None, cert: Path | None, key: Path | None):
     if not (ca_file or cert or key):
         return None
     if not (ca_file and cert and key):
-        raise ValueError("TLS needs all three: --tls-ca-file, --tls-cert and --tls-key")
+        raise UsageError("TLS needs all three: --tls-ca-file, --tls-cert and --tls-key")
     from distributed.security import Security
 
     return Security(tls_ca_file=str(ca_file), tls_client_cert=str(cert), tls_client_key=str(key),

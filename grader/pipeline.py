@@ -118,8 +118,9 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
 def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
     submission = read_submission(path)
     submission.source = drop_host_headers(submission.source, config.compile.host_only_headers)
-    result = _graded(submission, config, cases, plan)
-    _say_which_kernel(result, find_kernels(submission.source), config.kernel.name)
+    kernels = find_kernels(submission.source)
+    result = _graded(submission, kernels, config, cases, plan)
+    _say_which_kernel(result, kernels, config.kernel.name)
     return result
 
 
@@ -133,12 +134,13 @@ def _say_which_kernel(result: SubmissionResult, kernels: list[str], graded: str)
                              f"{', '.join(others)}, which the grader does not run")
 
 
-def _graded(submission: Submission, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
+def _graded(submission: Submission, kernels: list[str], config: Config, cases: list[Case],
+            plan: RunPlan) -> SubmissionResult:
     sandbox = sandbox_of(plan)
     result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level)
     rubric = Rubric.of(config, cases, sanitize=plan.sanitize and plan.backend == GPU)
     statics = static_checks(submission.source, config.kernel.name, vars(config.points.static))
-    refusal = _refusal_before_compiling(submission.source, config)
+    refusal = _refusal_before_compiling(submission.source, kernels, config)
     if refusal:
         result.checks = rubric.results([errored("compile", COMPILE, config.points.compile, refusal), *statics])
         result.outcome = COMPILE_ERROR
@@ -165,13 +167,12 @@ def _graded(submission: Submission, config: Config, cases: list[Case], plan: Run
     return result
 
 
-def _refusal_before_compiling(source: str, config: Config) -> str:
+def _refusal_before_compiling(source: str, kernels: list[str], config: Config) -> str:
     """Why the file is not compiled at all, or '': HIP, no such kernel, a declaration the launchers cannot
     call, or anything that could make a compiler open a file (no byte of one may reach a report)."""
     hip = hip_problem(source)
     if hip:
         return hip
-    kernels = find_kernels(source)
     if config.kernel.name not in kernels:
         found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
         return f"kernel {config.kernel.name} not found; {found}"

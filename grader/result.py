@@ -136,9 +136,12 @@ class SubmissionResult:
     def needs_gpu_points(self) -> float:
         return round(self.max_score - self.checkable_max, 6)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, with_log: bool = False) -> dict[str, Any]:
+        """The stored result; `with_log` keeps the child's output, for a grading process handing its result
+        to the one that stores it (from_dict takes it back either way)."""
         data = asdict(self)
-        data.pop("log")
+        if not with_log:
+            data.pop("log")
         data["score"] = self.score
         data["max_score"] = self.max_score
         data["status"] = self.status

@@ -3,6 +3,15 @@ from __future__ import annotations
 
 import glob
 import importlib.util
+import os
+
+
+def local_gpus() -> list[int]:
+    """This host's GPUs by index: CUDA_VISIBLE_DEVICES when set, else one per /dev/nvidiaN device."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return [int(g) for g in visible.split(",") if g.strip().isdigit()]
+    return list(range(len(glob.glob("/dev/nvidia[0-9]*"))))
 
 
 def gpu_unavailable_reason() -> str | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..batch import Workers, _refused
 from ..cases import Case
-from ..cluster import grade_task, remote_task, task_resources
+from ..cluster import grade_task, remote_task, task_resources, task_result
 from ..config import Config
 from ..intake import discover
 from ..pipeline import RunPlan, not_graded
@@ -63,13 +63,7 @@ class JobRunner:
             return self.workers.grade(entry, self.config, self.cases, self.plan)
         task = remote_task(entry, self.config, self.cases, self.plan)
         future = self.client.submit(grade_task, task, resources=task_resources(self.plan), pure=False)
-        try:
-            data = future.result()
-        except Exception as error:  # failed however often Dask retried it
-            return not_graded(entry.path, self.config, self.cases, "grader error: the cluster could not grade "
-                              f"this submission ({type(error).__name__}); submit it again", GRADER_ERROR)
-        data.pop("log", None)
-        return SubmissionResult.from_dict(data)
+        return task_result(future, entry, self.config, self.cases, "submit it again")
 
     def grade(self, student: str, archive: bytes) -> SubmissionResult:
         work = Path(tempfile.mkdtemp(prefix="sgemm-serve-"))
