@@ -24,7 +24,7 @@ def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np
              f"(of {grid_rows}×{grid_cols} tiles of {tile}×{tile})")
     for hint in (
         _nothing_stored(unwritten),
-        _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol),
+        _last_partial_phase(c, wrong, rows, cols, a, b, tile, k_factor, abs_tol),
         _partial_edges(rows, cols, m, n, tile),
         _unwritten_only(wrong, unwritten, where),
         _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile),
@@ -47,7 +47,7 @@ def _unwritten_only(wrong: np.ndarray, unwritten: np.ndarray, where: str) -> Fin
     return None
 
 
-def _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol) -> Finding | None:
+def _last_partial_phase(c, wrong, rows, cols, a, b, tile, k_factor, abs_tol) -> Finding | None:
     """C equals the product over whole tiles of k only: the phase count rounds down."""
     k = a.shape[1]
     whole = (k // tile) * tile
@@ -58,26 +58,23 @@ def _last_partial_phase(c, wrong, a, b, tile, k_factor, abs_tol) -> Finding | No
             return None
         return Finding(f"C is 0 where it is wrong: no tile phase ran, as k = {k} is smaller than one tile ({tile}) "
                        f"and the phase count k / {tile} rounds down to 0", ROUND_UP)
-    a64, b64 = a[:, :whole].astype(np.float64), b[:whole, :].astype(np.float64)
-    if not _truncated_product_at(c, wrong, a64, b64, k_factor, abs_tol, SAMPLE_FIRST):
-        return None  # most wrong kernels: one element that is not the truncated product says so, cheaply
-    if not _truncated_product_at(c, wrong, a64, b64, k_factor, abs_tol, SAMPLE_SPREAD):
-        return None
+    for count in (SAMPLE_FIRST, SAMPLE_SPREAD):  # most wrong kernels fail the small sample, cheaply
+        if not _truncated_product_at(c, rows, cols, a[:, :whole], b[:whole, :], k_factor, abs_tol, count):
+            return None
     return Finding(f"C is the product over the first {whole} of k = {k} only: the last, partial tile phase "
                    f"(k % {tile} = {k % tile} terms) is skipped", ROUND_UP)
 
 
-def _truncated_product_at(c, wrong, a64, b64, k_factor, abs_tol, count: int) -> bool:
+def _truncated_product_at(c, rows, cols, a, b, k_factor, abs_tol, count: int) -> bool:
     """Whether `count` wrong elements, spread evenly over all of them in row order, each equal the product
     over the truncated k: per element, not the two float64 matrix products the test over every element
     takes (a CPU-second at 1000³, for each wrong case of a class's many such kernels). A hint, not a
     verdict: thousands of elements from every part of C agreeing is the pattern."""
-    rows, cols = np.nonzero(wrong)
     pick = np.unique(np.linspace(0, rows.size - 1, min(count, rows.size)).astype(np.int64))
     rows, cols = rows[pick], cols[pick]
-    a_rows, b_cols = a64[rows, :], b64[:, cols].T
+    a_rows, b_cols = a[rows, :].astype(np.float64), b[:, cols].T.astype(np.float64)
     value = np.einsum("ij,ij->i", a_rows, b_cols)
-    bound = bound_of(np.einsum("ij,ij->i", np.abs(a_rows), np.abs(b_cols)), a64.shape[1], k_factor, abs_tol)
+    bound = bound_of(np.einsum("ij,ij->i", np.abs(a_rows), np.abs(b_cols)), a.shape[1], k_factor, abs_tol)
     return bool(within(c[rows, cols], value, bound).all())
 
 

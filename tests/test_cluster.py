@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ import pytest
 from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx
 from rich.console import Console
+from test_serve import free_port
 
 from grader.batch import BatchOptions, run_batch
 from grader.cases import load_cases
@@ -41,12 +41,6 @@ def no_resource_tracker_left():
 def setup():
     config = load_config()
     return config, load_cases(config.testcases_dir)[:4]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def local_cluster(workers: int = 2, **options) -> distributed.LocalCluster:
