@@ -22,35 +22,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from benchlib import ROOT, config_with_cache
+from benchlib import ROOT, config_with_cache, generate, grade_alone
 
 from grader.config import load_config
 from grader.result import SubmissionResult
 from grader.verdicts import differences
 
 TARGET_S, TARGET_COUNT = 180.0, 300  # the target: 300 submissions in 180 s; a smaller class meets its share
-# (corpus kernel, how many in 300): mostly correct, the usual mistakes, a few that crash or hang.
-MIX = [("good_basic", 90), ("good_tile8_renamed", 30), ("good_tile32_macro_sync", 30), ("missing_use_barrier", 25),
-       ("missing_load_barrier", 20), ("no_bounds_checks", 25), ("b_wrong_stride", 20), ("truncated_phases", 20),
-       ("store_outside_c", 15), ("compile_error", 10), ("call_counter", 5), ("trap", 5), ("illegal_address", 3),
-       ("conditional_barrier", 1), ("hang", 1)]
-
-
-def generate(folder: Path, count: int, mix: list[tuple[str, int]] = MIX) -> list[Path]:
-    names = [name for name, share in mix for _ in range(share)]
-    random.Random(7).shuffle(names)  # any first COUNT has the mix's kinds, not only its first ones
-    students = []
-    for index in range(count):
-        name = names[index % len(names)]
-        source = (ROOT / "tests" / "submissions" / name / "kernel.cu").read_text()
-        source = source.replace("sum", f"acc{index}") + f"\n// student {index:03d}\n"
-        student = folder / f"student{index:03d}_{name}"
-        student.mkdir(parents=True)
-        (student / "kernel.cu").write_text(source)
-        students.append(student)
-    return students
-
-
 class GpuBusy:
     """The GPUs' utilisation, sampled by NVML every 100 ms while the batch runs."""
 
@@ -151,14 +129,6 @@ SANITIZE = "--no-sanitize" not in sys.argv
 JOBS = [arg.replace("--jobs=", "--jobs ").split()[i] for arg in sys.argv if arg.startswith("--jobs=") for i in (0, 1)]
 
 
-def grade_alone(student: Path, config: Path, outdir: Path) -> SubmissionResult:
-    """The student graded by `grade` on its own, sanitizer on, as a student or instructor would run it."""
-    subprocess.run([sys.executable, "-m", "grader", str(student), "--config", str(config), "--backend", "gpu",
-                    "--sanitize" if SANITIZE else "--no-sanitize", "-o", str(outdir)], check=False, cwd=ROOT,
-                   stdout=subprocess.DEVNULL)
-    return SubmissionResult.from_dict(json.loads((outdir / f"{student.name}.json").read_text()))
-
-
 def main() -> int:
     numbers = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
     count = int(numbers[0]) if numbers else 300
@@ -193,7 +163,7 @@ def main() -> int:
         sample = random.Random(11).sample(students, min(sample_size, len(students)))
         differing = 0
         for student in sample:
-            alone = grade_alone(student, config, work / "alone")
+            alone = grade_alone(student, config, work / "alone", "gpu", SANITIZE)
             found = differences(results[student.name], alone, max_ratio)
             if found:
                 differing += 1

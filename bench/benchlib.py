@@ -1,11 +1,22 @@
-"""What the bench scripts share: a copy of the project's config with absolute paths and its own cache."""
+"""What the bench scripts share: the project's config with its own cache, a generated class, a grade alone."""
 from __future__ import annotations
 
+import json
+import random
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the grader package, wherever the script is started from
+
+from grader.result import SubmissionResult  # noqa: E402 - after the path is set
+
+# (corpus kernel, how many in 300): mostly correct, the usual mistakes, a few that crash or hang.
+MIX = [("good_basic", 90), ("good_tile8_renamed", 30), ("good_tile32_macro_sync", 30), ("missing_use_barrier", 25),
+       ("missing_load_barrier", 20), ("no_bounds_checks", 25), ("b_wrong_stride", 20), ("truncated_phases", 20),
+       ("store_outside_c", 15), ("compile_error", 10), ("call_counter", 5), ("trap", 5), ("illegal_address", 3),
+       ("conditional_barrier", 1), ("hang", 1)]
 
 
 def config_with_cache(cache: Path, folder: Path) -> Path:
@@ -17,3 +28,26 @@ def config_with_cache(cache: Path, folder: Path) -> Path:
     path = folder / "config.yaml"
     path.write_text(text)
     return path
+
+
+def generate(folder: Path, count: int, mix: list[tuple[str, int]] = MIX) -> list[Path]:
+    names = [name for name, share in mix for _ in range(share)]
+    random.Random(7).shuffle(names)  # any first COUNT has the mix's kinds, not only its first ones
+    students = []
+    for index in range(count):
+        name = names[index % len(names)]
+        source = (ROOT / "tests" / "submissions" / name / "kernel.cu").read_text()
+        source = source.replace("sum", f"acc{index}") + f"\n// student {index:03d}\n"
+        student = folder / f"student{index:03d}_{name}"
+        student.mkdir(parents=True)
+        (student / "kernel.cu").write_text(source)
+        students.append(student)
+    return students
+
+
+def grade_alone(student: Path, config: Path, outdir: Path, backend: str, sanitize: bool) -> SubmissionResult:
+    """The student graded by `grade` on its own, as a student or instructor would run it."""
+    subprocess.run([sys.executable, "-m", "grader", str(student), "--config", str(config), "--backend", backend,
+                    "--sanitize" if sanitize else "--no-sanitize", "-o", str(outdir)], check=False, cwd=ROOT,
+                   stdout=subprocess.DEVNULL)
+    return SubmissionResult.from_dict(json.loads((outdir / f"{student.name}.json").read_text()))

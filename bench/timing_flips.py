@@ -15,8 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from batch_300 import generate
-from benchlib import ROOT, config_with_cache
+from benchlib import ROOT, config_with_cache, generate
 
 from grader.config import load_config
 from grader.result import TIMING, SubmissionResult
