@@ -1,6 +1,7 @@
 """What one compute-sanitizer tool run costs in CPU, next to what else a batch spends per student (GPU host).
 
-Usage: python3 bench/sanitizer_cost.py [RUNS] [--side-by-side N,N,...] [--only NAME] [--kernel SUBMISSION]
+Usage: python3 bench/sanitizer_cost.py [RUNS] [--side-by-side N,N,...] [--gpus G,G,...] [--only NAME]
+                                      [--kernel SUBMISSION]
                                       [--shape M,N,K] [NAME=VALUE ...] [-- EXTRA TOOL OPTIONS ...]
 One at a time on a quiet machine, outside the sandbox (only the grader's reference kernel runs, never a
 student's): the launch program alone, each tool as the grader runs it (and with the extra options, if
@@ -8,7 +9,8 @@ given), nvcc on a corpus kernel as the GPU child compiles it, and a GPU child's 
 user + system time of the process and everything it waited for (RUSAGE_CHILDREN), so the figures add
 up to what a 16-core host can do per second. --side-by-side runs N copies of each tool run (and of the
 launch program alone) at once, RUNS times each, and prints runs per second: whether tool runs on one GPU
-scale with the cores or queue on something else; --only keeps one of those runs (launch, racecheck, …).
+scale with the cores or queue on something else; --only keeps one of those runs (launch, racecheck, …);
+--gpus 0,1 spreads the side-by-side runs over those GPUs (whether a second GPU adds throughput).
 NAME=VALUE sets an environment variable for every measured run (e.g. CUDA_DEVICE_MAX_CONNECTIONS=1).
 --kernel runs a corpus submission's kernel (tile 16) instead of the reference's, --shape on another shape
 than the grader's; an extra option replaces the grader's own of that name.
@@ -40,8 +42,9 @@ def cpu_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measured(command: list[str], protocol: bool = False, cwd: str | None = None) -> tuple[float, float, bool]:
-    """(wall s, CPU s, whether the kernel launched) of one run of command."""
+def measured(command: list[str], protocol: bool = False, cwd: str | None = None,
+             gpu: str | None = None) -> tuple[float, float, bool]:
+    """(wall s, CPU s, whether the kernel launched) of one run of command, on `gpu` if given."""
     fds: tuple[int, ...] = ()
     if protocol:  # the launch program's event and control pipes, answered in advance
         read_fd, write_fd = os.pipe()
@@ -49,7 +52,9 @@ def measured(command: list[str], protocol: bool = False, cwd: str | None = None)
         os.write(control_write, b"go\n")
         command, fds = [*command, str(write_fd), str(control_read)], (write_fd, control_read)
     before, started = cpu_children(), time.perf_counter()
-    proc = subprocess.Popen(command, pass_fds=fds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
+    proc = subprocess.Popen(command, pass_fds=fds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd,
+                            env=env)
     events = b""
     if protocol:
         for fd in fds:
@@ -69,14 +74,17 @@ def report(label: str, runs: list[tuple[float, float, bool]]) -> None:
           f"launched {launched}/{len(runs)})", flush=True)
 
 
-def side_by_side(label: str, command: list[str], copies: int, runs: int) -> None:
-    """copies threads, each running command runs times back to back: runs per second and the median run."""
+def side_by_side(label: str, command: list[str], copies: int, runs: int, gpus: list[str]) -> None:
+    """copies threads, each running command runs times back to back (spread over `gpus`, if given): runs per
+    second and the median run."""
     before, started = cpu_children(), time.perf_counter()
     with ThreadPoolExecutor(copies) as pool:
-        results = list(pool.map(lambda _: measured(command, protocol=True), range(copies * runs)))
+        results = list(pool.map(lambda i: measured(command, protocol=True, gpu=gpus[i % len(gpus)] if gpus else None),
+                                range(copies * runs)))
     wall, cpu = time.perf_counter() - started, cpu_children() - before
     per_run = median(r[0] for r in results)
-    print(f"{label:40s} x{copies:<3d} {len(results) / wall:6.2f} runs/s, median run {per_run:6.2f} s,"
+    where = f" on GPUs {','.join(gpus)}" if gpus else ""
+    print(f"{label + where:40s} x{copies:<3d} {len(results) / wall:6.2f} runs/s, median run {per_run:6.2f} s,"
           f" CPU {cpu / len(results):5.2f} s per run, launched {sum(r[2] for r in results)}/{len(results)}", flush=True)
 
 
@@ -87,6 +95,7 @@ def main() -> None:
     copies = [int(c) for c in args[args.index("--side-by-side") + 1].split(",")] if "--side-by-side" in args else []
     runs = int(args[0]) if args and args[0].isdigit() else 3
     only = args[args.index("--only") + 1] if "--only" in args else ""
+    gpus = args[args.index("--gpus") + 1].split(",") if "--gpus" in args else []
     kernel = args[args.index("--kernel") + 1] if "--kernel" in args else ""
     shape = args[args.index("--shape") + 1].split(",") if "--shape" in args else [str(x) for x in ragged_shape(16)]
     os.environ.update(arg.split("=", 1) for arg in args if "=" in arg)
@@ -118,7 +127,7 @@ def main() -> None:
                 if only and not label.startswith(only):
                     continue
                 for count in copies:
-                    side_by_side(label, command, count, runs)
+                    side_by_side(label, command, count, runs, gpus)
             return
         if not only:
             report("launch program alone", [measured(launch, protocol=True) for _ in range(runs)])
