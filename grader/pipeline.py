@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import socket
 import tempfile
 import time
 import traceback
@@ -97,9 +98,12 @@ def device_lock(config: Config, gpu: int | str | None) -> DeviceLock:
     if gpu is None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
         gpu = visible or "0"
+    # Per host: cluster workers whose cache sits in one shared home folder (NFS) must not queue for each
+    # other's "gpu0".
+    turns = config.cache_dir / "turns" / socket.gethostname()
     if gpu == CPU:
-        return DeviceLock(config.cache_dir / "turns", CPU, shared_kinds=frozenset({"case"}))
-    return DeviceLock(config.cache_dir / "turns", f"gpu{gpu}", shared_kinds=frozenset({"sanitizer"}))
+        return DeviceLock(turns, CPU, shared_kinds=frozenset({"case"}))
+    return DeviceLock(turns, f"gpu{gpu}", shared_kinds=frozenset({"sanitizer"}))
 
 
 def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:

@@ -156,3 +156,35 @@ def test_grade_serve_sends_its_jobs_to_the_cluster(tmp_path):
             service.kill()
         ran = [t for t in cluster.scheduler.transition_log if str(t[0]).startswith("grade_task") and t[2] == "memory"]
     assert len(ran) == 1  # graded by the cluster's worker, once
+
+
+def test_gpu_turns_are_per_host_even_when_hosts_share_a_cache_folder(tmp_path, monkeypatch):
+    """Cluster workers on two hosts with one home folder (NFS): node2's gpu0 is free while node1's is held;
+    a second grader on node1 waits for node1's gpu0."""
+    import socket
+
+    from grader.pipeline import device_lock
+
+    config = load_config()
+    config.compile.cache_dir = str(tmp_path / "shared-home-cache")
+    monkeypatch.setattr(socket, "gethostname", lambda: "node1")
+    held = device_lock(config, 0).turn("timing")
+    same_host = device_lock(config, 0)
+    monkeypatch.setattr(socket, "gethostname", lambda: "node2")
+    other_host = device_lock(config, 0)
+    got: dict[str, float] = {}
+
+    def take(name, lock):
+        started = time.monotonic()
+        lock.turn("case").release()
+        got[name] = time.monotonic() - started
+
+    waiters = [threading.Thread(target=take, args=(name, lock), daemon=True)
+               for name, lock in (("node2", other_host), ("node1", same_host))]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(1.0)
+    assert "node2" in got and "node1" not in got
+    held.release()
+    waiters[1].join(timeout=10)
+    assert got["node1"] >= 1.0
