@@ -185,9 +185,9 @@ def _executor(options: BatchOptions, plan: RunPlan, jobs: int):
         return ThreadPoolExecutor(max_workers=jobs), None
     from distributed import Client  # only a cluster batch needs Dask
 
-    from .cluster import task_resources
+    from .cluster import CONNECT_TIMEOUT, task_resources
 
-    client = Client(options.cluster, security=options.security, timeout="30s")
+    client = Client(options.cluster, security=options.security, timeout=CONNECT_TIMEOUT)
     return client.get_executor(resources=task_resources(plan), pure=False), client
 
 

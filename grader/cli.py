@@ -203,6 +203,8 @@ def run_plan(args: argparse.Namespace) -> RunPlan:
 def _backend_plan(args: argparse.Namespace) -> RunPlan:
     if args.no_run:
         return RunPlan(None, "not run: --no-run asks for the static check and compilation only")
+    if getattr(args, "cluster", ""):
+        return _cluster_backend_plan(args)
     gpu_missing = gpu_unavailable_reason()
     if args.backend == GPU or (args.backend == "auto" and gpu_missing is None):
         if gpu_missing is not None:
@@ -219,6 +221,21 @@ def _backend_plan(args: argparse.Namespace) -> RunPlan:
     return RunPlan(CPU, note=f"{CPU_NOTE} ({gpu_missing})")
 
 
+def _cluster_backend_plan(args: argparse.Namespace) -> RunPlan:
+    """With --cluster the workers grade: GPU when any of them offers a GPU, whatever this host has."""
+    from .cluster import cluster_gpus
+
+    gpus = cluster_gpus(args.cluster, args.security)
+    if args.backend == GPU or (args.backend == "auto" and gpus):
+        if not gpus:
+            raise UsageError(f"--backend gpu: no worker of the cluster at {args.cluster} has a GPU (`grade "
+                             "worker` on a GPU host offers one)")
+        return RunPlan(GPU, sanitize=args.sanitize is not False)  # batch and serve sanitize by default
+    if args.backend == CPU:
+        return RunPlan(CPU, note=CPU_NOTE)
+    return RunPlan(CPU, note=f"{CPU_NOTE} (no worker of the cluster has a GPU)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:
@@ -232,12 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         if secret:
             cases = with_secret(cases, secret)
             config.timing.seed = mix_seed(config.timing.seed, secret)
-        plan = run_plan(args)
-        args.exports = export_options(args, config)
         if args.command in ("batch", "serve"):
             from .cluster import security_of
 
             args.security = security_of(args.tls_ca_file, args.tls_cert, args.tls_key)
+        plan = run_plan(args)
+        args.exports = export_options(args, config)
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_USAGE

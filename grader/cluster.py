@@ -31,6 +31,7 @@ from .result import GRADER_ERROR, SubmissionResult
 
 SLOTS = "GPU"  # the Dask resource a GPU worker offers: how many submissions it grades at once
 WORKER_CACHE = "SGEMM_GRADER_WORKER_CACHE"  # where a worker keeps its compile cache and GPU turns
+CONNECT_TIMEOUT = "30s"  # for reaching the scheduler, which may be on another host
 
 
 @dataclass
@@ -82,6 +83,27 @@ def task_result(future, entry: Entry, config: Config, cases: list[Case], again: 
         reason = (f"grader error: the cluster could not grade this submission ({type(error).__name__}: "
                   f"{str(error)[:200]}); {again}")
         return not_graded(entry.path, config, cases, reason, GRADER_ERROR)
+
+
+def cluster_gpus(address: str, security, wait_s: float = 60.0) -> int:
+    """How many GPU slots the cluster's workers offer, once at least one worker has joined. The batch or
+    service may run on a host without a GPU: the workers' GPUs decide the backend, not this host's."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError("--cluster needs Dask's distributed: pip install -e '.[cluster]'") from None
+    try:
+        client = Client(address, security=security, timeout=CONNECT_TIMEOUT)
+    except (OSError, ValueError) as error:  # unreachable, refused, a malformed address, a TLS mismatch
+        raise UsageError(f"--cluster {address}: cannot reach the scheduler ({error})") from None
+    with client:
+        try:
+            client.wait_for_workers(1, timeout=wait_s)
+        except TimeoutError:
+            raise UsageError(f"--cluster {address}: no worker joined in {wait_s:g} s (start `grade worker "
+                             f"--scheduler {address}` on a grading host)") from None
+        workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        return int(sum(worker.get("resources", {}).get(SLOTS, 0) for worker in workers))
 
 
 def security_of(ca_file: Path | None, cert: Path | None, key: Path | None):

@@ -188,3 +188,29 @@ def test_gpu_turns_are_per_host_even_when_hosts_share_a_cache_folder(tmp_path, m
     held.release()
     waiters[1].join(timeout=10)
     assert got["node1"] >= 1.0
+
+
+def test_the_workers_gpus_decide_the_backend_not_the_submitting_hosts(tmp_path, monkeypatch):
+    """`grade batch --cluster` from a host without a GPU: GPU grading when a worker offers the GPU resource
+    (`grade worker` on a GPU host), the CPU emulator when none does, and --backend gpu refused by name
+    when no worker has a GPU; an unreachable scheduler is a usage error, not a traceback."""
+    from grader.cli import parse_args, run_plan
+    from grader.cluster import SLOTS
+    from grader.errors import UsageError
+
+    def plan_for(address, *flags):
+        args = parse_args(["batch", str(tmp_path), "--cluster", address, *flags])
+        args.security = None
+        return run_plan(args)
+
+    with local_cluster(1) as cpu_only:
+        assert plan_for(cpu_only.scheduler_address).backend == CPU
+        with pytest.raises(UsageError, match="no worker of the cluster .* has a GPU"):
+            plan_for(cpu_only.scheduler_address, "--backend", "gpu")
+    with local_cluster(1, resources={SLOTS: 4}) as with_gpu:
+        plan = plan_for(with_gpu.scheduler_address)
+        assert plan.backend == "gpu" and plan.sanitize  # a batch sanitizes by default, as on one host
+        assert not plan_for(with_gpu.scheduler_address, "--no-sanitize").sanitize
+    monkeypatch.setattr("grader.cluster.CONNECT_TIMEOUT", "2s")  # a scheduler away is given 30 s
+    with pytest.raises(UsageError, match="cannot reach the scheduler"):
+        plan_for(f"tcp://127.0.0.1:{free_port()}")

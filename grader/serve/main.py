@@ -49,7 +49,9 @@ def serve(config: Config, cases: list[Case], plan: RunPlan, state: Path, tokens:
     if cluster:
         from distributed import Client
 
-        client = Client(cluster, security=security, timeout="30s")
+        from ..cluster import CONNECT_TIMEOUT
+
+        client = Client(cluster, security=security, timeout=CONNECT_TIMEOUT)
     runner = JobRunner(store, config, cases, plan, workers or os.cpu_count() or 2, client)
     runner.start()
     try:
