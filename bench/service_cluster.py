@@ -33,6 +33,7 @@ from pathlib import Path
 
 from benchlib import ROOT, config_with_cache, generate, grade_alone
 
+from grader.cluster import WORKER_CACHE
 from grader.config import load_config
 from grader.execute.gpu_detect import local_gpus
 from grader.result import SubmissionResult
@@ -62,30 +63,29 @@ class Service:
     """The scheduler, the workers and the service, as an instructor starts them (README), stopped on exit."""
 
     def __init__(self, work: Path, config: Path, stack: ExitStack):
-        self.scheduler = f"tcp://127.0.0.1:{free_port()}"
-        self.url = f"http://127.0.0.1:{free_port()}"
+        scheduler_port, service_port = str(free_port()), str(free_port())
+        self.scheduler = f"tcp://127.0.0.1:{scheduler_port}"
+        self.url = f"http://127.0.0.1:{service_port}"
         self.token = secrets.token_hex(24)
         tokens = work / "tokens.yaml"
         tokens.write_text(f"bench: {self.token}\n")
         tokens.chmod(0o600)
-        logs = work / "logs"
-        logs.mkdir()
-        worker_env = {**os.environ, "SGEMM_GRADER_WORKER_CACHE": str(work / "worker-cache")}
-        port = self.scheduler.rsplit(":", 1)[1]
-        self._start(stack, logs / "scheduler.log", [sys.executable, "-m", "distributed.cli.dask_scheduler",
-                                                    "--host", "127.0.0.1", "--port", port, "--no-dashboard"])
-        self._start(stack, logs / "worker.log", [sys.executable, "-m", "grader", "worker", "--scheduler",
-                                                 self.scheduler], worker_env)
-        self._start(stack, logs / "serve.log", [sys.executable, "-m", "grader", "serve", "--tokens", str(tokens),
-                                                "--state", str(work / "state"), "--port", self.url.rsplit(":", 1)[1],
-                                                "--cluster", self.scheduler, "--config", str(config),
-                                                "--backend", BACKEND])
-        self.logs = logs
+        self.logs = work / "logs"
+        self.logs.mkdir()
+        worker_env = {**os.environ, WORKER_CACHE: str(work / "worker-cache")}
+        self._start(stack, "scheduler", [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
+                                         "127.0.0.1", "--port", scheduler_port, "--no-dashboard"])
+        self._start(stack, "worker", [sys.executable, "-m", "grader", "worker", "--scheduler", self.scheduler],
+                    worker_env)
+        self._start(stack, "serve", [sys.executable, "-m", "grader", "serve", "--tokens", str(tokens), "--state",
+                                     str(work / "state"), "--port", service_port, "--cluster", self.scheduler,
+                                     "--config", str(config), "--backend", BACKEND])
 
-    @staticmethod
-    def _start(stack: ExitStack, log: Path, command: list[str], env: dict | None = None) -> None:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+    def _start(self, stack: ExitStack, name: str, command: list[str], env: dict | None = None) -> None:
+        log = (self.logs / f"{name}.log").open("w")
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
+        log.close()  # the child has its own copy
         stack.callback(_stop, process)
 
     def wait_until_ready(self, workers: int, limit_s: float = 120) -> None:

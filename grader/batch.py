@@ -191,7 +191,6 @@ def _executor(options: BatchOptions, plan: RunPlan, jobs: int):
     return client.get_executor(resources=task_resources(plan), pure=False), client
 
 
-
 def _worker_environment() -> dict[str, str]:
     """A worker grades one student; the batch's parallelism is its workers. numpy's BLAS threads in each
     would only fight the students' compilers and the GPU's holder for the cores."""

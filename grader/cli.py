@@ -203,15 +203,14 @@ def run_plan(args: argparse.Namespace) -> RunPlan:
 def _backend_plan(args: argparse.Namespace) -> RunPlan:
     if args.no_run:
         return RunPlan(None, "not run: --no-run asks for the static check and compilation only")
-    if getattr(args, "cluster", ""):
-        return _cluster_backend_plan(args)
-    gpu_missing = gpu_unavailable_reason()
+    cluster = getattr(args, "cluster", "")
+    gpu_missing = _cluster_gpu_missing(args) if cluster else gpu_unavailable_reason()
     if args.backend == GPU or (args.backend == "auto" and gpu_missing is None):
         if gpu_missing is not None:
             raise UsageError(f"--backend gpu: {gpu_missing}")
         sanitize = args.command in ("batch", "serve") if args.sanitize is None else args.sanitize
         return RunPlan(GPU, sanitize=sanitize)
-    if compiler() is None:
+    if not cluster and compiler() is None:  # a cluster's workers compile with their own
         reason = "the CPU emulator needs a C++ compiler (g++), and none is on PATH"
         if args.backend == CPU:
             raise UsageError(f"--backend cpu: {reason}")
@@ -221,19 +220,13 @@ def _backend_plan(args: argparse.Namespace) -> RunPlan:
     return RunPlan(CPU, note=f"{CPU_NOTE} ({gpu_missing})")
 
 
-def _cluster_backend_plan(args: argparse.Namespace) -> RunPlan:
-    """With --cluster the workers grade: GPU when any of them offers a GPU, whatever this host has."""
+def _cluster_gpu_missing(args: argparse.Namespace) -> str | None:
+    """With --cluster the workers grade, so their GPUs count, not this host's: why none can, or None."""
     from .cluster import cluster_gpus
 
-    gpus = cluster_gpus(args.cluster, args.security)
-    if args.backend == GPU or (args.backend == "auto" and gpus):
-        if not gpus:
-            raise UsageError(f"--backend gpu: no worker of the cluster at {args.cluster} has a GPU (`grade "
-                             "worker` on a GPU host offers one)")
-        return RunPlan(GPU, sanitize=args.sanitize is not False)  # batch and serve sanitize by default
-    if args.backend == CPU:
-        return RunPlan(CPU, note=CPU_NOTE)
-    return RunPlan(CPU, note=f"{CPU_NOTE} (no worker of the cluster has a GPU)")
+    if cluster_gpus(args.cluster, args.security):
+        return None
+    return f"no worker of the cluster at {args.cluster} has a GPU (`grade worker` on a GPU host offers one)"
 
 
 def main(argv: list[str] | None = None) -> int:
