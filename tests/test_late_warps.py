@@ -11,11 +11,11 @@ from conftest import SUBMISSIONS
 from hardware import needs_gpu, needs_nvcc
 
 from grader.execute.compile import prepare_source, wrap_like_sourcemodule
-from grader.execute.late_warps import HOOK, SKEW_SYMBOL, with_late_warps
+from grader.execute.late_warps import ENTRY_HOOK, POISON_SHARED, SKEW_SYMBOL, with_late_warps
 from grader.result import FAILED, PASSED
 
 TILE = 16
-ENTRY = f" {HOOK}();"
+ENTRY = f" {ENTRY_HOOK}();"
 
 
 def test_each_kernel_gets_one_hook_at_its_entry_and_every_line_keeps_its_number():
@@ -33,7 +33,7 @@ def test_device_and_host_functions_get_no_hook():
     source = ("__device__ float twice(float x) { return 2 * x; }\n"
               "void host(void) { }\n"
               "__global__ void k(float *x) { x[0] = twice(x[0]); }\n")
-    assert with_late_warps(source).count(HOOK) == 1
+    assert with_late_warps(source).count(ENTRY_HOOK) == 1
     assert f"k(float *x) {{{ENTRY}" in with_late_warps(source)
 
 
@@ -44,18 +44,22 @@ def test_a_file_without_kernels_is_left_as_it_is():
 @needs_nvcc
 def test_every_barrier_of_a_compiled_kernel_is_followed_by_the_hook(tmp_path):
     """In the PTX: the switch is a module constant, and each bar.sync (two per tile phase) and the
-    kernel's entry branch on it; the student's macro-wrapped barriers (SYNC()) included."""
+    kernel's entry branch on it; the student's macro-wrapped barriers (SYNC()) included. The entry's
+    poisoning has a barrier of its own, behind its own bit of the switch."""
     source = (SUBMISSIONS / "good_tile32_macro_sync" / "kernel.cu").read_text()
     (tmp_path / "kernel.cu").write_text(wrap_like_sourcemodule(prepare_source(source)))
     subprocess.run(["nvcc", "--ptx", "-arch", "sm_80", "kernel.cu", "-o", "kernel.ptx"], cwd=tmp_path, check=True)
     ptx = (tmp_path / "kernel.ptx").read_text()
     assert re.search(rf"\.const \.align 4 \.u32 {SKEW_SYMBOL}", ptx)
     kernel = ptx[ptx.index(".entry mysgemm"):]
-    barriers = kernel.count("bar.sync")
+    barriers = kernel.count("bar.sync") - 1  # the entry's, after the poison
     assert barriers == 2
+    assert "%total_smem_size" in kernel and "st.shared.u32" in kernel
     switch = re.search(rf"ld\.const\.u32\s+(%r\d+), \[{SKEW_SYMBOL}\]", kernel).group(1)
-    tested = re.search(rf"setp\.eq\.s32\s+(%p\d+), {re.escape(switch)}, 0;", kernel).group(1)
-    assert kernel.count(f"@{tested} bra") == barriers + 1  # entry and after each barrier
+    late = re.findall(rf"and\.b32\s+(%r\d+), {re.escape(switch)}, 3;", kernel)
+    poison = re.findall(rf"and\.b32\s+(%r\d+), {re.escape(switch)}, {POISON_SHARED};", kernel)
+    assert len(poison) == 1
+    assert len(late) in (1, barriers + 1)  # the compiler may test the bits once or at every hook
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +98,50 @@ def test_a_racy_kernel_gets_the_same_verdicts_every_time_on_the_gpu(grade_on_gpu
 
     for name in ("missing_load_barrier", "barrier_in_comment"):
         assert verdicts(fresh(SUBMISSIONS / name)) == verdicts(grade_on_gpu(SUBMISSIONS / name)), name
+
+
+STALE_READER = """
+__global__ void read_stale(unsigned int *out, unsigned int dynamic_words)
+{
+    __shared__ unsigned int first[16][16];
+    __shared__ unsigned int second[7];
+    extern __shared__ unsigned int dynamic[];
+    unsigned int t = threadIdx.x, at = blockIdx.x * (256 + 7 + dynamic_words);
+    out[at + t] = first[t / 16][t % 16];  /* read before anything is stored: what the block found */
+    if (t < 7) out[at + 256 + t] = second[t];
+    for (unsigned int i = t; i < dynamic_words; i += blockDim.x) out[at + 263 + i] = dynamic[i];
+    first[t / 16][t % 16] = 0u; if (t < 7) second[t] = 0u;  /* the next launch's blocks find zeros */
+    for (unsigned int i = t; i < dynamic_words; i += blockDim.x) dynamic[i] = 0u;
+}
+"""
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_each_block_finds_every_shared_array_poisoned_whatever_ran_before():
+    """The entry hook poisons the block's static and dynamic shared arrays itself, inside the launch: a
+    kernel that ran just before and left zeros on the same SMs (as another context's kernel can, between
+    a separate poisoning kernel and the launch) leaves nothing behind."""
+    cuda = pytest.importorskip("pycuda.driver")
+    pytest.importorskip("pycuda.autoinit")
+    import numpy as np
+    from pycuda.compiler import SourceModule
+
+    from grader.inputs import POISON_BITS
+
+    module = SourceModule(prepare_source(STALE_READER))
+    kernel, switch = module.get_function("read_stale"), module.get_global(SKEW_SYMBOL)[0]
+    blocks, dynamic_words = 264, 300
+    out = np.zeros(blocks * (263 + dynamic_words), np.uint32)
+
+    def launch(skew):
+        cuda.memcpy_htod(switch, np.array([skew], np.uint32))
+        kernel(cuda.Out(out), np.uint32(dynamic_words), block=(256, 1, 1), grid=(blocks, 1),
+               shared=4 * dynamic_words)
+        return out.copy()
+
+    launch(0)  # leaves zeros in every array on every SM
+    assert (launch(0) == 0).any()  # unpoisoned, a block finds what the last one left
+    for skew in (POISON_SHARED, POISON_SHARED | 1, POISON_SHARED | 2):
+        found = launch(skew)
+        assert (found == POISON_BITS).all(), f"switch {skew}: {np.count_nonzero(found != POISON_BITS)} words not poison"

@@ -36,13 +36,14 @@ FILL_KERNEL, COUNT_KERNEL = "sgemm_grader_fill", "sgemm_grader_count_far"
 POISON_SHARED_KERNEL, TOUCH_KERNEL = "sgemm_grader_poison_shared", "sgemm_grader_touch"
 DIFFER_KERNEL = "sgemm_grader_count_differ"
 # The grader's own kernels, compiled into the reference's module (the grader's code):
-# - every SM's shared memory filled with poison before each launch of the student's kernel. A kernel
-#   that reads a tile before it is written (a missing barrier) reads stale shared memory, and stale
-#   memory is whatever ran last on that SM: the same kernel on the same inputs (right by luck), or a
-#   classmate's kernel in a batch (wrong). Poisoned, the stale value is always wrong, alone or in a batch.
-#   One block per SM: each asks for all the shared memory an SM has, and waits (a bounded time) until
-#   every block has arrived, so no SM can take a second block while another gets none;
-# - a read of A, B and C before each such launch: their pages start warm in L2 and the GPU's TLBs whatever
+# - every SM's shared memory filled with poison before each timed launch of the student's kernel. A
+#   kernel that reads a tile before it is written (a missing barrier) reads stale shared memory, and
+#   stale memory is whatever ran last on that SM: the same kernel on the same inputs (right by luck), or
+#   a classmate's kernel in a batch (wrong). Poisoned, the stale value is always wrong. One block per SM:
+#   each asks for all the shared memory an SM has, and waits (a bounded time) until every block has
+#   arrived, so no SM can take a second block while another gets none. (A case's launches poison their
+#   own blocks' shared memory at entry instead, which no other context can come between: late_warps.py);
+# - a read of A, B and C before each case's launch: their pages start warm in L2 and the GPU's TLBs whatever
 #   ran before (another student's turn in a batch, nothing when graded alone), so a racy kernel's loads
 #   take the same time either way;
 # - fresh inputs, uniform in [-1, 1), made on the GPU from a seed (a hash per element): no upload per

@@ -206,8 +206,8 @@ class Worker:
         for launch in range(launches):
             memory.poison_past_inputs(a, b)
             guarded(cuda.memcpy_dtod, memory.c, memory.poisoned, poisoned.nbytes)
-            self.stale_shared.prepare((memory.a, a.size), (memory.b, b.size), (memory.c, poisoned.size))
-            student.late_warps(skew_for(launch))
+            self.stale_shared.warm((memory.a, a.size), (memory.b, b.size), (memory.c, poisoned.size))
+            student.late_warps(skew_for(launch))  # each block poisons its own shared memory at entry
             started = time.perf_counter()
             student.launch(spec.m, spec.n, spec.k, memory.a, memory.b, memory.c + GUARD_BEFORE * 4)
             synchronize()
@@ -300,8 +300,9 @@ class Worker:
 
 class StaleShared:
     """The GPU's state before a student's launch, the same whatever ran before it (compile.py says why):
-    poison in every SM's shared memory, so that a tile read before it is written reads the same wrong value
-    every time, and the launch's buffers warm. The kernels are the grader's, in the reference's module."""
+    before a timed launch, poison in every SM's shared memory, so that a tile read before it is written
+    reads the same wrong value every time; before a case's launch, its buffers warm (the launch poisons its
+    own shared memory: late_warps.py). The kernels are the grader's, in the reference's module."""
 
     PATIENCE_CYCLES = 20_000_000  # ~10 ms: all blocks are resident within microseconds on a GPU held alone
 
@@ -314,12 +315,12 @@ class StaleShared:
         self.arrived = guarded(cuda.mem_alloc, 4)
         self.touch = module.get_function(TOUCH_KERNEL)
 
-    def prepare(self, *buffers: tuple[int, int]) -> None:
-        """Before a student's launch: warm each (pointer, float count) buffer, then poison shared memory."""
+    def warm(self, *buffers: tuple[int, int]) -> None:
+        """Before a case's launch: read each (pointer, float count) buffer. A case's launches poison shared
+        memory themselves, at the kernel's entry (late_warps.py)."""
         for pointer, count in buffers:
             guarded(lambda p=pointer, c=count: self.touch(np.uintp(p), np.uint32(c), self.arrived,
                                                           block=(256, 1, 1), grid=(self.blocks * 4, 1)))
-        self.poison()
 
     def poison(self) -> None:
         guarded(cuda.memset_d32, self.arrived, 0, 1)

@@ -11,15 +11,25 @@ each block for a few microseconds: long enough for the early warps to store and 
 A correctly synchronized kernel cannot tell (the same threads do the same arithmetic in the same
 order: its output is bit for bit the same); a racy one reads poison or the next phase's tile.
 
+The poison is part of the launch too: at the kernel's entry each block fills its own shared memory
+(every `__shared__` array, static and dynamic) with the poison bits and waits at a barrier before the
+student's first line. A separate poisoning kernel before the launch was not enough under load: the GPU
+time-slices between processes' contexts, so another context's kernel could run between the two and
+leave finite values behind, and `missing_load_barrier` then passed the 1×1×1 case in one grading of a
+class and failed it in another (bench/racy_under_load.py).
+
 Only text is inserted, never a newline, so every line keeps the student's number.
 """
 from __future__ import annotations
 
 from .. import cuda_syntax as cs
+from ..inputs import POISON_BITS
 
 SKEW_SYMBOL = "sgemm_grader_late_warps_"
 HOOK = "sgemm_grader_hold_back_"
-OFF, ODD_WARPS_LATE, EVEN_WARPS_LATE = 0, 1, 2
+ENTRY_HOOK = "sgemm_grader_enter_"
+# The switch's bits: which warps are late (none, odd, even), and whether blocks poison their shared memory.
+OFF, ODD_WARPS_LATE, EVEN_WARPS_LATE, POISON_SHARED = 0, 1, 2, 4
 # ~5 µs at an H100's clock: several global-memory latencies, so the early warps finish a tile's
 # loads, stores and reads before the late ones store anything.
 LATE_CYCLES = 10_000
@@ -28,7 +38,7 @@ PRELUDE = f"""#line 1 "<grader: late warps>"
 __constant__ unsigned int {SKEW_SYMBOL};
 static __device__ __forceinline__ void {HOOK}(void)
 {{
-    if ({SKEW_SYMBOL}) {{
+    if ({SKEW_SYMBOL} & {ODD_WARPS_LATE | EVEN_WARPS_LATE}u) {{
         unsigned int warp = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / warpSize;
         if ((warp & 1u) == ({SKEW_SYMBOL} & 1u)) {{
             long long start = clock64();
@@ -36,19 +46,38 @@ static __device__ __forceinline__ void {HOOK}(void)
         }}
     }}
 }}
+static __device__ __forceinline__ void {ENTRY_HOOK}(void)
+{{
+    if ({SKEW_SYMBOL} & {POISON_SHARED}u) {{
+        /* The block's own shared memory, in the shared window: from sm_80 on, the driver's reserved
+           region comes first and the kernel's arrays start at its end (its cap). */
+        unsigned int first = 0u, size;
+#if __CUDA_ARCH__ >= 800
+        asm volatile("mov.u32 %0, %%reserved_smem_offset_cap;" : "=r"(first));
+#endif
+        asm volatile("mov.u32 %0, %%total_smem_size;" : "=r"(size));
+        unsigned int threads = blockDim.x * blockDim.y * blockDim.z;
+        unsigned int me = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+        for (unsigned int at = first + 4u * me; at + 4u <= first + size; at += 4u * threads)
+            asm volatile("st.shared.u32 [%0], %1;" :: "r"(at), "r"({POISON_BITS:#x}u) : "memory");
+        __syncthreads();  /* every block's poison is down before any warp runs the student's first line */
+    }}
+    {HOOK}();
+}}
 #define __syncthreads() (__syncthreads(), {HOOK}())
 """
 
 
 def skew_for(launch: int) -> int:
-    """A case's launches: the first as the GPU schedules it, then odd warps late, then even warps late, …"""
-    return OFF if launch == 0 else (ODD_WARPS_LATE if launch % 2 else EVEN_WARPS_LATE)
+    """A case's launches, each on poisoned shared memory: the first as the GPU schedules it, then odd warps
+    late, then even warps late, …"""
+    return POISON_SHARED | (OFF if launch == 0 else (ODD_WARPS_LATE if launch % 2 else EVEN_WARPS_LATE))
 
 
 def with_late_warps(source: str) -> str:
-    """The prelude is put before the file by prepare_source; this adds the hook at each kernel's entry."""
+    """The prelude is put before the file by prepare_source; this adds the entry hook to each kernel."""
     tree = cs.parse(source)
-    entries = [(body.start_byte + 1, f" {HOOK}();") for function in cs.function_definitions(tree.root_node)
+    entries = [(body.start_byte + 1, f" {ENTRY_HOOK}();") for function in cs.function_definitions(tree.root_node)
                if cs.has_keyword(function, "__global__")
                and (body := function.child_by_field_name("body")) is not None]
     return cs.insert_text(source, entries) if entries else source
