@@ -17,10 +17,11 @@ import struct
 from ..contract import KernelContract
 
 KPARAM_INFO = 0x17  # EIATTR_KPARAM_INFO: index u32, ordinal u16, offset u16, flags u32 (size in bits 18..31)
-# .nv.info attribute formats: an attribute's length in bytes, format and attribute bytes included (a byte
-# value takes two bytes, as a half-word does); a sized value (SVAL) gives its length in a half-word.
+# .nv.info attribute formats: an attribute's length in bytes, format and attribute bytes included. Every
+# fixed-format record is four bytes, even one with no value (its last two are zero; a byte value is
+# padded as a half-word); a sized value (SVAL) gives its length in a half-word.
 FORMAT_SVAL = 4
-FIXED_LENGTH = {1: 2, 2: 4, 3: 4}  # no value, byte value, half-word value
+FIXED_LENGTH = {1: 4, 2: 4, 3: 4}  # no value, byte value, half-word value
 
 def compiled_parameter_sizes(cubin: bytes, kernel: str) -> list[int] | None:
     """The byte size of each of the kernel's parameters, in order; None when the cubin does not say."""
