@@ -11,7 +11,7 @@ from conftest import SUBMISSIONS
 from hardware import needs_gpu, needs_nvcc
 
 from grader.execute.compile import prepare_source, wrap_like_sourcemodule
-from grader.execute.late_warps import ENTRY_HOOK, POISON_SHARED, SKEW_SYMBOL, with_late_warps
+from grader.execute.late_warps import ENTRY_HOOK, POISON_SHARED, SINK_SYMBOL, SKEW_SYMBOL, with_late_warps
 from grader.result import FAILED, PASSED
 
 TILE = 16
@@ -55,6 +55,8 @@ def test_every_barrier_of_a_compiled_kernel_is_followed_by_the_hook(tmp_path):
     barriers = kernel.count("bar.sync") - 1  # the entry's, after the poison
     assert barriers == 2
     assert "%total_smem_size" in kernel and "st.shared.u32" in kernel
+    # the late warps' chain of work is kept: its result feeds a store the compiler cannot drop
+    assert "mad.lo.u32" in kernel and f"st.global.u32 \t[{SINK_SYMBOL}]" in kernel
     switch = re.search(rf"ld\.const\.u32\s+(%r\d+), \[{SKEW_SYMBOL}\]", kernel).group(1)
     late = re.findall(rf"and\.b32\s+(%r\d+), {re.escape(switch)}, 3;", kernel)
     poison = re.findall(rf"and\.b32\s+(%r\d+), {re.escape(switch)}, {POISON_SHARED};", kernel)

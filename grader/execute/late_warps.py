@@ -7,7 +7,8 @@ batch and passed it alone 8 times in 9 (bench/racy_isolation.sh). So the grader 
 purpose. Every kernel it compiles (the student's and the reference's, so timing stays fair) gets a hook
 at the start of each `__global__` function and after each `__syncthreads()`. The hook costs one uniform
 branch on a `__constant__` while it is off. Switched on for a launch, it holds back every other warp of
-each block for a few microseconds: long enough for the early warps to store and read a whole tile.
+each block for a few microseconds of its own work: long enough for the early warps to store and read a
+whole tile.
 A correctly synchronized kernel cannot tell (the same threads do the same arithmetic in the same
 order: its output is bit for bit the same); a racy one reads poison or the next phase's tile.
 
@@ -28,21 +29,32 @@ from ..inputs import POISON_BITS
 SKEW_SYMBOL = "sgemm_grader_late_warps_"
 HOOK = "sgemm_grader_hold_back_"
 ENTRY_HOOK = "sgemm_grader_enter_"
+SINK_SYMBOL = "sgemm_grader_sink_"
 # The switch's bits: which warps are late (none, odd, even), and whether blocks poison their shared memory.
 OFF, ODD_WARPS_LATE, EVEN_WARPS_LATE, POISON_SHARED = 0, 1, 2, 4
-# ~5 µs at an H100's clock: several global-memory latencies, so the early warps finish a tile's
-# loads, stores and reads before the late ones store anything.
-LATE_CYCLES = 10_000
+# 10,000 cycles (~5 µs at an H100's clock): several global-memory latencies, so the early warps finish
+# a tile's loads, stores and reads before the late ones store anything. And some of it in the late warp's
+# own work, a chain of dependent multiply-adds (4 cycles a step with the SM to itself, up to 16 with
+# every warp of a full SM in the chain): the GPU time-slices between processes' contexts, and a switch
+# during a wait timed by the clock alone would end it as soon as the block resumed, with the early warps
+# no further along. The chain is kept short of the clock's wait: one as long as the wait itself holds a
+# full SM's late warps back up to four times as long (in a trial batch a tile-8 kernel's large case then
+# ran past its 3 s).
+LATE_CYCLES, LATE_STEPS = 10_000, 600
 
 PRELUDE = f"""#line 1 "<grader: late warps>"
 __constant__ unsigned int {SKEW_SYMBOL};
+__device__ unsigned int {SINK_SYMBOL};
 static __device__ __forceinline__ void {HOOK}(void)
 {{
     if ({SKEW_SYMBOL} & {ODD_WARPS_LATE | EVEN_WARPS_LATE}u) {{
         unsigned int warp = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / warpSize;
         if ((warp & 1u) == ({SKEW_SYMBOL} & 1u)) {{
+            unsigned int chain = warp;
             long long start = clock64();
-            while (clock64() - start < {LATE_CYCLES}) {{ }}
+            for (int step = 0; step < {LATE_STEPS} || clock64() - start < {LATE_CYCLES}; ++step)
+                asm volatile("mad.lo.u32 %0, %0, 1664525, 1013904223;" : "+r"(chain));
+            if (chain == 0x2545F491u) {SINK_SYMBOL} = chain;  /* the chain is used, so it is computed */
         }}
     }}
 }}
