@@ -1,11 +1,15 @@
 """Turns on a device, across processes: a submission's cases and a timing measurement have it alone.
 
 Why alone, even for correctness runs: kernels of two processes on one GPU are time-sliced. A timing
-measurement needs a quiet GPU, and a case's launches must find the GPU as they find it graded alone: the
-poison in shared memory, not a classmate's tiles, is what a racy kernel reads. Launches under a
-sanitizer tool share their turns with each other (not with cases or timing): what a tool finds is its
-analysis of the kernel's accesses and barriers, not the luck of a schedule, and instrumented launches
-are long (racecheck of a racy kernel: over a second), so one at a time they would queue the whole batch.
+measurement needs a quiet GPU, and a case's launches must find the GPU as they find it graded alone: their
+hang limit is short because the GPU is theirs, and a late warp's wait is timed partly by the clock. (The
+poison a racy kernel reads is part of its own launch: late_warps.py.) Cases sharing their turns with
+sanitizer launches was tried: 300 submissions on an H100 took 198 s against 202 s, within noise, so the
+turns are not what a batch waits on (starting and ending CUDA programs is: bench/cuda_start.py).
+Launches under a sanitizer tool share their turns with each other (not with cases or timing): what a
+tool finds is its analysis of the kernel's accesses and barriers, not the luck of a schedule, and
+instrumented launches are long (racecheck of a racy kernel: over a second), so one at a time they would
+queue the whole batch.
 Turns are short; the heavy host-side steps (making inputs, compiling, judging) happen outside them.
 
 A flock on one file per device: a holder that dies releases at once, and a batch and a `grade` run on
