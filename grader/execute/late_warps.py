@@ -30,6 +30,7 @@ SKEW_SYMBOL = "sgemm_grader_late_warps_"
 HOOK = "sgemm_grader_hold_back_"
 ENTRY_HOOK = "sgemm_grader_enter_"
 SINK_SYMBOL = "sgemm_grader_sink_"
+THREAD_IN_BLOCK = "sgemm_grader_thread_in_block_"
 # The switch's bits: which warps are late (none, odd, even), and whether blocks poison their shared memory.
 OFF, ODD_WARPS_LATE, EVEN_WARPS_LATE, POISON_SHARED = 0, 1, 2, 4
 # 10,000 cycles (~5 µs at an H100's clock): several global-memory latencies, so the early warps finish
@@ -45,10 +46,14 @@ LATE_CYCLES, LATE_STEPS = 10_000, 600
 PRELUDE = f"""#line 1 "<grader: late warps>"
 __constant__ unsigned int {SKEW_SYMBOL};
 __device__ unsigned int {SINK_SYMBOL};
+static __device__ __forceinline__ unsigned int {THREAD_IN_BLOCK}(void)
+{{
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}}
 static __device__ __forceinline__ void {HOOK}(void)
 {{
     if ({SKEW_SYMBOL} & {ODD_WARPS_LATE | EVEN_WARPS_LATE}u) {{
-        unsigned int warp = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / warpSize;
+        unsigned int warp = {THREAD_IN_BLOCK}() / warpSize;
         if ((warp & 1u) == ({SKEW_SYMBOL} & 1u)) {{
             unsigned int chain = warp;
             long long start = clock64();
@@ -69,8 +74,7 @@ static __device__ __forceinline__ void {ENTRY_HOOK}(void)
 #endif
         asm volatile("mov.u32 %0, %%total_smem_size;" : "=r"(size));
         unsigned int threads = blockDim.x * blockDim.y * blockDim.z;
-        unsigned int me = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-        for (unsigned int at = first + 4u * me; at + 4u <= first + size; at += 4u * threads)
+        for (unsigned int at = first + 4u * {THREAD_IN_BLOCK}(); at + 4u <= first + size; at += 4u * threads)
             asm volatile("st.shared.u32 [%0], %1;" :: "r"(at), "r"({POISON_BITS:#x}u) : "memory");
         __syncthreads();  /* every block's poison is down before any warp runs the student's first line */
     }}
