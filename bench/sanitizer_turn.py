@@ -17,12 +17,11 @@ import time
 from pathlib import Path
 from statistics import median
 
-from benchlib import ROOT
+from benchlib import corpus_cubin, gpu_arch
 
 from grader.contract import REFERENCE
 from grader.diagnose.launcher import launcher
-from grader.diagnose.run import FOUND_ERRORS_EXIT, TOOLS, launch_command, sanitizer_path
-from grader.execute.compile import prepare_source, wrap_like_sourcemodule
+from grader.diagnose.run import TOOLS, launch_command, sanitizer_path, tool_command
 
 KERNELS = ["good_basic", "missing_load_barrier", "missing_use_barrier", "no_bounds_checks"]
 
@@ -60,22 +59,16 @@ def main() -> None:
     kernels = args[args.index("--kernels") + 1].split(",") if "--kernels" in args else KERNELS
     os.environ.update(arg.split("=", 1) for arg in args if "=" in arg)
     tool_path = sanitizer_path()
-    arch = subprocess.run([sys.executable, "-c", "import pycuda.driver as c; c.init(); "
-                           "print('sm_%d%d' % c.Device(0).compute_capability())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    arch = gpu_arch()
     with tempfile.TemporaryDirectory() as work:
         program = launcher(Path(work))
         print(f"{' '.join(a for a in args if '=' in a) or 'default environment'} {' '.join(extra)}")
         for kernel in kernels:
-            source = (ROOT / "tests" / "submissions" / kernel / "kernel.cu").read_text()
-            Path(work, f"{kernel}.cu").write_text(wrap_like_sourcemodule(prepare_source(source)))
-            subprocess.run(["nvcc", "--cubin", "-lineinfo", "-arch", arch, f"{kernel}.cu", "-o", f"{kernel}.cubin"],
-                           cwd=work, check=True)
+            cubin = corpus_cubin(Path(work), kernel, arch)
             cells = []
             for tool, spec in TOOLS.items():
-                launch = launch_command(program, Path(work, f"{kernel}.cubin"), REFERENCE, 16, spec.shape(16))
-                command = [tool_path, "--tool", tool, *spec.options, "--show-backtrace", "no", "--print-limit", "50",
-                           "--error-exitcode", str(FOUND_ERRORS_EXIT), "--log-file", os.devnull, *extra, *launch]
+                launch = launch_command(program, cubin, REFERENCE, 16, spec.shape(16))
+                command = tool_command(tool_path, tool, os.devnull, launch, tuple(extra))
                 measured = [turn_of(command) for _ in range(runs)]
                 cells.append(f"{tool} turn {median(m[0] for m in measured) * 1000:6.0f} ms"
                              f" (run {median(m[1] for m in measured):4.1f} s)")

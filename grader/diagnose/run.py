@@ -130,6 +130,13 @@ def launch_command(program: Path, cubin: Path, contract: KernelContract, tile: i
             ",".join(map(str, geometry.block)), str(m), str(n), str(k)]
 
 
+def tool_command(tool_path: str, tool: str, log: Path | str, launch: list[str],
+                 extra: tuple[str, ...] = ()) -> list[str]:
+    """compute-sanitizer's command line for one tool watching `launch` (extra: options a bench adds)."""
+    return [tool_path, "--tool", tool, *TOOLS[tool].options, "--show-backtrace", "no", "--print-limit", "50",
+            "--error-exitcode", str(FOUND_ERRORS_EXIT), "--log-file", str(log), *extra, *launch]
+
+
 def _verdict(tools: list[ToolRun], tile: int) -> CheckResult:
     m, n, k = ragged_shape(tile)
     metrics = {f"{t.tool}_s": round(t.seconds, 2) for t in tools}
@@ -156,8 +163,7 @@ def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: 
     work.mkdir()
     # The tool's report goes to a file of its own: the kernel's printf cannot forge sanitizer lines.
     log = work / f"{tool}.log"
-    command = [tool_path, "--tool", tool, *TOOLS[tool].options, "--show-backtrace", "no", "--print-limit", "50",
-               "--error-exitcode", str(FOUND_ERRORS_EXIT), "--log-file", str(log), *launch]
+    command = tool_command(tool_path, tool, log, launch)
     confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True, readable=(inputs,), nice=BACKGROUND_NICE)
     watched = _watch(command, confinement, sandbox, child_environment(str(work), placement.environment()),
                      run.timeout_s, run.launch_s, placement)
