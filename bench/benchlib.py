@@ -10,7 +10,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the grader package, wherever the script is started from
 
-from grader.result import SubmissionResult  # noqa: E402 - after the path is set
+from grader.execute.compile import (  # noqa: E402 - after the path is set
+    prepare_source,
+    reference_module_source,
+    wrap_like_sourcemodule,
+)
+from grader.result import SubmissionResult  # noqa: E402
 
 # (corpus kernel, how many in 300): mostly correct, the usual mistakes, a few that crash or hang.
 MIX = [("good_basic", 90), ("good_tile8_renamed", 30), ("good_tile32_macro_sync", 30), ("missing_use_barrier", 25),
@@ -51,3 +56,30 @@ def grade_alone(student: Path, config: Path, outdir: Path, backend: str, sanitiz
                     "--sanitize" if sanitize else "--no-sanitize", "-o", str(outdir)], check=False, cwd=ROOT,
                    stdout=subprocess.DEVNULL)
     return SubmissionResult.from_dict(json.loads((outdir / f"{student.name}.json").read_text()))
+
+
+def gpu_arch() -> str:
+    """The first GPU's architecture as nvcc names it (sm_90), asked through pycuda in a process of its own."""
+    return subprocess.run([sys.executable, "-c", "import pycuda.driver as c; c.init(); "
+                           "print('sm_%d%d' % c.Device(0).compute_capability())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def build_cubin(folder: Path, name: str, module_source: str, arch: str) -> Path:
+    """A module's source, wrapped as SourceModule wraps it and compiled with -lineinfo as the GPU child
+    compiles it: folder/NAME.cubin."""
+    (folder / f"{name}.cu").write_text(wrap_like_sourcemodule(module_source))
+    subprocess.run(["nvcc", "--cubin", "-lineinfo", "-arch", arch, f"{name}.cu", "-o", f"{name}.cubin"], cwd=folder,
+                   check=True)
+    return folder / f"{name}.cubin"
+
+
+def reference_cubin(folder: Path, arch: str) -> Path:
+    """The grader's reference module (with its own kernels), as the GPU child builds it."""
+    return build_cubin(folder, "ref", reference_module_source((ROOT / "reference" / "kernel.cu").read_text()), arch)
+
+
+def corpus_cubin(folder: Path, kernel: str, arch: str) -> Path:
+    """A corpus submission's kernel, as the GPU child builds a student's (with the grader's hooks)."""
+    source = (ROOT / "tests" / "submissions" / kernel / "kernel.cu").read_text()
+    return build_cubin(folder, kernel, prepare_source(source), arch)

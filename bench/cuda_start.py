@@ -22,26 +22,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import median
 
-from benchlib import ROOT
+from benchlib import gpu_arch, reference_cubin
 
 from grader.contract import REFERENCE
 from grader.diagnose.run import TOOLS, sanitizer_path
-from grader.execute.compile import reference_module_source, wrap_like_sourcemodule
 
 PHASES = ("exec", "dlopen", "cuInit", "context", "module", "alloc+memset", "release", "exit")
 
 
 def build(work: Path) -> tuple[Path, Path]:
-    arch = subprocess.run([sys.executable, "-c", "import pycuda.driver as c; c.init(); "
-                           "print('sm_%d%d' % c.Device(0).compute_capability())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    (work / "ref.cu").write_text(wrap_like_sourcemodule(reference_module_source((ROOT / "reference" / "kernel.cu")
-                                                                                 .read_text())))
-    subprocess.run(["nvcc", "--cubin", "-arch", arch, "ref.cu", "-o", "ref.cubin"], cwd=work, check=True)
     program = work / "phases"
     subprocess.run(["gcc", "-O2", "-o", str(program), str(Path(__file__).with_name("cuda_start_phases.c")), "-ldl"],
                    check=True)
-    return program, work / "ref.cubin"
+    return program, reference_cubin(work, gpu_arch())
 
 
 def one_run(command: list[str]) -> list[float] | None:

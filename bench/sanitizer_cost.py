@@ -28,12 +28,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from statistics import median
 
-from benchlib import ROOT
+from benchlib import ROOT, corpus_cubin, gpu_arch, reference_cubin
 
 from grader.contract import REFERENCE
 from grader.diagnose.launcher import launcher
 from grader.diagnose.run import TOOLS, launch_command, ragged_shape, sanitizer_path
-from grader.execute.compile import prepare_source, reference_module_source, wrap_like_sourcemodule
+from grader.execute.compile import prepare_source, wrap_like_sourcemodule
 from grader.execute.sandbox import ONE_BLAS_THREAD
 
 
@@ -101,21 +101,9 @@ def main() -> None:
     os.environ.update(arg.split("=", 1) for arg in args if "=" in arg)
     tool = sanitizer_path()
     with tempfile.TemporaryDirectory() as work:
-        arch = subprocess.run([sys.executable, "-c", "import pycuda.driver as c; c.init(); "
-                               "print('sm_%d%d' % c.Device(0).compute_capability())"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        reference = (ROOT / "reference" / "kernel.cu").read_text()
-        Path(work, "ref.cu").write_text(wrap_like_sourcemodule(reference_module_source(reference)))
-        subprocess.run(["nvcc", "--cubin", "-lineinfo", "-arch", arch, "ref.cu", "-o", "ref.cubin"], cwd=work,
-                       check=True)
+        arch = gpu_arch()
         program = launcher(Path(work))
-        cubin = Path(work, "ref.cubin")
-        if kernel:
-            source = (ROOT / "tests" / "submissions" / kernel / "kernel.cu").read_text()
-            Path(work, "student.cu").write_text(wrap_like_sourcemodule(prepare_source(source)))
-            subprocess.run(["nvcc", "--cubin", "-lineinfo", "-arch", arch, "student.cu", "-o", "student.cubin"],
-                           cwd=work, check=True)
-            cubin = Path(work, "student.cubin")
+        cubin = corpus_cubin(Path(work), kernel, arch) if kernel else reference_cubin(Path(work), arch)
         launch = launch_command(program, cubin, REFERENCE, 16, tuple(map(int, shape)))
         if copies:
             commands = {"launch program alone": launch}
