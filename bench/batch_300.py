@@ -2,18 +2,21 @@
 defaults (target: <= 3 min on the H100, 16 cores), then a sample graded alone: any verdict that differs
 fails the run.
 
-Usage: python3 bench/batch_300.py [COUNT] [SAMPLE] [CAP_S] [--no-sanitize] [--jobs=N]
+Usage: python3 bench/batch_300.py [COUNT] [SAMPLE] [CAP_S] [--no-sanitize] [--jobs=N] [--timeline]
 CAP_S (default 600) stops a batch that runs that long and reports what it graded by then. --no-sanitize
 (batch and sample alike) is for finding where the time goes; the target is met with the sanitizer on.
 Variants of the corpus's correct and buggy kernels, each made unique (a student comment, renamed
 accumulator) so that no compile is a cache hit. Prints the wall time and where it went: compile CPU,
 GPU busy fraction (NVML, sampled), sanitizer, timing, and the time students' runs waited for a turn.
+--timeline adds, per 10 s, GPU and CPU busy and how many GPU children, tool runs, compilers and workers
+started and ran: where the batch idles or queues.
 """
 from __future__ import annotations
 
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +37,7 @@ class GpuBusy:
 
     def __init__(self):
         self.samples: list[float] = []
+        self.timed: list[tuple[float, float]] = []  # (perf_counter, busy %) for the timeline
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -46,7 +50,9 @@ class GpuBusy:
         except Exception:
             return
         while not self.stop.wait(0.1):
-            self.samples.append(sum(pynvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles) / len(handles))
+            busy = sum(pynvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles) / len(handles)
+            self.samples.append(busy)
+            self.timed.append((time.perf_counter(), busy))
 
     def __enter__(self):
         self.thread.start()
@@ -63,12 +69,14 @@ class GpuBusy:
 def _label(proc: str, name: str) -> str:
     """A process's program name; for Python, with the module or script it runs (the batch's parent, a
     worker, a GPU child, the CPU driver), so Python's CPU splits by role."""
-    if not name.startswith("python"):
+    if not name.startswith("python") and name != "compute-sanitiz":
         return name
     try:
         argv = Path(proc, "cmdline").read_bytes().split(b"\0")
     except OSError:
         return name
+    if b"--tool" in argv[:-1]:
+        return argv[argv.index(b"--tool") + 1].decode(errors="replace")
     words = [a.decode(errors="replace") for a in argv[1:] if a and not a.startswith(b"-")]
     module = argv[argv.index(b"-m") + 1].decode(errors="replace") if b"-m" in argv[:-1] else ""
     what = module or (Path(words[0]).name if words else "")
@@ -82,6 +90,10 @@ class CpuUse:
 
     def __init__(self):
         self.last: dict[tuple[int, str], tuple[str, float]] = {}  # (pid, start) -> (name, CPU s when last seen)
+        self.seen: dict[tuple[int, str], tuple[str, float, float]] = {}  # -> (name, first seen, last seen)
+        self.stat: list[tuple[float, int, int]] = []  # (perf_counter, busy, idle ticks) for the timeline
+        self.turns: list[tuple[float, str]] = []  # (perf_counter, how the GPU's turn file is held: WRITE/READ/"")
+        self.turn_file: Path | None = None  # set by the caller: the first GPU's turn file in the batch's cache
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.tick = os.sysconf("SC_CLK_TCK")
@@ -94,6 +106,8 @@ class CpuUse:
 
     def _sample(self) -> None:
         while not self.stop.wait(0.1):
+            self.stat.append((time.perf_counter(), *self._busy_idle()))
+            self.turns.append((time.perf_counter(), self._turn_mode()))
             for entry in os.scandir("/proc"):
                 if not entry.name.isdigit():
                     continue
@@ -106,6 +120,21 @@ class CpuUse:
                 key = int(entry.name), fields[19]
                 label = self.last[key][0] if key in self.last else _label(entry.path, name)
                 self.last[key] = (label, (int(fields[11]) + int(fields[12])) / self.tick)
+                now = time.perf_counter()
+                self.seen[key] = (label, self.seen[key][1] if key in self.seen else now, now)
+
+    def _turn_mode(self) -> str:
+        """WRITE while a case or timing measurement has the GPU alone, READ while sanitizer launches share
+        it, "" while nobody holds it (from /proc/locks, by the turn file's inode)."""
+        try:
+            inode = self.turn_file.stat().st_ino if self.turn_file else None
+        except OSError:
+            return ""
+        for line in Path("/proc/locks").read_text().splitlines():
+            words = line.split()
+            if len(words) > 5 and words[1] == "FLOCK" and words[5].endswith(f":{inode}"):
+                return words[3]
+        return ""
 
     def __enter__(self):
         self.start = self._busy_idle()
@@ -126,6 +155,7 @@ class CpuUse:
 
 
 SANITIZE = "--no-sanitize" not in sys.argv
+TIMELINE = "--timeline" in sys.argv
 JOBS = [arg.replace("--jobs=", "--jobs ").split()[i] for arg in sys.argv if arg.startswith("--jobs=") for i in (0, 1)]
 
 
@@ -141,6 +171,7 @@ def main() -> int:
         config = config_with_cache(work / "cache", work)
         started = time.perf_counter()
         with GpuBusy() as busy, CpuUse() as cpu:
+            cpu.turn_file = work / "cache" / "turns" / socket.gethostname() / "gpu0.turn"
             try:
                 subprocess.run([sys.executable, "-m", "grader", "batch", str(work / "class"), "-o",
                                 str(work / "out"), "--config", str(config), "--backend", "gpu",
@@ -156,6 +187,8 @@ def main() -> int:
             print(f"FAILED: {len(results)} of {count} graded")
             return 1
         report(list(results.values()), wall, cores, busy.fraction())
+        if TIMELINE:
+            timeline(started, wall, busy, cpu)
         top = ", ".join(f"{name} {seconds:.0f}" for name, seconds in cpu.by_name().most_common(10))
         print(f"  CPU busy: {cpu.busy_fraction:.0%} of {cores} cores over the wall; "
               f"CPU s by program (lower bound): {top}")
@@ -177,6 +210,36 @@ def main() -> int:
 
 def meets(wall: float, count: int) -> bool:
     return count / wall >= TARGET_COUNT / TARGET_S
+
+
+# What the timeline counts, by the sampled processes' labels: the CUDA programs a student starts (the GPU
+# child and each tool's), the compilers, and the workers.
+KINDS = {"child": ("gpu_child",), "racecheck": ("racecheck",), "memcheck": ("memcheck",),
+         "synccheck": ("synccheck",), "nvcc": ("cicc", "ptxas", "nvcc", "cudafe++"), "worker": ("batch_worker",)}
+
+
+def timeline(started: float, wall: float, busy: GpuBusy, cpu: CpuUse, window: float = 10.0) -> None:
+    """Per window of the batch: GPU and CPU busy, the share of it the first GPU's turn was held alone (cases,
+    timing) and shared (sanitizer launches), and per kind of process how many started in it and how many
+    were alive on average (a CUDA program's start and end are what a batch queues on)."""
+    print(f"  timeline per {window:g} s: GPU%, CPU%, then per kind started/alive on average")
+    print("    " + " ".join(f"{h:>7}" for h in ("t", "GPU%", "CPU%", "alone%", "shared%", *KINDS)))
+    for t0 in [started + i * window for i in range(int(wall // window) + 1)]:
+        t1 = t0 + window
+        gpu = [b for t, b in busy.timed if t0 <= t < t1]
+        stat = [(b, i) for t, b, i in cpu.stat if t0 <= t < t1]
+        cpu_busy = ((stat[-1][0] - stat[0][0]) / max(1, (stat[-1][0] - stat[0][0]) + (stat[-1][1] - stat[0][1]))
+                    if len(stat) > 1 else 0.0)
+        modes = [mode for t, mode in cpu.turns if t0 <= t < t1]
+        held = [100 * sum(m == mode for m in modes) / max(1, len(modes)) for mode in ("WRITE", "READ")]
+        cells = [f"{t0 - started:7.0f}", f"{sum(gpu) / max(1, len(gpu)):7.0f}", f"{cpu_busy * 100:7.0f}",
+                 *(f"{h:7.0f}" for h in held)]
+        for words in KINDS.values():
+            spans = [(first, last) for label, first, last in cpu.seen.values() if any(w in label for w in words)]
+            began = sum(1 for first, _ in spans if t0 <= first < t1)
+            alive = sum(max(0.0, min(last, t1) - max(first, t0)) for first, last in spans) / window
+            cells.append(f"{began:3d}/{alive:<4.1f}")
+        print("    " + " ".join(cells))
 
 
 def report(results: list[SubmissionResult], wall: float, cores: int, busy: float | None) -> None:
@@ -203,6 +266,22 @@ def report(results: list[SubmissionResult], wall: float, cores: int, busy: float
     print(f"  GPU busy: {'n/a' if busy is None else f'{busy:.0%} of the wall'}; "
           f"runs waited {waits:.1f} s in all for a turn on the GPU (not counted against anyone)")
     print("  GPU held (s) by " + ", ".join(f"{kind} turns {seconds:.1f}" for kind, seconds in sorted(held.items())))
+    print("  a student's mean seconds: " + ", ".join(f"{what} {value:.2f}" for what, value in phases(results)))
+
+
+def phases(results: list[SubmissionResult]) -> list[tuple[str, float]]:
+    """Where a graded student's time went, on average: the whole grade, the GPU child until its modules were
+    built and until its timing was done, its waits for turns, and each sanitizer tool's run and waits."""
+    def mean(kind: str, metric: str) -> float:
+        values = [c.metrics[metric] for r in results for c in r.checks
+                  if c.kind == kind and isinstance(c.metrics.get(metric), (int, float))]
+        return sum(values) / max(1, len(values))
+
+    graded = [r.duration_s for r in results if r.graded and r.duration_s]
+    return [("grade", sum(graded) / max(1, len(graded))), ("child built", mean("compile", "ready_after_s")),
+            ("child timed", mean("timing", "done_after_s")), ("child waited", mean("compile", "turn_wait_s")),
+            *((tool, mean("sanitizer", f"{tool}_s")) for tool in ("racecheck", "memcheck", "synccheck")),
+            ("tools waited", mean("sanitizer", "turn_wait_s"))]
 
 
 if __name__ == "__main__":
