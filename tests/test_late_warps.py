@@ -11,7 +11,15 @@ from conftest import SUBMISSIONS
 from hardware import needs_gpu, needs_nvcc
 
 from grader.execute.compile import prepare_source, wrap_like_sourcemodule
-from grader.execute.late_warps import ENTRY_HOOK, POISON_SHARED, SINK_SYMBOL, SKEW_SYMBOL, with_late_warps
+from grader.execute.late_warps import (
+    ENTRY_HOOK,
+    LATE_CYCLES,
+    ODD_WARPS_LATE,
+    POISON_SHARED,
+    SINK_SYMBOL,
+    SKEW_SYMBOL,
+    with_late_warps,
+)
 from grader.result import FAILED, PASSED
 
 TILE = 16
@@ -62,6 +70,8 @@ def test_every_barrier_of_a_compiled_kernel_is_followed_by_the_hook(tmp_path):
     poison = re.findall(rf"and\.b32\s+(%r\d+), {re.escape(switch)}, {POISON_SHARED};", kernel)
     assert len(poison) == 1
     assert len(late) in (1, barriers + 1)  # the compiler may test the bits once or at every hook
+    # which blocks hold warps back depends on the block's place in its grid
+    assert "%ctaid.x" in kernel and "%nctaid.x" in kernel and "%nctaid.y" in kernel
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +157,48 @@ def test_each_block_finds_every_shared_array_poisoned_whatever_ran_before():
     for skew in (POISON_SHARED, POISON_SHARED | 1, POISON_SHARED | 2):
         found = launch(skew)
         assert (found == POISON_BITS).all(), f"switch {skew}: {np.count_nonzero(found != POISON_BITS)} words not poison"
+
+
+WAIT_RECORDER = """
+__global__ void record_wait(long long *waited)
+{
+    long long before = clock64();
+    __syncthreads();  /* the hook after it holds the late warps of a held-back block */
+    long long after = clock64();
+    unsigned int block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (threadIdx.x % 32 == 0) waited[2 * block + threadIdx.x / 32] = after - before;
+}
+"""
+
+
+def held_back_blocks(grid: tuple[int, int, int]) -> set[tuple[int, int, int]]:
+    """The blocks the hook should hold back: within two of a dimension's start or at its end, in any
+    dimension of more than one block (a single-block grid is held back too)."""
+    def near(index, extent):
+        return extent > 1 and (index <= 1 or index == extent - 1)
+
+    every = {(x, y, z) for x in range(grid[0]) for y in range(grid[1]) for z in range(grid[2])}
+    return {b for b in every if any(near(i, e) for i, e in zip(b, grid))} or every
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("grid", [(7, 6, 1), (1, 5, 1), (9, 1, 1), (4, 4, 3), (1, 1, 1)])
+def test_warps_are_held_back_in_the_grids_border_and_second_row_and_column(grid):
+    """Every kind of block a tiled kernel has (corner, edge, interior) holds its late warps back; the rest
+    of a large grid does not, so a large case's launch costs a tenth of holding every block back."""
+    cuda = pytest.importorskip("pycuda.driver")
+    pytest.importorskip("pycuda.autoinit")
+    import numpy as np
+    from pycuda.compiler import SourceModule
+
+    module = SourceModule(prepare_source(WAIT_RECORDER))
+    kernel, switch = module.get_function("record_wait"), module.get_global(SKEW_SYMBOL)[0]
+    cuda.memcpy_htod(switch, np.array([ODD_WARPS_LATE], np.uint32))
+    blocks = grid[0] * grid[1] * grid[2]
+    waited = np.zeros(2 * blocks, np.int64)
+    kernel(cuda.Out(waited), block=(64, 1, 1), grid=grid)
+    late_warp = waited[1::2].reshape(grid[2], grid[1], grid[0])
+    held = {(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])
+            if late_warp[z, y, x] >= LATE_CYCLES}
+    assert held == held_back_blocks(grid)

@@ -7,8 +7,12 @@ batch and passed it alone 8 times in 9 (bench/racy_isolation.sh). So the grader 
 purpose. Every kernel it compiles (the student's and the reference's, so timing stays fair) gets a hook
 at the start of each `__global__` function and after each `__syncthreads()`. The hook costs one uniform
 branch on a `__constant__` while it is off. Switched on for a launch, it holds back every other warp of
-each block for a few microseconds of its own work: long enough for the early warps to store and read a
-whole tile.
+a block for a few microseconds of its own work: long enough for the early warps to store and read a
+whole tile. It does so in the blocks on the grid's border and in its second row and column: every kind of
+block a tiled kernel has (corner, edge, interior) is among them, so a race shows in each kind, while a
+large case's launch holds back a tenth of its blocks, not all of them (on an H100 a 1031×1009×1013 case's
+late launches took 25 ms each with every block held back, most of a submission's turn on the GPU; a small
+grid is all border, and every block there is held back as before).
 A correctly synchronized kernel cannot tell (the same threads do the same arithmetic in the same
 order: its output is bit for bit the same); a racy one reads poison or the next phase's tile.
 
@@ -31,6 +35,8 @@ HOOK = "sgemm_grader_hold_back_"
 ENTRY_HOOK = "sgemm_grader_enter_"
 SINK_SYMBOL = "sgemm_grader_sink_"
 THREAD_IN_BLOCK = "sgemm_grader_thread_in_block_"
+HELD_BACK_BLOCK = "sgemm_grader_block_held_back_"
+NEAR_BORDER = "sgemm_grader_near_border_"
 # The switch's bits: which warps are late (none, odd, even), and whether blocks poison their shared memory.
 OFF, ODD_WARPS_LATE, EVEN_WARPS_LATE, POISON_SHARED = 0, 1, 2, 4
 # 10,000 cycles (~5 µs at an H100's clock): several global-memory latencies, so the early warps finish
@@ -50,9 +56,19 @@ static __device__ __forceinline__ unsigned int {THREAD_IN_BLOCK}(void)
 {{
     return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }}
+/* Whether a block is in its grid's first two or last index along a dimension that has more than one. */
+static __device__ __forceinline__ bool {NEAR_BORDER}(unsigned int index, unsigned int extent)
+{{
+    return extent > 1u && (index <= 1u || index + 1u == extent);
+}}
+static __device__ __forceinline__ bool {HELD_BACK_BLOCK}(void)
+{{
+    return {NEAR_BORDER}(blockIdx.x, gridDim.x) || {NEAR_BORDER}(blockIdx.y, gridDim.y)
+        || {NEAR_BORDER}(blockIdx.z, gridDim.z) || gridDim.x * gridDim.y * gridDim.z == 1u;
+}}
 static __device__ __forceinline__ void {HOOK}(void)
 {{
-    if ({SKEW_SYMBOL} & {ODD_WARPS_LATE | EVEN_WARPS_LATE}u) {{
+    if (({SKEW_SYMBOL} & {ODD_WARPS_LATE | EVEN_WARPS_LATE}u) && {HELD_BACK_BLOCK}()) {{
         unsigned int warp = {THREAD_IN_BLOCK}() / warpSize;
         if ((warp & 1u) == ({SKEW_SYMBOL} & 1u)) {{
             unsigned int chain = warp;
