@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..contract import REFERENCE, KernelContract
-from ..inputs import GUARD_BEFORE, POISON_BITS, guard_after, guarded_c, guarded_size, make_inputs
+from ..inputs import GUARD_BEFORE, GUARD_BITS, POISON_BITS, guard_after, guarded_size, make_inputs
 from ..tolerance import uniform_bound
 from .compile import (
     COUNT_KERNEL,
@@ -197,11 +197,13 @@ class Worker:
 
         Between launches the GPU itself tells whether A or B changed (against pristine copies) and whether
         C differs from the first launch's, so the turn copies back only outputs that differ; a changed
-        input is restored from the host's copy."""
-        launches, poisoned = self.job.launches_per_case, guarded_c(spec.m, spec.n)
-        for pointer, host in ((memory.pristine_a, a), (memory.pristine_b, b), (memory.poisoned, poisoned)):
+        input is restored from its pristine copy. A and B cross from the host once, into the pristine
+        copies, and C's poisoned image is made on the GPU: the turn holds the GPU for little but launches."""
+        launches, poisoned = self.job.launches_per_case, np.empty(guarded_size(spec.m, spec.n), np.float32)
+        for pointer, host in ((memory.pristine_a, a), (memory.pristine_b, b)):
             guarded(cuda.memcpy_htod, pointer, host)
-        memory.upload_inputs(a, b)
+        memory.poison_image(spec.m, spec.n)
+        memory.restore_inputs(a, b)
         outputs, seconds, a_changed, b_changed = [], [], False, False
         for launch in range(launches):
             memory.poison_past_inputs(a, b)
@@ -224,7 +226,7 @@ class Worker:
                     outputs.append(c_host)
             a_changed, b_changed = a_changed or bool(changed_a), b_changed or bool(changed_b)
             if changed_a or changed_b:  # the student wrote into A or B: every launch gets the real ones
-                memory.upload_inputs(a, b)
+                memory.restore_inputs(a, b)
 
         reference.launch(spec.m, spec.n, spec.k, memory.a, memory.b, memory.reference)
         synchronize()
@@ -412,9 +414,17 @@ class CaseMemory:
         (self.a, self.b, self.pristine_a, self.pristine_b, self.poisoned, self.c, self.first,
          self.reference) = (int(allocation) for allocation in self.allocations)
 
-    def upload_inputs(self, a: np.ndarray, b: np.ndarray) -> None:
-        guarded(cuda.memcpy_htod, self.a, a)
-        guarded(cuda.memcpy_htod, self.b, b)
+    def restore_inputs(self, a: np.ndarray, b: np.ndarray) -> None:
+        """A and B as the case made them, from their pristine copies."""
+        guarded(cuda.memcpy_dtod, self.a, self.pristine_a, a.nbytes)
+        guarded(cuda.memcpy_dtod, self.b, self.pristine_b, b.nbytes)
+
+    def poison_image(self, m: int, n: int) -> None:
+        """C's image before a launch (inputs.guarded_c's layout): guard bands around m×n poisoned elements."""
+        end, words = GUARD_BEFORE + m * n, guarded_size(m, n)
+        for start, count, bits in ((0, GUARD_BEFORE, GUARD_BITS), (GUARD_BEFORE, m * n, POISON_BITS),
+                                   (end, words - end, GUARD_BITS)):
+            guarded(cuda.memset_d32, self.poisoned + 4 * start, bits, count)
 
     def poison_past_inputs(self, a: np.ndarray, b: np.ndarray) -> None:
         """Poison after the case's A and B, again before each launch (a launch may have stored there)."""
