@@ -5,7 +5,11 @@ measurement needs a quiet GPU, and a case's launches must find the GPU as they f
 hang limit is short because the GPU is theirs, and a late warp's wait is timed partly by the clock. (The
 poison a racy kernel reads is part of its own launch: late_warps.py.) Cases sharing their turns with
 sanitizer launches was tried: 300 submissions on an H100 took 198 s against 202 s, within noise, so the
-turns are not what a batch waits on (starting and ending CUDA programs is: bench/cuda_start.py).
+turns are not all a batch waits on (starting and ending CUDA programs is too: bench/cuda_start.py). They
+are busy, though: `bench/batch_300.py --timeline` saw the turn held alone about 40% and shared about 40%
+of a 300-class batch's wall, and a student wait 1.7 s for case and timing turns and 1.9 s for the tools'
+(H100); a turn's holder is slowed by the other processes' starts (a tile-16 kernel's case turn takes 67 ms
+alone; a batch's case turns averaged 205 ms).
 Launches under a sanitizer tool share their turns with each other (not with cases or timing): what a
 tool finds is its analysis of the kernel's accesses and barriers, not the luck of a schedule, and
 instrumented launches are long (racecheck of a racy kernel: over a second), so one at a time they would
