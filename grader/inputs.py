@@ -40,10 +40,19 @@ def guarded_size(m: int, n: int) -> int:
     return GUARD_BEFORE + m * n + guard_after(n)
 
 
+def guarded_layout(m: int, n: int) -> list[tuple[int, int, int]]:
+    """C with its guard bands as (first word, words, bit pattern): guards, m*n poisoned elements, guards.
+    The host image (guarded_c) and the GPU child's on-device image are both made from it."""
+    end = GUARD_BEFORE + m * n
+    return [(0, GUARD_BEFORE, GUARD_BITS), (GUARD_BEFORE, m * n, POISON_BITS),
+            (end, guarded_size(m, n) - end, GUARD_BITS)]
+
+
 def guarded_c(m: int, n: int) -> np.ndarray:
-    """The host image of C with its guard bands: guards, then m*n poisoned elements, then guards."""
-    words = np.full(guarded_size(m, n), GUARD_BITS, dtype=np.uint32)
-    words[GUARD_BEFORE : GUARD_BEFORE + m * n] = POISON_BITS
+    """The host image of C with its guard bands."""
+    words = np.empty(guarded_size(m, n), dtype=np.uint32)
+    for first, count, bits in guarded_layout(m, n):
+        words[first : first + count] = bits
     return words.view(np.float32)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..contract import REFERENCE, KernelContract
-from ..inputs import GUARD_BEFORE, GUARD_BITS, POISON_BITS, guard_after, guarded_size, make_inputs
+from ..inputs import GUARD_BEFORE, POISON_BITS, guard_after, guarded_layout, guarded_size, make_inputs
 from ..tolerance import uniform_bound
 from .compile import (
     COUNT_KERNEL,
@@ -420,11 +420,9 @@ class CaseMemory:
         guarded(cuda.memcpy_dtod, self.b, self.pristine_b, b.nbytes)
 
     def poison_image(self, m: int, n: int) -> None:
-        """C's image before a launch (inputs.guarded_c's layout): guard bands around m×n poisoned elements."""
-        end, words = GUARD_BEFORE + m * n, guarded_size(m, n)
-        for start, count, bits in ((0, GUARD_BEFORE, GUARD_BITS), (GUARD_BEFORE, m * n, POISON_BITS),
-                                   (end, words - end, GUARD_BITS)):
-            guarded(cuda.memset_d32, self.poisoned + 4 * start, bits, count)
+        """C's image before a launch: guard bands around m×n poisoned elements (inputs.guarded_layout)."""
+        for first, count, bits in guarded_layout(m, n):
+            guarded(cuda.memset_d32, self.poisoned + 4 * first, bits, count)
 
     def poison_past_inputs(self, a: np.ndarray, b: np.ndarray) -> None:
         """Poison after the case's A and B, again before each launch (a launch may have stored there)."""
