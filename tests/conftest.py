@@ -126,6 +126,23 @@ def pytest_sessionfinish(session, exitstatus):
         if not leftovers or time.monotonic() > deadline:
             break
         time.sleep(0.1)
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:  # a pytest-xdist worker: its controller fails the run (pytest_testnodedown)
+        worker_output["leftovers"] = leftovers
+        return
+    _fail_on_leftovers(session, list(dict.fromkeys(leftovers + _WORKER_LEFTOVERS)))
+
+
+# What each pytest-xdist worker left running, sent to the controller when the worker ends.
+_WORKER_LEFTOVERS: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent where xdist is not installed (the GPU machine)
+def pytest_testnodedown(node, error):
+    _WORKER_LEFTOVERS.extend(getattr(node, "workeroutput", {}).get("leftovers", []))
+
+
+def _fail_on_leftovers(session, leftovers: list[str]) -> None:
     if leftovers:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:

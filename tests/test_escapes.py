@@ -243,7 +243,7 @@ def test_a_worker_killed_mid_grade_costs_one_row_marked_grader_error(tmp_path, c
     process = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(klass), "-o", str(out), "--config",
                                 str(config_file), "--backend", "cpu", "--jobs", "2"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    killed = _kill_the_last_worker(out / "students" / "bob.json", deadline=time.monotonic() + 120)
+    killed = _kill_the_last_worker(process.pid, out / "students" / "bob.json", deadline=time.monotonic() + 120)
     assert process.wait(timeout=300) == 0 and killed
     slowpoke, bob = stored(out, "slowpoke"), stored(out, "bob")
     assert slowpoke["outcome"] == "grader error" and "SIGKILL" in slowpoke["message"]
@@ -256,10 +256,10 @@ def test_a_worker_killed_mid_grade_costs_one_row_marked_grader_error(tmp_path, c
     assert (out / "students" / "bob.json").read_bytes() == kept  # only the lost row is graded again
 
 
-def _kill_the_last_worker(done: Path, deadline: float) -> bool:
-    """Once the quick student's result is stored, SIGKILL the one batch worker still running."""
+def _kill_the_last_worker(batch_pid: int, done: Path, deadline: float) -> bool:
+    """Once the quick student's result is stored, SIGKILL the one batch worker of this batch still running."""
     while time.monotonic() < deadline:
-        workers = _processes_with(b"grader.batch_worker") if done.exists() else []
+        workers = _descendants_with(batch_pid, b"grader.batch_worker") if done.exists() else []
         if len(workers) == 1:
             os.kill(workers[0], signal.SIGKILL)
             return True
@@ -267,13 +267,26 @@ def _kill_the_last_worker(done: Path, deadline: float) -> bool:
     return False
 
 
-def _processes_with(word: bytes) -> list[int]:
-    found = []
+def _descendants_with(root: int, word: bytes) -> list[int]:
+    """The processes under `root` whose command line holds `word`. Only this test's own tree: a scan of the
+    whole machine once killed another batch's worker (a parallel test run, or a second suite on the host),
+    failing a correct kernel there with a "grader error" row."""
+    parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if word in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found = []
+    for pid in parents:
+        ancestor, depth = pid, 0
+        while ancestor in parents and ancestor != root and depth < 64:  # bounded: pids are read one by one
+            ancestor, depth = parents[ancestor], depth + 1
+        if ancestor == root and pid != root:
+            try:
+                if word in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
             except OSError:
                 continue
     return found

@@ -287,6 +287,7 @@ def test_waiting_for_a_turn_is_not_the_childs_time(tmp_path):
     assert turn["kind"] == "case" and turn["waited_s"] > 2 * LIMITS.run_s  # far past its limit
 
 
+@pytest.mark.serial  # shares core 0 with exactly one busy process: a parallel test on that core would be a third
 def test_waiting_for_a_cpu_is_not_the_childs_time(tmp_path):
     """A child that needs 0.7 s of CPU within a 1 s limit, sharing its one core with a busy process: its wall
     time passes the limit, its own time does not."""
