@@ -109,6 +109,7 @@ class RunEvents:
         self.broken_cases: list[str] = []
         self.grader_error = ""
         self.emulator_compile_error = False  # the CPU emulator's build failed (maybe where nvcc would not)
+        self.emulator_log = ""  # then what its compiler printed: whose failure it was (grader/build_failure.py)
         self.compile_timed_out = False
         self.device, self.tile_size, self.log = "", None, ""
         self.student_cubin = ""  # the GPU child's cached cubin of the student's file, when there is one
@@ -174,6 +175,7 @@ class RunEvents:
 
     def on_compile_error(self, event: dict) -> None:
         self.emulator_compile_error = bool(event.get("emulator"))
+        self.emulator_log = event.get("log", "")
         if event["target"] == "reference":
             self.grader_error = "grader error: the reference kernel does not compile:\n" + event["message"]
             self._compile_error("not run: the grader's reference kernel does not compile")

@@ -27,7 +27,7 @@ from ..job import CaseSpec, Job
 from ..proc import die_with_parent
 from ..protocol import Channel, harness_report, read_untrusted
 from ..sandbox import HARNESS_LIMITS, Confinement, Sandbox
-from .build import build, compiler, compiler_version
+from .build import Build, build, compiler, compiler_version
 
 # (thread order, where the buffers sit against their guard pages)
 SCHEDULES = (("forward", "end"), ("reversed", "start"))
@@ -43,9 +43,13 @@ def main(argv: list[str]) -> int:
     channel.send("phase", phase="startup")
     channel.send("phase", phase="compile")
     workdir = Path(job.workdir)
-    built = build(job.original_source, job.contract, job.tile, Path(job.cache_dir), workdir, sandbox, COMPILE_TIMEOUT_S)
+    try:
+        built = build(job.original_source, job.contract, job.tile, Path(job.cache_dir), workdir, sandbox,
+                      COMPILE_TIMEOUT_S)
+    except OSError as error:  # the compiler could not be run or read at all: no diagnostic, the grader's
+        built = Build(None, f"the C++ compiler could not be run: {error}")
     if built.binary is None:
-        channel.send("compile_error", target="student", message=built.message, emulator=True)
+        channel.send("compile_error", target="student", message=built.message, emulator=True, log=built.log)
         channel.send("done")
         return 0
     harness = Harness(built.binary, job, sandbox)
