@@ -25,7 +25,7 @@ CHECKABLE = 74  # the shipped config on the CPU: 100 less timing (10) and the gp
 STATIC = 10  # the static checks' points, which both inline-PTX kernels earn
 WRONG, CORRECT = "inline_ptx_wrong", "inline_ptx_correct"
 HELD_REASON = "uses inline PTX (line {}), which the CPU grader cannot run: it is graded on a GPU"
-PTX_LINE = {WRONG: 7, CORRECT: 9}
+PTX_LINE = {WRONG: 7, CORRECT: 9, "trap_in_asm": 16}
 
 
 def grade_cli(*args, env=None):
@@ -37,20 +37,26 @@ def checkable_max(data: dict) -> float:
     return sum(c["max_score"] for c in data["checks"] if not c["needs_gpu"])
 
 
+ASSEMBLER = "trap_in_asm"  # inline PTX g++ takes, which the assembler refuses (`kernel.cu:16: Error:`)
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Both inline-PTX kernels through `grade --fail-under`, once: (exit code, stdout, JSON) by name."""
-    out = tmp_path_factory.mktemp("held")
-    found = {}
-    for name in (WRONG, CORRECT):
-        finished = grade_cli(SUBMISSIONS / name, "-o", out, "--fail-under", "50")
-        found[name] = (finished.returncode, finished.stdout, json.loads((out / f"{name}.json").read_text()))
-    return found
+    """The inline-PTX kernels through one `grade --fail-under 50`: (exit code, stdout, JSON by name)."""
+    out, folder = tmp_path_factory.mktemp("held"), tmp_path_factory.mktemp("assembler") / ASSEMBLER
+    folder.mkdir()
+    source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
+    (folder / "kernel.cu").write_text(source.replace("    float sum = 0.0f;\n",
+                                                     '    float sum = 0.0f;\n    asm volatile("trap;");\n'))
+    finished = grade_cli(SUBMISSIONS / WRONG, SUBMISSIONS / CORRECT, folder, "-o", out, "--fail-under", "50")
+    results = {name: json.loads((out / f"{name}.json").read_text()) for name in (WRONG, CORRECT, ASSEMBLER)}
+    return finished.returncode, finished.stdout, results
 
 
-@pytest.mark.parametrize("name", [WRONG, CORRECT])
+@pytest.mark.parametrize("name", [WRONG, CORRECT, ASSEMBLER])
 def test_a_construct_the_emulator_cannot_build_keeps_its_cases_in_the_total(graded, name):
-    code, stdout, data = graded[name]
+    _, stdout, results = graded
+    data = results[name]
     assert data["outcome"] == NEEDS_GPU_GRADE and data["status"] == "graded"
     assert checkable_max(data) == CHECKABLE
     assert data["score"] == STATIC < CHECKABLE
@@ -58,10 +64,16 @@ def test_a_construct_the_emulator_cannot_build_keeps_its_cases_in_the_total(grad
     assert len(emulated) == 18
     reason = HELD_REASON.format(PTX_LINE[name])
     assert all(c["status"] == ERROR and c["score"] == 0 and c["message"] == reason for c in emulated)
+    assert all(c["metrics"]["line"] == PTX_LINE[name] for c in emulated)  # JUnit points at it
     assert {c["needs_gpu"] for c in data["checks"]} == {"", "timing", "large cases"}  # nothing of the kernel's
-    assert f"Total: {STATIC}/{CHECKABLE} points checkable without a GPU" in " ".join(stdout.split())
-    assert "Needs a GPU grade" in stdout and "line" in stdout
-    assert code == 1  # --fail-under 50 is 37 of the 74 checkable points
+
+
+def test_the_terminal_says_the_total_and_why_and_fail_under_counts_the_held_cases(graded):
+    code, stdout, _ = graded
+    said = " ".join(stdout.split())
+    assert said.count(f"Total: {STATIC}/{CHECKABLE} points checkable without a GPU") == 3
+    assert "Needs a GPU grade: the kernel uses inline PTX (line 7)" in said
+    assert code == 1  # --fail-under 50 asks 37 of the 74 checkable points
 
 
 @pytest.mark.parametrize("entry", ["gradescope", "prairielearn"])
@@ -92,25 +104,38 @@ def rows(path) -> list[dict]:
 
 
 def class_of(tmp_path, *names):
-    folder = tmp_path / "class"
+    folder = tmp_path / "class_folder"
     for name in names:
         (folder / name).mkdir(parents=True)
         (folder / name / "kernel.cu").write_bytes((SUBMISSIONS / name / "kernel.cu").read_bytes())
     return folder
 
 
+@pytest.fixture(scope="module")
+def class_batch(tmp_path_factory):
+    """One class batch (--without-gpu hold), then the same with --resume --without-gpu scale: the stored
+    results are kept and the exports written again. canvas.csv and its notes of each, by option."""
+    tmp = tmp_path_factory.mktemp("class")
+    out, klass, exports = tmp / "out", class_of(tmp, WRONG, CORRECT), {}
+    for without_gpu, again in (("hold", ()), ("scale", ("--resume",))):
+        finished = grade_cli("batch", klass, "-o", out, "--jobs", "2", "--without-gpu", without_gpu, *again)
+        assert finished.returncode == 0, finished.stderr
+        exports[without_gpu] = (rows(out / "canvas.csv"), (out / "canvas-notes.txt").read_text())
+    assert "0 graded now" in " ".join(finished.stdout.split())
+    return out, exports
+
+
 @pytest.mark.parametrize("without_gpu", ["hold", "scale"])
-def test_class_exports_hold_the_grade_and_never_scale_it_up(tmp_path, without_gpu):
-    out = tmp_path / "out"
-    finished = grade_cli("batch", class_of(tmp_path, WRONG, CORRECT), "-o", out, "--jobs", "2",
-                         "--without-gpu", without_gpu)
-    assert finished.returncode == 0, finished.stderr
-    canvas = {row["Student"]: row["SGEMM lab"] for row in rows(out / "canvas.csv")}
-    assert canvas[WRONG] == canvas[CORRECT] == ""
-    notes = (out / "canvas-notes.txt").read_text()
+def test_canvas_holds_the_grade_and_never_scales_it_up(class_batch, without_gpu):
+    canvas, notes = class_batch[1][without_gpu]
+    cells = {row["Student"]: row["SGEMM lab"] for row in canvas}
+    assert cells[WRONG] == cells[CORRECT] == ""
     for name in (WRONG, CORRECT):
         assert f"{name} [{name}]: empty cell, held: needs a GPU grade" in notes
-    sheet = {row["submission"]: row for row in rows(out / "grades.csv")}
+
+
+def test_grades_csv_shows_the_cpu_score_with_its_status(class_batch):
+    sheet = {row["submission"]: row for row in rows(class_batch[0] / "grades.csv")}
     for name in (WRONG, CORRECT):
         assert sheet[name]["status"] == NEEDS_GPU_GRADE and sheet[name]["total"] == str(STATIC)
         assert sheet[name]["square_16"] == "0"
@@ -163,20 +188,6 @@ def test_the_student_is_told_the_construct_and_line_gcc_located(snippet, reason)
 def test_a_failure_with_no_diagnostic_in_kernel_cu_is_the_graders(log):
     failure = classify(log, "__global__ void mysgemm() {}\n")
     assert not failure.students and failure.grader_reason
-
-
-def test_inline_ptx_through_the_assembler_is_named(tmp_path):
-    """The full build (not -fsyntax-only): the assembler's own `kernel.cu:14: Error:` names the line."""
-    out = tmp_path / "out"
-    source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text().replace(
-        "    float sum = 0.0f;\n", '    float sum = 0.0f;\n    asm volatile("trap;");\n')
-    (tmp_path / "trapper").mkdir()
-    (tmp_path / "trapper" / "kernel.cu").write_text(source)
-    assert main([str(tmp_path / "trapper"), "--backend", "cpu", "-o", str(out)]) == 0
-    data = json.loads((out / "trapper.json").read_text())
-    assert data["outcome"] == NEEDS_GPU_GRADE and checkable_max(data) == CHECKABLE
-    case = next(c for c in data["checks"] if c["name"] == "square_16")
-    assert case["message"] == HELD_REASON.format(16) and case["metrics"]["line"] == 16
 
 
 # --- grader faults: grader errors, never "not checked here" ------------------------------------------------
