@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from conftest import ROOT, SUBMISSIONS
-from hardware import needs_cxx, needs_nvcc
+from hardware import needs_cxx, needs_gpu, needs_nvcc
 
 from grader.build_failure import classify
 from grader.cli import main
@@ -261,3 +261,23 @@ def test_a_compiler_the_sandbox_cannot_run_is_a_grader_error_and_resume_grades_i
     assert stored["outcome"] == GRADED and stored["score"] == CHECKABLE
     assert all(c["status"] == PASSED for c in stored["checks"] if not c["needs_gpu"])
     assert rows(out / "canvas.csv")[1]["SGEMM lab"] == "100"
+
+
+# --- on a GPU the same kernels get their real grade ------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_on_a_gpu_the_correct_inline_ptx_kernel_gets_full_marks(graders):
+    result = graders("gpu")(SUBMISSIONS / CORRECT)
+    assert result.outcome == GRADED and result.score == result.max_score == 100, \
+        [(c.name, c.status, c.message[:120]) for c in result.checks if not c.passed]
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_on_a_gpu_the_wrong_inline_ptx_kernel_fails_the_cases_with_a_second_phase(graders):
+    result = graders("gpu")(SUBMISSIONS / WRONG)
+    cases = {c.name: c for c in result.checks if c.kind == "case"}
+    assert result.outcome == GRADED and result.score < result.max_score
+    assert cases["square_16"].passed and not cases["square_64"].passed
