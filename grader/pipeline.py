@@ -255,11 +255,11 @@ def _held_for_gpu(result: SubmissionResult, nvcc: CheckResult, emulated: list[Ca
 
 def _grader_fault(result: SubmissionResult, nvcc: CheckResult, emulated: list[Case], failure: BuildFailure,
                   run: RunEvents) -> list[CheckResult]:
-    """The emulator's build failed for a reason that is not the student's: a grader error with the reason,
+    """The emulator's build or start failed for a reason that is not the student's: a grader error with the reason,
     graded again by --resume; never "not checked here"."""
     result.outcome = GRADER_ERROR
-    reason = (f"grader error: the CPU emulator could not build the kernel, for a reason that is not the "
-              f"student's ({failure.grader_reason}); it will be graded again (--resume)")
+    reason = (f"grader error: the CPU emulator could not build or start the kernel, for a reason that is not "
+              f"the student's ({failure.grader_reason}); it will be graded again (--resume)")
     result.message = reason
     result.log += f"\n[grader] the CPU emulator's build failed:\n{run.emulator_log or run.compile_check.message}\n"
     return [nvcc, *(errored(c.name, CASE, c.points, reason, visibility=c.visibility) for c in emulated)]

@@ -263,6 +263,35 @@ def test_a_compiler_the_sandbox_cannot_run_is_a_grader_error_and_resume_grades_i
     assert rows(out / "canvas.csv")[1]["SGEMM lab"] == "100"
 
 
+
+def test_an_emulation_the_sandbox_cannot_start_is_a_grader_error(tmp_path, sandbox):
+    """The emulator's build is cached, so its first sandboxed step is starting the built program, from the
+    grading folder under TMPDIR. A TMPDIR only this user may open keeps the sandbox's own uid (as root) out:
+    a grader error with the reason, never the student's "tile size not defined" or "not checked here".
+    (nvcc is left off PATH: its compile would fail in that TMPDIR first.)"""
+    import os
+
+    config = tmp_path / "config.yaml"
+    config.write_text((ROOT / "config.yaml").read_text()
+                      .replace("testcases: testcases", f"testcases: {ROOT / 'testcases'}")
+                      .replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
+                      .replace("cache_dir: ~/.cache/sgemm-grader", f"cache_dir: {tmp_path / 'cache'}"))
+    private = tmp_path / "private-tmp"
+    private.mkdir(mode=0o700)
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    for tmpdir in (None, private):  # the first grade builds the emulation into the cache
+        out = tmp_path / f"out-{tmpdir is not None}"
+        finished = grade_cli(SUBMISSIONS / "good_basic", "-o", out, "--config", config,
+                             env={**env, "TMPDIR": str(tmpdir)} if tmpdir else env)
+        assert finished.returncode == 0, finished.stderr
+        data = json.loads((out / "good_basic.json").read_text())
+        assert data["outcome"] == GRADED or tmpdir, data["message"]
+    if not sandbox.drop_uid:  # the sandbox runs as this user, who may open the folder: nothing failed
+        assert data["outcome"] == GRADED and data["score"] == CHECKABLE
+        return
+    grader_error_checks(data, "Permission denied")
+    assert "could not be started" in data["message"]
+
 # --- on a GPU the same kernels get their real grade ------------------------------------------------------------
 
 
