@@ -87,9 +87,9 @@ def _cell(result: SubmissionResult, options: CanvasOptions) -> tuple[str, str]:
     if result.outcome == GRADER_ERROR:
         return "", "grading broke (grader error): grade again, then import"
     if result.outcome == NEEDS_GPU_GRADE:  # held whatever without_gpu says: its CPU score is not its grade
-        return "", (f"held: needs a GPU grade, the CPU emulator cannot run this kernel ({result.message}); "
-                    f"its CPU score, {format_points(result.score)}/{format_points(result.checkable_max)}, "
-                    "is not its grade")
+        why = f" ({result.message})" if result.message else ""
+        return "", (f"held: needs a GPU grade, the CPU emulator cannot run this kernel{why}; its CPU score, "
+                    f"{format_points(result.score)}/{format_points(result.checkable_max)}, is not its grade")
     out_of = result.checkable_max
     if result.needs_gpu_points and result.graded and options.without_gpu == HOLD:
         return "", (f"held: graded without a GPU, {format_points(result.needs_gpu_points)} points not "
