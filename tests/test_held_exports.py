@@ -72,3 +72,14 @@ def test_lms_files_score_it_out_of_the_same_checkable_total_with_the_reason():
 
 def test_the_class_summary_counts_the_held_status():
     assert f"<td>{NEEDS_GPU_GRADE}</td><td class=n>1</td>" in render_summary([HELD, FULL], None)
+
+
+def test_the_terminal_total_says_the_grade_waits_for_a_gpu():
+    from rich.console import Console
+
+    from grader.report.terminal import render
+
+    console = Console(record=True, width=200)
+    render(HELD, console)
+    said = console.export_text()
+    assert "Total: 10/30 points checkable without a GPU" in said and "needs GPU grade: its grade waits" in said

@@ -11,7 +11,7 @@ from grader.execute.sandbox import NONE as NO_SANDBOX
 from grader.execute.sandbox import UNSAFE_NOTE
 from grader.report.points import format_points, score_line
 from grader.report.student_view import NOT_CHECKED, verdict, what_to_fix
-from grader.result import HIDDEN, PASSED, CheckResult, SubmissionResult
+from grader.result import HIDDEN, NEEDS_GPU_GRADE, PASSED, CheckResult, SubmissionResult
 
 STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold magenta", "skipped": "yellow",
                 NOT_CHECKED: "cyan"}
@@ -71,4 +71,5 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
         console.print(Text("What to fix:", style="bold"))
         for fix in fixes:
             console.print(Text(f"  - {fix}", overflow="fold"))
-    console.print(Text(f"Total: {score_line(result)}", style="bold"))
+    held = f" ({NEEDS_GPU_GRADE}: its grade waits for a GPU)" if result.outcome == NEEDS_GPU_GRADE else ""
+    console.print(Text(f"Total: {score_line(result)}{held}", style="bold"))
