@@ -313,7 +313,8 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
                         case_s=config.timeouts.gpu_hang_s if backend == GPU else None)
         program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
-        run = RunEvents(config, cases, Path(workdir), timed=job.timing is not None)
+        run = RunEvents(config, cases, Path(workdir), timed=job.timing is not None,
+                        child="the CPU emulation process" if backend == CPU else "the GPU process")
         for event in run_job(job, limits, run.timing_turn, program, placement_of(plan, config)):
             run.handle(event)
         return run
