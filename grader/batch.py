@@ -40,7 +40,7 @@ from .pipeline import CPU, GPU, RunPlan, device_lock, not_graded
 from .report.exports import ExportOptions, class_files
 from .report.json_report import to_json
 from .report.junit_report import to_junit_xml
-from .result import GRADER_ERROR, SubmissionResult
+from .result import GRADER_ERROR, NEEDS_GPU_GRADE, SubmissionResult
 
 STUDENTS = "students"  # per-student files, each written when that student is done
 
@@ -136,7 +136,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     placements = _placements(plan, config)
     if plan.backend is not None:  # once, here, rather than in every worker at once; only the cases that run
         truths.warm([case for case in cases if plan.backend == GPU or not case.gpu_only], config)
-    counts = {"pass": 0, "fail": 0, "error": 0}
+    counts = {"pass": 0, "fail": 0, "held": 0, "error": 0}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
     workers = Workers()
@@ -252,11 +252,14 @@ def _placements(plan: RunPlan, config: Config) -> list[Placement]:
 def _outcome(result: SubmissionResult) -> str:
     if not result.graded or any(c.kind == "compile" and c.status == "error" for c in result.checks):
         return "error"
+    if result.outcome == NEEDS_GPU_GRADE:
+        return "held"  # its CPU score is not its grade: neither full marks nor points lost
     return "pass" if result.score >= result.max_score else "fail"
 
 
 def _describe(counts: dict[str, int]) -> str:
-    return (f"[green]{counts['pass']} full marks[/] [red]{counts['fail']} lost points[/] "
+    held = f" [cyan]{counts['held']} need a GPU grade[/]" if counts["held"] else ""
+    return (f"[green]{counts['pass']} full marks[/] [red]{counts['fail']} lost points[/]{held} "
             f"[magenta]{counts['error']} errors[/]")
 
 

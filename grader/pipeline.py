@@ -15,6 +15,7 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .build_failure import BuildFailure, classify
 from .cases import Case
 from .config import Config
 from .device_side import HOST_CODE_LEFT_OUT, device_side
@@ -40,6 +41,7 @@ from .result import (
     ERROR,
     GRADED,
     GRADER_ERROR,
+    NEEDS_GPU_GRADE,
     SUBMISSION_ERROR,
     TIMED_OUT,
     TIMING,
@@ -60,7 +62,8 @@ from .timing import NAME as TIMING_NAME
 GPU, CPU = "gpu", "cpu"
 CPU_NOTE = "CPU emulation: correctness checked, timing skipped"
 # Why a check a CPU run skips needs a GPU (CheckResult.needs_gpu): said once per kind in every report.
-NEEDS_GPU_TIMING, NEEDS_GPU_LARGE, NEEDS_GPU_EMULATOR = "timing", "large cases", "cases the emulator cannot build"
+# Only the machine and the config decide these: nothing a submission does adds to them.
+NEEDS_GPU_TIMING, NEEDS_GPU_LARGE = "timing", "large cases"
 
 
 @dataclass
@@ -210,7 +213,7 @@ def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, pla
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
                    plan: RunPlan) -> list[CheckResult]:
     """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, and the checks only
-    a GPU can make, skipped as such."""
+    a GPU can make, skipped as such. Which checks those are depends on the machine and the config alone."""
     compiled = compile_without_gpu(submission, config, sandbox_of(plan))
     nvcc = compiled.check
     needs_gpu = [skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE,
@@ -226,15 +229,40 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
     run = run_child(submission, config, emulated, CPU, plan)
     _take_run(result, run)
     made = [check for check in run.made_checks() if check.kind != TIMING]
-    if run.emulator_compile_error and nvcc.passed:
-        result.outcome = GRADED  # nvcc's verdict stands: the emulator's limit is not the student's error
-        reason = ("not run: nvcc compiles this kernel but the CPU emulator cannot build it; grade it on a GPU. "
-                  f"The emulator said:\n{run.compile_check.message}")
-        made = [nvcc, *(skipped(c.name, CASE, c.points, reason, visibility=c.visibility,
-                                needs_gpu=NEEDS_GPU_EMULATOR) for c in emulated)]
+    if run.emulator_compile_error:
+        failure = classify(run.emulator_log or run.compile_check.message, submission.source)
+        if not failure.students:
+            made = _grader_fault(result, nvcc, emulated, failure, run)
+        elif nvcc.passed:
+            made = _held_for_gpu(result, nvcc, emulated, failure, run)
     elif run.compile_check.passed and nvcc.passed:
         run.compile_check.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
     return [*made, *needs_gpu]
+
+
+def _held_for_gpu(result: SubmissionResult, nvcc: CheckResult, emulated: list[Case], failure: BuildFailure,
+                  run: RunEvents) -> list[CheckResult]:
+    """nvcc compiles the kernel and the emulator cannot build what the student wrote: its cases are not
+    passed and stay in the total (no construct may move points out of it); the grade waits for a GPU."""
+    result.outcome = NEEDS_GPU_GRADE
+    reason = failure.student_reason
+    result.message = f"{result.message}. Needs a GPU grade: the kernel {reason}"
+    result.log += f"\n[grader] the CPU emulator's compiler said:\n{run.emulator_log or run.compile_check.message}\n"
+    line = {"line": failure.line} if failure.line else {}
+    return [nvcc, *(errored(c.name, CASE, c.points, reason, visibility=c.visibility, metrics=dict(line))
+                    for c in emulated)]
+
+
+def _grader_fault(result: SubmissionResult, nvcc: CheckResult, emulated: list[Case], failure: BuildFailure,
+                  run: RunEvents) -> list[CheckResult]:
+    """The emulator's build or start failed for a reason that is not the student's: a grader error with the reason,
+    graded again by --resume; never "not checked here"."""
+    result.outcome = GRADER_ERROR
+    reason = (f"grader error: the CPU emulator could not build or start the kernel, for a reason that is not "
+              f"the student's ({failure.grader_reason}); it will be graded again (--resume)")
+    result.message = reason
+    result.log += f"\n[grader] the CPU emulator's build failed:\n{run.emulator_log or run.compile_check.message}\n"
+    return [nvcc, *(errored(c.name, CASE, c.points, reason, visibility=c.visibility) for c in emulated)]
 
 
 def not_graded(path: Path, config: Config, cases: list[Case], reason: str,
@@ -285,7 +313,8 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
                         case_s=config.timeouts.gpu_hang_s if backend == GPU else None)
         program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
-        run = RunEvents(config, cases, Path(workdir), timed=job.timing is not None)
+        run = RunEvents(config, cases, Path(workdir), timed=job.timing is not None,
+                        child="the CPU emulation process" if backend == CPU else "the GPU process")
         for event in run_job(job, limits, run.timing_turn, program, placement_of(plan, config)):
             run.handle(event)
         return run

@@ -25,9 +25,12 @@ SKIPPED = "skipped"  # not attempted, with the reason in the message
 GRADED = "graded"
 COMPILE_ERROR = "compile error"
 TIMED_OUT = "timed out"  # compiling (or starting the child) ran past its limit
+# Graded on the CPU, but the emulator cannot run what the kernel uses (inline PTX, ...): those cases are
+# not passed and stay in the total, and the grade is held for a GPU (exports never write it as final).
+NEEDS_GPU_GRADE = "needs GPU grade"
 GRADER_ERROR = "grader error"
 SUBMISSION_ERROR = "submission error"
-OUTCOMES = (GRADED, COMPILE_ERROR, TIMED_OUT, GRADER_ERROR, SUBMISSION_ERROR)
+OUTCOMES = (GRADED, COMPILE_ERROR, TIMED_OUT, NEEDS_GPU_GRADE, GRADER_ERROR, SUBMISSION_ERROR)
 NOT_GRADED = (GRADER_ERROR, SUBMISSION_ERROR)
 
 PUBLIC = "public"
@@ -46,7 +49,8 @@ class CheckResult:
     # Figures scripts may want (errors, GFLOP/s, ratio, line numbers); never needed to render a verdict.
     metrics: dict[str, Any] = field(default_factory=dict)
     # Non-empty when this check cannot be made without a GPU and was not (a CPU run): why, in a few words
-    # ("timing", "large cases"). Such a check is "not checked here", never a failure; set by the pipeline.
+    # ("timing", "large cases"). Such a check is "not checked here", never a failure; set by the pipeline
+    # from the machine and the config alone, never from what a submission does.
     needs_gpu: str = ""
     # What to change, each in words that hold for every case it shows in: reports say each fix once, with
     # the list of checks it explains (report/student_view.py); the message keeps this check's facts.

@@ -92,8 +92,10 @@ def describe_fault(error: str) -> str:
 
 
 class RunEvents:
-    def __init__(self, config: Config, cases: list[Case], workdir: Path, timed: bool = False):
+    def __init__(self, config: Config, cases: list[Case], workdir: Path, timed: bool = False,
+                 child: str = "the GPU process"):
         self.config, self.workdir, self.timed = config, workdir, timed
+        self.child = child  # what the messages call the child: the GPU process or the CPU emulator's
         self.cases = {case.name: case for case in cases}
         self.case_results: dict[str, CheckResult] = {}
         # Cases whose outputs are read but not yet judged: judging waits until a verdict is needed (the
@@ -109,6 +111,7 @@ class RunEvents:
         self.broken_cases: list[str] = []
         self.grader_error = ""
         self.emulator_compile_error = False  # the CPU emulator's build failed (maybe where nvcc would not)
+        self.emulator_log = ""  # then what its compiler printed: whose failure it was (grader/build_failure.py)
         self.compile_timed_out = False
         self.device, self.tile_size, self.log = "", None, ""
         self.student_cubin = ""  # the GPU child's cached cubin of the student's file, when there is one
@@ -174,6 +177,7 @@ class RunEvents:
 
     def on_compile_error(self, event: dict) -> None:
         self.emulator_compile_error = bool(event.get("emulator"))
+        self.emulator_log = event.get("log", "")
         if event["target"] == "reference":
             self.grader_error = "grader error: the reference kernel does not compile:\n" + event["message"]
             self._compile_error("not run: the grader's reference kernel does not compile")
@@ -251,7 +255,7 @@ class RunEvents:
     def on_timeout(self, event: dict) -> None:
         limit = event["limit_s"]
         if event["phase"] in ("startup", "compile"):
-            what = "compilation" if event["phase"] == "compile" else "starting the GPU process"
+            what = "compilation" if event["phase"] == "compile" else f"starting {self.child}"
             self._compile_error(f"{what} timed out after {limit:g} s of its own time")
             self.compile_timed_out = True
             return
@@ -261,7 +265,7 @@ class RunEvents:
         self._broken(event, message)
 
     def on_crash(self, event: dict) -> None:
-        message = f"the GPU process ended unexpectedly (exit code {event['returncode']})"
+        message = f"{self.child} ended unexpectedly (exit code {event['returncode']})"
         if event["phase"] in ("startup", "compile"):
             self.grader_error = "grader error: " + message
             self._compile_error("not run: " + message)
@@ -289,7 +293,8 @@ class RunEvents:
         self._broken(event, f"the kernel's process broke the grader's protocol and was stopped ({event['error']})")
 
     def on_restart(self, event: dict) -> None:
-        self.log += f"\n[grader] case {event['after']} crashed or hung: a fresh GPU process runs the rest\n"
+        fresh = self.child.removeprefix("the ")
+        self.log += f"\n[grader] case {event['after']} crashed or hung: a fresh {fresh} runs the rest\n"
 
     def on_timing(self, event: dict) -> None:
         timing = self.config.timing

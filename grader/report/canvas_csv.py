@@ -13,8 +13,10 @@ students with no submission and the submissions with no roster row.
 
 A student whose grading broke (outcome "grader error") gets an empty cell, which Canvas leaves as it was,
 never a 0; so does, by default, a student graded without a GPU (checks that need one were not made):
-`without_gpu="scale"` writes those scores scaled to what could be checked instead. Every empty cell is
-listed in the notes. Scores are the results' own, rescaled to `points_possible` when that is given.
+`without_gpu="scale"` writes those scores scaled to what could be checked instead. A kernel the CPU
+emulator cannot run (outcome "needs GPU grade") is held either way: its CPU score is never scaled up into a
+grade. Every empty cell is listed in the notes. Scores are the results' own, rescaled to `points_possible`
+when that is given.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import io
 from dataclasses import dataclass, field
 
 from grader.report.points import format_points
-from grader.result import GRADER_ERROR, SubmissionResult
+from grader.result import GRADER_ERROR, NEEDS_GPU_GRADE, SubmissionResult
 
 IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 POINTS_POSSIBLE = "Points Possible"
@@ -84,6 +86,10 @@ def _cell(result: SubmissionResult, options: CanvasOptions) -> tuple[str, str]:
     times points_possible; from a run without a GPU, held, or its share of what could be checked."""
     if result.outcome == GRADER_ERROR:
         return "", "grading broke (grader error): grade again, then import"
+    if result.outcome == NEEDS_GPU_GRADE:  # held whatever without_gpu says: its CPU score is not its grade
+        why = f" ({result.message})" if result.message else ""
+        return "", (f"held: needs a GPU grade, the CPU emulator cannot run this kernel{why}; its CPU score, "
+                    f"{format_points(result.score)}/{format_points(result.checkable_max)}, is not its grade")
     out_of = result.checkable_max
     if result.needs_gpu_points and result.graded and options.without_gpu == HOLD:
         return "", (f"held: graded without a GPU, {format_points(result.needs_gpu_points)} points not "

@@ -12,7 +12,9 @@ verdict once the due date has passed), or "after_published" / "hidden", as the i
 text is only the verdict word even then, so the shapes stay secret from one term to the next.
 Gradescope has no GPU: a check that needs one is "not checked here", so it is not a test there (a
 Gradescope test is passed or failed, never neither); the output names them and their points, and the
-score is out of what could be checked. The timing figures, when a GPU timed the kernel, go in
+score is out of what could be checked. A kernel the CPU emulator cannot run (outcome "needs GPU grade")
+keeps its cases as failed tests at 0 with the reason: what could be checked is the machine's, not the
+submission's, to decide. The timing figures, when a GPU timed the kernel, go in
 "extra_data" and in a leaderboard (GFLOP/s, higher first; time against the reference, lower first).
 Outputs are declared "text" so a student's `<tag>` in a message is shown, not rendered as HTML.
 A submission that could not be graded still yields a valid file: score 0 and the reason.

@@ -13,7 +13,8 @@ that does not build is not a working barrier). By default such a submission is "
 the compiler's message in "format_errors", so the attempt is not counted; with
 `prairielearn.compile_error_graded: true` in config.yaml it is a graded 0 instead.
 PrairieLearn has no GPU: the score is a fraction of what could be checked, and checks that need a GPU
-are listed in the message, not as tests (they are neither passed nor failed).
+are listed in the message, not as tests (they are neither passed nor failed). A kernel the CPU emulator
+cannot run ("needs GPU grade") is scored out of the same checkable points, its cases at 0 with the reason.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from grader.execute.sandbox import NONE as NO_SANDBOX
 from grader.execute.sandbox import UNSAFE_NOTE
 from grader.report.points import format_points, score_line
 from grader.report.student_view import NOT_CHECKED, verdict, what_to_fix
-from grader.result import HIDDEN, PASSED, SKIPPED, CheckResult, SubmissionResult
+from grader.result import HIDDEN, NEEDS_GPU_GRADE, PASSED, CheckResult, SubmissionResult
 
 STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold magenta", "skipped": "yellow",
                 NOT_CHECKED: "cyan"}
@@ -40,13 +40,13 @@ def _table(result: SubmissionResult, show_hidden_details: bool) -> Table:
     table.add_column("Check", overflow="fold")
     table.add_column("Status", no_wrap=True)
     table.add_column("Points", justify="right", no_wrap=True)
-    shown = {result.message}  # one reason for twenty skipped cases is said once
+    shown = {result.message}  # one reason for twenty cases (skipped, or held for a GPU) is said once
     for check in result.checks:
         points = f"{format_points(check.score)}/{format_points(check.max_score)}"
         word = verdict(check)
         status = Text(word, style=STATUS_STYLE.get(word, ""))
         table.add_row(Text(check.kind), Text(check.name), status, Text(points))
-        if check.needs_gpu or (check.status == SKIPPED and check.message in shown):
+        if check.needs_gpu or (check.status != PASSED and check.message in shown):
             continue  # the total line says what needs a GPU, once
         shown.add(check.message)
         message = _message_cell(check, show_hidden_details)
@@ -71,4 +71,5 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
         console.print(Text("What to fix:", style="bold"))
         for fix in fixes:
             console.print(Text(f"  - {fix}", overflow="fold"))
-    console.print(Text(f"Total: {score_line(result)}", style="bold"))
+    held = f" ({NEEDS_GPU_GRADE}: its grade waits for a GPU)" if result.outcome == NEEDS_GPU_GRADE else ""
+    console.print(Text(f"Total: {score_line(result)}{held}", style="bold"))

@@ -25,6 +25,7 @@ from .instrument import instrument
 
 HERE = Path(__file__).resolve().parent
 MAX_BINARY_BYTES = 256 << 20
+MAX_LOG = 32 << 10  # of the compiler's own output, sent to the parent as evidence
 FLAGS = [
     "-std=c++17", "-O2", "-w", "-fmax-errors=10", "-fno-diagnostics-show-caret",
     # GPU semantics rather than C++'s: signed overflow wraps, and an empty spin loop is kept (C++ may
@@ -40,6 +41,9 @@ FLAGS = [
 class Build:
     binary: Path | None
     message: str = ""  # the compiler's errors for the student when binary is None
+    # What the compiler printed, as it printed it (bounded): the evidence of whose failure it was, read by
+    # grader/build_failure.py (a diagnostic in kernel.cu is the student's; anything else the grader's).
+    log: str = ""
 
 
 def compiler() -> str | None:
@@ -109,7 +113,8 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
         kill_group(process)
         return Build(None, f"compile error: the C++ compiler ran past {timeout_s:g} s")
     if process.returncode != 0:
-        return Build(None, compiler_message(output.decode("utf-8", "replace")[:1 << 20]))
+        log = output.decode("utf-8", "replace")[:1 << 20]
+        return Build(None, compiler_message(log), log[:MAX_LOG])
     try:
         _store_atomically(binary, cached)
     except OSError as error:

@@ -27,7 +27,7 @@ from ..job import CaseSpec, Job
 from ..proc import die_with_parent
 from ..protocol import Channel, harness_report, read_untrusted
 from ..sandbox import HARNESS_LIMITS, Confinement, Sandbox
-from .build import build, compiler, compiler_version
+from .build import Build, build, compiler, compiler_version
 
 # (thread order, where the buffers sit against their guard pages)
 SCHEDULES = (("forward", "end"), ("reversed", "start"))
@@ -43,13 +43,22 @@ def main(argv: list[str]) -> int:
     channel.send("phase", phase="startup")
     channel.send("phase", phase="compile")
     workdir = Path(job.workdir)
-    built = build(job.original_source, job.contract, job.tile, Path(job.cache_dir), workdir, sandbox, COMPILE_TIMEOUT_S)
+    try:
+        built = build(job.original_source, job.contract, job.tile, Path(job.cache_dir), workdir, sandbox,
+                      COMPILE_TIMEOUT_S)
+    except OSError as error:  # the compiler could not be run or read at all: no diagnostic, the grader's
+        built = Build(None, f"the C++ compiler could not be run: {error}")
     if built.binary is None:
-        channel.send("compile_error", target="student", message=built.message, emulator=True)
+        channel.send("compile_error", target="student", message=built.message, emulator=True, log=built.log)
         channel.send("done")
         return 0
     harness = Harness(built.binary, job, sandbox)
     tile = harness.tile_size()
+    if harness.not_started:  # no answer at all: the emulation could not be started (the grader's to fix)
+        channel.send("compile_error", target="student", message=harness.not_started, emulator=True,
+                     log=harness.not_started)
+        channel.send("done")
+        return 0
     channel.send("compiled", device=f"CPU emulation ({compiler_version(compiler())})", arch="cpu",
                  tile_size=tile)
     if tile in job.contract.tile_sizes:
@@ -79,23 +88,32 @@ class Harness:
         folder = workdir / "bin"
         folder.mkdir(mode=0o755, exist_ok=True)
         self.binary, self.workdir, self.sandbox, self.contract = folder / "harness", workdir, sandbox, job.contract
+        self.not_started = ""  # why the built emulation did not even answer --tile, when it did not
         shutil.copyfile(binary, self.binary)
         self.binary.chmod(0o755)
 
-    def start(self, folder: Path, argv: list[str], stdout) -> subprocess.Popen:
+    def start(self, folder: Path, argv: list[str], stdout, stderr=None) -> subprocess.Popen:
         confinement = Confinement(folder, HARNESS_LIMITS, seccomp=True, readable=(self.binary,))
         return self.sandbox.popen([str(self.binary), *argv], confinement, stdin=subprocess.DEVNULL, stdout=stdout,
-                                  env={"PATH": "/usr/bin:/bin"})
+                                  stderr=stderr, env={"PATH": "/usr/bin:/bin"})
 
     def tile_size(self) -> int | None:
         folder = self.workdir / "tile"
-        process = self.start(folder, ["--tile"], subprocess.PIPE)
         try:
-            answer, _ = process.communicate(timeout=HARNESS_LIMITS.cpu_s)
+            process = self.start(folder, ["--tile"], subprocess.PIPE, subprocess.PIPE)
+        except OSError as error:
+            self.not_started = f"the CPU emulation could not be started: {error}"
+            return None
+        try:
+            answer, said = process.communicate(timeout=HARNESS_LIMITS.cpu_s)
         except subprocess.TimeoutExpired:
             process.kill()
             return None
         answer = answer[:64].decode("ascii", "replace").strip()
+        if not answer and process.returncode != 0:
+            said = said[:2000].decode("utf-8", "replace").strip()
+            self.not_started = (f"the CPU emulation could not be started (exit code {process.returncode})"
+                                + (f": {said}" if said else ""))
         return int(answer) if answer.lstrip("-").isdigit() and len(answer) < 10 else None
 
     def run_case(self, spec: CaseSpec, index: int, tile: int) -> dict:
