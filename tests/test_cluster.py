@@ -15,6 +15,7 @@ import pytest
 from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx
 from rich.console import Console
+from test_cluster_tls import Cluster, alive, dask_processes_under
 from test_serve import free_port
 
 from grader.batch import BatchOptions, run_batch
@@ -121,23 +122,24 @@ def test_half_a_tls_setup_is_misuse(tmp_path):
 
 
 def test_grade_worker_serves_a_scheduler_that_grade_batch_sends_to(tmp_path):
-    """The commands as an instructor runs them: a scheduler, `grade worker` on this (GPU-less) host, and
-    `grade batch --cluster`."""
-    port = free_port()
-    scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", str(port),
-                                  "--dashboard-address", ":0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 start_new_session=True)
-    worker = subprocess.Popen([sys.executable, "-m", "grader", "worker", "--scheduler", f"tcp://127.0.0.1:{port}"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    """The commands as the README has an instructor run them, TLS throughout (on 127.0.0.1): `grade
+    cluster-certs`, `grade scheduler`, `grade worker` on this (GPU-less) host, and `grade batch --cluster`.
+    Stopping `grade worker` stops the Dask processes it started."""
+    certs = tmp_path / "certs"
+    assert subprocess.run([sys.executable, "-m", "grader", "cluster-certs", str(certs)], cwd=ROOT,
+                          capture_output=True, timeout=60).returncode == 0
+    running = Cluster(certs, tmp_path)
     try:
+        worker = running.add_worker()
         finished = subprocess.run([sys.executable, "-m", "grader", "batch", str(SUBMISSIONS / "compile_error"),
-                                   "-o", str(tmp_path / "out"), "--backend", "cpu", "--cluster",
-                                   f"tcp://127.0.0.1:{port}"], cwd=ROOT, capture_output=True, text=True, timeout=180)
-    finally:
+                                   "-o", str(tmp_path / "out"), "--backend", "cpu", "--cluster", running.address,
+                                   "--certs", str(certs)], cwd=ROOT, capture_output=True, text=True, timeout=180)
+        family = dask_processes_under(worker.pid)
         worker.terminate()  # grade worker alone: it stops the Dask worker it started
-        worker.wait(timeout=30)
-        os.killpg(scheduler.pid, signal.SIGTERM)
-        scheduler.wait(timeout=30)
+        worker.wait(timeout=60)
+        assert family and not [command for pid, command in family.items() if alive(pid)]
+    finally:
+        running.close()
     assert finished.returncode == 0, finished.stderr
     stored = json.loads((tmp_path / "out" / "students" / "compile_error.json").read_text())
     assert stored["outcome"] == "compile error"
@@ -147,7 +149,7 @@ def test_grade_serve_sends_its_jobs_to_the_cluster(tmp_path):
     from test_serve import BROKEN, Service, zipped
 
     with local_cluster(1) as cluster:
-        service = Service(tmp_path, "--cluster", cluster.scheduler_address).start()
+        service = Service(tmp_path, "--cluster", cluster.scheduler_address, "--insecure").start()
         try:
             code, queued = service.submit("olivia", zipped({"kernel.cu": BROKEN}))
             assert code == 202
