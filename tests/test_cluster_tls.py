@@ -20,10 +20,11 @@ from conftest import ROOT, SUBMISSIONS
 from distributed.core import rpc
 from distributed.protocol.pickle import dumps
 from distributed.security import Security
+from hardware import needs_cxx, needs_gpu
 from test_serve import free_port
 
 from grader.cli import main
-from grader.cluster_tls import CA, ROLES, cert_file, key_file
+from grader.cluster_tls import CA, ROLES, cert_file, checked_files, key_file
 
 LOOPBACK = "127.0.0.1"  # tests talk to this host's loopback only
 START_S = 60  # for a scheduler or a worker to come up on a busy 2-core machine
@@ -214,6 +215,13 @@ def test_a_plain_tcp_scheduler_is_refused_without_insecure(command, tmp_path, ca
     assert not (tmp_path / "out").exists()
 
 
+def test_insecure_allows_plain_tcp_and_certificates_belong_with_a_cluster(tmp_path, capsys):
+    assert checked_files("tcp://127.0.0.1:1", "worker", None, None, None, None, True, "--scheduler") is None
+    assert main(["batch", str(SUBMISSIONS / "compile_error"), "--no-run", "-o", str(tmp_path / "out"),
+                 "--certs", str(tmp_path)]) == 2
+    assert "are for --cluster" in capsys.readouterr().err
+
+
 def test_a_tls_scheduler_needs_the_certificates(tmp_path, capsys):
     assert main(["worker", "--scheduler", "tls://127.0.0.1:1"]) == 2
     assert "--certs DIR" in capsys.readouterr().err
@@ -278,4 +286,41 @@ def test_kill_9_of_grade_worker_takes_its_dask_worker_with_it(certs, tmp_path):
             assert client.scheduler_info(n_workers=-1)["workers"] == {}
             grading.cancel()
     finally:
+        running.close()
+
+
+@pytest.mark.parametrize("backend, child", [
+    pytest.param("cpu", "/bin/harness ", marks=needs_cxx),
+    pytest.param("gpu", "grader.execute.gpu_child", marks=[pytest.mark.gpu, needs_gpu])])
+def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, backend, child):
+    """`grade batch --cluster` grading a student on the worker (its batch_worker, and in the sandbox the
+    child running the student's kernel) when `grade worker` is killed: nothing of it is left."""
+    running = Cluster(certs, tmp_path)
+    batch = None
+    try:
+        worker = running.add_worker()
+        with running.client() as client:
+            client.wait_for_workers(1, timeout=START_S)
+            batch = start("batch", str(SUBMISSIONS / "good_basic"), "-o", str(tmp_path / "out"), "--backend", backend,
+                          "--cluster", running.address, "--certs", str(certs), log=tmp_path / "batch.log")
+            deadline = time.monotonic() + 3 * START_S
+            family = {}
+            while not any(child in c for c in family.values()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                family = dask_processes_under(worker.pid)
+            assert any(child in c for c in family.values()), "\n".join(family.values())  # the student's kernel
+            assert any("grader.batch_worker" in c for c in family.values()), "\n".join(family.values())
+            assert any("bwrap" in c for c in family.values()), "\n".join(family.values())
+            worker.kill()
+            worker.wait(timeout=10)
+            deadline = time.monotonic() + GONE_S
+            while any(alive(pid) for pid in family) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not [command for pid, command in family.items() if alive(pid)]
+            while client.scheduler_info(n_workers=-1)["workers"] and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert client.scheduler_info(n_workers=-1)["workers"] == {}
+    finally:
+        if batch is not None:
+            stop(batch)  # it waits for a worker to retry the task on
         running.close()
