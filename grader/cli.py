@@ -80,6 +80,11 @@ def _tls_options(group) -> None:
                             "workers. Only on a network nobody else can reach")
 
 
+def _misuse(error: UsageError) -> int:
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
+    return EXIT_USAGE
+
+
 def worker_main(argv: list[str]) -> int:
     """`grade worker --scheduler ADDRESS`: Dask workers for this host's GPUs (or its CPU emulator)."""
     parser = argparse.ArgumentParser(prog="grade worker", description="Grade a cluster batch's submissions here.")
@@ -100,8 +105,7 @@ def worker_main(argv: list[str]) -> int:
         files = checked_files(args.scheduler, "worker", args.certs, args.tls_ca_file, args.tls_cert, args.tls_key,
                               args.insecure, "--scheduler")
     except UsageError as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc}", highlight=False)
-        return EXIT_USAGE
+        return _misuse(exc)
     tls = [] if files is None else [item for flag, path in zip(("--tls-ca-file", "--tls-cert", "--tls-key"), files)
                                     for item in (flag, str(path))]
     gpus = local_gpus()
@@ -130,8 +134,7 @@ def scheduler_main(argv: list[str]) -> int:
     try:
         ca, cert, key = tls_files("scheduler", args.certs, None, None, None)
     except UsageError as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc}", highlight=False)
-        return EXIT_USAGE
+        return _misuse(exc)
     command = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--protocol", "tls", "--port", str(args.port),
                "--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key), "--dashboard-address",
                args.http, "--dashboard" if args.dashboard else "--no-dashboard"]
@@ -154,8 +157,7 @@ def certs_main(argv: list[str]) -> int:
     try:
         made = make_certificates(args.folder, args.days, tuple(args.host))
     except UsageError as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc}", highlight=False)
-        return EXIT_USAGE
+        return _misuse(exc)
     print("\n".join(str(path) for path in made))
     print("Copy to each host only what it needs: ca.pem and worker.pem, worker-key.pem to grading hosts (`grade "
           "worker`); ca.pem and client.pem, client-key.pem where `grade batch`/`grade serve` run; ca.pem and "

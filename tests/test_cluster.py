@@ -21,6 +21,7 @@ from test_serve import free_port
 from grader.batch import BatchOptions, run_batch
 from grader.cases import load_cases
 from grader.cluster import WORKER_CACHE
+from grader.cluster_tls import CA, ROLES, cert_file, key_file, make_certificates
 from grader.config import load_config
 from grader.pipeline import CPU, RunPlan, grade
 from grader.verdicts import differences
@@ -145,11 +146,17 @@ def test_grade_worker_serves_a_scheduler_that_grade_batch_sends_to(tmp_path):
     assert stored["outcome"] == "compile error"
 
 
-def test_grade_serve_sends_its_jobs_to_the_cluster(tmp_path):
+@pytest.mark.parametrize("transport", ["tls", "insecure"])
+def test_grade_serve_sends_its_jobs_to_the_cluster(tmp_path, transport):
+    """With the cluster's certificates (--certs), or over plain TCP where --insecure allows it."""
     from test_serve import BROKEN, Service, zipped
 
-    with local_cluster(1) as cluster:
-        service = Service(tmp_path, "--cluster", cluster.scheduler_address, "--insecure").start()
+    certs = tmp_path / "certs"
+    make_certificates(certs)
+    tls = dict(protocol="tls", security=every_role(certs)) if transport == "tls" else {}
+    flags = ["--certs", str(certs)] if transport == "tls" else ["--insecure"]
+    with local_cluster(1, **tls) as cluster:
+        service = Service(tmp_path, "--cluster", cluster.scheduler_address, *flags).start()
         try:
             code, queued = service.submit("olivia", zipped({"kernel.cu": BROKEN}))
             assert code == 202
@@ -157,7 +164,15 @@ def test_grade_serve_sends_its_jobs_to_the_cluster(tmp_path):
         finally:
             service.kill()
         ran = [t for t in cluster.scheduler.transition_log if str(t[0]).startswith("grade_task") and t[2] == "memory"]
+    assert cluster.scheduler_address.startswith("tls://" if transport == "tls" else "tcp://")
     assert len(ran) == 1  # graded by the cluster's worker, once
+
+
+def every_role(certs):
+    """A LocalCluster's scheduler, workers and clients, each with its certificate of `grade cluster-certs`."""
+    files = {f"tls_{role}_{kind}": str(path(certs, role)) for role in ROLES
+             for kind, path in (("cert", cert_file), ("key", key_file))}
+    return distributed.security.Security(tls_ca_file=str(certs / CA), require_encryption=True, **files)
 
 
 def test_gpu_turns_are_per_host_even_when_hosts_share_a_cache_folder(tmp_path, monkeypatch):
