@@ -180,8 +180,7 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-hour", type=int, default=20, metavar="N",
                         help="jobs one student may submit per hour (default: %(default)s)")
     parser.add_argument("--cluster", default="", metavar="ADDRESS",
-                        help="a Dask scheduler (tls://HOST:8786, with --certs DIR): jobs are graded on its workers "
-                             "(`grade worker`) instead of here")
+                        help="a Dask scheduler: jobs are graded on its workers (`grade worker`) instead of here")
     _tls_options(parser)
 
 
