@@ -64,7 +64,11 @@ class Service:
 
     def __init__(self, work: Path, config: Path, stack: ExitStack):
         scheduler_port, service_port = str(free_port()), str(free_port())
-        self.scheduler = f"tcp://127.0.0.1:{scheduler_port}"
+        self.scheduler = f"tls://127.0.0.1:{scheduler_port}"
+        self.certs = work / "certs"  # the cluster's mutual TLS, as the README sets it up
+        subprocess.run([sys.executable, "-m", "grader", "cluster-certs", str(self.certs)], check=True, cwd=ROOT,
+                       stdout=subprocess.DEVNULL)
+        tls = ["--certs", str(self.certs)]
         self.url = f"http://127.0.0.1:{service_port}"
         self.token = secrets.token_hex(24)
         tokens = work / "tokens.yaml"
@@ -73,12 +77,12 @@ class Service:
         self.logs = work / "logs"
         self.logs.mkdir()
         worker_env = {**os.environ, WORKER_CACHE: str(work / "worker-cache")}
-        self._start(stack, "scheduler", [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
-                                         "127.0.0.1", "--port", scheduler_port, "--no-dashboard"])
-        self._start(stack, "worker", [sys.executable, "-m", "grader", "worker", "--scheduler", self.scheduler],
-                    worker_env)
+        self._start(stack, "scheduler", [sys.executable, "-m", "grader", "scheduler", *tls, "--host", "127.0.0.1",
+                                         "--port", scheduler_port, "--http", "127.0.0.1:0"])
+        self._start(stack, "worker", [sys.executable, "-m", "grader", "worker", "--scheduler", self.scheduler, *tls,
+                                      "--listen", "127.0.0.1"], worker_env)
         self._start(stack, "serve", [sys.executable, "-m", "grader", "serve", "--tokens", str(tokens), "--state",
-                                     str(work / "state"), "--port", service_port, "--cluster", self.scheduler,
+                                     str(work / "state"), "--port", service_port, "--cluster", self.scheduler, *tls,
                                      "--config", str(config), "--backend", BACKEND])
 
     def _start(self, stack: ExitStack, name: str, command: list[str], env: dict | None = None) -> None:
@@ -91,7 +95,10 @@ class Service:
     def wait_until_ready(self, workers: int, limit_s: float = 120) -> None:
         from distributed import Client
 
-        with Client(self.scheduler, timeout="60s") as client:
+        from grader.cluster_tls import client_security
+
+        with Client(self.scheduler, security=client_security(self.scheduler, self.certs, None, None, None, False),
+                    timeout="60s") as client:
             client.wait_for_workers(workers, timeout=limit_s)
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:

@@ -5,6 +5,9 @@
     grade gradescope SUBMISSION RESULTS   the Gradescope autograder entry (run_autograder calls it)
     grade prairielearn SUBMISSION RESULTS the PrairieLearn external-grader entry
     grade serve --tokens FILE             the grading service: LMS containers post archives over HTTP
+    grade cluster-certs DIR               a Dask cluster's CA and certificates (mutual TLS)
+    grade scheduler --certs DIR           the cluster's Dask scheduler, requiring those certificates
+    grade worker --scheduler tls://…      Dask workers grading on this host's GPUs
 
 Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2 for misuse, 130 on Ctrl-C.
 """
@@ -23,6 +26,7 @@ from rich.console import Console
 
 from .batch import BatchOptions, run_batch
 from .cases import load_cases, mix_seed, with_secret
+from .cluster_tls import DEFAULT_DAYS, make_certificates
 from .config import load_config, preset_path
 from .errors import UsageError
 from .execute.cpu.build import compiler
@@ -65,28 +69,101 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _tls_options(group) -> None:
+    group.add_argument("--certs", type=Path, default=None, metavar="DIR",
+                       help="the cluster's TLS certificates (`grade cluster-certs DIR`): the CA and this side's "
+                            "certificate and key")
     group.add_argument("--tls-ca-file", type=Path, default=None, metavar="FILE", help="TLS: the CA certificate")
     group.add_argument("--tls-cert", type=Path, default=None, metavar="FILE", help="TLS: this side's certificate")
     group.add_argument("--tls-key", type=Path, default=None, metavar="FILE", help="TLS: this side's private key")
+    group.add_argument("--insecure", action="store_true",
+                       help="allow a plain tcp:// scheduler: no TLS, and anyone who reaches it runs code on the "
+                            "workers. Only on a network nobody else can reach")
+
+
+def _misuse(error: UsageError) -> int:
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
+    return EXIT_USAGE
 
 
 def worker_main(argv: list[str]) -> int:
     """`grade worker --scheduler ADDRESS`: Dask workers for this host's GPUs (or its CPU emulator)."""
     parser = argparse.ArgumentParser(prog="grade worker", description="Grade a cluster batch's submissions here.")
-    parser.add_argument("--scheduler", required=True, metavar="ADDRESS", help="tcp://HOST:8786 or tls://HOST:8786")
+    parser.add_argument("--scheduler", required=True, metavar="ADDRESS", help="tls://HOST:8786 (tcp:// with "
+                                                                              "--insecure)")
     parser.add_argument("--slots", type=int, default=0, metavar="N",
                         help="submissions each GPU's worker grades at once (default: CPU cores / GPUs); the "
                              "GPU's lock still gives out timing turns one at a time")
+    parser.add_argument("--listen", default="", metavar="HOST",
+                        help="the address the workers listen on, which the scheduler must reach (default: every "
+                             "interface)")
     _tls_options(parser)
     args = parser.parse_args(argv)
     from .cluster import run_workers, worker_commands
+    from .cluster_tls import checked_files
 
-    tls = [flag for option, flag in ((args.tls_ca_file, "--tls-ca-file"), (args.tls_cert, "--tls-cert"),
-                                     (args.tls_key, "--tls-key")) if option for flag in (flag, str(option))]
+    try:
+        files = checked_files(args.scheduler, "worker", args.certs, args.tls_ca_file, args.tls_cert, args.tls_key,
+                              args.insecure, "--scheduler")
+    except UsageError as exc:
+        return _misuse(exc)
+    tls = [] if files is None else [item for flag, path in zip(("--tls-ca-file", "--tls-cert", "--tls-key"), files)
+                                    for item in (flag, str(path))]
     gpus = local_gpus()
     cores = os.cpu_count() or 2
     slots = args.slots or max(1, cores // max(len(gpus), 1))
-    return run_workers(worker_commands(args.scheduler, gpus, slots, cores, tls))
+    return run_workers(worker_commands(args.scheduler, gpus, slots, cores, tls, args.listen))
+
+
+def scheduler_main(argv: list[str]) -> int:
+    """`grade scheduler --certs DIR`: Dask's scheduler, requiring a certificate of the cluster's CA from every
+    client and worker (mutual TLS). It replaces this process: stopping it stops the scheduler."""
+    parser = argparse.ArgumentParser(prog="grade scheduler",
+                                     description="Start the cluster's Dask scheduler with mutual TLS.")
+    parser.add_argument("--certs", type=Path, required=True, metavar="DIR",
+                        help="the folder `grade cluster-certs DIR` made (ca.pem, scheduler.pem, scheduler-key.pem)")
+    parser.add_argument("--host", default="", help="address to listen on (default: every interface)")
+    parser.add_argument("--port", type=int, default=8786, help="port to listen on (default: %(default)s)")
+    parser.add_argument("--dashboard", action="store_true",
+                        help="also serve Dask's dashboard on the HTTP address (no authentication)")
+    parser.add_argument("--http", default="127.0.0.1:8787", metavar="HOST:PORT",
+                        help="Dask's HTTP pages (health, metrics, worker info; the dashboard with --dashboard), which "
+                             "have no authentication (default: %(default)s: this host only; reach it through SSH)")
+    args = parser.parse_args(argv)
+    from .cluster_tls import tls_files
+
+    try:
+        ca, cert, key = tls_files("scheduler", args.certs, None, None, None)
+    except UsageError as exc:
+        return _misuse(exc)
+    command = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--protocol", "tls", "--port", str(args.port),
+               "--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key), "--dashboard-address",
+               args.http, "--dashboard" if args.dashboard else "--no-dashboard"]
+    if args.host:
+        command += ["--host", args.host]
+    sys.stdout.flush()
+    os.execv(sys.executable, command)
+
+
+def certs_main(argv: list[str]) -> int:
+    """`grade cluster-certs DIR`: the cluster's CA and the scheduler's, workers' and clients' certificates."""
+    parser = argparse.ArgumentParser(prog="grade cluster-certs",
+                                     description="Make a Dask cluster's CA and certificates (mutual TLS).")
+    parser.add_argument("folder", type=Path, metavar="DIR", help="a new folder for them (made mode 700)")
+    parser.add_argument("--days", type=int, default=DEFAULT_DAYS, help="how long they are valid (default: %(default)s)")
+    parser.add_argument("--host", action="append", default=[], metavar="NAME",
+                        help="a host name to note in the certificates (Dask checks the CA, not names)")
+    args = parser.parse_args(argv)
+
+    try:
+        made = make_certificates(args.folder, args.days, tuple(args.host))
+    except UsageError as exc:
+        return _misuse(exc)
+    print("\n".join(str(path) for path in made))
+    print("Copy to each host only what it needs: ca.pem and worker.pem, worker-key.pem to grading hosts (`grade "
+          "worker`); ca.pem and client.pem, client-key.pem where `grade batch`/`grade serve` run; ca.pem and "
+          "scheduler.pem, scheduler-key.pem to the scheduler's host. Anyone holding a key can run code on the "
+          "workers: keep the keys mode 600.")
+    return EXIT_OK
 
 
 def _serve_options(parser: argparse.ArgumentParser) -> None:
@@ -155,8 +232,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                             help="submissions graded at once (default: one per CPU core)")
         cluster = parser.add_argument_group("cluster")
         cluster.add_argument("--cluster", default="", metavar="ADDRESS",
-                             help="a Dask scheduler (tcp://HOST:8786 or tls://…): each submission is graded on "
-                                  "its workers (`grade worker`); results are written here as always")
+                             help="a Dask scheduler (tls://HOST:8786, with --certs DIR): each submission is graded "
+                                  "on its workers (`grade worker`); results are written here as always")
         _tls_options(cluster)
         canvas = parser.add_argument_group("canvas.csv")
         canvas.add_argument("--assignment", default="SGEMM lab", metavar="TITLE",
@@ -220,6 +297,17 @@ def _backend_plan(args: argparse.Namespace) -> RunPlan:
     return RunPlan(CPU, note=f"{CPU_NOTE} ({gpu_missing})")
 
 
+def _cluster_security(args: argparse.Namespace):
+    """Dask's `Security` for --cluster (None: no cluster, or plain TCP that --insecure allowed)."""
+    if not args.cluster:
+        if args.certs or args.tls_ca_file or args.tls_cert or args.tls_key or args.insecure:
+            raise UsageError("--certs, --tls-* and --insecure are for --cluster")
+        return None
+    from .cluster_tls import client_security
+
+    return client_security(args.cluster, args.certs, args.tls_ca_file, args.tls_cert, args.tls_key, args.insecure)
+
+
 def _cluster_gpu_missing(args: argparse.Namespace) -> str | None:
     """With --cluster the workers grade, so their GPUs count, not this host's: why none can, or None."""
     from .cluster import cluster_gpus
@@ -231,8 +319,9 @@ def _cluster_gpu_missing(args: argparse.Namespace) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["worker"]:
-        return worker_main(argv[1:])
+    cluster_commands = {"worker": worker_main, "scheduler": scheduler_main, "cluster-certs": certs_main}
+    if argv[:1] and argv[0] in cluster_commands:
+        return cluster_commands[argv[0]](argv[1:])
     args = parse_args(argv)
     console, errors = Console(), Console(stderr=True, soft_wrap=True)
     try:
@@ -243,9 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             cases = with_secret(cases, secret)
             config.timing.seed = mix_seed(config.timing.seed, secret)
         if args.command in ("batch", "serve"):
-            from .cluster import security_of
-
-            args.security = security_of(args.tls_ca_file, args.tls_cert, args.tls_key)
+            args.security = _cluster_security(args)
         plan = run_plan(args)
         args.exports = export_options(args, config)
     except UsageError as exc:

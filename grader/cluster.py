@@ -11,6 +11,7 @@ and the client stores the one result that comes back.
 from __future__ import annotations
 
 import copy
+import ctypes
 import os
 import signal
 import socket
@@ -25,6 +26,7 @@ from .batch import Workers
 from .cases import Case
 from .config import Config
 from .errors import UsageError
+from .execute.proc import PR_SET_PDEATHSIG
 from .intake import Entry
 from .pipeline import GPU, RunPlan, not_graded
 from .result import GRADER_ERROR, SubmissionResult
@@ -32,6 +34,7 @@ from .result import GRADER_ERROR, SubmissionResult
 SLOTS = "GPU"  # the Dask resource a GPU worker offers: how many submissions it grades at once
 WORKER_CACHE = "SGEMM_GRADER_WORKER_CACHE"  # where a worker keeps its compile cache and GPU turns
 CONNECT_TIMEOUT = "30s"  # for reaching the scheduler, which may be on another host
+STOP_GRACE_S = 30  # for a Dask worker to leave the scheduler when `grade worker` is stopped
 
 
 @dataclass
@@ -101,28 +104,18 @@ def cluster_gpus(address: str, security, wait_s: float = 60.0) -> int:
             client.wait_for_workers(1, timeout=wait_s)
         except TimeoutError:
             raise UsageError(f"--cluster {address}: no worker joined in {wait_s:g} s (start `grade worker "
-                             f"--scheduler {address}` on a grading host)") from None
+                             f"--scheduler {address} --certs DIR` on a grading host)") from None
         workers = client.scheduler_info(n_workers=-1)["workers"].values()
         return int(sum(worker.get("resources", {}).get(SLOTS, 0) for worker in workers))
 
 
-def security_of(ca_file: Path | None, cert: Path | None, key: Path | None):
-    """Dask's TLS settings from the three files, or None for a plain-TCP cluster."""
-    if not (ca_file or cert or key):
-        return None
-    if not (ca_file and cert and key):
-        raise UsageError("TLS needs all three: --tls-ca-file, --tls-cert and --tls-key")
-    from distributed.security import Security
-
-    return Security(tls_ca_file=str(ca_file), tls_client_cert=str(cert), tls_client_key=str(key),
-                    tls_worker_cert=str(cert), tls_worker_key=str(key), require_encryption=True)
-
-
-def worker_commands(scheduler: str, gpus: list[int], slots: int, cores: int,
-                    tls: list[str]) -> list[tuple[list[str], dict]]:
+def worker_commands(scheduler: str, gpus: list[int], slots: int, cores: int, tls: list[str],
+                    listen: str = "") -> list[tuple[list[str], dict]]:
     """One Dask worker per local GPU (that GPU alone visible to it, `slots` submissions at once, offered as
-    the GPU resource), or one worker for the CPU emulator when the host has none."""
-    base = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--nworkers", "1", "--no-dashboard", *tls]
+    the GPU resource), or one worker for the CPU emulator when the host has none. Its HTTP pages (health,
+    metrics; no authentication) are for this host only."""
+    base = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--nworkers", "1", "--no-dashboard",
+            "--dashboard-address", "127.0.0.1:0", *(["--host", listen] if listen else []), *tls]
     if not gpus:
         return [([*base, "--nthreads", str(cores), "--name", f"{socket.gethostname()}-cpu"], {})]
     return [([*base, "--nthreads", str(slots), "--resources", f"{SLOTS}={slots}",
@@ -133,18 +126,37 @@ def _stop(signum, frame):
     raise KeyboardInterrupt
 
 
+def _die_with_parent(parent: int):
+    """In the child, before exec: the kernel SIGKILLs it when `grade worker` dies, even by kill -9 (the
+    death signal survives exec). Dask's nanny in that child takes its worker process with it (the worker
+    exits when its pipe to the nanny closes), and the worker's grading processes die with the worker."""
+    def arm() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # `grade worker` died before the request took effect
+            os._exit(1)
+
+    return arm
+
+
 def run_workers(commands: list[tuple[list[str], dict]]) -> int:
-    """`grade worker`: the workers until Ctrl-C or one of them ends."""
-    processes = [subprocess.Popen(command, env={**os.environ, **env}) for command, env in commands]
+    """`grade worker`: the workers until Ctrl-C, SIGTERM or one of them ends; none outlives it."""
     signal.signal(signal.SIGTERM, _stop)  # a service manager's stop takes the workers with it
+    processes: list[subprocess.Popen] = []
     try:
+        for command, env in commands:
+            processes.append(subprocess.Popen(command, env={**os.environ, **env},
+                                              preexec_fn=_die_with_parent(os.getpid())))
         while all(process.poll() is None for process in processes):
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
     finally:
         for process in processes:
-            process.terminate()
+            process.terminate()  # Dask's worker closes gracefully: it leaves the scheduler and ends its worker
         for process in processes:
-            process.wait()
+            try:
+                process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
     return 0

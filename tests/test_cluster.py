@@ -15,11 +15,13 @@ import pytest
 from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx
 from rich.console import Console
+from test_cluster_tls import Cluster, alive, dask_processes_under
 from test_serve import free_port
 
 from grader.batch import BatchOptions, run_batch
 from grader.cases import load_cases
 from grader.cluster import WORKER_CACHE
+from grader.cluster_tls import CA, ROLES, cert_file, key_file, make_certificates
 from grader.config import load_config
 from grader.pipeline import CPU, RunPlan, grade
 from grader.verdicts import differences
@@ -121,33 +123,40 @@ def test_half_a_tls_setup_is_misuse(tmp_path):
 
 
 def test_grade_worker_serves_a_scheduler_that_grade_batch_sends_to(tmp_path):
-    """The commands as an instructor runs them: a scheduler, `grade worker` on this (GPU-less) host, and
-    `grade batch --cluster`."""
-    port = free_port()
-    scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", str(port),
-                                  "--dashboard-address", ":0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 start_new_session=True)
-    worker = subprocess.Popen([sys.executable, "-m", "grader", "worker", "--scheduler", f"tcp://127.0.0.1:{port}"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    """The commands as the README has an instructor run them, TLS throughout (on 127.0.0.1): `grade
+    cluster-certs`, `grade scheduler`, `grade worker` on this (GPU-less) host, and `grade batch --cluster`.
+    Stopping `grade worker` stops the Dask processes it started."""
+    certs = tmp_path / "certs"
+    assert subprocess.run([sys.executable, "-m", "grader", "cluster-certs", str(certs)], cwd=ROOT,
+                          capture_output=True, timeout=60).returncode == 0
+    running = Cluster(certs, tmp_path)
     try:
+        worker = running.add_worker()
         finished = subprocess.run([sys.executable, "-m", "grader", "batch", str(SUBMISSIONS / "compile_error"),
-                                   "-o", str(tmp_path / "out"), "--backend", "cpu", "--cluster",
-                                   f"tcp://127.0.0.1:{port}"], cwd=ROOT, capture_output=True, text=True, timeout=180)
-    finally:
+                                   "-o", str(tmp_path / "out"), "--backend", "cpu", "--cluster", running.address,
+                                   "--certs", str(certs)], cwd=ROOT, capture_output=True, text=True, timeout=180)
+        family = dask_processes_under(worker.pid)
         worker.terminate()  # grade worker alone: it stops the Dask worker it started
-        worker.wait(timeout=30)
-        os.killpg(scheduler.pid, signal.SIGTERM)
-        scheduler.wait(timeout=30)
+        worker.wait(timeout=60)
+        assert family and not [command for pid, command in family.items() if alive(pid)]
+    finally:
+        running.close()
     assert finished.returncode == 0, finished.stderr
     stored = json.loads((tmp_path / "out" / "students" / "compile_error.json").read_text())
     assert stored["outcome"] == "compile error"
 
 
-def test_grade_serve_sends_its_jobs_to_the_cluster(tmp_path):
+@pytest.mark.parametrize("transport", ["tls", "insecure"])
+def test_grade_serve_sends_its_jobs_to_the_cluster(tmp_path, transport):
+    """With the cluster's certificates (--certs), or over plain TCP where --insecure allows it."""
     from test_serve import BROKEN, Service, zipped
 
-    with local_cluster(1) as cluster:
-        service = Service(tmp_path, "--cluster", cluster.scheduler_address).start()
+    certs = tmp_path / "certs"
+    make_certificates(certs)
+    tls = dict(protocol="tls", security=every_role(certs)) if transport == "tls" else {}
+    flags = ["--certs", str(certs)] if transport == "tls" else ["--insecure"]
+    with local_cluster(1, **tls) as cluster:
+        service = Service(tmp_path, "--cluster", cluster.scheduler_address, *flags).start()
         try:
             code, queued = service.submit("olivia", zipped({"kernel.cu": BROKEN}))
             assert code == 202
@@ -155,7 +164,15 @@ def test_grade_serve_sends_its_jobs_to_the_cluster(tmp_path):
         finally:
             service.kill()
         ran = [t for t in cluster.scheduler.transition_log if str(t[0]).startswith("grade_task") and t[2] == "memory"]
+    assert cluster.scheduler_address.startswith("tls://" if transport == "tls" else "tcp://")
     assert len(ran) == 1  # graded by the cluster's worker, once
+
+
+def every_role(certs):
+    """A LocalCluster's scheduler, workers and clients, each with its certificate of `grade cluster-certs`."""
+    files = {f"tls_{role}_{kind}": str(path(certs, role)) for role in ROLES
+             for kind, path in (("cert", cert_file), ("key", key_file))}
+    return distributed.security.Security(tls_ca_file=str(certs / CA), require_encryption=True, **files)
 
 
 def test_gpu_turns_are_per_host_even_when_hosts_share_a_cache_folder(tmp_path, monkeypatch):
