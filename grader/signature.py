@@ -31,20 +31,42 @@ class Parameter:
     text: str  # as the student wrote it
 
 
+@dataclass(frozen=True)
+class Definition:
+    template: bool  # `template <...> __global__ void mysgemm(...)`
+    parameters: tuple[Parameter, ...] | None  # None: the parser cannot read them
+
+
 def kernel_parameters(source: str, kernel: str) -> list[Parameter] | None:
-    """The parameters of the kernel's first definition, or None when it has none the parser can read."""
-    root = cs.parse(source).root_node
-    for function in cs.function_definitions(root):
-        if cs.function_name(function) == kernel and cs.has_keyword(function, "__global__"):
-            node = function.child_by_field_name("declarator")
-            while node is not None and node.type != "function_declarator":
-                node = node.child_by_field_name("declarator")
-            params = node.child_by_field_name("parameters") if node is not None else None
-            if params is None:
-                return None
-            return [_parameter(p) for p in params.named_children
-                    if p.type in ("parameter_declaration", "optional_parameter_declaration")]
-    return None
+    """The parameters of the kernel's first definition that is not a template, or None when it has none the
+    parser can read."""
+    readable = [d.parameters for d in definitions(source, kernel) if not d.template and d.parameters is not None]
+    return list(readable[0]) if readable else None
+
+
+def definitions(source: str, kernel: str) -> list[Definition]:
+    """Each `__global__` definition of the kernel (overloads, templates), in file order."""
+    found = []
+    for function in cs.function_definitions(cs.parse(source).root_node):
+        if cs.function_name(function) != kernel or not cs.has_keyword(function, "__global__"):
+            continue
+        template = function.parent is not None and function.parent.type == "template_declaration"
+        node = function.child_by_field_name("declarator")
+        while node is not None and node.type != "function_declarator":
+            node = node.child_by_field_name("declarator")
+        params = node.child_by_field_name("parameters") if node is not None else None
+        found.append(Definition(template, None if params is None else tuple(
+            _parameter(p) for p in params.named_children
+            if p.type in ("parameter_declaration", "optional_parameter_declaration"))))
+    return found
+
+
+def template_kernel_problem(kernel: str, instances: list[str] | None = None) -> str:
+    """Why a kernel that is only a template cannot be graded, and what to write instead."""
+    compiled = f" (compiled: {', '.join(instances)})" if instances else ""
+    return (f"{kernel} is a template{compiled}: the lab launches {kernel} by its name, and a template kernel "
+            f"has a name only with its template arguments. Make {kernel} a plain __global__ function; a "
+            f"template may be a __device__ helper it calls, e.g. dot<TILE_SIZE>(...)")
 
 
 def _parameter(node) -> Parameter:
@@ -58,10 +80,17 @@ def _parameter(node) -> Parameter:
 def signature_problem(source: str, contract: KernelContract) -> str:
     """What is certainly wrong with the kernel's declaration for this lab, in words; '' when nothing is."""
     kernel = contract.name
-    params = kernel_parameters(source, kernel)
-    if params is None:
-        return ""
-    expected = contract.signature
+    found = definitions(source, kernel)
+    if found and all(d.template for d in found):
+        return template_kernel_problem(kernel)
+    problems = [_declaration_problem(list(d.parameters), contract) for d in found
+                if not d.template and d.parameters is not None]
+    # Of overloads, one the lab can launch is enough (the compiled module says which: kernel_params.py).
+    return "" if not problems or "" in problems else problems[0]
+
+
+def _declaration_problem(params: list[Parameter], contract: KernelContract) -> str:
+    kernel, expected = contract.name, contract.signature
     if len(params) != len(contract.roles):
         found = ", ".join(p.text for p in params) or "nothing"
         return (f"{kernel} takes {len(params)} parameters ({found}); this lab launches it with "
