@@ -63,6 +63,16 @@ def test_a_plain_name_is_not_mangled_and_a_name_past_the_reader_is_unknown_not_g
     assert not demangle(LAB).template
 
 
+def test_no_part_of_a_name_and_no_corrupt_cubin_makes_the_reader_raise(submission_source):
+    """Compiler output is read as untrusted bytes: a cut or damaged name or module is unknown, never a crash."""
+    for symbol in ("_Z7mysgemmILi8EEviiiPKfS1_Pf", "_ZN3lab2k8EPNS_5inner5Pair2ES2_S1_", "_Z2k2IdLin3EEvPT_PKS0_i"):
+        for end in range(len(symbol) + 1):
+            demangle(symbol[:end])
+            demangle(symbol[:end] + "TxS9_Iq")
+    assert find_kernel(b"\x7fELF\x02" + bytes(200), KernelContract()).symbol == ""
+    assert find_kernel(b"not a module", KernelContract()).symbol == ""
+
+
 # --- the declaration, before anything compiles ----------------------------------------------------------------
 
 
@@ -136,6 +146,15 @@ def test_overloads_none_of_which_the_lab_can_launch_are_named(cubin_of):
     problem = parameter_problem(cubin_of(source), KernelContract())
     assert problem.startswith("mysgemm is defined 2 times and none of them takes what this lab launches it with")
     assert "mysgemm(long, int, int, const float *, const float *, float *)" in problem
+
+
+@needs_nvcc
+def test_a_cut_or_damaged_cubin_is_unknown_never_a_crash(cubin_of, submission_source):
+    cubin = cubin_of(submission_source("overloaded_kernel"))
+    for end in range(0, len(cubin), 97):
+        find_kernel(cubin[:end], KernelContract())
+    for at in range(0, len(cubin), 13):
+        find_kernel(cubin[:at] + bytes([cubin[at] ^ 0xFF]) + cubin[at + 1:], KernelContract())
 
 
 @needs_nvcc

@@ -52,7 +52,7 @@ def entry_functions(cubin: bytes) -> list[str] | None:
     cubin cannot be read."""
     try:
         return _entry_functions(cubin)
-    except (struct.error, ValueError, IndexError, UnicodeDecodeError):
+    except (struct.error, ValueError, IndexError):
         return None
 
 
@@ -157,8 +157,11 @@ def find_kernel(cubin: bytes, contract: KernelContract) -> Found:
     launchable = [(symbol, read) for symbol, read in named if read is None or not read.template]
     if not launchable:
         return Found(problem=template_kernel_problem(contract.name, [read.qualified for _, read in named]))
-    if len(launchable) == 1:
-        return Found(launchable[0][0])
+    return Found(launchable[0][0]) if len(launchable) == 1 else _of_overloads(cubin, launchable, contract)
+
+
+def _of_overloads(cubin: bytes, launchable: list[tuple[str, Demangled | None]], contract: KernelContract) -> Found:
+    """The one overload whose parameters' sizes are the lab's, then whose types are, then at global scope."""
     fitting = [(s, r) for s, r in launchable if compiled_parameter_sizes(cubin, s) == list(contract.argument_bytes)]
     typed = [(s, r) for s, r in fitting if r is not None and _types_fit(r, contract)]
     chosen = typed or fitting

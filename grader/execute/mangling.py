@@ -54,11 +54,11 @@ def demangle(symbol: str) -> Demangled | None:
     reader = _Reader(symbol, 2)
     try:
         scope, name, template = reader.function_name()
-    except (_Unreadable, IndexError):
+    except (_Unreadable, IndexError, ValueError):
         return None
     try:
         parameters: tuple[str, ...] | None = reader.parameters(template)
-    except (_Unreadable, IndexError):
+    except (_Unreadable, IndexError, ValueError):
         parameters = None
     return Demangled(name, scope, tuple(reader.arguments) if template else None, parameters)
 
@@ -85,6 +85,8 @@ class _Reader:
     # -- the function's name ------------------------------------------------------------------------
 
     def function_name(self) -> tuple[tuple[str, ...], str, bool]:
+        if self.peek() == "L":  # internal linkage (a `static` function), as GCC spells it
+            self.take()
         if self.peek() == "N":
             return self.nested_name()
         name = self.source_name()
