@@ -6,7 +6,9 @@ calls the same overload.
 The name reader runs anywhere; the cubin tests need nvcc (CI has it) and read what nvcc really built; the
 CPU grading needs g++; the GPU twins run on the lead's GPU machine.
 """
+import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import SUBMISSIONS
@@ -16,6 +18,7 @@ from grader.cases import load_cases
 from grader.config import load_config
 from grader.contract import KernelContract
 from grader.diagnose.run import _kernel_symbol, launch_command
+from grader.diagnose.sanitizer_log import describe, parse
 from grader.execute.compile import TILE_PROBE_SYMBOL, compile_check, prepare_source
 from grader.execute.cpu.build import emulator_sources
 from grader.execute.kernel_params import find_kernel, parameter_problem, symbols
@@ -178,6 +181,23 @@ def test_the_sanitizer_launches_the_kernel_by_its_mangled_name(cubin_of, submiss
                              (19, 21, 50), symbol)
     assert command[2] == LAB
     assert _kernel_symbol(tmp_path / "missing.cubin", KernelContract()) == "mysgemm"
+
+
+CAPTURED = Path(__file__).parent / "sanitizer_logs" / "captured"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CAPTURED.glob("*.log")))
+def test_the_sanitizers_demangled_frames_read_as_the_plain_ones_did(name):
+    """compute-sanitizer names a C++-linkage kernel by its demangled signature, spaces and all: the logs
+    captured on an H100 (extern "C" kernels) say the same with it."""
+    text = (CAPTURED / name).read_text()
+    demangled = text.replace("mysgemm+0x", "mysgemm(int, int, int, const float *, const float *, float *)+0x")
+    tool = name.split(".")[1]
+    buffers = next(({k: tuple(v) for k, v in json.loads(line.split(" ", 1)[1]).items()} for line in text.splitlines()
+                    if line.startswith("SGEMM_GRADER_BUFFERS ")), None)
+    said = [describe(parse(tool, log), buffers, barrier_lines=[16, 21]) for log in (text, demangled)]
+    assert said[0] == said[1] and bool(said[1]) == ("mysgemm" in text)  # the racy and the out-of-bounds ones say it
+    assert parse(tool, demangled).complete and parse(tool, demangled).error_count == parse(tool, text).error_count
 
 
 # --- compiled without a GPU (grade --no-run, and the CPU backend's nvcc check) -------------------------------
