@@ -46,19 +46,21 @@ def kernel_parameters(source: str, kernel: str) -> list[Parameter] | None:
 
 def definitions(source: str, kernel: str) -> list[Definition]:
     """Each `__global__` definition of the kernel (overloads, templates), in file order."""
-    found = []
-    for function in cs.function_definitions(cs.parse(source).root_node):
-        if cs.function_name(function) != kernel or not cs.has_keyword(function, "__global__"):
-            continue
-        template = function.parent is not None and function.parent.type == "template_declaration"
-        node = function.child_by_field_name("declarator")
-        while node is not None and node.type != "function_declarator":
-            node = node.child_by_field_name("declarator")
-        params = node.child_by_field_name("parameters") if node is not None else None
-        found.append(Definition(template, None if params is None else tuple(
-            _parameter(p) for p in params.named_children
-            if p.type in ("parameter_declaration", "optional_parameter_declaration"))))
-    return found
+    return [Definition(function.parent is not None and function.parent.type == "template_declaration",
+                       _parameters_of(function))
+            for function in cs.function_definitions(cs.parse(source).root_node)
+            if cs.function_name(function) == kernel and cs.has_keyword(function, "__global__")]
+
+
+def _parameters_of(function) -> tuple[Parameter, ...] | None:
+    node = function.child_by_field_name("declarator")
+    while node is not None and node.type != "function_declarator":
+        node = node.child_by_field_name("declarator")
+    params = node.child_by_field_name("parameters") if node is not None else None
+    if params is None:
+        return None
+    return tuple(_parameter(p) for p in params.named_children
+                 if p.type in ("parameter_declaration", "optional_parameter_declaration"))
 
 
 def template_kernel_problem(kernel: str, instances: list[str] | None = None) -> str:
