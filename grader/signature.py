@@ -35,6 +35,7 @@ class Parameter:
 class Definition:
     template: bool  # `template <...> __global__ void mysgemm(...)`
     parameters: tuple[Parameter, ...] | None  # None: the parser cannot read them
+    scope: str = ""  # the namespaces around it, "lab::inner"
 
 
 def kernel_parameters(source: str, kernel: str) -> list[Parameter] | None:
@@ -47,9 +48,18 @@ def kernel_parameters(source: str, kernel: str) -> list[Parameter] | None:
 def definitions(source: str, kernel: str) -> list[Definition]:
     """Each `__global__` definition of the kernel (overloads, templates), in file order."""
     return [Definition(function.parent is not None and function.parent.type == "template_declaration",
-                       _parameters_of(function))
+                       _parameters_of(function), _namespaces_around(function))
             for function in cs.function_definitions(cs.parse(source).root_node)
             if cs.function_name(function) == kernel and cs.has_keyword(function, "__global__")]
+
+
+def _namespaces_around(node) -> str:
+    names = []
+    while (node := node.parent) is not None:
+        if node.type == "namespace_definition":
+            name = node.child_by_field_name("name")
+            names.insert(0, cs.text(name) if name is not None else "(anonymous namespace)")
+    return "::".join(names)
 
 
 def _parameters_of(function) -> tuple[Parameter, ...] | None:
@@ -71,6 +81,12 @@ def template_kernel_problem(kernel: str, instances: list[str] | None = None) -> 
             f"template may be a __device__ helper it calls, e.g. dot<TILE_SIZE>(...)")
 
 
+def namespaced_kernel_problem(kernel: str, qualified: list[str]) -> str:
+    """Why a kernel defined only inside a namespace is not the lab's, and what to change."""
+    return (f"{kernel} is defined only inside a namespace ({', '.join(qualified)}); the lab launches {kernel} at "
+            "file scope: move the kernel out of the namespace")
+
+
 def _parameter(node) -> Parameter:
     base = " ".join(cs.text(c) for c in node.children
                     if c.type in ("primitive_type", "sized_type_specifier", "type_identifier"))
@@ -85,6 +101,8 @@ def signature_problem(source: str, contract: KernelContract) -> str:
     found = definitions(source, kernel)
     if found and all(d.template for d in found):
         return template_kernel_problem(kernel)
+    if found and all(d.scope for d in found if not d.template):
+        return namespaced_kernel_problem(kernel, [f"{d.scope}::{kernel}" for d in found if not d.template])
     problems = [_declaration_problem(list(d.parameters), contract) for d in found
                 if not d.template and d.parameters is not None]
     # Of overloads, one the lab can launch is enough (the compiled module says which: kernel_params.py).

@@ -91,6 +91,15 @@ def test_of_overloads_one_the_lab_can_launch_is_enough(submission_source):
     assert "mysgemm takes double *A; this lab uses float" in signature_problem(only_double, KernelContract())
 
 
+def test_a_kernel_only_inside_a_namespace_is_refused_before_compiling():
+    source = f"namespace lab {{ __global__ void mysgemm({FLOATS}) {BODY} }}\nnamespace {{ __global__ void " \
+             f"mysgemm(int m) {{ }} }}\n"
+    assert signature_problem(source, KernelContract()) == (
+        "mysgemm is defined only inside a namespace (lab::mysgemm, (anonymous namespace)::mysgemm); the lab launches "
+        "mysgemm at file scope: move the kernel out of the namespace")
+    assert signature_problem(source + f"__global__ void mysgemm({FLOATS}) {BODY}\n", KernelContract()) == ""
+
+
 def test_the_cpu_emulator_calls_the_float_overload_through_the_global_scope():
     launch = emulator_sources("", KernelContract())["launch.inc"]
     assert "::mysgemm(args.m, args.n, args.k, (Float *)args.A, (Float *)args.B, (Float *)args.C)" in launch
@@ -158,6 +167,13 @@ def test_a_cut_or_damaged_cubin_is_unknown_never_a_crash(cubin_of, submission_so
         find_kernel(cubin[:end], KernelContract())
     for at in range(0, len(cubin), 13):
         find_kernel(cubin[:at] + bytes([cubin[at] ^ 0xFF]) + cubin[at + 1:], KernelContract())
+
+
+@needs_nvcc
+def test_a_kernel_only_inside_a_namespace_is_not_the_labs(cubin_of):
+    problem = parameter_problem(cubin_of(f"namespace {{ __global__ void mysgemm({FLOATS}) {BODY} }}\n"),
+                                KernelContract())
+    assert problem.startswith("mysgemm is defined only inside a namespace ((anonymous namespace)::mysgemm)")
 
 
 @needs_nvcc

@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass
 
 from ..contract import MATRICES, KernelContract
-from ..signature import template_kernel_problem
+from ..signature import namespaced_kernel_problem, template_kernel_problem
 from .mangling import Demangled, demangle
 
 KPARAM_INFO = 0x17  # EIATTR_KPARAM_INFO: index u32, ordinal u16, offset u16, flags u32 (size in bits 18..31)
@@ -147,8 +147,9 @@ class Found:
 
 
 def find_kernel(cubin: bytes, contract: KernelContract) -> Found:
-    """The entry function whose own name is the contract's: a plain (extern "C") name or a mangled one. Of
-    several overloads, the one whose parameters fit the lab's launch (their sizes, then their types)."""
+    """The entry function whose own name is the contract's, at file scope as the lab launches it: a plain
+    (extern "C") name or a mangled one. Of several overloads, the one whose parameters fit the lab's launch
+    (their sizes, then their types)."""
     entries = entry_functions(cubin)
     named = [(symbol, demangle(symbol)) for symbol in entries or []]
     named = [(symbol, read) for symbol, read in named if (read.name if read else symbol) == contract.name]
@@ -157,15 +158,17 @@ def find_kernel(cubin: bytes, contract: KernelContract) -> Found:
     launchable = [(symbol, read) for symbol, read in named if read is None or not read.template]
     if not launchable:
         return Found(problem=template_kernel_problem(contract.name, [read.qualified for _, read in named]))
+    if all(read is not None and read.scope for _, read in launchable):
+        return Found(problem=namespaced_kernel_problem(contract.name, [read.qualified for _, read in launchable]))
+    launchable = [(symbol, read) for symbol, read in launchable if read is None or not read.scope]
     return Found(launchable[0][0]) if len(launchable) == 1 else _of_overloads(cubin, launchable, contract)
 
 
 def _of_overloads(cubin: bytes, launchable: list[tuple[str, Demangled | None]], contract: KernelContract) -> Found:
-    """The one overload whose parameters' sizes are the lab's, then whose types are, then at global scope."""
+    """The one overload whose parameters' sizes are the lab's, then whose types are."""
     fitting = [(s, r) for s, r in launchable if compiled_parameter_sizes(cubin, s) == list(contract.argument_bytes)]
     typed = [(s, r) for s, r in fitting if r is not None and _types_fit(r, contract)]
     chosen = typed or fitting
-    chosen = [(s, r) for s, r in chosen if r is None or not r.scope] or chosen  # the lab names ::mysgemm
     if len(chosen) == 1:
         return Found(chosen[0][0])
     if not chosen:

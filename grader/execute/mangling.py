@@ -20,6 +20,7 @@ BUILTIN = {
 BUILTIN_D = {"Dh": "half", "Dn": "decltype(nullptr)", "Di": "char32_t", "Ds": "char16_t", "Du": "char8_t"}
 QUALIFIER = {"r": "__restrict__", "V": "volatile", "K": "const"}
 SEQ_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+ANONYMOUS = "_GLOBAL__N"  # how an unnamed namespace is spelled in a name
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class Demangled:
     @property
     def qualified(self) -> str:
         arguments = f"<{', '.join(self.template_arguments)}>" if self.template_arguments is not None else ""
-        return "::".join((*self.scope, self.name)) + arguments
+        scope = ("(anonymous namespace)" if part.startswith(ANONYMOUS) else part for part in self.scope)
+        return "::".join((*scope, self.name)) + arguments
 
     def readable(self) -> str:
         """As a student wrote it: `ns::mysgemm(int, int, int, const float *, const float *, float *)`."""
