@@ -13,7 +13,6 @@ sys.path.insert(0, str(ROOT))  # the grader package, wherever the script is star
 from grader.execute.compile import (  # noqa: E402 - after the path is set
     prepare_source,
     reference_module_source,
-    wrap_like_sourcemodule,
 )
 from grader.result import SubmissionResult  # noqa: E402
 
@@ -66,9 +65,9 @@ def gpu_arch() -> str:
 
 
 def build_cubin(folder: Path, name: str, module_source: str, arch: str) -> Path:
-    """A module's source, wrapped as SourceModule wraps it and compiled with -lineinfo as the GPU child
-    compiles it: folder/NAME.cubin."""
-    (folder / f"{name}.cu").write_text(wrap_like_sourcemodule(module_source))
+    """A module's source, compiled with -lineinfo as the GPU child compiles it (the text as it is: a student's
+    with C++ linkage, the reference's saying extern "C" itself): folder/NAME.cubin."""
+    (folder / f"{name}.cu").write_text(module_source)
     subprocess.run(["nvcc", "--cubin", "-lineinfo", "-arch", arch, f"{name}.cu", "-o", f"{name}.cubin"], cwd=folder,
                    check=True)
     return folder / f"{name}.cubin"

@@ -33,7 +33,8 @@ from benchlib import ROOT, corpus_cubin, gpu_arch, reference_cubin
 from grader.contract import REFERENCE
 from grader.diagnose.launcher import launcher
 from grader.diagnose.run import TOOLS, launch_command, ragged_shape, sanitizer_path
-from grader.execute.compile import prepare_source, wrap_like_sourcemodule
+from grader.execute.compile import prepare_source
+from grader.execute.kernel_params import kernel_symbol
 from grader.execute.sandbox import ONE_BLAS_THREAD
 
 
@@ -104,7 +105,8 @@ def main() -> None:
         arch = gpu_arch()
         program = launcher(Path(work))
         cubin = corpus_cubin(Path(work), kernel, arch) if kernel else reference_cubin(Path(work), arch)
-        launch = launch_command(program, cubin, REFERENCE, 16, tuple(map(int, shape)))
+        launch = launch_command(program, cubin, REFERENCE, 16, tuple(map(int, shape)),
+                                kernel_symbol(cubin.read_bytes(), REFERENCE))
         if copies:
             commands = {"launch program alone": launch}
             for name, spec in TOOLS.items():
@@ -132,7 +134,7 @@ def main() -> None:
             return
         student = (ROOT / "tests" / "submissions" / "good_basic" / "kernel.cu").read_text()
         for index in range(runs):  # each text unique, as in a class
-            Path(work, f"s{index}.cu").write_text(wrap_like_sourcemodule(prepare_source(student + f"// {index}\n")))
+            Path(work, f"s{index}.cu").write_text(prepare_source(student + f"// {index}\n"))
         report("nvcc --cubin of a student kernel", [
             measured(["nvcc", "--cubin", "-lineinfo", "-arch", arch, f"s{index}.cu", "-o", f"s{index}.cubin"],
                      cwd=work) for index in range(runs)])

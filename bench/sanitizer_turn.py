@@ -22,6 +22,7 @@ from benchlib import corpus_cubin, gpu_arch
 from grader.contract import REFERENCE
 from grader.diagnose.launcher import launcher
 from grader.diagnose.run import TOOLS, launch_command, sanitizer_path, tool_command
+from grader.execute.kernel_params import kernel_symbol
 
 KERNELS = ["good_basic", "missing_load_barrier", "missing_use_barrier", "no_bounds_checks"]
 
@@ -67,7 +68,8 @@ def main() -> None:
             cubin = corpus_cubin(Path(work), kernel, arch)
             cells = []
             for tool, spec in TOOLS.items():
-                launch = launch_command(program, cubin, REFERENCE, 16, spec.shape(16))
+                launch = launch_command(program, cubin, REFERENCE, 16, spec.shape(16),
+                                        kernel_symbol(cubin.read_bytes(), REFERENCE))
                 command = tool_command(tool_path, tool, os.devnull, launch, tuple(extra))
                 measured = [turn_of(command) for _ in range(runs)]
                 cells.append(f"{tool} turn {median(m[0] for m in measured) * 1000:6.0f} ms"

@@ -2,8 +2,8 @@
 
 Host code (a `basicSgemm` wrapper, `main`, host globals, C++ host headers) is blanked out character by
 character, so every line and column of what remains is where the student wrote it. The CPU backend
-compiles only this; the GPU path falls back to it when the whole file does not compile under
-SourceModule's `extern "C"`.
+compiles only this; the GPU path falls back to it when the whole file does not compile (host code that needs
+a library the grader does not have: libwb's wb.h, a course's own header).
 """
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from tree_sitter import Node
 
 from . import cuda_syntax as cs
 
-HOST_CODE_LEFT_OUT = ("host code left out: it does not compile under SourceModule's extern \"C\", "
-                      "and only the kernel is graded")
+HOST_CODE_LEFT_OUT = "host code left out: the whole file does not compile, and only the kernel is graded"
 DEVICE_KEYWORDS = ("__global__", "__device__")
 DEVICE_STORAGE = ("__device__", "__constant__", "__shared__", "__managed__")
-# C++ headers that also exist in C form and are safe inside `extern "C"`; any other header without
-# `.h` (iostream, vector, ...) serves only host code.
+# C++ forms of C headers, which device code uses too (cmath's functions); any other header without `.h`
+# (iostream, vector, ...) serves only host code.
 C_COMPATIBLE_HEADERS = frozenset({"cstdio", "cmath", "cstdlib", "cstdint", "cfloat", "climits", "cassert", "cstring"})
 _CONTAINERS = ("namespace_definition", "declaration_list", "linkage_specification", "preproc_if", "preproc_ifdef",
                "preproc_else", "preproc_elif", "preproc_elifdef")

@@ -31,20 +31,60 @@ class Parameter:
     text: str  # as the student wrote it
 
 
+@dataclass(frozen=True)
+class Definition:
+    template: bool  # `template <...> __global__ void mysgemm(...)`
+    parameters: tuple[Parameter, ...] | None  # None: the parser cannot read them
+    scope: str = ""  # the namespaces around it, "lab::inner"
+
+
 def kernel_parameters(source: str, kernel: str) -> list[Parameter] | None:
-    """The parameters of the kernel's first definition, or None when it has none the parser can read."""
-    root = cs.parse(source).root_node
-    for function in cs.function_definitions(root):
-        if cs.function_name(function) == kernel and cs.has_keyword(function, "__global__"):
-            node = function.child_by_field_name("declarator")
-            while node is not None and node.type != "function_declarator":
-                node = node.child_by_field_name("declarator")
-            params = node.child_by_field_name("parameters") if node is not None else None
-            if params is None:
-                return None
-            return [_parameter(p) for p in params.named_children
-                    if p.type in ("parameter_declaration", "optional_parameter_declaration")]
-    return None
+    """The parameters of the kernel's first definition that is not a template, or None when it has none the
+    parser can read."""
+    readable = [d.parameters for d in definitions(source, kernel) if not d.template and d.parameters is not None]
+    return list(readable[0]) if readable else None
+
+
+def definitions(source: str, kernel: str) -> list[Definition]:
+    """Each `__global__` definition of the kernel (overloads, templates), in file order."""
+    return [Definition(function.parent is not None and function.parent.type == "template_declaration",
+                       _parameters_of(function), _namespaces_around(function))
+            for function in cs.function_definitions(cs.parse(source).root_node)
+            if cs.function_name(function) == kernel and cs.has_keyword(function, "__global__")]
+
+
+def _namespaces_around(node) -> str:
+    names = []
+    while (node := node.parent) is not None:
+        if node.type == "namespace_definition":
+            name = node.child_by_field_name("name")
+            names.insert(0, cs.text(name) if name is not None else "(anonymous namespace)")
+    return "::".join(names)
+
+
+def _parameters_of(function) -> tuple[Parameter, ...] | None:
+    node = function.child_by_field_name("declarator")
+    while node is not None and node.type != "function_declarator":
+        node = node.child_by_field_name("declarator")
+    params = node.child_by_field_name("parameters") if node is not None else None
+    if params is None:
+        return None
+    return tuple(_parameter(p) for p in params.named_children
+                 if p.type in ("parameter_declaration", "optional_parameter_declaration"))
+
+
+def template_kernel_problem(kernel: str, instances: list[str] | None = None) -> str:
+    """Why a kernel that is only a template cannot be graded, and what to write instead."""
+    compiled = f" (compiled: {', '.join(instances)})" if instances else ""
+    return (f"{kernel} is a template{compiled}: the lab launches {kernel} by its name, and a template kernel "
+            f"has a name only with its template arguments. Make {kernel} a plain __global__ function; a "
+            f"template may be a __device__ helper it calls, e.g. dot<TILE_SIZE>(...)")
+
+
+def namespaced_kernel_problem(kernel: str, qualified: list[str]) -> str:
+    """Why a kernel defined only inside a namespace is not the lab's, and what to change."""
+    return (f"{kernel} is defined only inside a namespace ({', '.join(qualified)}); the lab launches {kernel} at "
+            "file scope: move the kernel out of the namespace")
 
 
 def _parameter(node) -> Parameter:
@@ -58,10 +98,19 @@ def _parameter(node) -> Parameter:
 def signature_problem(source: str, contract: KernelContract) -> str:
     """What is certainly wrong with the kernel's declaration for this lab, in words; '' when nothing is."""
     kernel = contract.name
-    params = kernel_parameters(source, kernel)
-    if params is None:
-        return ""
-    expected = contract.signature
+    found = definitions(source, kernel)
+    if found and all(d.template for d in found):
+        return template_kernel_problem(kernel)
+    if found and all(d.scope for d in found if not d.template):
+        return namespaced_kernel_problem(kernel, [f"{d.scope}::{kernel}" for d in found if not d.template])
+    problems = [_declaration_problem(list(d.parameters), contract) for d in found
+                if not d.template and d.parameters is not None]
+    # Of overloads, one the lab can launch is enough (the compiled module says which: kernel_params.py).
+    return "" if not problems or "" in problems else problems[0]
+
+
+def _declaration_problem(params: list[Parameter], contract: KernelContract) -> str:
+    kernel, expected = contract.name, contract.signature
     if len(params) != len(contract.roles):
         found = ", ".join(p.text for p in params) or "nothing"
         return (f"{kernel} takes {len(params)} parameters ({found}); this lab launches it with "

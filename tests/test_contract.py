@@ -9,7 +9,7 @@ from hardware import needs_nvcc
 from grader.cases import load_cases
 from grader.config import load_config, preset_path
 from grader.contract import REFERENCE, KernelContract
-from grader.execute.compile import wrap_like_sourcemodule
+from grader.execute.compile import prepare_source
 from grader.execute.cpu.build import emulator_sources
 from grader.execute.job import Job
 from grader.execute.kernel_params import compiled_parameter_sizes, parameter_problem
@@ -27,7 +27,7 @@ def test_the_ece408_contract_passes_each_size_under_each_of_its_names():
     assert contract.signature.startswith("const float *A, const float *B, float *C, int m, int k, int k")
     # the CPU emulator's launch calls the student's kernel in that order too
     call = emulator_sources("", contract)["launch.inc"]
-    assert ("matrixMultiplyShared(AnyPointer{args.A}, AnyPointer{args.B}, AnyPointer{args.C}, args.m, args.k, "
+    assert ("::matrixMultiplyShared(AnyPointer{args.A}, AnyPointer{args.B}, AnyPointer{args.C}, args.m, args.k, "
             "args.k, args.n, args.m, args.n)") in call
 
 
@@ -47,7 +47,7 @@ def cubin_of(tmp_path_factory):
     def compile_(declaration: str, name: str = "mysgemm") -> bytes:
         folder = tmp_path_factory.mktemp("cubin")
         source = f"typedef size_t dim_t;\n__global__ void {name}({declaration}) {{ }}\n"
-        (folder / "k.cu").write_text(wrap_like_sourcemodule(source))
+        (folder / "k.cu").write_text(prepare_source(source))  # as the grader compiles it: C++ linkage
         subprocess.run(["nvcc", "--cubin", "-arch", "sm_90", "k.cu", "-o", "k.cubin"], cwd=folder, check=True)
         return (folder / "k.cubin").read_bytes()
     return compile_
@@ -56,9 +56,9 @@ def cubin_of(tmp_path_factory):
 @needs_nvcc
 def test_the_compiled_parameter_list_is_read_from_the_cubin(cubin_of):
     cubin = cubin_of("int m, int n, int k, const float *A, const float *B, float *C")
-    assert compiled_parameter_sizes(cubin, "mysgemm") == [4, 4, 4, 8, 8, 8]
+    assert compiled_parameter_sizes(cubin, "_Z7mysgemmiiiPKfS0_Pf") == [4, 4, 4, 8, 8, 8]  # by its mangled name
     assert parameter_problem(cubin, KernelContract()) == ""
-    assert compiled_parameter_sizes(cubin, "other") is None  # no such kernel: unknown, never a verdict
+    assert compiled_parameter_sizes(cubin, "mysgemm") is None  # no such symbol: unknown, never a verdict
     assert compiled_parameter_sizes(b"\x7fELF garbage" * 10, "mysgemm") is None
     assert compiled_parameter_sizes(cubin[:200], "mysgemm") is None
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import SUBMISSIONS
 from hardware import needs_gpu, needs_nvcc
 
-from grader.execute.compile import prepare_source, wrap_like_sourcemodule
+from grader.execute.compile import prepare_source
 from grader.execute.late_warps import (
     ENTRY_HOOK,
     LATE_CYCLES,
@@ -55,11 +55,11 @@ def test_every_barrier_of_a_compiled_kernel_is_followed_by_the_hook(tmp_path):
     kernel's entry branch on it; the student's macro-wrapped barriers (SYNC()) included. The entry's
     poisoning has a barrier of its own, behind its own bit of the switch."""
     source = (SUBMISSIONS / "good_tile32_macro_sync" / "kernel.cu").read_text()
-    (tmp_path / "kernel.cu").write_text(wrap_like_sourcemodule(prepare_source(source)))
+    (tmp_path / "kernel.cu").write_text(prepare_source(source))  # as the student's is compiled: C++ linkage
     subprocess.run(["nvcc", "--ptx", "-arch", "sm_80", "kernel.cu", "-o", "kernel.ptx"], cwd=tmp_path, check=True)
     ptx = (tmp_path / "kernel.ptx").read_text()
     assert re.search(rf"\.const \.align 4 \.u32 {SKEW_SYMBOL}", ptx)
-    kernel = ptx[ptx.index(".entry mysgemm"):]
+    kernel = ptx[ptx.index(".entry _Z7mysgemm"):]  # mysgemm(int, int, int, const float *, ...), mangled
     barriers = kernel.count("bar.sync") - 1  # the entry's, after the poison
     assert barriers == 2
     assert "%total_smem_size" in kernel and "st.shared.u32" in kernel

@@ -58,6 +58,14 @@ def test_a_correct_kernel_is_clean_and_fast(diagnose):
     assert max(check.metrics[f"{tool}_s"] for tool in ("racecheck", "memcheck", "synccheck")) < 30
 
 
+@pytest.mark.parametrize("name", ["template_helper", "overloaded_kernel"])
+def test_a_kernel_with_cpp_linkage_is_launched_under_every_tool(diagnose, name):
+    """Its symbol is mangled (_Z7mysgemmiiiPKfS0_Pf): looked up by its plain name, no tool would launch it, and
+    the diagnosis would be an error. Of overloaded_kernel's two mysgemm, the float one is launched."""
+    check = diagnose(name)
+    assert check.status == PASSED and "found nothing" in check.message, check.message
+
+
 def test_a_deadlocking_barrier_holds_the_gpu_only_for_the_hang_limit_and_is_explained(diagnose, setup):
     """Every tool's launch hangs; each holds the GPU (nobody else may use it) for sanitizer_launch_s, not for
     the tool's whole time limit."""

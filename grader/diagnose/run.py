@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Callable
 
 from ..contract import KernelContract
+from ..execute.compile import MAX_CUBIN_BYTES
 from ..execute.deadline import Deadline
 from ..execute.device_lock import Turn
 from ..execute.event_pipe import TimedOut, read_events
+from ..execute.kernel_params import kernel_symbol
 from ..execute.proc import BACKGROUND_NICE, TURN_NICE, kill_group, set_tree_priority
 from ..execute.protocol import ProtocolError, read_untrusted
 from ..execute.runner import Placement
@@ -110,10 +112,11 @@ def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_di
         (inputs / "kernel.cubin").chmod(0o644)
         (inputs / "launch_kernel").chmod(0o755)
         barriers = syncthreads_lines(run.source)
+        symbol = _kernel_symbol(inputs / "kernel.cubin", run.contract)
 
         def one(tool: str) -> ToolRun:
             launch = launch_command(inputs / "launch_kernel", inputs / "kernel.cubin", run.contract, run.tile,
-                                    TOOLS[tool].shape(run.tile))
+                                    TOOLS[tool].shape(run.tile), symbol)
             return _run_tool(tool, tool_path, launch, root, inputs, run, placement, sandbox, barriers)
 
         with ThreadPoolExecutor(len(TOOLS)) as pool:
@@ -122,12 +125,21 @@ def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_di
 
 
 def launch_command(program: Path, cubin: Path, contract: KernelContract, tile: int,
-                   shape: tuple[int, int, int]) -> list[str]:
-    """launch_kernel's command line (before its two pipes) for one launch of the contract's kernel."""
+                   shape: tuple[int, int, int], symbol: str = "") -> list[str]:
+    """launch_kernel's command line (before its two pipes) for one launch of the contract's kernel, looked up
+    by its symbol in the cubin (kernel_params.kernel_symbol: mangled, or the contract's name)."""
     m, n, k = shape
     geometry = contract.launch(m, n, tile)
-    return [str(program), str(cubin), contract.name, ",".join(contract.roles), ",".join(map(str, geometry.grid)),
-            ",".join(map(str, geometry.block)), str(m), str(n), str(k)]
+    return [str(program), str(cubin), symbol or contract.name, ",".join(contract.roles),
+            ",".join(map(str, geometry.grid)), ",".join(map(str, geometry.block)), str(m), str(n), str(k)]
+
+
+def _kernel_symbol(cubin: Path, contract: KernelContract) -> str:
+    """The symbol the GPU run launched the kernel by (the same cubin, the same lookup)."""
+    try:
+        return kernel_symbol(read_untrusted(cubin, MAX_CUBIN_BYTES), contract)
+    except OSError:
+        return contract.name  # the launch program reports the module it cannot read
 
 
 def tool_command(tool_path: str, tool: str, log: Path | str, launch: list[str],

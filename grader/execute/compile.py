@@ -1,8 +1,13 @@
-"""Prepares a submission for PyCUDA's SourceModule and turns compiler output into student messages.
+"""Prepares a submission for PyCUDA's compiler and turns compiler output into student messages.
 
-SourceModule wraps the source in `extern "C" {` ... `}`, which shifts every line by one; a `#line`
-directive restores the student's own numbering (for errors and for -lineinfo). A probe appended
-after the student's code lets the compiler itself evaluate TILE_SIZE; a prelude before it adds the
+The student's file is compiled with C++ linkage, as nvcc compiles any .cu file: pycuda's
+`no_extern_c=True`, not SourceModule's default `extern "C" {` ... `}` around it, inside which a template,
+an overload or a C++ header (`<cooperative_groups.h>`) is a compile error. The kernel is then found in the
+cubin by its mangled name (kernel_params.find_kernel); one the student declared `extern "C"` keeps its
+plain name. The grader's own module (the reference and its helpers) says `extern "C"` itself. A `#line`
+directive gives the student's file its own name and numbering (for errors and for -lineinfo) after the
+lines the grader puts before it. A probe appended after the student's code lets the compiler itself
+evaluate TILE_SIZE (a variable at file scope: its name is never mangled); a prelude before it adds the
 late-warps hooks (late_warps.py).
 """
 from __future__ import annotations
@@ -102,23 +107,31 @@ __global__ void {DIFFER_KERNEL}(const unsigned int *x, const unsigned int *y, un
 
 
 def prepare_source(source: str, file_name: str = STUDENT_FILE, tile: TileSource = DEFAULT_TILE) -> str:
-    """The text nvcc gets for a file (SourceModule adds its extern "C" around it): the late-warps hooks,
-    the file under its own name and line numbers, the tile size probe."""
+    """The text nvcc gets for a student's file, with C++ linkage (NO_EXTERN_C): the late-warps hooks, the
+    file under its own name and line numbers, the tile size probe."""
     return f'{LATE_WARPS_PRELUDE}#line 1 "{file_name}"\n{with_late_warps(source)}\n{_tile_probe(tile)}'
 
 
 def reference_module_source(reference: str) -> str:
-    """The reference kernel's module as the GPU child compiles it: the reference plus the grader's helpers."""
-    return prepare_source(reference, "reference.cu") + GRADER_KERNELS_SOURCE
+    """The reference kernel's module as the GPU child compiles it: the reference plus the grader's helpers,
+    with C linkage as SourceModule would give them (their names are the grader's, looked up as written)."""
+    return wrap_like_sourcemodule(prepare_source(reference, "reference.cu") + GRADER_KERNELS_SOURCE)
+
+
+# pycuda.compiler.compile's no_extern_c for every module the grader compiles: the text is handed to nvcc as it
+# is, so the text alone says its linkage (and the cache key, the text, says it too).
+NO_EXTERN_C = True
+# In every cache key: cubins cached when the student's text was compiled inside extern "C" are not this text's.
+LINKAGE = "linkage as written"
 
 
 def cubin_key(source: str, options: list[str], arch: str, nvcc_version: str) -> str:
     """The compile cache's key: the exact text, the options, the GPU architecture and the compiler."""
-    return hashlib.sha256("\0".join([source, *options, arch, nvcc_version]).encode()).hexdigest()
+    return hashlib.sha256("\0".join([source, *options, arch, nvcc_version, LINKAGE]).encode()).hexdigest()
 
 
 def wrap_like_sourcemodule(prepared: str) -> str:
-    """Exactly the text pycuda.compiler.compile hands nvcc (no_extern_c=False)."""
+    """What SourceModule's default (no_extern_c=False) would hand nvcc: the text inside extern "C"."""
     return 'extern "C" {\n%s\n}\n' % prepared
 
 
@@ -135,13 +148,14 @@ class CompileOutcome:
 
 def compile_check(source: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox,
                   contract: KernelContract | None = None) -> CompileOutcome:
-    """Compile as SourceModule would, without a GPU: nvcc --cubin for `arch`, in the sandbox. The cubin is
-    read only for the contract's kernel's parameter list (kernel_params.py), then discarded."""
+    """Compile as the GPU child would, without a GPU: nvcc --cubin for `arch`, in the sandbox, the text
+    pycuda hands nvcc with NO_EXTERN_C. The cubin is read only for the contract's kernel and its parameter
+    list (kernel_params.py), then discarded."""
     nvcc = nvcc_path()
     if nvcc is None:
         raise FileNotFoundError("nvcc not found on PATH")
     with scratch_folder("sgemm-compile-") as work:
-        Path(work, STUDENT_FILE).write_text(wrap_like_sourcemodule(prepare_source(source)))
+        Path(work, STUDENT_FILE).write_text(prepare_source(source))
         confinement = Confinement(work, COMPILER_LIMITS, cuda=True, seccomp=True, nice=BACKGROUND_NICE)
         env = child_environment(str(work), {})
         finished = run_killable([nvcc, "--cubin", *options, "-arch", arch, STUDENT_FILE, "-o", CUBIN_FILE], timeout,

@@ -22,6 +22,7 @@ from .compile import (
     COUNT_KERNEL,
     DIFFER_KERNEL,
     FILL_KERNEL,
+    NO_EXTERN_C,
     POISON_SHARED_KERNEL,
     TILE_PROBE_SYMBOL,
     TOUCH_KERNEL,
@@ -30,7 +31,7 @@ from .compile import (
 )
 from .cubin_cache import BUILT, OFFERED
 from .job import CaseSpec, Job, TimingSpec, student_output
-from .kernel_params import parameter_problem
+from .kernel_params import kernel_symbol, parameter_problem
 from .late_warps import OFF, SKEW_SYMBOL, skew_for
 from .proc import BACKGROUND_NICE, die_with_parent
 from .protocol import Channel
@@ -179,8 +180,9 @@ class Worker:
         if offered.is_file():
             return offered.read_bytes()
         try:
-            # The function SourceModule itself calls: same extern "C" wrapping, same nvcc flags.
-            cubin = pycuda_compile(source, options=list(self.job.options), arch=self.arch, cache_dir=False)
+            # The function SourceModule itself calls, with the text's own linkage (compile.py), its nvcc flags.
+            cubin = pycuda_compile(source, options=list(self.job.options), arch=self.arch, cache_dir=False,
+                                   no_extern_c=NO_EXTERN_C)
         except cuda.CompileError as err:
             return student_compile_message(f"{err.stdout or ''}{err.stderr or ''}")
         _write_atomically(Path(self.job.workdir, BUILT, key + ".cubin"), cubin)
@@ -375,9 +377,10 @@ class Kernel:
 
     @classmethod
     def load(cls, cubin: bytes, contract: KernelContract) -> Kernel | str:
+        """The contract's kernel, by its symbol in the cubin: mangled (C++ linkage) or plain (extern "C")."""
         module = guarded(cuda.module_from_buffer, cubin)
         try:
-            function = module.get_function(contract.name)
+            function = module.get_function(kernel_symbol(cubin, contract))
         except cuda.LogicError:
             return f"kernel {contract.name} not found in the compiled module"
         return cls(module, function, _tile_size(module), contract)

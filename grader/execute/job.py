@@ -52,7 +52,7 @@ class Job:
     cases: list[CaseSpec] = field(default_factory=list)
     timing: TimingSpec | None = None
     original_source: str = ""  # the file as handed in: the CPU emulator extracts its own device side
-    # When the whole file does not compile under extern "C", the GPU child tries its device side alone.
+    # When the whole file does not compile (host code needing libwb ...), the GPU child tries its device side alone.
     device_side_source: str = ""
     # The sandbox the CPU driver runs the compiler and the harness in (Sandbox's fields).
     sandbox: dict = field(default_factory=dict)

@@ -69,19 +69,35 @@ def compiler_version(path: str) -> str:
 def emulator_sources(source: str, contract: KernelContract, tile: TileSource = DEFAULT_TILE) -> dict[str, str]:
     """The two files the harness includes: the student's device side (with the tile size probe, which
     defines SGEMM_GRADER_TILE) and the launch of their kernel."""
-    call = ", ".join(contract.arguments("args.m", "args.n", "args.k", "AnyPointer{args.A}", "AnyPointer{args.B}",
-                                        "AnyPointer{args.C}"))
     return {
         "student.cu": (f'#line 1 "{STUDENT_FILE}"\n{instrument(device_side(source))}\n'
                        '#line 1 "<grader: tile size probe>"\n'
                        + tile.chain("#define SGEMM_GRADER_TILE {}")),
-        "launch.inc": (
-            '#line 1 "<grader: kernel launch>"\n'
-            "static void cuda_emu_kernel_call() {\n"
-            "    using cuda_emu_harness::args;\n    using cuda_emu_harness::AnyPointer;\n"
-            f"    {contract.name}({call});\n}}\n"
-        ),
+        "launch.inc": _launch(contract),
     }
+
+
+def _launch(contract: KernelContract) -> str:
+    """The kernel called by its name, from C++ as the GPU finds it by its mangled name (kernel_params.py): of
+    overloads, the one the lab's own types call (pointers to float; kernel_params picks the same); a kernel
+    taking another pointer type (float4 *) is called through AnyPointer, which converts to any. Both calls
+    are templates (AnyPointer is a template parameter), so the one not taken is never compiled; the kernel is
+    named from the global scope (`::mysgemm`), where the lab's kernel is, whatever the harness calls its own."""
+    sizes = ("args.m", "args.n", "args.k")
+    typed = ", ".join(contract.arguments(*sizes, "(Float *)args.A", "(Float *)args.B", "(Float *)args.C"))
+    untyped = ", ".join(contract.arguments(*sizes, "AnyPointer{args.A}", "AnyPointer{args.B}", "AnyPointer{args.C}"))
+    return (
+        '#line 1 "<grader: kernel launch>"\n'
+        "namespace cuda_emu_harness {\n"
+        "template <class Float, class AnyPointer>\n"
+        f"static auto kernel_call(int) -> decltype(::{contract.name}({typed}), void()) {{\n"
+        f"    ::{contract.name}({typed});\n}}\n"
+        "template <class Float, class AnyPointer>\n"
+        f"static void kernel_call(long) {{\n    ::{contract.name}({untyped});\n}}\n"
+        "}  // namespace cuda_emu_harness\n"
+        "static void cuda_emu_kernel_call() {\n"
+        "    cuda_emu_harness::kernel_call<float, cuda_emu_harness::AnyPointer>(0);\n}\n"
+    )
 
 
 def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Path,
