@@ -12,7 +12,6 @@ from pathlib import Path
 
 from .contract import ROLES, TILE_MACROS, KernelContract
 from .errors import ConfigError
-from .include_policy import DEFAULT_ALLOWED_HEADERS
 from .schema import build, load_yaml
 
 MAX_KERNEL_ARGS = 16  # what the launchers (and the sanitizer's launch program) pass at most
@@ -146,16 +145,20 @@ class CompileConfig:
     # Used only when no GPU tells us its architecture (--no-run compile checks, CI).
     arch_without_gpu: str = "sm_90"
     cache_dir: str = "~/.cache/sgemm-grader"
-    # `#include <name>` is allowed for these only; anything else is refused before any compiler runs.
-    allowed_headers: list[str] = field(default_factory=lambda: list(DEFAULT_ALLOWED_HEADERS))
+    # A header is allowed where it resolves: in the CUDA toolkit's or the C/C++ compiler's include folders
+    # (include_policy.py). A list here narrows that to these names (e.g. [cuda_runtime.h, stdio.h]).
+    allowed_headers: list[str] | None = None
     # Headers only a file's host code uses (libwb's wb.h, gputk.h): their #include lines are dropped, never
-    # read, and the host code goes with them; every other include is still refused.
+    # read, whatever folder the line names, and the host code goes with them.
     host_only_headers: list[str] = field(default_factory=list)
+    # Files a student hands in beside kernel.cu that kernel.cu may #include "name" (none by default).
+    handed_in_headers: list[str] = field(default_factory=list)
 
     def validate(self):
-        plain = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-        if not all(isinstance(h, str) and plain.fullmatch(h) for h in self.host_only_headers):
-            return "host_only_headers", "must be plain header names such as wb.h (no folders)"
+        plain = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+        for key in ("host_only_headers", "handed_in_headers", "allowed_headers"):
+            if not all(isinstance(h, str) and plain.fullmatch(h) for h in getattr(self, key) or ()):
+                return key, "must be plain header names such as wb.h (no folders)"
         return None
 
 

@@ -183,8 +183,9 @@ def _refusal_before_compiling(source: str, kernels: list[str], config: Config) -
     declared = signature_problem(source, config.kernel.contract())
     if declared:
         return declared
-    violations = check_source(source, config.compile.allowed_headers)
-    return describe_violations(violations, config.compile.allowed_headers) if violations else ""
+    headers = config.compile
+    violations = check_source(source, headers.allowed_headers, headers.handed_in_headers)
+    return describe_violations(violations, headers.allowed_headers, headers.handed_in_headers) if violations else ""
 
 
 def _take_run(result: SubmissionResult, run: RunEvents) -> None:
