@@ -27,6 +27,9 @@ class KernelConfig:
     args: list[str] = field(default_factory=lambda: list(ROLES))
     tile_sizes: list[int] = field(default_factory=lambda: [8, 16, 32])
     tile_macros: list[str] = field(default_factory=lambda: list(TILE_MACROS))  # the tile size's names, in order
+    # Blocks of block_size × block_size threads launch a kernel whose shared tiles give no size (an untiled
+    # kernel, tiles sized by blockDim): it is graded on its values, and the static checks say what is missing.
+    block_size: int = 16
     # Launches of the student's kernel per case on the GPU, on the same inputs: each must be right. A kernel
     # that races is right or wrong by its timing; one lucky launch must not decide its case.
     launches_per_case: int = 3
@@ -41,6 +44,8 @@ class KernelConfig:
                             f"once (a size may repeat), at most {MAX_KERNEL_ARGS} in all")
         if not self.tile_sizes or any(t < 1 or t > 32 for t in self.tile_sizes):
             return "tile_sizes", "must be a non-empty list of sizes from 1 to 32 (a block holds at most 1024 threads)"
+        if not 1 <= self.block_size <= 32:
+            return "block_size", "must be from 1 to 32 (a block holds at most 1024 threads)"
         if not self.tile_macros or not all(isinstance(m, str) and m.isidentifier() for m in self.tile_macros):
             return "tile_macros", "must be a non-empty list of macro names, e.g. [TILE_SIZE, TILE_WIDTH]"
         if not self.name.isidentifier():
@@ -51,7 +56,8 @@ class KernelConfig:
 
     def contract(self) -> KernelContract:
         """The one description of the kernel every launcher and check reads."""
-        return KernelContract(self.name, tuple(self.args), tuple(self.tile_sizes), tuple(self.tile_macros))
+        return KernelContract(self.name, tuple(self.args), tuple(self.tile_sizes), tuple(self.tile_macros),
+                              self.block_size)
 
 
 @dataclass
@@ -66,6 +72,9 @@ class PointsConfig:
     compile: float = 0.0
     static: StaticPoints = field(default_factory=StaticPoints)
     timing: float = 10.0
+    # Whether the static checks' points count for code that does not compile (on every path: CLI, batch,
+    # Gradescope, PrairieLearn). By default they do not: a barrier in code that does not build is no barrier.
+    static_after_compile_error: bool = False
 
     def validate(self):
         values = {"compile": self.compile, "timing": self.timing, **vars(self.static)}

@@ -131,6 +131,7 @@ class CompileOutcome:
     ok: bool
     message: str  # student-facing: errors with the student's line numbers
     timed_out: bool = False
+    mismatch: bool = False  # it compiled, but its parameters are not the ones the lab launches it with
 
 
 def compile_check(source: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox,
@@ -151,7 +152,9 @@ def compile_check(source: str, arch: str, options: list[str], timeout: float, sa
         if finished.returncode != 0:
             return CompileOutcome(False, student_compile_message(finished.output))
         declared = _parameter_problem(Path(work, CUBIN_FILE), contract) if contract else ""
-    return CompileOutcome(False, declared) if declared else CompileOutcome(True, warnings_of(finished.output))
+    if declared:
+        return CompileOutcome(False, declared, mismatch=True)
+    return CompileOutcome(True, warnings_of(finished.output))
 
 
 def _parameter_problem(cubin: Path, contract: KernelContract) -> str:

@@ -133,7 +133,7 @@ class Worker:
                 return None
         declared = parameter_problem(cubins["student"], self.job.contract)
         if declared:  # launched as the lab launches it, the kernel would read the wrong bytes
-            self.channel.send("compile_error", target="student", message=declared)
+            self.channel.send("compile_error", target="student", message=declared, mismatch=True)
             return None
         kernels = {}
         for who, cubin in cubins.items():

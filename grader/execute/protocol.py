@@ -49,7 +49,7 @@ EVENTS: dict[str, tuple[dict, dict]] = {
     "compiled": ({"device": str, "arch": str, "tile_size": OPTIONAL_INT},
                  {"reference_tile": OPTIONAL_INT, "cpu_s": NUMBER, "host_code_left_out": bool, "cubins": dict,
                   "pci_bus_id": str}),
-    "compile_error": ({"target": TARGET, "message": str}, {"emulator": bool}),
+    "compile_error": ({"target": TARGET, "message": str}, {"emulator": bool, "mismatch": bool}),
     "kernel_missing": ({"target": TARGET, "message": str}, {}),
     "case": ({"case": str, "seconds": NUMBER, "a_changed": bool, "b_changed": bool},
              {"races": RECORDS, "schedules_differ": int, "launches": int, "distinct_outputs": int}),
