@@ -211,7 +211,7 @@ def _settled(result: SubmissionResult, config: Config) -> SubmissionResult:
     compiled = next((check for check in result.checks if check.kind == COMPILE), None)
     if result.outcome == SUBMISSION_ERROR and compiled is not None:
         result.message = compiled.message
-        result.checks = [check if check is compiled else _unscored(check, "not graded: " + compiled.message)
+        result.checks = [check if check is compiled else _unscored(check, "not graded: " + compiled.message, True)
                          for check in result.checks]
     elif (result.outcome in (COMPILE_ERROR, TIMED_OUT) and compiled is not None and compiled.status == ERROR
           and not config.points.static_after_compile_error):
@@ -223,9 +223,11 @@ def _settled(result: SubmissionResult, config: Config) -> SubmissionResult:
 NOT_BUILT = "no points: the code does not compile, so this check of it does not count. It said: "
 
 
-def _unscored(check: CheckResult, message: str) -> CheckResult:
-    return check if check.status == SKIPPED else skipped(check.name, check.kind, check.max_score, message,
-                                                         visibility=check.visibility)
+def _unscored(check: CheckResult, message: str, skipped_too: bool = False) -> CheckResult:
+    if check.status == SKIPPED and not skipped_too:
+        return check
+    return skipped(check.name, check.kind, check.max_score, message, visibility=check.visibility,
+                   needs_gpu=check.needs_gpu)
 
 
 def _take_run(result: SubmissionResult, run: RunEvents) -> None:

@@ -182,7 +182,7 @@ class Worker:
             # The function SourceModule itself calls: same extern "C" wrapping, same nvcc flags.
             cubin = pycuda_compile(source, options=list(self.job.options), arch=self.arch, cache_dir=False)
         except cuda.CompileError as err:
-            return student_compile_message(f"{err.stdout or ''}{err.stderr or ''}")
+            return student_compile_message(f"{err.stdout or ''}{err.stderr or ''}", self.job.original_source)
         _write_atomically(Path(self.job.workdir, BUILT, key + ".cubin"), cubin)
         return cubin
 
