@@ -37,8 +37,8 @@ Comments and string literals never cause a violation: `// #include "x"` and `put
 line_directive_violations(): they would make the compiler and the sanitizer attribute errors to another
 file name. `#line N` alone only renumbers the student's own lines and is allowed.
 
-No file is ever opened here (a header is only looked up with stat): a violation holds the line number, the student's own text of the offending
-line (control characters escaped, shortened) and the reason.
+No file is ever opened here (a header is only looked up with stat): a violation holds the line number,
+the student's own text of the offending line (control characters escaped, shortened) and the reason.
 """
 from __future__ import annotations
 

@@ -267,7 +267,8 @@ def test_every_default_header_is_allowed():
 
 def test_a_list_in_the_config_narrows_the_headers():
     assert check_includes("#include <cuda_fp16.h>\n", [*DEFAULT_ALLOWED_HEADERS, "cuda_fp16.h"]) == []
-    assert only("#include <stdio.h>\n", ["cuda_runtime.h"]).reason == "<stdio.h> is not one of the headers this lab allows"
+    narrowed = only("#include <stdio.h>\n", ["cuda_runtime.h"])
+    assert narrowed.reason == "<stdio.h> is not one of the headers this lab allows"
     # Path checks come before the list: a bad entry in the configuration cannot allow a path.
     assert only("#include </etc/passwd>\n", ["/etc/passwd"]).reason == "absolute paths are not allowed in header names"
 

@@ -24,7 +24,8 @@ def test_a_literal_extent_is_the_tile_size():
 
 
 def kernel(body: str, head: str = "") -> str:
-    return f"{head}__global__ void mysgemm(int m, int n, int k, const float *A, const float *B, float *C)\n{{\n{body}\n}}\n"
+    declaration = "__global__ void mysgemm(int m, int n, int k, const float *A, const float *B, float *C)"
+    return f"{head}{declaration}\n{{\n{body}\n}}\n"
 
 
 @pytest.mark.parametrize(("head", "body", "size"), [

@@ -230,7 +230,7 @@ def same_place(quoted: str, column: int, own: str) -> int:
         return 0
     index = next((k for k, (start, token) in enumerate(theirs) if start + len(token) > column), len(theirs))
     matcher = difflib.SequenceMatcher(None, [t for _, t in theirs], [t for _, t in ours], autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, _ in matcher.get_opcodes():
         if i1 <= index < i2 or (i1 == i2 == index):
             k = j1 + (index - i1) if tag == "equal" else j1
             return ours[min(k, len(ours) - 1)][0]

@@ -9,8 +9,8 @@ whole submission; "tests" (rendered by <pl-external-grader-results>) carry "name
 through student_view: a hidden case shows only its verdict word. Points are the model's own.
 
 Code that does not compile scores what the result says, as on every other path (the pipeline keeps its
-static points only with `points.static_after_compile_error: true`). By default such a submission is "gradable": false with
-the compiler's message in "format_errors", so the attempt is not counted; with
+static points only with `points.static_after_compile_error: true`). By default such a submission is
+"gradable": false with the compiler's message in "format_errors", so the attempt is not counted; with
 `prairielearn.compile_error_graded: true` in config.yaml it is a graded 0 instead.
 PrairieLearn has no GPU: the score is a fraction of what could be checked, and checks that need a GPU
 are listed in the message, not as tests (they are neither passed nor failed).
