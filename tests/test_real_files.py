@@ -12,7 +12,7 @@ from hardware import needs_cxx, needs_nvcc
 
 from grader.cases import load_cases
 from grader.cli import main
-from grader.config import load_config
+from grader.config import load_config, preset_path
 from grader.pipeline import RunPlan, grade
 from grader.report.gradescope import to_gradescope
 from grader.report.prairielearn import to_prairielearn
@@ -69,8 +69,8 @@ def test_every_refused_include_form_is_named_with_its_reason(grade_one):
     assert all(c.status == SKIPPED for c in emulated(result))
 
 
-def test_a_libwb_include_with_a_folder_is_dropped_with_the_host_code(tmp_path):
-    config = load_config("presets/ece408.yaml")
+def test_a_libwb_include_with_a_folder_is_dropped_with_the_host_code():
+    config = load_config(preset_path("ece408"))
     cases = [c for c in load_cases(config.testcases_dir) if not c.gpu_only][:3]
     result = grade(SUBMISSIONS / "include_libwb_folder", config, cases, RunPlan("cpu"))
     assert result.outcome == GRADED and all(c.status == PASSED for c in emulated(result))

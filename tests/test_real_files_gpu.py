@@ -6,7 +6,7 @@ from conftest import SUBMISSIONS
 from hardware import needs_gpu
 
 from grader.cases import load_cases
-from grader.config import load_config
+from grader.config import load_config, preset_path
 from grader.pipeline import RunPlan, grade
 from grader.result import COMPILE_ERROR, GRADED, PASSED, SKIPPED, SUBMISSION_ERROR
 
@@ -65,6 +65,6 @@ def test_outcomes_and_texts_as_on_the_cpu(grade_one, graders, name, outcome, wor
 
 
 def test_a_libwb_include_with_a_folder_grades_under_the_ece408_preset():
-    config = load_config("presets/ece408.yaml")
+    config = load_config(preset_path("ece408"))
     result = grade(SUBMISSIONS / "include_libwb_folder", config, load_cases(config.testcases_dir), RunPlan("gpu"))
     assert result.outcome == GRADED and all(c.status == PASSED for c in cases(result))
