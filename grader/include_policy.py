@@ -52,9 +52,9 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-# The headers allowed where no CUDA toolkit can be asked where its headers are (a CPU-only machine without
-# nvcc): the toolkit's names a lab uses, and the standard ones, which the emulator's shims or the C++
-# compiler provide.
+# The headers allowed by name where no CUDA toolkit can be asked where its headers are (a CPU-only machine
+# without nvcc), besides what the C++ compiler's folders hold: the toolkit's names a lab uses, which the
+# emulator's shims provide, and the standard ones.
 DEFAULT_ALLOWED_HEADERS: tuple[str, ...] = (
     "cuda_runtime.h",
     "cuda.h",
@@ -85,6 +85,7 @@ DEFAULT_ALLOWED_HEADERS: tuple[str, ...] = (
     "chrono",
     "cuda_runtime_api.h",
     "device_functions.h",
+    "cooperative_groups.h",
 )
 
 MAX_DESCRIBED = 10  # describe() lists at most this many violations
@@ -133,7 +134,8 @@ class HeaderPolicy:
     folders: tuple[str, ...] = ()  # the toolkit's and the compilers' include folders, in search order
     only: frozenset[str] | None = None  # config allowed_headers: when set, only these of those folders' headers
     handed_in: frozenset[str] = frozenset()  # files a student hands in beside kernel.cu ("name" only)
-    fallback: frozenset[str] = frozenset(DEFAULT_ALLOWED_HEADERS)  # names allowed where folders is empty
+    toolkit: bool = True  # whether folders hold the CUDA toolkit's; if not, `fallback` names its headers
+    fallback: frozenset[str] = frozenset(DEFAULT_ALLOWED_HEADERS)
 
     def __post_init__(self) -> None:
         # A header may resolve anywhere under a folder's real path, and only there (never through a link out).
@@ -146,8 +148,10 @@ class HeaderPolicy:
             return None
         if self.only is not None and name not in self.only:
             return f"{spelled} is not one of the headers this lab allows"
+        if not self.toolkit and name in self.fallback:
+            return None
         if not self.folders:
-            return None if name in self.fallback else f"{spelled} is not one of the headers this lab allows"
+            return f"{spelled} is not one of the headers this lab allows"
         for folder in self.folders:
             candidate = os.path.join(folder, name)
             if os.path.isfile(candidate):
@@ -160,18 +164,24 @@ class HeaderPolicy:
         return f"{spelled} is not a header of the CUDA toolkit or the C/C++ compiler{also}"
 
 
-@functools.cache
-def include_folders(nvcc: str | None = None, cxx: str | None = None) -> tuple[str, ...]:
+def include_folders() -> tuple[str, ...]:
     """The folders nvcc searches for headers: the toolkit's (`nvcc --dryrun` names them), then the host
     compiler's system folders (`g++ -E -v`). Empty when neither compiler is here."""
-    nvcc = nvcc or shutil.which("nvcc")
-    cxx = cxx or os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    folders: list[str] = []
-    if nvcc:
-        folders += _nvcc_folders(_ask([nvcc, "--dryrun", "-E", "-x", "cu", os.devnull]))
-    if cxx and folders:  # without the toolkit, the fallback list is the rule: see HeaderPolicy
-        folders += _cxx_folders(_ask([cxx, "-xc++", "-E", "-v", os.devnull]))
-    return tuple(dict.fromkeys(f for f in folders if os.path.isdir(f)))
+    return tuple(dict.fromkeys(toolkit_folders() + compiler_folders()))
+
+
+@functools.cache
+def toolkit_folders() -> tuple[str, ...]:
+    nvcc = shutil.which("nvcc")
+    found = _nvcc_folders(_ask([nvcc, "--dryrun", "-E", "-x", "cu", os.devnull])) if nvcc else []
+    return tuple(f for f in found if os.path.isdir(f))
+
+
+@functools.cache
+def compiler_folders() -> tuple[str, ...]:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    found = _cxx_folders(_ask([cxx, "-xc++", "-E", "-v", os.devnull])) if cxx else []
+    return tuple(f for f in found if os.path.isdir(f))
 
 
 def _ask(command: list[str]) -> str:
@@ -203,7 +213,8 @@ def _cxx_folders(verbose: str) -> list[str]:
 
 def header_policy(allowed: Sequence[str] | None = None, handed_in: Sequence[str] = ()) -> HeaderPolicy:
     """The policy of a lab: headers by where this machine's compilers find them."""
-    return HeaderPolicy(include_folders(), None if allowed is None else frozenset(allowed), frozenset(handed_in))
+    return HeaderPolicy(include_folders(), None if allowed is None else frozenset(allowed), frozenset(handed_in),
+                        toolkit=bool(toolkit_folders()))
 
 
 # --- public API -----------------------------------------------------------------------------------
