@@ -173,8 +173,8 @@ def test_a_file_that_does_not_compile_scores_the_same_on_every_path(tmp_path, co
 
 def test_the_config_may_keep_static_points_after_a_compile_error_on_every_path(tmp_path, config_file):
     config = tmp_path / "config.yaml"
-    text = config_file.read_text().replace("  timing: 10", "  timing: 10\n  static_after_compile_error: true", 1)
-    assert "static_after_compile_error" in text
+    text = config_file.read_text().replace("static_after_compile_error: false", "static_after_compile_error: true")
+    assert "static_after_compile_error: true" in text
     config.write_text(text)
     scores = scores_on_every_path(tmp_path, config, SUBMISSIONS / "compile_error_in_macro_line")
     assert set(scores.values()) == {10}, scores
