@@ -187,3 +187,21 @@ def test_grading_the_same_result_in_every_lms_gives_the_same_points(grade_one):
     assert all(c.status == SKIPPED and re.search("does not compile", c.message)
                for c in result.checks if c.kind == "static")
     assert compiled(result).status == ERROR
+
+
+def test_the_caret_follows_the_token_through_macro_expansion():
+    """nvcc quotes `16 * 16 * nope` for `\tfloat y = TW * TW * nope;`: the caret lands on the student's `nope`,
+    and on the macro's name when nvcc points into an expansion."""
+    from grader.execute.compile import student_compile_message
+
+    source = "#define TW 16\n__global__ void k() {\n\tfloat y = TW * TW * nope; float z = TW.x;\n}\n"
+    log = ('kernel.cu(3): error: identifier "nope" is undefined\n'
+           "   float y = 16 * 16 * nope; float z = 16.x;\n"
+           "                       ^\n\n"
+           'kernel.cu(3): error: expression must have class type\n'
+           "   float y = 16 * 16 * nope; float z = 16.x;\n"
+           "                                       ^\n")
+    lines = student_compile_message(log, source).splitlines()
+    own = "    float y = TW * TW * nope; float z = TW.x;"
+    assert lines[2:4] == [own, " " * own.index("nope") + "^"]
+    assert lines[6:8] == [own, " " * own.index("TW.x") + "^"]

@@ -154,7 +154,7 @@ def compile_check(source: str, arch: str, options: list[str], timeout: float, sa
         declared = _parameter_problem(Path(work, CUBIN_FILE), contract) if contract else ""
     if declared:
         return CompileOutcome(False, declared, mismatch=True)
-    return CompileOutcome(True, warnings_of(finished.output))
+    return CompileOutcome(True, warnings_of(finished.output, source))
 
 
 def _parameter_problem(cubin: Path, contract: KernelContract) -> str:
@@ -252,7 +252,7 @@ def _without_grader_diagnostics(lines: list[str]) -> tuple[list[str], list[str]]
     return kept, parts
 
 
-def warnings_of(log: str) -> str:
+def warnings_of(log: str, source: str = "") -> str:
     if not log.strip():
         return "compiled"
-    return "compiled with warnings:\n" + student_compile_message(log).split("\n", 1)[-1]
+    return "compiled with warnings:\n" + student_compile_message(log, source).split("\n", 1)[-1]
