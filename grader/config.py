@@ -44,8 +44,8 @@ class KernelConfig:
                             f"once (a size may repeat), at most {MAX_KERNEL_ARGS} in all")
         if not self.tile_sizes or any(t < 1 or t > 32 for t in self.tile_sizes):
             return "tile_sizes", "must be a non-empty list of sizes from 1 to 32 (a block holds at most 1024 threads)"
-        if not 1 <= self.block_size <= 32:
-            return "block_size", "must be from 1 to 32 (a block holds at most 1024 threads)"
+        if self.block_size not in self.tile_sizes:
+            return "block_size", f"must be one of tile_sizes ({', '.join(map(str, self.tile_sizes))})"
         if not self.tile_macros or not all(isinstance(m, str) and m.isidentifier() for m in self.tile_macros):
             return "tile_macros", "must be a non-empty list of macro names, e.g. [TILE_SIZE, TILE_WIDTH]"
         if not self.name.isidentifier():

@@ -205,3 +205,13 @@ def test_the_caret_follows_the_token_through_macro_expansion():
     own = "    float y = TW * TW * nope; float z = TW.x;"
     assert lines[2:4] == [own, " " * own.index("nope") + "^"]
     assert lines[6:8] == [own, " " * own.index("TW.x") + "^"]
+
+
+def test_the_block_size_must_be_a_tile_size_the_lab_allows(tmp_path, config_file):
+    """An untiled kernel is launched with it, and a launch the lab does not allow would be a submission error."""
+    from grader.errors import ConfigError
+
+    config = tmp_path / "config.yaml"
+    config.write_text(config_file.read_text().replace("block_size: 16", "block_size: 12"))
+    with pytest.raises(ConfigError, match=r"kernel.block_size: must be one of tile_sizes \(8, 16, 32\)"):
+        load_config(config)
