@@ -12,7 +12,6 @@ from pathlib import Path
 
 from .contract import ROLES, TILE_MACROS, KernelContract
 from .errors import ConfigError
-from .include_policy import DEFAULT_ALLOWED_HEADERS
 from .schema import build, load_yaml
 
 MAX_KERNEL_ARGS = 16  # what the launchers (and the sanitizer's launch program) pass at most
@@ -28,6 +27,9 @@ class KernelConfig:
     args: list[str] = field(default_factory=lambda: list(ROLES))
     tile_sizes: list[int] = field(default_factory=lambda: [8, 16, 32])
     tile_macros: list[str] = field(default_factory=lambda: list(TILE_MACROS))  # the tile size's names, in order
+    # Blocks of block_size × block_size threads launch a kernel whose shared tiles give no size (an untiled
+    # kernel, tiles sized by blockDim): it is graded on its values, and the static checks say what is missing.
+    block_size: int = 16
     # Launches of the student's kernel per case on the GPU, on the same inputs: each must be right. A kernel
     # that races is right or wrong by its timing; one lucky launch must not decide its case.
     launches_per_case: int = 3
@@ -42,6 +44,8 @@ class KernelConfig:
                             f"once (a size may repeat), at most {MAX_KERNEL_ARGS} in all")
         if not self.tile_sizes or any(t < 1 or t > 32 for t in self.tile_sizes):
             return "tile_sizes", "must be a non-empty list of sizes from 1 to 32 (a block holds at most 1024 threads)"
+        if self.block_size not in self.tile_sizes:
+            return "block_size", f"must be one of tile_sizes ({', '.join(map(str, self.tile_sizes))})"
         if not self.tile_macros or not all(isinstance(m, str) and m.isidentifier() for m in self.tile_macros):
             return "tile_macros", "must be a non-empty list of macro names, e.g. [TILE_SIZE, TILE_WIDTH]"
         if not self.name.isidentifier():
@@ -52,7 +56,8 @@ class KernelConfig:
 
     def contract(self) -> KernelContract:
         """The one description of the kernel every launcher and check reads."""
-        return KernelContract(self.name, tuple(self.args), tuple(self.tile_sizes), tuple(self.tile_macros))
+        return KernelContract(self.name, tuple(self.args), tuple(self.tile_sizes), tuple(self.tile_macros),
+                              self.block_size)
 
 
 @dataclass
@@ -67,6 +72,9 @@ class PointsConfig:
     compile: float = 0.0
     static: StaticPoints = field(default_factory=StaticPoints)
     timing: float = 10.0
+    # Whether the static checks' points count for code that does not compile (on every path: CLI, batch,
+    # Gradescope, PrairieLearn). By default they do not: a barrier in code that does not build is no barrier.
+    static_after_compile_error: bool = False
 
     def validate(self):
         values = {"compile": self.compile, "timing": self.timing, **vars(self.static)}
@@ -146,16 +154,21 @@ class CompileConfig:
     # Used only when no GPU tells us its architecture (--no-run compile checks, CI).
     arch_without_gpu: str = "sm_90"
     cache_dir: str = "~/.cache/sgemm-grader"
-    # `#include <name>` is allowed for these only; anything else is refused before any compiler runs.
-    allowed_headers: list[str] = field(default_factory=lambda: list(DEFAULT_ALLOWED_HEADERS))
+    # A header is allowed where it resolves: in the CUDA toolkit's or the C/C++ compiler's include folders
+    # (include_policy.py). A list here narrows that to these names (e.g. [cuda_runtime.h, stdio.h]).
+    allowed_headers: list[str] | None = None
     # Headers only a file's host code uses (libwb's wb.h, gputk.h): their #include lines are dropped, never
-    # read, and the host code goes with them; every other include is still refused.
+    # read, whatever folder the line names, and the host code goes with them.
     host_only_headers: list[str] = field(default_factory=list)
+    # Files a student hands in beside kernel.cu that kernel.cu may #include "name" (none by default). The include
+    # policy allows them; intake does not yet carry them next to kernel.cu for the compilers.
+    handed_in_headers: list[str] = field(default_factory=list)
 
     def validate(self):
-        plain = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-        if not all(isinstance(h, str) and plain.fullmatch(h) for h in self.host_only_headers):
-            return "host_only_headers", "must be plain header names such as wb.h (no folders)"
+        plain = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+        for key in ("host_only_headers", "handed_in_headers", "allowed_headers"):
+            if not all(isinstance(h, str) and plain.fullmatch(h) for h in getattr(self, key) or ()):
+                return key, "must be plain header names such as wb.h (no folders)"
         return None
 
 

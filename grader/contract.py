@@ -23,20 +23,26 @@ TILE_MACROS = ("TILE_SIZE", "TILE_WIDTH", "BLOCK_SIZE", "TILEWIDTH", "TILE_DIM")
 
 @dataclass(frozen=True)
 class TileSource:
-    """Where a submission's tile size comes from: the first of `macros` the file defines, else `constant`
-    (a number or file-scope integer constant sizing its first shared tile, tile_size.py), else nowhere."""
+    """Where a submission's tile size comes from: `constant`, what sizes its first shared tile (a number, a
+    macro of any name, a file-scope or kernel-local integer constant: tile_size.py), else the first of
+    `macros` the file defines, else `fallback` (the config's block size: a kernel without tiles is still
+    launched and graded on its values), else nowhere."""
 
     macros: tuple[str, ...] = TILE_MACROS
     constant: str = ""
+    fallback: int = 0
 
     def chain(self, line: str) -> str:
         """Preprocessor lines that emit `line` (with {} for the value) for the first source the file has:
         the compiler, not the grader, evaluates the student's macro or constant."""
-        branches = [(f"defined({name})", name) for name in self.macros]
-        if self.constant:
-            branches.append(("1", self.constant))
+        branches = [("1", self.constant)] if self.constant else []
+        branches += [(f"defined({name})", name) for name in self.macros]
         chain = [f"#{'if' if i == 0 else 'elif'} {test}\n{line.format(f'({value})')}"
                  for i, (test, value) in enumerate(branches)]
+        if chain and self.fallback:
+            chain.append(f"#else\n{line.format(f'({self.fallback})')}")
+        elif self.fallback:
+            return line.format(f"({self.fallback})") + "\n"
         return "\n".join(chain) + "\n#endif\n" if chain else ""
 
 
@@ -55,6 +61,7 @@ class KernelContract:
     roles: tuple[str, ...] = ROLES
     tile_sizes: tuple[int, ...] = (8, 16, 32)
     tile_macros: tuple[str, ...] = TILE_MACROS
+    block_size: int = 16  # the launch's tile × tile blocks for a kernel whose tiles give no size
 
     def launch(self, m: int, n: int, tile: int) -> Launch:
         """One thread per element of C: blocks of tile × tile threads, over n columns and m rows."""
@@ -75,14 +82,15 @@ class KernelContract:
         return ", ".join(SPELLING[role] for role in self.roles)
 
     def tile_source(self, constant: str = "") -> TileSource:
-        return TileSource(self.tile_macros, constant)
+        return TileSource(self.tile_macros, constant, self.block_size)
 
     def to_wire(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_wire(cls, data: dict) -> KernelContract:
-        return cls(data["name"], tuple(data["roles"]), tuple(data["tile_sizes"]), tuple(data["tile_macros"]))
+        return cls(data["name"], tuple(data["roles"]), tuple(data["tile_sizes"]), tuple(data["tile_macros"]),
+                   data.get("block_size", 16))
 
 
 # The grader's reference kernel (reference/kernel.cu), always called through its own fixed signature,

@@ -1,13 +1,19 @@
-"""Which preprocessor (and assembler) features a submission may use: nothing that can open a file.
+"""Which preprocessor (and assembler) features a submission may use: nothing that can open a file
+the student could not read anyway.
 
-nvcc runs the host compiler's preprocessor over kernel.cu before anything else; a quoted or absolute
-`#include` would make it open any file on the grading machine, and its compile errors would quote that
-file's lines back to the student. So a submission may include only the toolkit/system headers of an
-allowed list, written as `#include <name>`; everything else that can make a tool open a file is refused
-before the compiler sees the source:
+nvcc runs the host compiler's preprocessor over kernel.cu before anything else; an `#include` of any file
+would make it open that file on the grading machine, and its compile errors would quote that file's lines
+back to the student. So a header is allowed by where it resolves, not by a list: `#include <name>` or
+`#include "name"` is accepted when the name resolves, as the compiler searches, inside the CUDA toolkit's
+include folders or the C/C++ compiler's system folders (public files: reading them leaks nothing; asked
+of the compilers once per process, include_folders()), or when it is a file the lab lets a student hand in
+beside kernel.cu (config `compile.handed_in_headers`, quoted only). `compile.allowed_headers`, when set,
+narrows the toolkit and system headers to those names. Everything else that can make a tool open a file
+is refused before the compiler sees the source:
 
-- quoted includes, absolute paths, `..` components and backslashes in header names, header names that
-  are not in the allowed list, and `#include MACRO` (a computed include: the macro could name any file);
+- absolute paths, `..` components, backslashes and unusual characters in header names, a name that
+  resolves nowhere or outside those folders (through a link, say), and `#include MACRO` (a computed
+  include: the macro could name any file);
 - `#include_next`, `#import`, `#embed` and every directive not in `_ALLOWED_DIRECTIVES`;
 - `__has_include`, `__has_include_next`, `__has_embed` anywhere (they probe files on the grading machine);
 - the file-opening pragmas (`#pragma GCC dependency`, `GCC pch_preprocess`, MSVC `include_alias` and
@@ -31,17 +37,24 @@ Comments and string literals never cause a violation: `// #include "x"` and `put
 line_directive_violations(): they would make the compiler and the sanitizer attribute errors to another
 file name. `#line N` alone only renumbers the student's own lines and is allowed.
 
-No file is ever opened here: a violation holds the line number, the student's own text of the offending
-line (control characters escaped, shortened) and the reason.
+No file is ever opened here (a header is only looked up with stat): a violation holds the line number,
+the student's own text of the offending line (control characters escaped, shortened) and the reason.
 """
 from __future__ import annotations
 
 import bisect
+import functools
+import os
 import re
+import shutil
+import subprocess
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+# The headers allowed by name where no CUDA toolkit can be asked where its headers are (a CPU-only machine
+# without nvcc), besides what the C++ compiler's folders hold: the toolkit's names a lab uses, which the
+# emulator's shims provide, and the standard ones.
 DEFAULT_ALLOWED_HEADERS: tuple[str, ...] = (
     "cuda_runtime.h",
     "cuda.h",
@@ -70,6 +83,9 @@ DEFAULT_ALLOWED_HEADERS: tuple[str, ...] = (
     "vector",
     "algorithm",
     "chrono",
+    "cuda_runtime_api.h",
+    "device_functions.h",
+    "cooperative_groups.h",
 )
 
 MAX_DESCRIBED = 10  # describe() lists at most this many violations
@@ -111,14 +127,105 @@ class IncludeViolation:
     kind: str = INCLUDE  # INCLUDE, DIRECTIVE, PRAGMA, ASSEMBLY, PASTE or LINE
 
 
+@dataclass(frozen=True)
+class HeaderPolicy:
+    """Where an included header may resolve, and what else may be included."""
+
+    folders: tuple[str, ...] = ()  # the toolkit's and the compilers' include folders, in search order
+    only: frozenset[str] | None = None  # config allowed_headers: when set, only these of those folders' headers
+    handed_in: frozenset[str] = frozenset()  # files a student hands in beside kernel.cu ("name" only)
+    toolkit: bool = True  # whether folders hold the CUDA toolkit's; if not, `fallback` names its headers
+    fallback: frozenset[str] = frozenset(DEFAULT_ALLOWED_HEADERS)
+
+    def __post_init__(self) -> None:
+        # A header may resolve anywhere under a folder's real path, and only there (never through a link out).
+        object.__setattr__(self, "_roots", tuple(os.path.realpath(f) for f in self.folders))
+
+    def problem(self, name: str, quoted: bool) -> str | None:
+        """Why `name` may not be included, or None."""
+        spelled = f'"{name}"' if quoted else f"<{name}>"
+        if quoted and name in self.handed_in:
+            return None
+        if self.only is not None and name not in self.only:
+            return f"{spelled} is not one of the headers this lab allows"
+        if not self.toolkit and name in self.fallback:
+            return None
+        if not self.folders:
+            return f"{spelled} is not one of the headers this lab allows"
+        for folder in self.folders:
+            candidate = os.path.join(folder, name)
+            if os.path.isfile(candidate):
+                real = os.path.realpath(candidate)
+                if any(real.startswith(root + os.sep) for root in self._roots):
+                    return None
+                return f"{spelled} leads outside the CUDA toolkit's and the compiler's include folders"
+        handed = ", ".join(f'"{h}"' for h in sorted(self.handed_in))
+        also = f" or a file handed in with kernel.cu ({handed})" if handed else ""
+        return f"{spelled} is not a header of the CUDA toolkit or the C/C++ compiler{also}"
+
+
+def include_folders() -> tuple[str, ...]:
+    """The folders nvcc searches for headers: the toolkit's (`nvcc --dryrun` names them), then the host
+    compiler's system folders (`g++ -E -v`). Empty when neither compiler is here."""
+    return tuple(dict.fromkeys(toolkit_folders() + compiler_folders()))
+
+
+@functools.cache
+def toolkit_folders() -> tuple[str, ...]:
+    nvcc = shutil.which("nvcc")
+    found = _nvcc_folders(_ask([nvcc, "--dryrun", "-E", "-x", "cu", os.devnull])) if nvcc else []
+    return tuple(f for f in found if os.path.isdir(f))
+
+
+@functools.cache
+def compiler_folders() -> tuple[str, ...]:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    found = _cxx_folders(_ask([cxx, "-xc++", "-E", "-v", os.devnull])) if cxx else []
+    return tuple(f for f in found if os.path.isdir(f))
+
+
+def _ask(command: list[str]) -> str:
+    try:
+        finished = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False,
+                                  stdin=subprocess.DEVNULL, env={**os.environ, "LC_ALL": "C"})
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return finished.stdout + finished.stderr
+
+
+def _nvcc_folders(dryrun: str) -> list[str]:
+    """The -I and -isystem folders of nvcc's INCLUDES and SYSTEM_INCLUDES (its nvcc.profile's)."""
+    folders = []
+    for line in dryrun.splitlines():
+        if re.match(r"#\$ (?:SYSTEM_)?INCLUDES=", line):
+            folders += [a or b for a, b in re.findall(r'"-I([^"]+)"|"-isystem"\s+"([^"]+)"', line)]
+    return [os.path.normpath(f) for f in folders]
+
+
+def _cxx_folders(verbose: str) -> list[str]:
+    """The `#include <...> search starts here:` list of `g++ -E -v`."""
+    match = re.search(r"#include <\.\.\.> search starts here:\n(.*?)\nEnd of search list", verbose, re.DOTALL)
+    if not match:
+        return []
+    return [os.path.normpath(line.strip()) for line in match.group(1).splitlines()
+            if line.strip() and not line.strip().endswith("(framework directory)")]
+
+
+def header_policy(allowed: Sequence[str] | None = None, handed_in: Sequence[str] = ()) -> HeaderPolicy:
+    """The policy of a lab: headers by where this machine's compilers find them."""
+    return HeaderPolicy(include_folders(), None if allowed is None else frozenset(allowed), frozenset(handed_in),
+                        toolkit=bool(toolkit_folders()))
+
+
 # --- public API -----------------------------------------------------------------------------------
 
 
-def check_includes(source: str, allowed: Sequence[str] | None = None) -> list[IncludeViolation]:
-    """Everything in source that could make the preprocessor, compiler or assembler open a file,
+def check_includes(source: str, allowed: Sequence[str] | None = None, handed_in: Sequence[str] = (),
+                   policy: HeaderPolicy | None = None) -> list[IncludeViolation]:
+    """Everything in source that could make the preprocessor, compiler or assembler open a file it may not,
     except #line (see line_directive_violations). Empty when the source is acceptable."""
-    allowed_set = frozenset(DEFAULT_ALLOWED_HEADERS if allowed is None else allowed)
-    return _collect(source, lambda reading: _include_findings(reading, allowed_set))
+    policy = policy or header_policy(allowed, handed_in)
+    return _collect(source, lambda reading: _include_findings(reading, policy))
 
 
 def line_directive_violations(source: str) -> list[IncludeViolation]:
@@ -126,17 +233,18 @@ def line_directive_violations(source: str) -> list[IncludeViolation]:
     return _collect(source, _line_findings)
 
 
-def check_source(source: str, allowed: Sequence[str] | None = None) -> list[IncludeViolation]:
+def check_source(source: str, allowed: Sequence[str] | None = None, handed_in: Sequence[str] = (),
+                 policy: HeaderPolicy | None = None) -> list[IncludeViolation]:
     """Both checks, in line order: what the grader runs before compiling a submission."""
-    found = check_includes(source, allowed) + line_directive_violations(source)
+    found = check_includes(source, allowed, handed_in, policy) + line_directive_violations(source)
     return sorted(found, key=lambda v: v.line)
 
 
-def describe(violations: Sequence[IncludeViolation], allowed: Sequence[str] | None = None) -> str:
-    """A student-facing message, one line per violation, then the allowed headers where they matter."""
+def describe(violations: Sequence[IncludeViolation], allowed: Sequence[str] | None = None,
+             handed_in: Sequence[str] = ()) -> str:
+    """A student-facing message, one line per violation, then what may be included where it matters."""
     if not violations:
         return ""
-    headers = DEFAULT_ALLOWED_HEADERS if allowed is None else tuple(allowed)
     lines = [("kernel.cu is not compiled: these lines could make the compiler read other files "
               "on the grading machine.")]
     for violation in violations[:MAX_DESCRIBED]:
@@ -144,9 +252,20 @@ def describe(violations: Sequence[IncludeViolation], allowed: Sequence[str] | No
     if len(violations) > MAX_DESCRIBED:
         lines.append(f"... and {len(violations) - MAX_DESCRIBED} more")
     if any(v.kind == INCLUDE for v in violations):
-        names = ", ".join(f"<{h}>" for h in headers) if headers else "(none)"
-        lines.append(f"Only these headers may be included, written as #include <name>: {names}")
+        lines.append(_what_may_be_included(allowed, handed_in))
     return "\n".join(lines)
+
+
+def _what_may_be_included(allowed: Sequence[str] | None, handed_in: Sequence[str]) -> str:
+    if allowed is not None:
+        names = ", ".join(f"<{h}>" for h in allowed) if allowed else "(none)"
+        text = f"Only these headers may be included: {names}"
+    else:
+        text = ("Headers of the CUDA toolkit and of the C/C++ compiler may be included, by their names "
+                "(#include <cuda_runtime.h>, #include <cstdio>), never by a path")
+    if handed_in:
+        text += "; and the files handed in with kernel.cu: " + ", ".join(f'"{h}"' for h in handed_in)
+    return text
 
 
 # --- reading the source as the preprocessor does ----------------------------------------------------
@@ -424,17 +543,17 @@ def _significant(tokens: Iterable[_Token]) -> list[_Token]:
     return [t for t in tokens if t.kind != "nl"]
 
 
-def _include_findings(scan: _Scan, allowed: frozenset[str]) -> list[_Finding]:
+def _include_findings(scan: _Scan, policy: HeaderPolicy) -> list[_Finding]:
     findings: list[_Finding] = []
     for directive in scan.directives:
-        reason = _directive_problem(directive, allowed)
+        reason = _directive_problem(directive, policy)
         if reason is not None:
             findings.append(_Finding(directive.start, directive.end, *reason))
     findings.extend(_token_findings(scan))
     return findings
 
 
-def _directive_problem(directive: _Directive, allowed: frozenset[str]) -> tuple[str, str] | None:
+def _directive_problem(directive: _Directive, policy: HeaderPolicy) -> tuple[str, str] | None:
     if not directive.tokens:
         return None  # the null directive
     name, operands = directive.tokens[0], directive.tokens[1:]
@@ -444,9 +563,9 @@ def _directive_problem(directive: _Directive, allowed: frozenset[str]) -> tuple[
         return "this is not a preprocessor directive the lab allows", DIRECTIVE
     word = name.text
     if word == "include":
-        return _include_problem(operands, allowed)
+        return _include_problem(operands, policy)
     if word in _INCLUDE_LIKE:
-        return f"#{word} can open any file; only #include <name> of an allowed header is accepted", INCLUDE
+        return f"#{word} can open any file; only #include of a toolkit or compiler header is accepted", INCLUDE
     if word == "pragma":
         problem = _pragma_problem([t.text for t in operands if t.kind in ("ident", "number")][:2])
         return (problem, PRAGMA) if problem else None
@@ -455,15 +574,17 @@ def _directive_problem(directive: _Directive, allowed: frozenset[str]) -> tuple[
     return None
 
 
-def _include_problem(operands: list[_Token], allowed: frozenset[str]) -> tuple[str, str] | None:
+_HEADER_CHARACTERS = re.compile(r"[A-Za-z0-9_.+/-]+")
+
+
+def _include_problem(operands: list[_Token], policy: HeaderPolicy) -> tuple[str, str] | None:
     if not operands:
         return "#include needs a header name", INCLUDE
     first = operands[0]
-    if first.kind in ("string", "raw"):
-        return ('a quoted #include ("...") can open any file; include toolkit headers with <...>', INCLUDE)
-    if first.kind != "header":
+    quoted = first.kind == "string" and first.text.startswith('"') and first.text.endswith('"')
+    if first.kind != "header" and not quoted:
         return ("the header name comes from a macro or expression, so it could name any file; "
-                "write it out as <name>"), INCLUDE
+                "write it out as <name> or \"name\""), INCLUDE
     name = first.text[1:-1]
     if "\\" in name:
         return "backslashes are not allowed in header names", INCLUDE
@@ -471,11 +592,12 @@ def _include_problem(operands: list[_Token], allowed: frozenset[str]) -> tuple[s
         return "absolute paths are not allowed in header names", INCLUDE
     if ".." in name.split("/"):
         return '".." is not allowed in header names', INCLUDE
-    if name not in allowed:
-        return f"<{name}> is not one of the allowed headers", INCLUDE
     if operands[1:]:
         return "there is extra text after the header name", INCLUDE
-    return None
+    if not _HEADER_CHARACTERS.fullmatch(name):
+        return "a header name may hold only letters, digits and _ . + / -", INCLUDE
+    problem = policy.problem(name, quoted)
+    return (problem, INCLUDE) if problem else None
 
 
 def _pragma_problem(words: list[str]) -> str | None:
@@ -633,19 +755,21 @@ def _line_problem(operands: list[_Token]) -> str | None:
     return "only a plain line number may follow #line"
 
 
-_PLAIN_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([A-Za-z0-9_.-]+)[>"][ \t]*(?://.*)?$')
+_PLAIN_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([A-Za-z0-9_./+-]+)[>"][ \t]*(?://.*)?$')
 
 
 def drop_host_headers(source: str, host_only: Sequence[str]) -> str:
     """The source with each plain `#include <name>` / `"name"` of a host-only header (libwb's wb.h) blanked,
-    lines kept: those headers serve only host code, which is left out before compiling, and no file is
-    ever read for them. Only a whole plain line is dropped; any other spelling still meets check_source."""
+    whatever folder the line names (`#include "../libwb/wb.h"`), lines kept: those headers serve only host
+    code, which is left out before compiling, and no file is ever read for them. Only a whole plain line is
+    dropped; any other spelling still meets check_source."""
     if not host_only:
         return source
     names = set(host_only)
     lines = source.split("\n")
     for index, line in enumerate(lines):
         match = _PLAIN_INCLUDE.match(line.rstrip("\r"))
-        if match and match.group(1) in names and not (index and lines[index - 1].rstrip("\r").endswith("\\")):
+        if (match and match.group(1).rsplit("/", 1)[-1] in names
+                and not (index and lines[index - 1].rstrip("\r").endswith("\\"))):
             lines[index] = ""
     return "\n".join(lines)

@@ -42,6 +42,8 @@ from .result import (
     GRADED,
     GRADER_ERROR,
     NEEDS_GPU_GRADE,
+    SKIPPED,
+    STATIC,
     SUBMISSION_ERROR,
     TIMED_OUT,
     TIMING,
@@ -56,7 +58,7 @@ from .run_events import RunEvents
 from .signature import hip_problem, signature_problem
 from .static_check import find_kernels, static_checks
 from .submission import Submission, SubmissionError, locate, read_submission
-from .tile_size import tile_constant
+from .tile_size import launched_without_tile_size, tile_constant
 from .timing import NAME as TIMING_NAME
 
 GPU, CPU = "gpu", "cpu"
@@ -128,7 +130,20 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
     kernels = find_kernels(submission.source)
     result = _graded(submission, kernels, config, cases, plan)
     _say_which_kernel(result, kernels, config.kernel.name)
+    _say_how_launched(result, submission.source, config)
     return result
+
+
+def _say_how_launched(result: SubmissionResult, source: str, config: Config) -> None:
+    """A kernel whose tiles give no size is launched with the config's block size and graded on its values;
+    the compile check says so (the static checks say what is missing)."""
+    compiled = next((check for check in result.checks if check.kind == COMPILE), None)
+    kernel = config.kernel
+    if compiled is not None and compiled.passed and launched_without_tile_size(source, kernel.name,
+                                                                                 tuple(kernel.tile_macros)):
+        compiled.message += (f"\nno tile size in the file (no __shared__ tile is sized by a constant, and none of "
+                             f"{', '.join(kernel.tile_macros)} is defined): launched with blocks of "
+                             f"{kernel.block_size} × {kernel.block_size} threads")
 
 
 def _say_which_kernel(result: SubmissionResult, kernels: list[str], graded: str) -> None:
@@ -147,21 +162,21 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level)
     rubric = Rubric.of(config, cases, sanitize=plan.sanitize and plan.backend == GPU)
     statics = static_checks(submission.source, config.kernel.name, vars(config.points.static))
-    refusal = _refusal_before_compiling(submission.source, kernels, config)
+    refusal, outcome = _refusal_before_compiling(submission.source, kernels, config)
     if refusal:
         result.checks = rubric.results([errored("compile", COMPILE, config.points.compile, refusal), *statics])
-        result.outcome = COMPILE_ERROR
-        return result
+        result.outcome = outcome
+        return _settled(result, config)
     if plan.backend is None:
         result.message = plan.skip_reason
         compiled = compile_without_gpu(submission, config, sandbox)
         result.checks = rubric.results([compiled.check, *statics], plan.skip_reason)
         result.outcome = compiled.outcome
-        return result
+        return _settled(result, config)
     if plan.backend == CPU:
         result.message = plan.note or CPU_NOTE
         result.checks = rubric.results([*_checks_on_cpu(submission, config, cases, result, plan), *statics])
-        return result
+        return _settled(result, config)
     run = run_child(submission, config, cases, GPU, plan)
     _take_run(result, run)
     made = [*run.made_checks(), *statics]
@@ -171,23 +186,51 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         if diagnosis.status == ERROR and result.outcome == GRADED:
             result.outcome = GRADER_ERROR  # the diagnosis could not run: graded again by --resume
     result.checks = rubric.results(made, run.not_run_reason)
+    return _settled(result, config)
+
+
+def _refusal_before_compiling(source: str, kernels: list[str], config: Config) -> tuple[str, str]:
+    """Why the file is not compiled at all, or '', and the outcome that makes: HIP, no such kernel, or
+    anything that could make a compiler open a file (no byte of one may reach a report); a declaration the
+    launchers cannot call is a submission error (the file may well compile)."""
+    hip = hip_problem(source)
+    if hip:
+        return hip, COMPILE_ERROR
+    if config.kernel.name not in kernels:
+        found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
+        return f"kernel {config.kernel.name} not found; {found}", COMPILE_ERROR
+    headers = config.compile
+    violations = check_source(source, headers.allowed_headers, headers.handed_in_headers)
+    if violations:
+        return describe_violations(violations, headers.allowed_headers, headers.handed_in_headers), COMPILE_ERROR
+    declared = signature_problem(source, config.kernel.contract())
+    return (declared, SUBMISSION_ERROR) if declared else ("", GRADED)
+
+
+def _settled(result: SubmissionResult, config: Config) -> SubmissionResult:
+    """The same file scores the same on every path (CLI, batch, LMS): code that did not compile keeps its
+    static points only where the config says so; a submission error (a tile size or declaration the lab does
+    not allow, in a file that may compile) scores nothing, with its reason."""
+    compiled = next((check for check in result.checks if check.kind == COMPILE), None)
+    if result.outcome == SUBMISSION_ERROR and compiled is not None:
+        result.message = compiled.message
+        result.checks = [check if check is compiled else _unscored(check, "not graded: " + compiled.message, True)
+                         for check in result.checks]
+    elif (result.outcome in (COMPILE_ERROR, TIMED_OUT) and compiled is not None and compiled.status == ERROR
+          and not config.points.static_after_compile_error):
+        result.checks = [_unscored(check, NOT_BUILT + check.message) if check.kind == STATIC else check
+                         for check in result.checks]
     return result
 
 
-def _refusal_before_compiling(source: str, kernels: list[str], config: Config) -> str:
-    """Why the file is not compiled at all, or '': HIP, no such kernel, a declaration the launchers cannot
-    call, or anything that could make a compiler open a file (no byte of one may reach a report)."""
-    hip = hip_problem(source)
-    if hip:
-        return hip
-    if config.kernel.name not in kernels:
-        found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
-        return f"kernel {config.kernel.name} not found; {found}"
-    declared = signature_problem(source, config.kernel.contract())
-    if declared:
-        return declared
-    violations = check_source(source, config.compile.allowed_headers)
-    return describe_violations(violations, config.compile.allowed_headers) if violations else ""
+NOT_BUILT = "no points: the code does not compile, so this check of it does not count. It said: "
+
+
+def _unscored(check: CheckResult, message: str, skipped_too: bool = False) -> CheckResult:
+    if check.status == SKIPPED and not skipped_too:
+        return check
+    return skipped(check.name, check.kind, check.max_score, message, visibility=check.visibility,
+                   needs_gpu=check.needs_gpu)
 
 
 def _take_run(result: SubmissionResult, run: RunEvents) -> None:
@@ -283,7 +326,7 @@ def compile_without_gpu(submission: Submission, config: Config, sandbox: Sandbox
         return CompiledWithoutGpu(skipped("compile", COMPILE, points, "not compiled: nvcc is not on PATH"), GRADED)
     compiled = _compile_with_fallback(submission.source, config, sandbox)
     if not compiled.ok:
-        outcome = TIMED_OUT if compiled.timed_out else COMPILE_ERROR
+        outcome = TIMED_OUT if compiled.timed_out else SUBMISSION_ERROR if compiled.mismatch else COMPILE_ERROR
         return CompiledWithoutGpu(errored("compile", COMPILE, points, compiled.message), outcome)
     message = f"{compiled.message} (for {config.compile.arch_without_gpu}, no GPU run)"
     return CompiledWithoutGpu(passed("compile", COMPILE, points, message), GRADED)
@@ -298,6 +341,8 @@ def _compile_with_fallback(source: str, config: Config, sandbox: Sandbox) -> Com
     if outcome.ok or outcome.timed_out or device == source:
         return outcome
     fallback = compile_check(device, arch, options, timeout, sandbox, contract)
+    if fallback.mismatch:
+        return fallback
     return CompileOutcome(True, f"{fallback.message} ({HOST_CODE_LEFT_OUT})") if fallback.ok else outcome
 
 

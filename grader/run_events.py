@@ -26,6 +26,7 @@ from .result import (
     GRADED,
     GRADER_ERROR,
     PASSED,
+    SUBMISSION_ERROR,
     TIMED_OUT,
     TIMING,
     CheckResult,
@@ -113,6 +114,9 @@ class RunEvents:
         self.emulator_compile_error = False  # the CPU emulator's build failed (maybe where nvcc would not)
         self.emulator_log = ""  # then what its compiler printed: whose failure it was (grader/build_failure.py)
         self.compile_timed_out = False
+        # The file compiled but breaks the lab's rules (a tile size it does not allow, a declaration the
+        # launchers cannot call): a submission error, not a compile error.
+        self.submission_problem = ""
         self.device, self.tile_size, self.log = "", None, ""
         self.student_cubin = ""  # the GPU child's cached cubin of the student's file, when there is one
 
@@ -121,6 +125,8 @@ class RunEvents:
         """The submission's outcome as this run decided it."""
         if self.grader_error or self.timing_lost:
             return GRADER_ERROR
+        if self.submission_problem:
+            return SUBMISSION_ERROR
         if self.compile_check.status == ERROR:
             return TIMED_OUT if self.compile_timed_out else COMPILE_ERROR
         return GRADED
@@ -161,13 +167,11 @@ class RunEvents:
             self.grader_error = "grader error: the reference kernel defines none of the tile size macros"
             self._compile_error("not run: the grader's reference kernel is broken")
         elif self.tile_size is None:
-            names = ", ".join(contract.tile_macros)
-            self._compile_error(f"the tile size is not defined: none of {names} is a macro in your file, and "
-                                "your first __shared__ tile is not a two-dimensional array sized by a constant; "
-                                f"add `#define TILE_SIZE 16` (allowed: {sizes}); the grader launches blocks of "
-                                "tile × tile threads")
+            self._compile_error("the grader could not tell the tile size; the kernel was not run")
         elif self.tile_size not in allowed:
-            self._compile_error(f"the tile size is {self.tile_size}; allowed: {sizes}")
+            self.submission_problem = (f"the tile size is {self.tile_size}; this lab allows {sizes}: size the "
+                                       "__shared__ tiles (and the blocks) with one of those")
+            self._compile_error(self.submission_problem)
         else:
             note = f" ({HOST_CODE_LEFT_OUT})" if event.get("host_code_left_out") else ""
             self.compile_check = passed("compile", COMPILE, points,
@@ -182,6 +186,8 @@ class RunEvents:
             self.grader_error = "grader error: the reference kernel does not compile:\n" + event["message"]
             self._compile_error("not run: the grader's reference kernel does not compile")
         else:
+            if event.get("mismatch"):
+                self.submission_problem = event["message"]
             self._compile_error(event["message"])
 
     def on_kernel_missing(self, event: dict) -> None:

@@ -14,7 +14,7 @@ from grader.execute.cpu.build import emulator_sources
 from grader.execute.job import Job
 from grader.execute.kernel_params import compiled_parameter_sizes, parameter_problem
 from grader.pipeline import RunPlan, grade
-from grader.result import COMPILE_ERROR, ERROR
+from grader.result import ERROR, SUBMISSION_ERROR
 
 ECE408_ROLES = ("A", "B", "C", "m", "k", "k", "n", "m", "n")
 
@@ -78,12 +78,13 @@ def test_a_compiled_kernel_that_would_read_the_wrong_bytes_is_named(cubin_of, de
 
 
 @needs_nvcc
-def test_a_size_t_behind_a_typedef_is_a_compile_error_not_a_wrong_result():
-    """The parser gives the typedef the benefit of the doubt; the compiled kernel says 8 bytes."""
+def test_a_size_t_behind_a_typedef_is_a_submission_error_not_a_wrong_result():
+    """The parser gives the typedef the benefit of the doubt; the compiled kernel says 8 bytes. It compiled, so
+    it is no compile error: a declaration the lab does not launch is a submission error (issue 29)."""
     config = load_config()
     result = grade(SUBMISSIONS / "size_t_behind_typedef", config, load_cases(config.testcases_dir),
                    RunPlan(None, "not run: no backend"))
     compiled = next(c for c in result.checks if c.kind == "compile")
-    assert result.outcome == COMPILE_ERROR and compiled.status == ERROR
-    assert compiled.message.startswith("mysgemm as compiled takes 6 parameters of 8, 8, 8, 8, 8, 8 bytes")
+    assert result.outcome == SUBMISSION_ERROR and compiled.status == ERROR and result.score == 0
+    assert result.message.startswith("mysgemm as compiled takes 6 parameters of 8, 8, 8, 8, 8, 8 bytes")
     assert "parameter 1 is 8 bytes where the lab passes the size m" in compiled.message

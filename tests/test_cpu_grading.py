@@ -163,8 +163,7 @@ def test_faults_end_the_case_with_a_clear_verdict(grade_one, name, words):
 
 
 @pytest.mark.parametrize("name, words", [("compile_error", "line 12: error"),
-                                         ("wrong_kernel_name", "kernel mysgemm not found; found: MySgemm"),
-                                         ("no_tile_size", "the tile size is not defined: none of TILE_SIZE")])
+                                         ("wrong_kernel_name", "kernel mysgemm not found; found: MySgemm")])
 def test_compile_problems_as_on_the_gpu(grade_one, name, words):
     compiled = next(c for c in grade_one(SUBMISSIONS / name).checks if c.kind == "compile")
     assert compiled.status == ERROR and words in compiled.message

@@ -152,9 +152,10 @@ def test_call_counting_cheat_fails_timing(grade_one):
     assert timing.status == FAILED and "wrong in" in timing.message
 
 
-def test_missing_tile_size_is_explained(grade_one):
-    compile_check = checks_of(grade_one(SUBMISSIONS / "no_tile_size"))["compile"]
-    assert compile_check.status == ERROR and "the tile size is not defined: none of TILE_SIZE" in compile_check.message
+def test_one_dimensional_tiles_give_the_tile_size(grade_one):
+    """`As[BLOCK * BLOCK]`: the tile is BLOCK, a name the lab does not list (issue 29)."""
+    result = grade_one(SUBMISSIONS / "no_tile_size")
+    assert result.tile_size == 16 and all(c.status == PASSED for c in checks_of(result, "case").values())
 
 
 def test_cli_writes_json_and_junit_and_exits_zero(config_file, reference_submission, tmp_path):

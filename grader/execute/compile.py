@@ -144,6 +144,7 @@ class CompileOutcome:
     ok: bool
     message: str  # student-facing: errors with the student's line numbers
     timed_out: bool = False
+    mismatch: bool = False  # it compiled, but its parameters are not the ones the lab launches it with
 
 
 def compile_check(source: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox,
@@ -163,9 +164,11 @@ def compile_check(source: str, arch: str, options: list[str], timeout: float, sa
         if finished.timed_out:
             return CompileOutcome(False, f"compilation timed out after {timeout:g} s", timed_out=True)
         if finished.returncode != 0:
-            return CompileOutcome(False, student_compile_message(finished.output))
+            return CompileOutcome(False, student_compile_message(finished.output, source))
         declared = _parameter_problem(Path(work, CUBIN_FILE), contract) if contract else ""
-    return CompileOutcome(False, declared) if declared else CompileOutcome(True, warnings_of(finished.output))
+    if declared:
+        return CompileOutcome(False, declared, mismatch=True)
+    return CompileOutcome(True, warnings_of(finished.output, source))
 
 
 def _parameter_problem(cubin: Path, contract: KernelContract) -> str:
@@ -185,10 +188,13 @@ _GRADER_PART_ADVICE = {
 }
 
 
-def student_compile_message(log: str) -> str:
+def student_compile_message(log: str, source: str = "") -> str:
     """nvcc's output with `kernel.cu(12): ` turned into `line 12: ` and temp paths removed. Diagnostics in
     the grader's own lines around the file never show (their text and names mean nothing to a student):
-    one sentence says what in the file they point at."""
+    one sentence says what in the file they point at. Given the student's source, each quoted line is the
+    student's own, the caret where they wrote what it points at (nvcc quotes the macro-expanded text)."""
+    if source:
+        log = own_lines(log, source)
     text = _LOCATION.sub(lambda m: f"line {m.group(1)}: ", log)
     text = re.sub(r"/tmp/[^\s\"']*/", "", text)
     lines = [line.rstrip() for line in text.strip().splitlines()]
@@ -200,6 +206,49 @@ def student_compile_message(log: str) -> str:
     if len(lines) > MAX_MESSAGE_LINES:
         lines = lines[:MAX_MESSAGE_LINES] + [f"[... {len(lines) - MAX_MESSAGE_LINES} more lines truncated ...]"]
     return "compile error:\n" + "\n".join(lines) if lines else "compile error (the compiler printed nothing)"
+
+
+_QUOTE_INDENT = "  "  # nvcc's indent before the line it quotes (the line's own white space follows)
+_TOKENS = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|\S")
+
+
+def own_lines(log: str, source: str) -> str:
+    """nvcc's log with the source line quoted under each `kernel.cu(N): ` diagnostic replaced by line N of the
+    student's file, and the caret moved to the same token there."""
+    students = source.splitlines()
+    lines = log.split("\n")
+    for i in range(len(lines) - 2):
+        location = _LOCATION.match(lines[i])
+        caret = lines[i + 2]
+        if not location or not caret.strip() == "^" or not lines[i + 1].startswith(_QUOTE_INDENT):
+            continue
+        number = int(location.group(1))
+        if not 1 <= number <= len(students):
+            continue
+        quoted = lines[i + 1][len(_QUOTE_INDENT):]
+        own = students[number - 1].expandtabs(4).rstrip()
+        column = same_place(quoted, caret.index("^") - len(_QUOTE_INDENT), own)
+        lines[i + 1] = "    " + own.strip()
+        lines[i + 2] = "    " + " " * max(0, column - (len(own) - len(own.lstrip()))) + "^"
+    return "\n".join(lines)
+
+
+def same_place(quoted: str, column: int, own: str) -> int:
+    """The column in `own` of the token at `column` of `quoted` (the same line after macro expansion): tokens
+    are matched in order; one that came from a macro points at the macro's name."""
+    import difflib
+
+    theirs = [(m.start(), m.group()) for m in _TOKENS.finditer(quoted)]
+    ours = [(m.start(), m.group()) for m in _TOKENS.finditer(own)]
+    if not ours:
+        return 0
+    index = next((k for k, (start, token) in enumerate(theirs) if start + len(token) > column), len(theirs))
+    matcher = difflib.SequenceMatcher(None, [t for _, t in theirs], [t for _, t in ours], autojunk=False)
+    for tag, i1, i2, j1, _ in matcher.get_opcodes():
+        if i1 <= index < i2 or (i1 == i2 == index):
+            k = j1 + (index - i1) if tag == "equal" else j1
+            return ours[min(k, len(ours) - 1)][0]
+    return ours[-1][0]
 
 
 def _without_grader_diagnostics(lines: list[str]) -> tuple[list[str], list[str]]:
@@ -217,7 +266,7 @@ def _without_grader_diagnostics(lines: list[str]) -> tuple[list[str], list[str]]
     return kept, parts
 
 
-def warnings_of(log: str) -> str:
+def warnings_of(log: str, source: str = "") -> str:
     if not log.strip():
         return "compiled"
-    return "compiled with warnings:\n" + student_compile_message(log).split("\n", 1)[-1]
+    return "compiled with warnings:\n" + student_compile_message(log, source).split("\n", 1)[-1]

@@ -134,7 +134,7 @@ class Worker:
                 return None
         declared = parameter_problem(cubins["student"], self.job.contract)
         if declared:  # launched as the lab launches it, the kernel would read the wrong bytes
-            self.channel.send("compile_error", target="student", message=declared)
+            self.channel.send("compile_error", target="student", message=declared, mismatch=True)
             return None
         kernels = {}
         for who, cubin in cubins.items():
@@ -184,7 +184,7 @@ class Worker:
             cubin = pycuda_compile(source, options=list(self.job.options), arch=self.arch, cache_dir=False,
                                    no_extern_c=NO_EXTERN_C)
         except cuda.CompileError as err:
-            return student_compile_message(f"{err.stdout or ''}{err.stderr or ''}")
+            return student_compile_message(f"{err.stdout or ''}{err.stderr or ''}", self.job.original_source)
         _write_atomically(Path(self.job.workdir, BUILT, key + ".cubin"), cubin)
         return cubin
 

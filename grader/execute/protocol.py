@@ -49,8 +49,9 @@ EVENTS: dict[str, tuple[dict, dict]] = {
     "compiled": ({"device": str, "arch": str, "tile_size": OPTIONAL_INT},
                  {"reference_tile": OPTIONAL_INT, "cpu_s": NUMBER, "host_code_left_out": bool, "cubins": dict,
                   "pci_bus_id": str}),
-    # log: the CPU emulator's compiler output as printed, whose diagnostics say whose failure it was
-    "compile_error": ({"target": TARGET, "message": str}, {"emulator": bool, "log": str}),
+    # log: the CPU emulator's compiler output as printed, whose diagnostics say whose failure it was;
+    # mismatch: the compiled declaration is not what the lab launches (a submission error)
+    "compile_error": ({"target": TARGET, "message": str}, {"emulator": bool, "log": str, "mismatch": bool}),
     "kernel_missing": ({"target": TARGET, "message": str}, {}),
     "case": ({"case": str, "seconds": NUMBER, "a_changed": bool, "b_changed": bool},
              {"races": RECORDS, "schedules_differ": int, "launches": int, "distinct_outputs": int}),

@@ -8,9 +8,9 @@ whole submission; "tests" (rendered by <pl-external-grader-results>) carry "name
 "points", "max_points", "message" and "output". Everything here is student-facing, so texts go
 through student_view: a hidden case shows only its verdict word. Points are the model's own.
 
-Code that does not compile earns nothing here, not even the static check's points (a barrier in code
-that does not build is not a working barrier). By default such a submission is "gradable": false with
-the compiler's message in "format_errors", so the attempt is not counted; with
+Code that does not compile scores what the result says, as on every other path (the pipeline keeps its
+static points only with `points.static_after_compile_error: true`). By default such a submission is
+"gradable": false with the compiler's message in "format_errors", so the attempt is not counted; with
 `prairielearn.compile_error_graded: true` in config.yaml it is a graded 0 instead.
 PrairieLearn has no GPU: the score is a fraction of what could be checked, and checks that need a GPU
 are listed in the message, not as tests (they are neither passed nor failed). A kernel the CPU emulator
@@ -30,10 +30,9 @@ from grader.report.student_view import (
     student_message,
     student_summary,
 )
-from grader.result import COMPILE_ERROR, HIDDEN, STATIC, TIMED_OUT, CheckResult, SubmissionResult
+from grader.result import COMPILE_ERROR, HIDDEN, TIMED_OUT, CheckResult, SubmissionResult
 
 DID_NOT_BUILD = (COMPILE_ERROR, TIMED_OUT)  # outcomes of code that did not compile (or not in time)
-NOT_BUILT = "no points: the code does not compile, so this check of it does not count"
 
 
 def _does_not_build(result: SubmissionResult) -> bool:
@@ -41,12 +40,12 @@ def _does_not_build(result: SubmissionResult) -> bool:
 
 
 def _points(check: CheckResult, result: SubmissionResult) -> float:
-    return 0.0 if _does_not_build(result) else check.score
+    return check.score
 
 
 def _fraction(result: SubmissionResult) -> float:
     out_of = result.checkable_max
-    if not result.graded or _does_not_build(result) or out_of <= 0:
+    if not result.graded or out_of <= 0:
         return 0.0
     return min(1.0, max(0.0, result.score / out_of))
 
@@ -54,8 +53,6 @@ def _fraction(result: SubmissionResult) -> float:
 def _test(check: CheckResult, result: SubmissionResult, limit: int) -> dict[str, Any]:
     shown = student_message(check, limit)
     hidden = " (hidden case: only the verdict is shown)" if check.visibility == HIDDEN else ""
-    if check.kind == STATIC and _does_not_build(result):
-        shown = f"{NOT_BUILT}\n{shown}".rstrip()
     return {
         "name": check.name,
         "description": f"{check.kind} check{hidden}",
@@ -76,7 +73,7 @@ def to_prairielearn(result: SubmissionResult, limit: int = DEFAULT_LIMIT,
                     compile_error_graded: bool = False) -> dict[str, Any]:
     """compile_error_graded: a submission that does not compile is a graded 0 rather than not gradable."""
     gradable = result.graded and (compile_error_graded or not _does_not_build(result))
-    score = format_points(0 if _does_not_build(result) else result.score)
+    score = format_points(result.score)
     out_of = format_points(result.checkable_max)
     data: dict[str, Any] = {
         "gradable": gradable,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ...contract import DEFAULT_TILE, KernelContract, TileSource
 from ...device_side import device_side
-from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE
+from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE, same_place
 from ..proc import BACKGROUND_NICE, kill_group
 from ..protocol import read_untrusted
 from ..sandbox import COMPILER_LIMITS, Confinement, Sandbox
@@ -130,7 +130,8 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
         return Build(None, f"compile error: the C++ compiler ran past {timeout_s:g} s")
     if process.returncode != 0:
         log = output.decode("utf-8", "replace")[:1 << 20]
-        return Build(None, compiler_message(log), log[:MAX_LOG])
+        built = sources["student.cu"].split("\n", 1)[1]  # after its `#line 1 "kernel.cu"`
+        return Build(None, compiler_message(log, source, built), log[:MAX_LOG])
     try:
         _store_atomically(binary, cached)
     except OSError as error:
@@ -141,8 +142,15 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
 _LOCATION = re.compile(r"^(?:[^\s:]*/)?kernel\.cu:(\d+):(?:\d+:)? ", re.MULTILINE)
 
 
-def compiler_message(log: str) -> str:
-    """g++'s `kernel.cu:12:5: error: ...` as `line 12: error: ...`, without the grader's own paths."""
+_COLUMN = re.compile(r"^(?:[^\s:]*/)?kernel\.cu:(\d+):(\d+): (?:fatal )?error: ")
+
+
+def compiler_message(log: str, source: str = "", built: str = "") -> str:
+    """g++'s `kernel.cu:12:5: error: ...` as `line 12: error: ...`, without the grader's own paths; given the
+    student's source and the text g++ built from it (instrumented), each error quotes the student's line
+    with a caret where they wrote what it points at."""
+    if source and built:
+        log = _with_own_lines(log, source.splitlines(), built.splitlines())
     text = _LOCATION.sub(lambda m: f"line {m.group(1)}: ", log)
     text = re.sub(r"^(?:[^\s:]*/)?kernel\.cu: ", "", text, flags=re.MULTILINE)
     text = re.sub(r"(?:/[^\s:'\"]*)?/grader/execute/cpu/", "", text)
@@ -151,6 +159,20 @@ def compiler_message(log: str) -> str:
     if len(lines) > MAX_MESSAGE_LINES:
         lines = lines[:MAX_MESSAGE_LINES] + [f"[... {len(lines) - MAX_MESSAGE_LINES} more lines truncated ...]"]
     return "compile error:\n" + "\n".join(lines) if lines else "compile error (the compiler printed nothing)"
+
+
+def _with_own_lines(log: str, own: list[str], built: list[str]) -> str:
+    out = []
+    for line in log.split("\n"):
+        out.append(line)
+        where = _COLUMN.match(line)
+        number = int(where.group(1)) if where else 0
+        if where and 1 <= number <= min(len(own), len(built)) and own[number - 1].strip():
+            student = own[number - 1].expandtabs(4).rstrip()
+            column = same_place(built[number - 1].expandtabs(4), int(where.group(2)) - 1, student)
+            indent = len(student) - len(student.lstrip())
+            out += ["    " + student.strip(), "    " + " " * max(0, column - indent) + "^"]
+    return "\n".join(out)
 
 
 def _store_atomically(binary: Path, target: Path) -> None:
