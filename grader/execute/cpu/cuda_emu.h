@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <memory>  // before __noinline__ is a macro: libstdc++'s shared_ptr says __attribute__((__noinline__))
 #include <type_traits>
 #include <vector>
 
