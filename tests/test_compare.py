@@ -38,16 +38,34 @@ def test_unwritten_output_fails_as_never_written():
     c[5:, :] = split_guarded(guarded_c(32, 32), 32, 32)[1][5:, :]  # rows the kernel never stored
     result = judge(a, b, c)
     assert result.status == FAILED and result.score == 0
-    assert "864 elements were never written" in result.message
+    # The headline tells the wrong elements as they are: never written, not a max error over the right ones.
+    assert ("864 of 1024 elements of C are wrong: all never written (they still hold the NaN the grader fills C "
+            "with)") in result.message
+    assert "off by" not in result.message and "error" not in result.message
     assert "C[5][0]: expected" in result.message
     assert "the elements never written sit in tile rows 0-1 and tile columns 0-1" in result.message
+
+
+def test_headline_counts_unwritten_computed_nan_and_off_apart():
+    """Each kind of wrong element is told as it is, and the error figures are over the finite wrong ones only."""
+    a, b = make_inputs(32, 32, 32, seed=5, distribution="uniform")
+    c = product(a, b)
+    poison = split_guarded(guarded_c(32, 32), 32, 32)[1]
+    c[0, :4] = poison[0, :4]  # never written
+    c[1, :2] = np.nan  # a NaN the kernel computed (np.nan's bits are not the poison's)
+    c[2, 0] = np.inf
+    c[3, 5] += 2.5
+    result = judge(a, b, c)
+    assert ("8 of 1024 elements of C are wrong: 4 never written (they still hold the NaN the grader fills C with); "
+            "3 NaN or infinite, stored by the kernel; 1 off by up to 2.5 (relative") in result.message
+    assert result.metrics["never_written"] == 4
 
 
 def test_kernel_storing_nothing_is_told_so():
     a, b = make_inputs(20, 20, 20, seed=2, distribution="uniform")
     c = split_guarded(guarded_c(20, 20), 20, 20)[1].copy()
     result = judge(a, b, c)
-    assert "400 elements were never written" in result.message
+    assert "400 of 400 elements of C are wrong: all never written" in result.message
     assert "the kernel stored nothing to C" in result.message
 
 
@@ -68,7 +86,9 @@ def test_last_partial_tile_column_is_named():
     result = judge(a, b, c)
     assert result.status == FAILED
     assert "only the last, partial tile column is wrong (columns 64-66)" in result.message
-    assert "192 of 4288 elements of C are wrong (max abs error" in result.message
+    truth = a.astype(np.float64) @ b.astype(np.float64)
+    worst = np.abs(truth[:, 64:]).max()
+    assert f"192 of 4288 elements of C are wrong: all off by up to {worst:.3g} (relative 1)" in result.message
     assert "col < n" in result.explained
 
 
