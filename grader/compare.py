@@ -96,7 +96,7 @@ def _wrong_elements(c, truth, wrong, hint) -> Finding:
         lines.append(f"  ... and {count - SHOWN_ELEMENTS} more")
     if hint is None:
         return Finding("\n".join(lines))
-    located = locate_errors(wrong, unwritten, c, *hint)
+    located = locate_errors(wrong, unwritten, c, *hint, truth=truth)
     return Finding("\n".join([*lines, located.fact]), located.fix)
 
 

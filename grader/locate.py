@@ -10,11 +10,14 @@ from .findings import Finding
 from .tolerance import bound_of, within
 
 SAMPLE_FIRST, SAMPLE_SPREAD = 64, 2048  # wrong elements the truncated-phase hint is tried on, then checked on
+MISPLACED_SAMPLE = 64  # wrong elements looked up among the right values of C
+SEPARATION = 8  # how much closer the matched truth must be than the next one
 ROUND_UP = "round the phase count up, (k + TILE - 1) / TILE, and load out-of-range tile entries as 0"
 
 
 def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np.ndarray, b: np.ndarray,
-                  tile: int, k_factor: float, abs_tol: float) -> Finding:
+                  tile: int, k_factor: float, abs_tol: float, truth=None) -> Finding:
+    """`truth` (compare.Truth), when given, lets a wrong element be recognised as another element's value."""
     m, n = wrong.shape
     k = a.shape[1]
     rows, cols = np.nonzero(wrong)
@@ -25,6 +28,7 @@ def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np
     for hint in (
         _nothing_stored(unwritten),
         _last_partial_phase(c, wrong, rows, cols, a, b, tile, k_factor, abs_tol),
+        _misplaced(c, wrong, truth),
         _partial_edges(rows, cols, m, n, tile),
         _unwritten_only(wrong, unwritten, where),
         _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile),
@@ -76,6 +80,47 @@ def _truncated_product_at(c, rows, cols, a, b, k_factor, abs_tol, count: int) ->
     value = np.einsum("ij,ij->i", a_rows, b_cols)
     bound = bound_of(np.einsum("ij,ij->i", np.abs(a_rows), np.abs(b_cols)), a.shape[1], k_factor, abs_tol)
     return bool(within(c[rows, cols], value, bound).all())
+
+
+def _misplaced(c: np.ndarray, wrong: np.ndarray, truth) -> Finding | None:
+    """Wrong elements that hold other elements' right values: the sums are right and stored at the wrong
+    place (a wrong index of C, two threads storing one element). Seen from the values alone, so it holds on
+    any backend. A value counts only where one element of the truth is within tolerance of it and far closer
+    than any other (a random value is that close to one by chance about one time in SEPARATION), and the
+    pattern only where at least half of a sample of wrong elements show it."""
+    if truth is None:
+        return None
+    rows, cols = np.nonzero(wrong & np.isfinite(c))
+    if rows.size < 2:
+        return None
+    pick = np.unique(np.linspace(0, rows.size - 1, min(MISPLACED_SAMPLE, rows.size)).astype(np.int64))
+    rows, cols = rows[pick], cols[pick]
+    values, bounds = truth.value.ravel(), truth.bound.ravel()
+    order = np.argsort(values, kind="stable")
+    ordered, widest = values[order], bounds.max()
+    got = c[rows, cols].astype(np.float64)
+    low, high = np.searchsorted(ordered, got - widest, "left"), np.searchsorted(ordered, got + widest, "right")
+    own = rows * c.shape[1] + cols
+    source = np.full(got.size, -1)
+    for i in range(got.size):  # a few candidates each: those within the widest bound of the value
+        near = order[low[i]:high[i]]
+        distance = np.abs(got[i] - values[near])
+        ranked = np.argsort(distance)[:2]
+        if near.size == 0 or near[ranked[0]] == own[i] or distance[ranked[0]] > bounds[near[ranked[0]]]:
+            continue
+        # One candidate far closer than any other: a value stored elsewhere is within rounding of its own,
+        # while a wrong value lands between truths at random.
+        if near.size == 1 or distance[ranked[1]] > SEPARATION * distance[ranked[0]]:
+            source[i] = near[ranked[0]]
+    matched = source >= 0
+    if matched.sum() < max(2, pick.size // 2):
+        return None
+    first = int(np.argmax(matched))
+    origin = divmod(int(source[first]), c.shape[1])
+    return Finding(f"C[{rows[first]}][{cols[first]}] holds {got[first]:.6g}, the value C[{origin[0]}][{origin[1]}] "
+                   f"should hold; {int(matched.sum())} of {pick.size} wrong elements looked at hold another "
+                   "element's value: the sums are right, and stored at the wrong place",
+                   "check the index of your store to C: C is m×n, so element [row][col] is C[row * n + col]")
 
 
 def _partial_edges(rows, cols, m, n, tile) -> Finding | None:

@@ -74,8 +74,8 @@ def _worst_launch(judge: Callable[[np.ndarray], CheckResult], outputs: list[np.n
             break
     if len(outputs) > 1 and check.status != PASSED:
         check.message += (f"\nthe same inputs gave {len(outputs)} different results in {launches} launches (after "
-                          "the first, the grader holds back every other warp): the result depends on timing "
-                          "(threads reading shared memory before it is written?)")
+                          "the first, the grader holds back every other warp): the result depends on the order "
+                          "the threads run in")
         return check
     return first
 

@@ -206,3 +206,24 @@ def test_a_matrix_thinner_than_a_tile_gets_no_edge_hint():
     c = product(a, b) + 1.0
     result = judge(a, b, c)
     assert result.status == FAILED and "col < n" not in result.explained
+
+
+def test_right_sums_stored_at_the_wrong_place_are_recognised_by_their_values():
+    """A transposed store (C[col * m + row]) leaves every sum right and in another element: the values show
+    it on any backend, with no writer recorded."""
+    a, b = make_inputs(48, 48, 40, seed=9, distribution="normal")
+    c = (a @ b).T.copy()  # float32 sums, in another order than the truth's
+    result = judge(a, b, c)
+    assert "C[0][1] holds" in result.message and "the value C[1][0] should hold" in result.message
+    assert "the sums are right, and stored at the wrong place" in result.message
+    assert result.fixes == ["check the index of your store to C: C is m×n, so element [row][col] is C[row * n + col]"]
+
+
+def test_wrong_values_are_not_taken_for_misplaced_ones():
+    """B read with row stride k instead of n: the sums are wrong, and none is another element's."""
+    m, n, k = 40, 56, 72
+    a, b = make_inputs(m, n, k, seed=10, distribution="uniform")
+    flat = np.resize(b.ravel(), k * k + n)
+    strided = np.stack([flat[r * k: r * k + n] for r in range(k)])
+    result = judge(a, b, product(a, strided))
+    assert "holds" not in result.message and "every tile of C has wrong elements" in result.message

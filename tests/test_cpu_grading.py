@@ -16,7 +16,10 @@ from grader.result import ERROR, FAILED, PASSED, SKIPPED
 pytestmark = needs_cxx
 LOAD_MISSING = "the barrier after loading the tiles is missing"
 USE_MISSING = "the barrier after using the tiles is missing"
-BOUNDS_FIX = "check the bounds on the row, the column and the k index of every load and store"
+A_FIX = ("check the index of the read of A at line 15: A is m×k, so its element [r][c] is A[r * k + c], with r < m "
+         "and c < k")
+B_FIX = ("check the index of the read of B at line 16: B is k×n, so its element [r][c] is B[r * n + c], with r < k "
+         "and c < n")
 TILE = 16
 
 
@@ -256,18 +259,22 @@ def test_the_tile_size_macro_is_the_first_the_config_names(config_file):
 
 
 def test_one_cause_is_said_once_with_the_cases_it_broke(grade_one):
-    """no_bounds_checks reads past A or B in most cases: the student reads the fix once, with the visible
-    cases it explains and a count of hidden ones, not once per case; each case keeps its own facts."""
+    """no_bounds_checks reads past A (line 15) or B (line 16) in most cases: the student reads each read's
+    fix once, with the visible cases it explains and a count of hidden ones, not once per case; each case
+    keeps its own facts."""
     from grader.report.student_view import student_message, student_summary, what_to_fix
 
     result = grade_one(SUBMISSIONS / "no_bounds_checks")
     broken = [c for c in emulated(result).values() if c.fixes]
-    assert len(broken) > 5 and {tuple(c.fixes) for c in broken} == {(BOUNDS_FIX,)}
+    assert len(broken) > 5 and {tuple(c.fixes) for c in broken} == {(A_FIX,), (B_FIX,)}
     summary = student_summary(result)
-    assert summary.count(BOUNDS_FIX) == 1
-    [line] = what_to_fix(result)
-    visible = [c.name for c in broken if c.visibility != "hidden"]
-    hidden = len(broken) - len(visible)
-    assert line == f"{BOUNDS_FIX} ({', '.join(visible)}{f' and {hidden} hidden' if hidden else ''})"
-    assert all(BOUNDS_FIX not in student_message(c) and "out-of-bounds read" in student_message(c)
+    lines = what_to_fix(result)
+    assert len(lines) == 2
+    for fix, line in zip((A_FIX, B_FIX), sorted(lines)):
+        assert summary.count(fix) == 1
+        explained = [c for c in broken if c.fixes == [fix]]
+        visible = [c.name for c in explained if c.visibility != "hidden"]
+        hidden = len(explained) - len(visible)
+        assert line == f"{fix} ({', '.join(visible)}{f' and {hidden} hidden' if hidden else ''})"
+    assert all(c.fixes[0] not in student_message(c) and "out-of-bounds read" in student_message(c)
                for c in broken if c.visibility != "hidden")

@@ -165,7 +165,7 @@ def _outside_input(problem: dict, where: str, shape: tuple[int, int, int]) -> Fi
         element = (f"{buffer}[{row_index}={flat // columns}][{column_index}={flat % columns}] "
                    f"(element {flat}) past {buffer}'s end")
     else:
-        element = f"{count} element{'s' if count != 1 else ''} before {buffer}[0][0]"
+        element = f"{count} element{'s' if count != 1 else ''} before the start of {buffer}"
     noun = {"read": "read", "write": "write"}.get(problem["access"], "access")
     fact = (f"out-of-bounds {noun} of {buffer}{_at_line(problem)}: {where} {access} {element}: {buffer} is "
             f"{rows_name}×{columns_name} = {rows}×{columns}, row stride {columns_name} = {columns}")
