@@ -170,3 +170,14 @@ def test_every_corpus_file_instruments_without_losing_lines():
     for folder in (p for p in SUBMISSIONS.iterdir() if p.is_dir()):
         source = (folder / "kernel.cu").read_text(errors="replace")
         assert instrument(device_side(source)).count("\n") == source.count("\n"), folder.name
+
+
+def test_an_unbraced_body_is_marked_with_its_own_line():
+    """A fault in the load under `if (...)` is told at the load's line, not the if's (b_wrong_stride: line 19)."""
+    source = "__global__ void f(float *C, const float *B, int k) {\n    if (k > 0)\n        C[0] = B[k];\n" \
+             "    else\n        C[0] = 0;\n    for (int i = 0; i < k; ++i)\n        C[i] = 1;\n}"
+    out = instrument(source)
+    assert out.count("\n") == source.count("\n")
+    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = B[k]; }" in out
+    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = 0; }" in out
+    assert "for (int i = 0; i < k; ++i)\n        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[i]) = 1; }" in out

@@ -28,10 +28,13 @@ def instrument(source: str) -> str:
     return cs.insert_text(source, insertions)
 
 
-# Statements marked with their line. Only those directly in a block: a mark before the unbraced body of an
-# if or a for would end up outside it.
+# Statements marked with their line: those directly in a block, and the unbraced body of an if, an else or a
+# loop, which gets braces around its mark (a mark before it would end up outside it), so a fault in
+# `if (...)\n    As[ty][tx] = A[...];` is told at the load's line, not the if's.
 MARKED_STATEMENTS = ("expression_statement", "declaration", "if_statement", "for_statement", "while_statement",
                      "do_statement", "return_statement")
+BODY_FIELDS = {"if_statement": "consequence", "for_statement": "body", "while_statement": "body",
+               "do_statement": "body", "for_range_loop": "body"}
 
 
 def _function_insertions(body: Node) -> list[tuple[int, str]]:
@@ -54,9 +57,22 @@ def _function_insertions(body: Node) -> list[tuple[int, str]]:
                 insertions += [(node.start_byte, wrapper + "("), (node.end_byte, ")")]
     # Last: of two insertions at one place the later lands first, and the mark goes before an access's macro.
     for node in cs.iter_live(body):
-        if node.type in MARKED_STATEMENTS and node.parent is not None and node.parent.type == "compound_statement":
+        if node.type not in MARKED_STATEMENTS or node.parent is None:
+            continue
+        if node.parent.type == "compound_statement":
             insertions.append((node.start_byte, f"{AT}(__LINE__); "))
+        elif _unbraced_body(node):
+            insertions += [(node.start_byte, f"{{ {AT}(__LINE__); "), (node.end_byte, " }")]
     return insertions
+
+
+def _unbraced_body(node: Node) -> bool:
+    """The statement an if, an else or a loop runs, written without braces (not a loop's initializer)."""
+    parent = node.parent
+    if parent.type == "else_clause":
+        return True
+    field = BODY_FIELDS.get(parent.type)
+    return field is not None and parent.child_by_field_name(field) == node
 
 
 def _store_wrapper(node: Node, arrays: dict[str, int]) -> str | None:
