@@ -146,8 +146,9 @@ def test_wrong_stride_of_b(grade_one):
 
 # --- advice only from evidence (issue 29): each names what the emulator saw ---------------------------------
 
-COLLISION_FIX = ("check the index of your store to C (line 23): C is m×n, so element [row][col] is C[row * n + col], "
-                 "and each thread stores its own")
+COLLISION_FIX = ("check the index of your store to C (line 23) and the condition that guards it: C is m×n, so "
+                 "element [row][col] is C[row * n + col], stored only where row < m and col < n, each by its own "
+                 "thread")
 
 
 def no_barrier_advice(case) -> bool:

@@ -82,8 +82,9 @@ def describe_collision(collision: dict, elements: int) -> Finding:
         return Finding(fact + ": the two threads differ only in threadIdx.y",
                        "the grader launches blocks of tile × tile threads, in threadIdx.x and threadIdx.y: your "
                        "row and column must tell every thread of a block apart, so each stores its own element of C")
-    return Finding(fact, f"check the index of your store to C ({at}): C is m×n, so element [row][col] is "
-                   "C[row * n + col], and each thread stores its own")
+    return Finding(fact, f"check the index of your store to C ({at}) and the condition that guards it: C is m×n, "
+                   "so element [row][col] is C[row * n + col], stored only where row < m and col < n, each by its "
+                   "own thread")
 
 
 def _thread_in_block(report: dict, prefix: str) -> str:
