@@ -113,7 +113,8 @@ def _how_wrong(c: np.ndarray, truth: Truth, wrong: np.ndarray, unwritten: np.nda
     if finite.any():
         diff = np.abs(c[finite].astype(np.float64) - truth.value[finite])
         rel = diff / np.maximum(np.abs(truth.value[finite]), 1e-30)
-        parts.append(f"{_count(finite, wrong)} off by up to {diff.max():.3g} (relative {rel.max():.3g})")
+        up_to = "up to " if finite.sum() > 1 else ""
+        parts.append(f"{_count(finite, wrong)} off by {up_to}{diff.max():.3g} (relative {rel.max():.3g})")
     return "; ".join(parts)
 
 

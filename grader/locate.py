@@ -10,6 +10,8 @@ from .findings import Finding
 from .tolerance import bound_of, within
 
 SAMPLE_FIRST, SAMPLE_SPREAD = 64, 2048  # wrong elements the truncated-phase hint is tried on, then checked on
+STORE_INDEX_FIX = ("check the index of your store to C and the condition that guards it: C is m×n, so element "
+                   "[row][col] is C[row * n + col], stored only where row < m and col < n, each by its own thread")
 MISPLACED_SAMPLE = 64  # wrong elements looked up among the right values of C
 SEPARATION = 8  # how much closer the matched truth must be than the next one
 ROUND_UP = "round the phase count up, (k + TILE - 1) / TILE, and load out-of-range tile entries as 0"
@@ -85,9 +87,7 @@ def _truncated_product_at(c, rows, cols, a, b, k_factor, abs_tol, count: int) ->
 def _misplaced(c: np.ndarray, wrong: np.ndarray, truth) -> Finding | None:
     """Wrong elements that hold other elements' right values: the sums are right and stored at the wrong
     place (a wrong index of C, two threads storing one element). Seen from the values alone, so it holds on
-    any backend. A value counts only where one element of the truth is within tolerance of it and far closer
-    than any other (a random value is that close to one by chance about one time in SEPARATION), and the
-    pattern only where at least half of a sample of wrong elements show it."""
+    any backend; the pattern only where at least half of a sample of wrong elements show it."""
     if truth is None:
         return None
     rows, cols = np.nonzero(wrong & np.isfinite(c))
@@ -95,23 +95,8 @@ def _misplaced(c: np.ndarray, wrong: np.ndarray, truth) -> Finding | None:
         return None
     pick = np.unique(np.linspace(0, rows.size - 1, min(MISPLACED_SAMPLE, rows.size)).astype(np.int64))
     rows, cols = rows[pick], cols[pick]
-    values, bounds = truth.value.ravel(), truth.bound.ravel()
-    order = np.argsort(values, kind="stable")
-    ordered, widest = values[order], bounds.max()
     got = c[rows, cols].astype(np.float64)
-    low, high = np.searchsorted(ordered, got - widest, "left"), np.searchsorted(ordered, got + widest, "right")
-    own = rows * c.shape[1] + cols
-    source = np.full(got.size, -1)
-    for i in range(got.size):  # a few candidates each: those within the widest bound of the value
-        near = order[low[i]:high[i]]
-        distance = np.abs(got[i] - values[near])
-        ranked = np.argsort(distance)[:2]
-        if near.size == 0 or near[ranked[0]] == own[i] or distance[ranked[0]] > bounds[near[ranked[0]]]:
-            continue
-        # One candidate far closer than any other: a value stored elsewhere is within rounding of its own,
-        # while a wrong value lands between truths at random.
-        if near.size == 1 or distance[ranked[1]] > SEPARATION * distance[ranked[0]]:
-            source[i] = near[ranked[0]]
+    source = sources_of(got, rows * c.shape[1] + cols, truth)
     matched = source >= 0
     if matched.sum() < max(2, pick.size // 2):
         return None
@@ -119,8 +104,53 @@ def _misplaced(c: np.ndarray, wrong: np.ndarray, truth) -> Finding | None:
     origin = divmod(int(source[first]), c.shape[1])
     return Finding(f"C[{rows[first]}][{cols[first]}] holds {got[first]:.6g}, the value C[{origin[0]}][{origin[1]}] "
                    f"should hold; {int(matched.sum())} of {pick.size} wrong elements looked at hold another "
-                   "element's value: the sums are right, and stored at the wrong place",
-                   "check the index of your store to C: C is m×n, so element [row][col] is C[row * n + col]")
+                   "element's value: the sums are right, and stored at the wrong place", STORE_INDEX_FIX)
+
+
+def sources_of(got: np.ndarray, own: np.ndarray, truth) -> np.ndarray:
+    """For each value, the flat index of the one element of the truth it is (-1: none, or its own `own`).
+    One element must be within tolerance and far closer than any other: a value stored elsewhere is within
+    rounding of its own truth, while a wrong value lands between truths at random (that close to one by
+    chance about one time in SEPARATION)."""
+    values, bounds = truth.value.ravel(), truth.bound.ravel()
+    order = np.argsort(values, kind="stable")
+    ordered, widest = values[order], bounds.max()
+    low, high = np.searchsorted(ordered, got - widest, "left"), np.searchsorted(ordered, got + widest, "right")
+    source = np.full(got.size, -1)
+    for i in range(got.size):  # a few candidates each: those within the widest bound of the value
+        near = order[low[i]:high[i]]
+        distance = np.abs(got[i] - values[near])
+        ranked = np.argsort(distance)[:2]
+        if near.size == 0 or near[ranked[0]] == own[i] or distance[ranked[0]] > bounds[near[ranked[0]]]:
+            continue
+        if near.size == 1 or distance[ranked[1]] > SEPARATION * distance[ranked[0]]:
+            source[i] = near[ranked[0]]
+    return source
+
+
+STORED_OVER_LOOKS = 16  # elements where launches disagree, looked at for two owners
+
+
+def stored_over(outputs: list[np.ndarray], truth) -> Finding | None:
+    """Launches that disagree on an element, each leaving another element's right value in it: the threads
+    computing those elements both store it, and which stores last changes from launch to launch. What the
+    GPU shows of two threads storing one element of C (`outputs`: each launch's C, m×n)."""
+    first, n = outputs[0], outputs[0].shape[1]
+    differ = np.zeros(first.shape, bool)
+    for other in outputs[1:]:
+        differ |= first.view(np.uint32) != other.view(np.uint32)
+    rows, cols = np.nonzero(differ & np.isfinite(first))
+    for r, c in zip(rows[:STORED_OVER_LOOKS].tolist(), cols[:STORED_OVER_LOOKS].tolist()):
+        got = np.array([float(output[r, c]) for output in outputs])
+        if not np.isfinite(got).all():
+            continue
+        owners = sorted(set(sources_of(got, np.full(got.size, r * n + c), truth).tolist()))
+        if len(owners) >= 2 and owners[0] >= 0:
+            one, two = (f"C[{i // n}][{i % n}]" for i in owners[:2])
+            return Finding(f"C[{r}][{c}] holds the value of {one} after one launch and of {two} after another: the "
+                           f"threads computing {one} and {two} both store C[{r}][{c}], and whichever stores last wins",
+                           STORE_INDEX_FIX)
+    return None
 
 
 def _partial_edges(rows, cols, m, n, tile) -> Finding | None:

@@ -18,7 +18,8 @@ from .execute.cpu.messages import describe_collision, describe_problem, describe
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
 from .findings import Finding
-from .inputs import guarded_size
+from .inputs import guarded_size, split_guarded
+from .locate import stored_over
 from .result import (
     CASE,
     COMPILE,
@@ -78,6 +79,14 @@ def _worst_launch(judge: Callable[[np.ndarray], CheckResult], outputs: list[np.n
                           "the threads run in")
         return check
     return first
+
+
+def _tell(check: CheckResult, finding: Finding | None) -> None:
+    """Adds what the launches showed together (none of them alone) to a check judged on one of them."""
+    if finding is not None:
+        check.message += "\n" + finding.fact
+        if finding.fix and finding.fix not in check.fixes:
+            check.fixes.append(finding.fix)
 
 
 def _shape(case: Case) -> str:
@@ -232,7 +241,7 @@ class RunEvents:
         def judge() -> CheckResult:
             tolerance = self.config.tolerance
             a, b, truth = case_truth(case, self.config)
-            return _worst_launch(
+            check = _worst_launch(
                 lambda buffer: judge_case(
                     case.name, case.points, a, b,
                     CaseRun(buffer=buffer.ravel(), reference=reference, a_changed=event["a_changed"],
@@ -240,6 +249,9 @@ class RunEvents:
                             evidence=evidence),
                     self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth),
                 buffers, launches)
+            if len(buffers) > 1 and check.status != PASSED:
+                _tell(check, stored_over([split_guarded(x.ravel(), case.m, case.n)[1] for x in buffers], truth))
+            return check
 
         self.unjudged[case.name] = judge  # the outputs as they were now: what the child writes later is not read
 
