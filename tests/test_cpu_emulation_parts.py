@@ -140,6 +140,9 @@ def test_threads_that_differ_only_in_y_point_at_the_block_shape():
     found = describe_collision({**COLLISION, "thread": [3, 1, 0]}, 16)
     assert found.fact.endswith("the two threads differ only in threadIdx.y")
     assert "blocks of tile × tile threads, in threadIdx.x and threadIdx.y" in found.fix
+    assert describe_collision({**COLLISION, "thread": [5, 0, 0]}, 16).fact.endswith("differ only in threadIdx.x")
+    elsewhere = describe_collision({**COLLISION, "thread": [3, 1, 0], "block": [1, 0, 0]}, 16)
+    assert "differ only" not in elsewhere.fact  # threads of two blocks: an index, not a block shape
 
 
 def test_a_tile_entry_read_before_any_thread_stored_it_is_named():

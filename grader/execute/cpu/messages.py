@@ -78,8 +78,9 @@ def describe_collision(collision: dict, elements: int) -> Finding:
     fact = f"{who} both store C[{collision['row']}][{collision['column']}] ({at})"
     if elements > 1:
         fact += f"; {elements} elements of C are stored by more than one thread"
-    if _differ_only_in_y(collision):
-        return Finding(fact + ": the two threads differ only in threadIdx.y",
+    axis = _only_difference(collision)
+    if axis:
+        return Finding(fact + f": the two threads differ only in threadIdx.{axis}",
                        "the grader launches blocks of tile × tile threads, in threadIdx.x and threadIdx.y: your "
                        "row and column must tell every thread of a block apart, so each stores its own element of C")
     return Finding(fact, f"check the index of your store to C ({at}) and the condition that guards it: C is m×n, "
@@ -91,9 +92,13 @@ def _thread_in_block(report: dict, prefix: str) -> str:
     return f"thread {_xy(report[prefix + 'thread'])} of block {_xy(report[prefix + 'block'])}"
 
 
-def _differ_only_in_y(collision: dict) -> bool:
+def _only_difference(collision: dict) -> str:
+    """"x" or "y" when the two threads are of one block and differ in that index alone (else ""): the index
+    of C does not depend on it, as in a kernel written for blocks of another shape."""
     mine, other = collision["thread"], collision["other_thread"]
-    return collision["block"] == collision["other_block"] and mine[0] == other[0] and mine[1] != other[1]
+    differ = [axis for axis, a, b in zip("xyz", mine, other) if a != b]
+    same_block = collision["block"] == collision["other_block"]
+    return differ[0] if same_block and len(differ) == 1 and differ[0] in "xy" else ""
 
 
 def describe_unstored_read(read: dict) -> Finding:
