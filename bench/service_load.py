@@ -201,7 +201,7 @@ def main() -> int:
                      else ["missing"] for name in (s.name for s in students)}
         differing = {name: found for name, found in differing.items() if found}
         for name, found in differing.items():
-            print(f"DIFFERS {name}: " + "; ".join(found))
+            print(f"DIFFERS {name}: " + "; ".join(found)[:400])
         print(f"verdicts: {count - len(differing)} of {count} the same in the service and the batch; outcomes "
               f"{dict(Counter(r.outcome for r in served.values()))}")
     print(json.dumps({"count": count, "spread_s": spread, "backend": BACKEND,

@@ -64,9 +64,12 @@ def find_kernel_noted(folder: Path, depth: int = KERNEL_DEPTH) -> tuple[Path, li
     folder = Path(folder)
     if not folder.is_dir():
         return folder, []
-    found = [p.relative_to(folder).as_posix() for p in folder.rglob(KERNEL_FILE)
-             if p.is_file() and not p.is_symlink() and len(p.relative_to(folder).parts) <= depth + 1
-             and not is_hidden(p.relative_to(folder).parts)]
+    candidates = [p for p in folder.rglob(KERNEL_FILE) if len(p.relative_to(folder).parts) <= depth + 1
+                  and not is_hidden(p.relative_to(folder).parts)]
+    links = sorted(p.relative_to(folder).as_posix() for p in candidates if p.is_symlink())
+    if links:  # never read through it, nor grade another file in its place
+        raise SubmissionError(f"{', '.join(links)}: a symbolic link, not a file; hand in {KERNEL_FILE} itself")
+    found = [p.relative_to(folder).as_posix() for p in candidates if p.is_file()]
     if not found:
         return folder, []  # read_submission says what is missing
     chosen, notes = choose_kernel(found)

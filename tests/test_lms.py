@@ -160,3 +160,15 @@ def test_gradescope_tells_the_student_which_kernel_was_graded(tmp_path, config_f
     data = gradescope(tmp_path, submission, config_file, "--no-run")
     assert "Note: graded kernel.cu at the top of your submission; not graded: lab3/kernel.cu, old/kernel.cu" \
         in data["output"]
+
+
+def test_gradescope_refuses_a_kernel_cu_that_is_a_link(tmp_path, config_file):
+    """A link would be read through (the autograder's own files) or another file graded in its place."""
+    submission = tmp_path / "submission"
+    (submission / "lab3").mkdir(parents=True)
+    shutil.copy(GOOD, submission / "lab3" / "kernel.cu")
+    (submission / "kernel.cu").symlink_to(ROOT / "config.yaml")
+    data = gradescope(tmp_path, submission, config_file, "--no-run")
+    assert "kernel.cu: a symbolic link, not a file" in data["output"] and data["extra_data"]["outcome"] == \
+        "submission error"
+    assert "testcases" not in data["output"]  # nothing of the linked file was read

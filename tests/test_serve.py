@@ -349,6 +349,24 @@ def test_a_restart_mid_queue_loses_nothing(tmp_path):
     assert outcomes == ["compile error", "graded", "compile error"]
 
 
+@needs_cxx
+def test_a_queue_from_the_first_release_is_picked_up(tmp_path):
+    """A state folder written before jobs had start and finish times: its waiting job is graded after an
+    upgrade, and timed in the log."""
+    (tmp_path / "state").mkdir()
+    with sqlite3.connect(tmp_path / "state" / "jobs.sqlite") as db:
+        db.executescript("CREATE TABLE jobs (id TEXT PRIMARY KEY, course TEXT NOT NULL, student TEXT NOT NULL, "
+                         "status TEXT NOT NULL, created REAL NOT NULL, archive BLOB, result TEXT);")
+        db.execute("INSERT INTO jobs VALUES (?, 'ece', 'uma', 'queued', ?, ?, NULL)",
+                   ("ab" * 16, time.time(), zipped({"kernel.cu": BROKEN})))
+    service = Service(tmp_path).start()
+    try:
+        assert service.result("ab" * 16)["result"]["outcome"] == "compile error"
+    finally:
+        service.kill()
+    assert f"job {'ab' * 16} done course=ece student=uma outcome='compile error'" in service.log_text()
+
+
 @pytest.mark.parametrize("text, mode, words", [
     (f"ece: {TOKEN}\n", 0o644, "others can read it (mode 644); chmod 600"),
     ("ece: short\n", 0o600, "ece: the token must be a string of at least 16 characters"),

@@ -5,10 +5,11 @@ import logging
 import os
 from pathlib import Path
 
+from .. import truths
 from ..cases import Case
 from ..config import Config
 from ..errors import UsageError
-from ..pipeline import RunPlan
+from ..pipeline import GPU, RunPlan
 from ..schema import load_yaml
 from .store import JobStore
 
@@ -80,6 +81,8 @@ def serve(config: Config, cases: list[Case], plan: RunPlan, state: Path, tokens:
 
         client = Client(cluster, security=security, timeout=CONNECT_TIMEOUT)
     workers = workers or os.cpu_count() or 2
+    if plan.backend is not None and client is None:  # as a batch does: once, before jobs race to compute them
+        truths.warm([case for case in cases if plan.backend == GPU or not case.gpu_only], config)
     runner = JobRunner(store, config, cases, plan, workers, state / SCRATCH, client)
     log.info(announce(plan, state, host, port, workers, limits, cluster, tokens, cleared))
     if requeued:
