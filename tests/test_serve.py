@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, SUBMISSIONS, live_children
-from hardware import needs_cxx
+from hardware import needs_cxx, needs_gpu
 
 TOKEN, OTHER_TOKEN = "course-token-0123456789abcdef", "other-course-token-0123456789"
 WRONG_TOKEN = "not-a-token-of-any-course"
@@ -507,3 +507,26 @@ def test_the_leaderboard_ranks_each_students_best_timed_run(tmp_path):
         running.kill()
     assert code == 200
     assert [(row["student"], row["gflops"]) for row in answer["leaderboard"]] == [("judy", 910.0), ("ivan", 820.0)]
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_on_a_gpu_the_service_times_the_kernel_and_ranks_it(tmp_path):
+    """The service on a GPU host, as an LMS container without one uses it: the kernel in a folder of the
+    student's archive is found, graded and timed, the student told which file, and the run ranked."""
+    service = Service(tmp_path, "--backend", "gpu").start()
+    try:
+        code, queued = service.submit("vera", zipped({"lab3/kernel.cu": GOOD, "lab3/notes.txt": "mine"}))
+        assert code == 202
+        result = service.result(queued["id"], timeout_s=600)["result"]
+        code, board = service.get("/v1/leaderboard")
+        finished, results, _ = lms_remote(tmp_path, f"http://127.0.0.1:{service.port}", student="vera",
+                                          kernel=GOOD)
+    finally:
+        service.kill()
+    assert result["outcome"] == "graded" and result["score"] == result["max_score"]
+    assert result["intake_notes"] == ["graded lab3/kernel.cu, the only kernel.cu in your submission"]
+    timing = next(check for check in result["checks"] if check["kind"] == "timing")
+    assert timing["metrics"]["student_gflops"] > 0
+    assert code == 200 and [row["student"] for row in board["leaderboard"]] == ["vera"]
+    assert finished.returncode == 0 and results["leaderboard"] and "regrade_reason" not in results["extra_data"]

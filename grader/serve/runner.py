@@ -89,7 +89,7 @@ class JobRunner:
         try:
             intake = read_student_archive(archive, work / safe_name(student))
             if intake.folder is None:
-                result = not_graded(Path(student), self.config, self.cases, f"not graded: {intake.refusal}")
+                result = not_graded(Path(student), self.config, self.cases, intake.refusal)
             else:
                 entry = Entry(intake.folder.name, student, "", intake.folder, "upload", intake.entry,
                               notes=intake.notes)
