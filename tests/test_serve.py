@@ -268,6 +268,7 @@ def test_the_operator_sees_where_it_listens_each_request_and_each_job(service):
     service.result(queued["id"])
     service.submit("sam", zipped({"kernel.cu": BROKEN}), token=WRONG_TOKEN)
     service.get("/v1/health", token=None)
+    service.get("/v1/jobs/x%0A2026-01-01%20grade%20serve:%20job%20forged", token=None)
     time.sleep(0.5)  # the last request's line is written once its answer is sent
     lines = service.log_text().splitlines()
     first = lines[0]
@@ -280,8 +281,17 @@ def test_the_operator_sees_where_it_listens_each_request_and_each_job(service):
     done = [line for line in lines if f"job {queued['id']} done" in line]
     assert len(done) == 1 and "course=ece student=sam outcome='compile error'" in done[0]
     assert " queued=" in done[0] and " graded=" in done[0]
+    assert all(line[:4].isdigit() for line in lines)  # one line each: a %0A in a path starts none
+    forged = [line for line in lines if "job forged" in line]
+    assert len(forged) == 1 and "GET /v1/jobs/x" in forged[0] and forged[0].endswith("s")
     text = "\n".join(lines)
     assert TOKEN not in text and WRONG_TOKEN not in text and "Bearer" not in text
+
+
+def test_a_logged_path_stays_on_its_line():
+    from grader.serve.app import printable
+
+    assert printable("/v1/jobs/x\n2026 job forged\r\x1b[2J") == "/v1/jobs/x\\n2026 job forged\\r\\x1b[2J"
 
 
 @needs_cxx

@@ -48,6 +48,11 @@ class ServiceLimits:
     window_s: float = 3600.0
 
 
+def printable(text: str) -> str:
+    """A request's path as one log line: a decoded %0A would otherwise start a forged line of its own."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def valid_student(student: str) -> bool:
     """The whole id, not a prefix: `nl1\\n` is not `nl1` (re.match's `$` would let the newline through)."""
     return STUDENT_ID.fullmatch(student) is not None
@@ -65,7 +70,7 @@ def create_app(store: JobStore, tokens: dict[str, str], limits: ServiceLimits, w
         query = " ".join(f"{key}={request.query_params[key][:140]!r}" for key in LOGGED_QUERY
                          if key in request.query_params)
         peer = request.client.host if request.client else "-"
-        log.info("%s %s %s%s -> %d %.3fs", peer, request.method, request.url.path[:200],
+        log.info("%s %s %s%s -> %d %.3fs", peer, request.method, printable(request.url.path[:200]),
                  f" {query}" if query else "", response.status_code, time.perf_counter() - started)
         return response
 
