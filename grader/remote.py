@@ -60,7 +60,7 @@ def grade_remotely(kernel: Path, student: str, url: str, token: str, timeout_s: 
                 f"job {queued.get('id')} was superseded by the student's newer upload (job "
                 f"{answer.get('superseded_by')}), which is graded instead",
                 "You submitted again before this submission was graded, so your newest submission is graded "
-                "instead of this one.")
+                "instead of this one. This is not a grade: your newest submission's result is.")
         if time.monotonic() + POLL_S > deadline:
             raise RemoteUnavailable(f"{base} had not finished grading job {queued.get('id')} after {timeout_s:g} s "
                                     f"(--remote-timeout; status {answer.get('status')!r}, position "

@@ -470,6 +470,31 @@ def test_the_client_waits_as_retry_after_says_and_then_gets_its_grade(tmp_path):
     assert posts[0] == "202" and "429" in posts and posts[-1] == "202"
 
 
+@needs_cxx
+def test_a_superseded_submission_tells_the_student_the_newer_one_is_graded(tmp_path):
+    """Two Gradescope runs of one student while the service is busy: the older gets a marked file saying the
+    newer upload is graded instead, the newer gets its grade."""
+    service = Service(tmp_path, "--jobs", "1").start()
+    try:
+        code, busy = service.submit("walt", zipped({"kernel.cu": GOOD}))  # holds the only grader a while
+        assert code == 202
+        older = subprocess.Popen([sys.executable, "-c", "import sys, json, test_serve as t, pathlib; "
+                                  f"print(json.dumps(t.lms_remote(pathlib.Path({str(tmp_path / 'a')!r}), "
+                                  f"'http://127.0.0.1:{service.port}', student='xena')[1]))"],
+                                 cwd=Path(__file__).parent, stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while "student='xena' -> 202" not in service.log_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (tmp_path / "b").mkdir()
+        finished, newer, _ = lms_remote(tmp_path / "b", f"http://127.0.0.1:{service.port}", student="xena",
+                                        kernel=BROKEN.replace("{", "{ ", 1))
+        first = json.loads(older.communicate(timeout=300)[0])
+    finally:
+        service.kill()
+    assert finished.returncode == 0 and newer["extra_data"]["outcome"] == "compile error"
+    assert_marked(first, "superseded by the student's newer upload", "your newest submission is graded instead")
+
+
 def test_prairielearn_gets_the_marker_and_an_attempt_that_does_not_count(service, tmp_path):
     finished, results, _ = lms_remote(tmp_path, f"http://127.0.0.1:{service.port}", command="prairielearn",
                                       token=WRONG_TOKEN)
