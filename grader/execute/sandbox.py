@@ -138,7 +138,7 @@ class Sandbox:
         if self.level == NONE:
             return UNSAFE_NOTE
         if self.weaker_because:
-            return f"sandbox {self.level}, weaker than {NAMESPACES_AND_UID}: {self.weaker_because}"
+            return f"confined at {self.level}, not {NAMESPACES_AND_UID}: {self.weaker_because}"
         return ""
 
     def popen(self, argv: list[str], confinement: Confinement, **kwargs) -> subprocess.Popen:
