@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -241,12 +242,28 @@ def _check_reach(argv: list[str], confinement: Confinement) -> None:
 
 
 def prepare_workdir(workdir: Path, uid: int | None) -> None:
-    """The run's one writable folder belongs to its uid and nobody else can look in."""
+    """The run's one writable folder belongs to its uid and nobody else can look in. A sandbox may already
+    be running in it (the CPU harness's two schedules share a case's folder), so a file that vanished is
+    passed over, and a file with a second name (a hard link it made to something else) is never given away."""
     workdir.mkdir(parents=True, exist_ok=True)
     if uid is not None:
         for path in (workdir, *workdir.rglob("*")):
-            os.chown(path, uid, uid, follow_symlinks=False)
+            _give(path, uid)
     workdir.chmod(0o700)
+
+
+def _give(path: Path, uid: int) -> None:
+    """chown through a descriptor, so what is checked is what is changed; links are left alone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return  # gone, or a symbolic link
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != uid and (stat.S_ISDIR(info.st_mode) or info.st_nlink == 1):
+            os.fchown(fd, uid, uid)
+    finally:
+        os.close(fd)
 
 
 def _prlimit(pairs: list[tuple[int, int]]) -> list[str]:
