@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, SUBMISSIONS
+from hardware import needs_gpu
 
 from grader.execute import reachable
 from grader.execute.cpu.build import compiler
@@ -69,7 +70,8 @@ def private_project(folder: Path, owner: int | None = None) -> Path:
     return project
 
 
-def grade_there(project: Path, python: str, as_user: int | None = None, library_path: str = "") -> tuple[dict, str]:
+def grade_there(project: Path, python: str, as_user: int | None = None, library_path: str = "",
+                backend: str = "cpu") -> tuple[dict, str]:
     """`python -m grader` run from the private copy (its package first on the path), with a fresh cache so
     the emulator is built there; the result's JSON and what the run printed on stderr."""
     home = project / "home"
@@ -81,7 +83,7 @@ def grade_there(project: Path, python: str, as_user: int | None = None, library_
     drop = ["setpriv", f"--reuid={as_user}", f"--regid={as_user}", "--clear-groups", "--"] if as_user else []
     command = [*drop, python, "-c", "import grader, sys; assert grader.__file__.startswith(sys.argv[1]); "
                "from grader.cli import main; sys.exit(main(sys.argv[2:]))", str(project),
-               str(project / "good"), "--backend", "cpu", "-o", str(project / "out"),
+               str(project / "good"), "--backend", backend, "-o", str(project / "out"),
                "--config", str(project / "config.yaml")]
     finished = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stdout + finished.stderr
@@ -89,16 +91,20 @@ def grade_there(project: Path, python: str, as_user: int | None = None, library_
 
 
 def assert_graded_correct(result: dict) -> None:
-    """good_basic's every case the CPU can run passed: the harness was built in the sandbox."""
+    """good_basic's every case this backend can run passed (on the CPU: the harness was built in the
+    sandbox; on the GPU: its child's Python started there)."""
     cases = [c for c in result["checks"] if c["kind"] == "case" and not c["needs_gpu"]]
+    assert result["outcome"] == "graded", result["message"]
     assert cases and all(c["status"] == "passed" for c in cases), [(c["name"], c["message"]) for c in cases]
     assert result["score"] == sum(c["max_score"] for c in result["checks"] if not c["needs_gpu"])
 
 
-def test_a_private_clone_grades_in_the_strongest_sandbox_the_user_allows(private):
-    """As root (CI): namespaces+uid, though neither bwrap nor harness.cpp is reachable where installed."""
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=[pytest.mark.gpu, needs_gpu])])
+def test_a_private_clone_grades_in_the_strongest_sandbox_the_user_allows(private, backend):
+    """As root (CI): namespaces+uid, though neither bwrap, harness.cpp, nor (for the GPU child) the package
+    and maybe the Python are reachable where installed."""
     project = private_project(private)
-    result, stderr = grade_there(project, sys.executable)
+    result, stderr = grade_there(project, sys.executable, backend=backend)
     assert_graded_correct(result)
     if ROOT_USER:
         assert (result["sandbox"], result["sandbox_note"]) == (NAMESPACES_AND_UID, "")
@@ -129,6 +135,8 @@ def test_an_unprivileged_user_grades_their_private_clone_in_namespaces(private):
 
 ATTACK = r"""
 import os, sys
+import numpy, grader.execute.gpu_child  # what the GPU child imports, from the copies
+print("IMPORTED", grader.__file__, numpy.__file__)
 won = []
 for target in sys.argv[1:]:
     for name, attempt in (
@@ -181,6 +189,7 @@ def test_the_sandbox_uid_cannot_change_the_copies_made_for_it(tmp_path, sandbox,
                                  env=child_environment(str(workdir), {}))
         output = process.communicate(timeout=60)[0].decode()
     assert "WON: []" in output, output
+    assert f"IMPORTED {package}/grader/__init__.py" in output  # the grader it ran was the copy
     assert [tree_digest(f) for f in folders] == before
     assert all(reachable.reachable(t) for t in targets)  # it could read them: the attack was not blind
 

@@ -94,7 +94,9 @@ def copies_root() -> Path:
     problems = []
     for candidate in candidates:
         try:
-            candidate.mkdir(mode=0o755, parents=True, exist_ok=True)
+            if not candidate.exists():
+                candidate.mkdir(parents=True)
+                candidate.chmod(0o755)  # whatever the umask: the sandbox's uid must enter it
             if _trusted_chain(candidate):
                 return candidate
             problems.append(f"{candidate}: it, or a folder above it, is not root's alone")
