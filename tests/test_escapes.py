@@ -26,6 +26,7 @@ from conftest import ROOT, SUBMISSIONS
 from grader.cli import main
 from grader.execute.compile import nvcc_path
 from grader.execute.cpu.build import compiler
+from grader.execute.proc import process_tree
 
 pytestmark = pytest.mark.skipif(compiler() is None or nvcc_path() is None,
                                 reason="needs g++ (the CPU emulator) and nvcc (its verdict comes first)")
@@ -243,7 +244,7 @@ def test_a_worker_killed_mid_grade_costs_one_row_marked_grader_error(tmp_path, c
     process = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(klass), "-o", str(out), "--config",
                                 str(config_file), "--backend", "cpu", "--jobs", "2"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    killed = _kill_the_last_worker(out / "students" / "bob.json", deadline=time.monotonic() + 120)
+    killed = _kill_the_last_worker(process.pid, out / "students" / "bob.json", deadline=time.monotonic() + 120)
     assert process.wait(timeout=300) == 0 and killed
     slowpoke, bob = stored(out, "slowpoke"), stored(out, "bob")
     assert slowpoke["outcome"] == "grader error" and "SIGKILL" in slowpoke["message"]
@@ -256,10 +257,12 @@ def test_a_worker_killed_mid_grade_costs_one_row_marked_grader_error(tmp_path, c
     assert (out / "students" / "bob.json").read_bytes() == kept  # only the lost row is graded again
 
 
-def _kill_the_last_worker(done: Path, deadline: float) -> bool:
-    """Once the quick student's result is stored, SIGKILL the one batch worker still running."""
+def _kill_the_last_worker(batch: int, done: Path, deadline: float) -> bool:
+    """Once the quick student's result is stored, SIGKILL the one worker of this batch still running. Only
+    this batch's: a search of the whole host once killed the worker of a batch another test (or another
+    suite on the same machine) was running, whose correct kernel then got a "grader error" row."""
     while time.monotonic() < deadline:
-        workers = _processes_with(b"grader.batch_worker") if done.exists() else []
+        workers = _processes_with(b"grader.batch_worker", process_tree(batch)) if done.exists() else []
         if len(workers) == 1:
             os.kill(workers[0], signal.SIGKILL)
             return True
@@ -267,13 +270,12 @@ def _kill_the_last_worker(done: Path, deadline: float) -> bool:
     return False
 
 
-def _processes_with(word: bytes) -> list[int]:
+def _processes_with(word: bytes, pids: list[int]) -> list[int]:
     found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if word in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
+    for pid in pids:
+        try:
+            if word in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            continue
     return found
