@@ -6,9 +6,11 @@ These tests copy the grader package and grade with a fresh cache (a few seconds 
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -71,7 +73,7 @@ def private_project(folder: Path, owner: int | None = None) -> Path:
 
 
 def grade_there(project: Path, python: str, as_user: int | None = None, library_path: str = "",
-                backend: str = "cpu") -> tuple[dict, str]:
+                backend: str = "cpu", preexec_fn=None) -> tuple[dict, str]:
     """`python -m grader` run from the private copy (its package first on the path), with a fresh cache so
     the emulator is built there; the result's JSON and what the run printed on stderr."""
     home = project / "home"
@@ -85,7 +87,8 @@ def grade_there(project: Path, python: str, as_user: int | None = None, library_
                "from grader.cli import main; sys.exit(main(sys.argv[2:]))", str(project),
                str(project / "good"), "--backend", backend, "-o", str(project / "out"),
                "--config", str(project / "config.yaml")]
-    finished = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    finished = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300,
+                              preexec_fn=preexec_fn)
     assert finished.returncode == 0, finished.stdout + finished.stderr
     return json.loads((project / "out" / "good.json").read_text()), finished.stderr
 
@@ -129,6 +132,56 @@ def test_an_unprivileged_user_grades_their_private_clone_in_namespaces(private):
     assert result["sandbox"] == NAMESPACES and NOT_ROOT in result["sandbox_note"]
     top = " ".join(stderr.split())
     assert top.startswith("Sandbox: confined at namespaces, not namespaces+uid") and NOT_ROOT in top
+
+
+def no_user_namespaces() -> None:
+    """Docker's default seccomp profile, as far as bubblewrap is concerned: no unshare, no clone of a new
+    user namespace (clone3 made to fall back to clone). Installed in the grader's process before exec."""
+    from grader.execute.seccomp import (
+        ARG0_OFFSET,
+        CLONE,
+        CLONE3,
+        JEQ_K,
+        JSET_K,
+        LD_W_ABS,
+        NR_OFFSET,
+        RET_ALLOW,
+        RET_ENOSYS,
+        RET_EPERM,
+        RET_K,
+        _op,
+    )
+    unshare, clone_newuser = 272, 0x10000000
+    program = b"".join([
+        _op(LD_W_ABS, NR_OFFSET), _op(JEQ_K, CLONE3, jf=1), _op(RET_K, RET_ENOSYS),
+        _op(JEQ_K, unshare, jf=1), _op(RET_K, RET_EPERM),
+        _op(JEQ_K, CLONE, jf=3), _op(LD_W_ABS, ARG0_OFFSET), _op(JSET_K, clone_newuser, jf=1), _op(RET_K, RET_EPERM),
+        _op(RET_K, RET_ALLOW)])
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    text = ctypes.create_string_buffer(program, len(program))
+    fprog = Program(len(program) // 8, ctypes.cast(text, ctypes.c_void_p))
+    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) or libc.prctl(pr_set_seccomp, seccomp_mode_filter,
+                                                                   ctypes.byref(fprog), 0, 0):
+        os._exit(99)
+
+
+@pytest.mark.skipif(not ROOT_USER or platform.machine() != "x86_64",
+                    reason="hardware: uid-only needs a root grader; the filter is x86-64's")
+def test_where_the_machine_refuses_namespaces_a_private_clone_grades_at_uid_only_and_says_so(private):
+    """Under a Docker-like seccomp profile bwrap cannot make its namespaces: the level is uid-only (its
+    uid then sees the real file system, so g++ must read the harness from the copy), the run says so at its
+    top and the result why."""
+    result, stderr = grade_there(private_project(private), sys.executable, preexec_fn=no_user_namespaces)
+    assert_graded_correct(result)
+    assert result["sandbox"] == UID_ONLY
+    assert result["sandbox_note"].startswith("confined at uid-only, not namespaces+uid: bubblewrap cannot make "
+                                             "its namespaces here (namespaces+uid: bwrap:")
+    assert " ".join(stderr.split()).startswith("Sandbox: confined at uid-only, not namespaces+uid")
 
 
 # --- what the sandbox's uid is given, it cannot change -------------------------------------------------------
