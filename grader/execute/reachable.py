@@ -183,7 +183,9 @@ def package_copy() -> str:
     """The folder holding a copy of this grader package as `grader/` ("" where the package is reachable):
     what children import and g++ reads the harness from."""
     files = package_files()
-    return "" if all(reachable(p) for p in files) and reachable(PACKAGE_DIR) else copy_package()
+    # The folder above too: Python lists a PYTHONPATH entry's folder before it imports from it (uid-only).
+    in_reach = all(reachable(p) for p in files) and reachable(PACKAGE_DIR) and reachable(PACKAGE_DIR.parent)
+    return "" if in_reach else copy_package()
 
 
 def copy_package() -> str:
