@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 COPIES_VARIABLE = "SGEMM_GRADER_SANDBOX_COPIES"
+# Part of every copy's name: a grader that lays its copies out differently must not take an older one's.
+LAYOUT = "sgemm-grader-sandbox-copies 1"
 DEFAULT_ROOTS = (Path("/var/cache/sgemm-grader-sandbox"), Path(tempfile.gettempdir(), "sgemm-grader-sandbox-root"))
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # grader/
 # What the grader package holds that a sandbox reads: its modules and the CPU emulator's sources.
@@ -141,7 +143,7 @@ def _seal(folder: Path) -> None:
 
 
 def _digest(parts: Iterable[bytes | str]) -> str:
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(LAYOUT.encode())
     for part in parts:
         data = part.encode() if isinstance(part, str) else part
         digest.update(len(data).to_bytes(8, "little") + data)
