@@ -77,6 +77,10 @@ HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
                               "returncode": OPTIONAL_INT}),
     "divergence": ({"kind": one_of("different_barriers", "exited"), "line": int, "thread": TRIPLE,
                     "other_line": int, "other_thread": TRIPLE, "block": TRIPLE}, {}),
+    # A warp collective (shuffle, vote, __syncwarp) that a lane its mask names never reached.
+    "warp_divergence": ({"primitive": str, "line": int, "mask": int, "arrived": int, "thread": TRIPLE,
+                         "other_thread": TRIPLE, "other_state": one_of("exited", "barrier", "collective"),
+                         "other_line": int, "other_primitive": str, "block": TRIPLE}, {}),
     "done": ({"a_changed": bool, "b_changed": bool, "races": int}, {}),
 }
 
