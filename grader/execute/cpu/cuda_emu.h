@@ -107,6 +107,7 @@ struct Fiber {
     int line = 0;  // the kernel statement this thread runs (instrument.py marks each): where a fault was
     bool read_shared = false;  // read a shared array since the last barrier
     Collective collective;     // while AT_COLLECTIVE
+    Fiber *next_in_warp = nullptr;  // the next lane of this warp in the schedule's order
 #if !defined(__x86_64__)
     ucontext_t context;
 #endif
@@ -184,11 +185,25 @@ inline ucontext_t scheduler_context;
 inline void (*kernel_body)() = nullptr;
 constexpr size_t STACK_BYTES = 256 * 1024;
 
+// Hands over to the next lane of the warp that is ready (in the schedule's order), or, after the warp's last,
+// to the scheduler: one switch per lane and collective, where a round trip through the scheduler is two.
 inline void yield_to_scheduler() {
+    Fiber *me = current, *next = me->next_in_warp;
+    while (next != nullptr && next->state != READY) next = next->next_in_warp;
 #if defined(__x86_64__)
-    cuda_emu_switch(&current->sp, scheduler_sp);
+    if (next != nullptr) {
+        current = next;
+        cuda_emu_switch(&me->sp, next->sp);
+    } else {
+        cuda_emu_switch(&me->sp, scheduler_sp);
+    }
 #else
-    swapcontext(&current->context, &scheduler_context);
+    if (next != nullptr) {
+        current = next;
+        swapcontext(&me->context, &next->context);
+    } else {
+        swapcontext(&me->context, &scheduler_context);
+    }
 #endif
 }
 
@@ -497,8 +512,9 @@ inline void resolve_reduction(Fiber *const *by_lane, unsigned mask, Kind kind) {
 // Answers the lanes of `mask`, all at the collective `kind`.
 inline void resolve(Fiber *const *by_lane, unsigned mask, Kind kind, int warp) {
     unsigned votes = 0;
-    for (int lane = 0; lane < WARP; ++lane)
-        if (mask >> lane & 1 && by_lane[lane]->collective.value[0]) votes |= 1u << lane;
+    if (kind == BALLOT || kind == ANY || kind == ALL)
+        for (int lane = 0; lane < WARP; ++lane)
+            if (mask >> lane & 1 && by_lane[lane]->collective.value[0]) votes |= 1u << lane;
     if (kind >= REDUCE_ADD) return resolve_reduction(by_lane, mask, kind);
     for (int lane = 0; lane < WARP; ++lane) {
         if (!(mask >> lane & 1)) continue;
@@ -508,7 +524,10 @@ inline void resolve(Fiber *const *by_lane, unsigned mask, Kind kind, int warp) {
             case SHFL: case SHFL_UP: case SHFL_DOWN: case SHFL_XOR: {
                 // A source lane that does not take part gives an undefined value on the GPU: its own here.
                 int source = mask >> mine.source & 1 ? mine.source : lane;
-                memcpy(mine.result, by_lane[source]->collective.value, mine.size);
+                const unsigned char *value = by_lane[source]->collective.value;
+                if (mine.size == 4) memcpy(mine.result, value, 4);  // a constant size: one move, no call
+                else if (mine.size == 8) memcpy(mine.result, value, 8);
+                else memcpy(mine.result, value, mine.size);
                 break;
             }
             case BALLOT: answer(fiber, votes); break;
@@ -533,6 +552,22 @@ inline void resolve(Fiber *const *by_lane, unsigned mask, Kind kind, int warp) {
 // whose lanes have all arrived, and makes them ready. With none, the lanes at __activemask() on one line
 // learn which lanes are there (those converged with them). Returns whether any lane was made ready.
 inline bool resolve_warp(Fiber *const *by_lane, int warp) {
+    // The common round: every lane at one collective whose mask names them all.
+    const Collective &head = by_lane[0]->collective;
+    if (by_lane[0]->state == AT_COLLECTIVE && head.kind != ACTIVEMASK) {
+        unsigned existing = 0;
+        bool same = true;
+        for (int lane = 0; lane < WARP && by_lane[lane] != nullptr; ++lane) {  // lanes exist from 0 up
+            const Fiber &f = *by_lane[lane];
+            existing |= 1u << lane;
+            same &= f.state == AT_COLLECTIVE && f.collective.kind == head.kind && f.collective.mask == head.mask;
+        }
+        if (same && (head.mask & existing) == existing) {
+            resolve(by_lane, existing, head.kind, warp);
+            for (int lane = 0; lane < WARP && by_lane[lane] != nullptr; ++lane) by_lane[lane]->state = READY;
+            return true;
+        }
+    }
     bool progress = false;
     unsigned done = 0;
     for (int lane = 0; lane < WARP; ++lane) {

@@ -192,8 +192,12 @@ std::vector<int> warp_order;
 void run_warp(int index) {
     Warp &warp = warps[index];
     while (true) {
+        // The first ready lane runs; each hands over to the next ready one (cuda_emu::yield_to_scheduler).
         for (Fiber *fiber : warp.order)
-            if (fiber->state == cuda_emu::READY) cuda_emu::resume(*fiber);
+            if (fiber->state == cuda_emu::READY) {
+                cuda_emu::resume(*fiber);
+                break;
+            }
         if (cuda_emu::resolve_warp(warp.by_lane, index)) continue;
         for (Fiber *fiber : warp.order)
             if (fiber->state == cuda_emu::AT_COLLECTIVE) warp_divergence(warp.by_lane);
@@ -239,6 +243,7 @@ void make_warps(const std::vector<int> &order) {
         Warp &warp = warps[index / cuda_emu::WARP];
         if (warp.order.empty()) warp_order.push_back(index / cuda_emu::WARP);
         warp.by_lane[index % cuda_emu::WARP] = &fibers[index];
+        if (!warp.order.empty()) warp.order.back()->next_in_warp = &fibers[index];
         warp.order.push_back(&fibers[index]);
     }
 }

@@ -1,6 +1,6 @@
-// Like warp_shfl_up, but the scan adds what __shfl_up_sync returns without checking `tx >= d`: a thread
-// with no thread d before it gets its own value back and adds it a second time, so every dot product
-// counts its first products twice or more.
+// Like warp_shfl_up, but the dot product is taken from the row's first thread, as after a shfl_down
+// reduction: after an inclusive scan with __shfl_up_sync the first thread holds only its own product
+// (the total is in the last), so every element of C is the sum of one product per phase.
 #define TILE_SIZE 16
 #define FULL_MASK 0xffffffffu
 
@@ -24,9 +24,10 @@ __global__ void mysgemm(int m, int n, int k, const float *A, const float *B, flo
             float scan = As[ty][tx] * Bs[tx][c];
             for (int d = 1; d < TILE_SIZE; d *= 2) {
                 float before = __shfl_up_sync(FULL_MASK, scan, d, TILE_SIZE);
-                scan += before;
+                if (tx >= d)
+                    scan += before;
             }
-            float dot = __shfl_sync(FULL_MASK, scan, TILE_SIZE - 1, TILE_SIZE);
+            float dot = __shfl_sync(FULL_MASK, scan, 0, TILE_SIZE);
             if (tx == c)
                 sum += dot;
         }
