@@ -279,10 +279,13 @@ class _Scope:
     def warp_groups(self) -> set[str]:
         """Names of cooperative groups smaller than the block (tiled_partition, coalesced_threads)."""
         if not hasattr(self, "_warp_groups"):
-            self._warp_groups = {
-                cs.declared_name(declarator) for node in self.nodes if node.type == "declaration"
-                for declarator in node.children_by_field_name("declarator")
-                if any(word in cs.text(node) for word in _WARP_GROUP_WORDS)}
+            statements = [node for node in self.nodes if node.type in ("declaration", "expression_statement")
+                          and any(word in cs.text(node) for word in _WARP_GROUP_WORDS)]
+            # `cg::thread_block_tile<16> t = ...` parses as an expression (`<` and `>`) whose assignment names t
+            self._warp_groups = {cs.declared_name(d) for node in statements if node.type == "declaration"
+                                 for d in node.children_by_field_name("declarator")}
+            self._warp_groups |= {cs.text(n.child_by_field_name("left")) for node in statements
+                                  for n in cs.iter_live(node) if n.type == "assignment_expression"}
         return self._warp_groups
 
     # -- thread dependence --
