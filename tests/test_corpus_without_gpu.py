@@ -12,7 +12,9 @@ POINTS = {"shared_tiles": 2, "load_barrier": 4, "use_barrier": 4}
 LOAD, USE, TILES = "barrier after loading tiles", "barrier after using tiles", "shared-memory tiles"
 CORRECT = ["good_basic", "good_tile8_renamed", "good_tile32_macro_sync"]
 # Not compiled whole as they are: broken on purpose, HIP, or with a libwb main (its preset leaves that out).
-NOT_COMPILED_AS_IS = ("compile_error", "empty", "hip_port", "ece408_mp3", "tile_size_from_block")
+NOT_COMPILED_AS_IS = ("compile_error", "empty", "hip_port", "ece408_mp3", "tile_size_from_block",
+                      # templates (cooperative_groups.h has them): C++ linkage, not SourceModule's extern "C"
+                      "template_helper", "coop_groups", "coop_groups_reduce")
 
 
 def statics(source: str) -> dict:

@@ -14,10 +14,7 @@ import pytest
 from conftest import SUBMISSIONS, make_grader
 from hardware import needs_cxx
 
-from grader.cases import load_cases
-from grader.config import load_config
 from grader.execute.cpu.messages import WARP_RULE
-from grader.pipeline import RunPlan, grade
 from grader.result import ERROR, FAILED, PASSED
 
 pytestmark = needs_cxx
@@ -28,8 +25,6 @@ WITH_NVCC = ["warp_shfl", "warp_shfl_down", "warp_shfl_up", "warp_shfl_xor", "wa
 CXX_ONLY = ["coop_groups", "coop_groups_reduce", "template_helper"]
 WRONG = ["warp_shfl_wrong", "warp_shfl_down_wrong", "warp_shfl_up_wrong", "warp_shfl_xor_wrong",
          "warp_ballot_wrong", "warp_any_wrong", "warp_all_wrong", "warp_activemask_wrong", "warp_syncwarp_wrong"]
-# The wrong kernels run on a few shapes only: every one of them fails primes_small (13x17x19).
-WRONG_SHAPES = ("square_16", "primes_small", "ragged_n", "sub_tile")
 WRONG_VALUES = "elements of C are wrong"
 
 
@@ -42,9 +37,9 @@ def cg_tile_variant(name: str, replacements: tuple[tuple[str, str], ...]) -> str
     """A kernel of the corpus with its warp intrinsics spelled as cooperative groups' tile methods."""
     source = (SUBMISSIONS / name / "kernel.cu").read_text()
     source = source.replace("#define TILE_SIZE 16", "#include <cooperative_groups.h>\nnamespace cg = "
-                            "cooperative_groups;\n#define TILE_SIZE 16")  # two lines become three: line 4 on
-    source = source.replace("    float sum = 0.0f;\n", "    cg::thread_block_tile<TILE_SIZE> rowTile = cg::tiled_partition"
-                            "<TILE_SIZE>(cg::this_thread_block());\n    float sum = 0.0f;\n", 1)
+                            "cooperative_groups;\n#define TILE_SIZE 16")  # the lines after it move down by two
+    tile = "    cg::thread_block_tile<TILE_SIZE> rowTile = cg::tiled_partition<TILE_SIZE>(cg::this_thread_block());\n"
+    source = source.replace("    float sum = 0.0f;\n", tile + "    float sum = 0.0f;\n", 1)
     for old, new in replacements:
         assert old in source
         source = source.replace(old, new)
@@ -107,17 +102,11 @@ def without_nvcc(config_file, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def wrong_kernels(config_file):
-    """name -> result of each wrong kernel on WRONG_SHAPES, graded without nvcc (its verdict is not the point)."""
-    config = load_config(config_file)
-    cases = [case for case in load_cases(config.testcases_dir) if case.name in WRONG_SHAPES]
+def wrong_kernels(grade_one):
+    """name -> result of each wrong kernel (the session's CPU grades: test_cpu_grading grades the corpus too)."""
     names = [*WRONG, "warp_shfl_divergent"]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PATH", path_without_nvcc())
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            results = list(pool.map(lambda name: grade(SUBMISSIONS / name, config, cases, RunPlan("cpu")), names))
-    return dict(zip(names, results))
+    grade_one.prefetch([SUBMISSIONS / name for name in names])
+    return {name: grade_one(SUBMISSIONS / name) for name in names}
 
 
 def emulated_cases(result) -> dict:

@@ -46,7 +46,8 @@ def _dynamic_shared(root: Node) -> tuple[list[tuple[int, int]], list[tuple[int, 
             name = array.child_by_field_name("declarator")
             names.add(cs.text(name))
             blanks.append((name.end_byte, array.end_byte))
-            insertions += [(array.start_byte, "*const "), (array.end_byte, f" = CUDA_EMU_DYNAMIC_SHARED({cs.text(name)})")]
+            initializer = f" = CUDA_EMU_DYNAMIC_SHARED({cs.text(name)})"
+            insertions += [(array.start_byte, "*const "), (array.end_byte, initializer)]
     return blanks, insertions, names
 
 
