@@ -48,11 +48,14 @@ def cg_tile_variant(name: str, replacements: tuple[tuple[str, str], ...]) -> str
 
 CG_VARIANTS = {
     "cg_shfl_up": cg_tile_variant("warp_shfl_up", (
-        ("__shfl_up_sync(FULL_MASK, scan, d, TILE_SIZE)", "rowTile.shfl_up(scan, d)"),
-        ("__shfl_sync(FULL_MASK, scan, TILE_SIZE - 1, TILE_SIZE)", "rowTile.shfl(scan, rowTile.size() - 1)"))),
+        ("__shfl_up_sync(FULL_MASK, dot, d, TILE_SIZE)", "rowTile.shfl_up(dot, d)"),
+        ("__shfl_sync(FULL_MASK, dot, TILE_SIZE - 1, TILE_SIZE)", "rowTile.shfl(dot, rowTile.size() - 1)"))),
     "cg_shfl_xor": cg_tile_variant("warp_shfl_xor", (
         ("__shfl_xor_sync(FULL_MASK, dot, lanes)", "rowTile.shfl_xor(dot, lanes)"),)),
 }
+
+# warp_shfl shuffling its A elements as doubles: a shuffle moves any type (8 bytes here).
+SHFL_DOUBLE = (SUBMISSIONS / "warp_shfl" / "kernel.cu").read_text().replace("float a = ", "double a = ")
 
 # Every thread of a row returns when its element of C does not exist; the rest broadcast A with a
 # full-mask shuffle (no shared memory, so no __syncthreads() to trip over first).
@@ -94,6 +97,7 @@ def without_nvcc(config_file, tmp_path_factory):
     paths = {name: SUBMISSIONS / name for name in CXX_ONLY}
     paths |= {name: submit(folder / name, source) for name, source in CG_VARIANTS.items()}
     paths["early_return"] = submit(folder / "early_return", EARLY_RETURN)
+    paths["shfl_double"] = submit(folder / "shfl_double", SHFL_DOUBLE)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PATH", path_without_nvcc())
         grade_cpu = make_grader(config_file, "cpu")
@@ -126,7 +130,7 @@ def test_each_construct_kernel_gets_full_marks_on_the_cpu(grade_one, name):
     assert "emulated on the CPU with tile size 16" in next(c for c in result.checks if c.kind == "compile").message
 
 
-@pytest.mark.parametrize("name", [*CXX_ONLY, *CG_VARIANTS])
+@pytest.mark.parametrize("name", [*CXX_ONLY, *CG_VARIANTS, "shfl_double"])
 def test_templates_and_cooperative_groups_get_full_marks_from_the_emulator(without_nvcc, name):
     assert_full_marks(without_nvcc[name])
 

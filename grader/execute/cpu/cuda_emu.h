@@ -225,7 +225,10 @@ inline void start_fiber(Fiber &fiber) {
     fiber.state = READY;
     fiber.read_shared = false;
 #if defined(__x86_64__)
-    auto top = (void **)(((uintptr_t)(fiber.stack + STACK_BYTES)) & ~(uintptr_t)15);
+    // Stacks are a page-multiple apart, so their tops would share cache sets: a warp's lanes, switched
+    // through in turn, would evict each other. Each starts at a different offset (its colour).
+    size_t colour = (size_t)(fiber.linear % 64) * 64;
+    auto top = (void **)(((uintptr_t)(fiber.stack + STACK_BYTES - colour)) & ~(uintptr_t)15);
     *--top = nullptr;                              // return address of the entry function: never used
     *--top = (void *)&cuda_emu_fiber_entry;        // where cuda_emu_switch's `ret` goes
     for (int i = 0; i < 6; ++i) *--top = nullptr;  // rbp rbx r12-r15

@@ -1,6 +1,6 @@
-// Tiled SGEMM whose inner products are inclusive scans with __shfl_up_sync: for each column c of the
-// tile, the 16 threads of a row (half a warp) each multiply one pair and scan the products; the row's
-// last thread ends with the dot product, and __shfl_sync hands it to the thread that owns column c.
+// Tiled SGEMM split along k within a row, as warp_shfl_down, whose dot products are inclusive scans with
+// __shfl_up_sync (width 16, each step guarded by `tx >= d`): the row's last thread ends with the total,
+// and __shfl_sync hands it to the thread that owns column c.
 #define TILE_SIZE 16
 #define FULL_MASK 0xffffffffu
 
@@ -14,24 +14,32 @@ __global__ void mysgemm(int m, int n, int k, const float *A, const float *B, flo
     int row = blockIdx.y * TILE_SIZE + ty;
     int col = blockIdx.x * TILE_SIZE + tx;
 
-    float sum = 0.0f;
+    float part[TILE_SIZE];
+    for (int c = 0; c < TILE_SIZE; ++c)
+        part[c] = 0.0f;
     for (int p = 0; p < (k + TILE_SIZE - 1) / TILE_SIZE; ++p) {
         As[ty][tx] = (row < m && p * TILE_SIZE + tx < k) ? A[row * k + p * TILE_SIZE + tx] : 0.0f;
         Bs[ty][tx] = (p * TILE_SIZE + ty < k && col < n) ? B[(p * TILE_SIZE + ty) * n + col] : 0.0f;
         __syncthreads();
 
-        for (int c = 0; c < TILE_SIZE; ++c) {
-            float scan = As[ty][tx] * Bs[tx][c];
-            for (int d = 1; d < TILE_SIZE; d *= 2) {
-                float before = __shfl_up_sync(FULL_MASK, scan, d, TILE_SIZE);
-                if (tx >= d)
-                    scan += before;
-            }
-            float dot = __shfl_sync(FULL_MASK, scan, TILE_SIZE - 1, TILE_SIZE);
-            if (tx == c)
-                sum += dot;
-        }
+        #pragma unroll
+        for (int c = 0; c < TILE_SIZE; ++c)
+            part[c] += As[ty][tx] * Bs[tx][c];
         __syncthreads();
+    }
+
+    float sum = 0.0f;
+    #pragma unroll
+    for (int c = 0; c < TILE_SIZE; ++c) {
+        float dot = part[c];
+        for (int d = 1; d < TILE_SIZE; d *= 2) {
+            float before = __shfl_up_sync(FULL_MASK, dot, d, TILE_SIZE);
+            if (tx >= d)
+                dot += before;
+        }
+        dot = __shfl_sync(FULL_MASK, dot, TILE_SIZE - 1, TILE_SIZE);
+        if (tx == c)
+            sum = dot;
     }
 
     if (row < m && col < n)
