@@ -49,10 +49,21 @@ class TileSource:
 DEFAULT_TILE = TileSource()
 
 
+# Bytes of dynamic shared memory (`extern __shared__`) every launch of the student's kernel gets, on every
+# backend (the GPU child, the sanitizer's launcher, the CPU emulator): room for an A tile and a B tile of
+# floats, 2 * TILE_SIZE * TILE_SIZE * 4.
+DYNAMIC_SHARED_TILES = 2
+
+
+def dynamic_shared_bytes(tile: int) -> int:
+    return DYNAMIC_SHARED_TILES * tile * tile * 4
+
+
 @dataclass(frozen=True)
 class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
+    shared_bytes: int = 0  # dynamic shared memory
 
 
 @dataclass(frozen=True)
@@ -65,7 +76,8 @@ class KernelContract:
 
     def launch(self, m: int, n: int, tile: int) -> Launch:
         """One thread per element of C: blocks of tile × tile threads, over n columns and m rows."""
-        return Launch(((n + tile - 1) // tile, (m + tile - 1) // tile, 1), (tile, tile, 1))
+        return Launch(((n + tile - 1) // tile, (m + tile - 1) // tile, 1), (tile, tile, 1),
+                      dynamic_shared_bytes(tile))
 
     def arguments(self, m, n, k, a, b, c) -> list:
         """The values in the kernel's parameter order."""
