@@ -80,7 +80,10 @@ def grade_there(project: Path, python: str, as_user: int | None = None, library_
     home.mkdir()
     if as_user is not None:
         os.chown(home, as_user, as_user)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "PYTHONPATH": str(project),
+    # The copy's package first; then whatever path gives this interpreter its dependencies (the GPU machine's
+    # wheels live in a folder of their own on PYTHONPATH).
+    python_path = os.pathsep.join(p for p in (str(project), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "PYTHONPATH": python_path,
            "PYTHONDONTWRITEBYTECODE": "1", **({"LD_LIBRARY_PATH": library_path} if library_path else {})}
     drop = ["setpriv", f"--reuid={as_user}", f"--regid={as_user}", "--clear-groups", "--"] if as_user else []
     command = [*drop, python, "-c", "import grader, sys; assert grader.__file__.startswith(sys.argv[1]); "

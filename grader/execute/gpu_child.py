@@ -481,10 +481,10 @@ def synchronize() -> None:
     guarded(cuda.Context.synchronize)
 
 
-def guarded(call, *args):
+def guarded(call, *args, **options):
     """Any CUDA error from here on is a fault of the submission's kernel (the reference is trusted)."""
     try:
-        return call(*args)
+        return call(*args, **options)
     except cuda.Error as err:
         raise KernelFault(str(err)) from None
 

@@ -66,11 +66,18 @@ def compiler_version(path: str) -> str:
     return f"{Path(path).name} {first.split()[-1]}"
 
 
+# CUDA's __noinline__, spelled as g++'s attribute in the student's own text. As a macro in cuda_emu.h it broke
+# every standard header that writes __attribute__((__noinline__)) (libstdc++'s shared_ptr; g++ 13's
+# <bits/stdc++.h>) when the student includes one.
+_NOINLINE = re.compile(r"\b__noinline__\b")
+
+
 def emulator_sources(source: str, contract: KernelContract, tile: TileSource = DEFAULT_TILE) -> dict[str, str]:
     """The two files the harness includes: the student's device side (with the tile size probe, which
     defines SGEMM_GRADER_TILE) and the launch of their kernel."""
+    device = _NOINLINE.sub("__attribute__((noinline))", instrument(device_side(source)))
     return {
-        "student.cu": (f'#line 1 "{STUDENT_FILE}"\n{instrument(device_side(source))}\n'
+        "student.cu": (f'#line 1 "{STUDENT_FILE}"\n{device}\n'
                        '#line 1 "<grader: tile size probe>"\n'
                        + tile.chain("#define SGEMM_GRADER_TILE {}")),
         "launch.inc": _launch(contract),

@@ -26,7 +26,7 @@ from ...inputs import GUARD_BEFORE, guarded_c, make_inputs
 from ..job import CaseSpec, Job
 from ..proc import die_with_parent
 from ..protocol import Channel, harness_report, read_untrusted
-from ..sandbox import HARNESS_LIMITS, Confinement, Sandbox
+from ..sandbox import HARNESS_LIMITS, Confinement, Sandbox, SandboxFailed
 from .build import Build, build, compiler, compiler_version
 
 # (thread order, where the buffers sit against their guard pages)
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     try:
         built = build(job.original_source, job.contract, job.tile, Path(job.cache_dir), workdir, sandbox,
                       COMPILE_TIMEOUT_S)
-    except OSError as error:  # the compiler could not be run or read at all: no diagnostic, the grader's
+    except (OSError, SandboxFailed) as error:  # the compiler could not be run or read at all: the grader's
         built = Build(None, f"the C++ compiler could not be run: {error}")
     if built.binary is None:
         channel.send("compile_error", target="student", message=built.message, emulator=True, log=built.log)
@@ -101,7 +101,7 @@ class Harness:
         folder = self.workdir / "tile"
         try:
             process = self.start(folder, ["--tile"], subprocess.PIPE, subprocess.PIPE)
-        except OSError as error:
+        except (OSError, SandboxFailed) as error:
             self.not_started = f"the CPU emulation could not be started: {error}"
             return None
         try:

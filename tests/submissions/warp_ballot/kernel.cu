@@ -1,7 +1,7 @@
 // Tiled SGEMM that skips the zeros of A: after the tiles are loaded, __ballot_sync tells each warp which
 // of its threads hold a nonzero element of the A tile. A warp holds two rows of the tile, so a row's 16
-// bits are the ballot's low or high half; the inner loop visits only the set bits (the padding of
-// partial tiles and the zeros of sparse rows are skipped).
+// bits are the ballot's low or high half; a row whose bits are all clear (the padding of a partial tile,
+// a zero row of A) skips the inner product.
 #define TILE_SIZE 16
 #define FULL_MASK 0xffffffffu
 
@@ -25,10 +25,9 @@ __global__ void mysgemm(int m, int n, int k, const float *A, const float *B, flo
 
         unsigned nonzero = __ballot_sync(FULL_MASK, a != 0.0f);
         unsigned mine = (nonzero >> (16 * half)) & 0xffffu;
-        while (mine != 0) {
-            int i = __ffs(mine) - 1;
-            sum += As[ty][i] * Bs[i][tx];
-            mine &= mine - 1;
+        if (mine != 0) {  // a row of the A tile that is all zero adds nothing: skipped
+            for (int i = 0; i < TILE_SIZE; ++i)
+                sum += As[ty][i] * Bs[i][tx];
         }
         __syncthreads();
     }

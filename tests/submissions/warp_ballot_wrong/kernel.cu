@@ -1,7 +1,7 @@
 // Like warp_ballot, but every row takes the ballot's high half as its own 16 bits: an even row (the low
-// half of its warp) visits the products where the row below it has nonzeros. Wrong wherever the two
-// rows' zeros differ: where m leaves the last tile an odd number of rows (the row below is padding, all
-// zeros, so the last row of C is 0), and in rows with zeros of their own.
+// half of its warp) skips its inner product when the row below it is all zero. Wrong where m leaves the
+// last tile an odd number of rows: the row below the last is padding, all zeros, so the last row of C
+// stays 0.
 #define TILE_SIZE 16
 #define FULL_MASK 0xffffffffu
 
@@ -24,10 +24,9 @@ __global__ void mysgemm(int m, int n, int k, const float *A, const float *B, flo
 
         unsigned nonzero = __ballot_sync(FULL_MASK, a != 0.0f);
         unsigned mine = nonzero >> 16;
-        while (mine != 0) {
-            int i = __ffs(mine) - 1;
-            sum += As[ty][i] * Bs[i][tx];
-            mine &= mine - 1;
+        if (mine != 0) {  // a row of the A tile that is all zero adds nothing: skipped
+            for (int i = 0; i < TILE_SIZE; ++i)
+                sum += As[ty][i] * Bs[i][tx];
         }
         __syncthreads();
     }
