@@ -27,7 +27,8 @@ def rows_config(tmp_path, x: str = "rows"):
     """The shipped config with the grid's x over C's rows."""
     text = (ROOT / "config.yaml").read_text().replace("testcases: testcases", f"testcases: {ROOT / 'testcases'}")
     text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
-    text = text.replace("  block_size: 16", f"  block_size: 16\n  launch: {{x: {x}}}")
+    assert "    x: columns " in text
+    text = text.replace("    x: columns ", f"    x: {x} ")
     (tmp_path / "config.yaml").write_text(text)
     return load_config(tmp_path / "config.yaml")
 

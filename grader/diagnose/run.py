@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..contract import KernelContract
+from ..contract import REFERENCE, KernelContract
 from ..execute.compile import MAX_CUBIN_BYTES
 from ..execute.deadline import Deadline
 from ..execute.device_lock import Turn
@@ -158,7 +158,7 @@ def tool_command(tool_path: str, tool: str, log: Path | str, launch: list[str],
             "--error-exitcode", str(FOUND_ERRORS_EXIT), "--log-file", str(log), *extra, *launch]
 
 
-def _verdict(tools: list[ToolRun], tile: int, contract: KernelContract) -> CheckResult:
+def _verdict(tools: list[ToolRun], tile: int, contract: KernelContract = REFERENCE) -> CheckResult:
     m, n, k = shape_for("memcheck", tile, contract)
     metrics = {f"{t.tool}_s": round(t.seconds, 2) for t in tools}
     metrics |= {"m": m, "n": n, "k": k, "racecheck_shape": "×".join(map(str, shape_for("racecheck", tile, contract))),
