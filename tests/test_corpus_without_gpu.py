@@ -15,7 +15,7 @@ CORRECT = ["good_basic", "good_tile8_renamed", "good_tile32_macro_sync"]
 # C++ headers inside PyCUDA's extern "C" (until the C++-linkage change: tests/submissions/README.md).
 NOT_COMPILED_AS_IS = ("compile_error", "empty", "hip_port", "ece408_mp3", "tile_size_from_block",
                       "compile_error_in_macro_line", "include_refused", "include_libwb_folder", "include_host_std",
-                      "include_cooperative_groups")
+                      "include_cooperative_groups", "ece408_matrix_multiply")
 
 
 def statics(source: str) -> dict:
