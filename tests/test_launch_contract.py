@@ -1,6 +1,7 @@
 """The kernel contract as real labs write it: the grid's x over C's rows (`kernel.launch.x: rows`), a square
 lab's one size (`args: [A, B, C, width]`, the `pmpp` preset), and several accepted kernel names (ECE408's
 `matrixMultiplyShared` or `matrixMultiply`). CPU-emulator grading here; the GPU's twins are marked `gpu`."""
+import json
 import subprocess
 import sys
 
@@ -146,6 +147,42 @@ def test_the_pmpp_preset_grades_the_textbook_kernel_full_marks_on_the_cpu():
     assert [(c.name, c.message) for c in result.checks if c.kind != "timing" and c.status != PASSED] == []
 
 
+# The textbook's first tiled kernel assumes Width is a multiple of TILE_WIDTH: no bounds, Width / TILE_WIDTH phases.
+WITHOUT_BOUNDS = [("(Width + TILE_WIDTH - 1) / TILE_WIDTH", "Width / TILE_WIDTH"),
+                  ("if ((Row < Width) && (ph * TILE_WIDTH + tx) < Width)\n", "if (1)\n"),
+                  ("if ((ph * TILE_WIDTH + ty) < Width && Col < Width)\n", "if (1)\n"),
+                  ("if ((Row < Width) && (Col < Width))\n", "")]
+
+
+def without_bounds(tmp_path):
+    source = (SUBMISSIONS / "pmpp_square" / "kernel.cu").read_text()
+    for old, new in WITHOUT_BOUNDS:
+        assert old in source
+        source = source.replace(old, new)
+    (tmp_path / "student").mkdir()
+    (tmp_path / "student" / "kernel.cu").write_text(source)
+    return tmp_path / "student"
+
+
+@needs_cxx
+def test_the_textbook_kernel_without_bounds_fails_exactly_the_widths_that_are_no_multiple_of_its_tile(tmp_path):
+    config = load_config(preset_path("pmpp"))
+    cases = cpu_cases(config)
+    result = grade(without_bounds(tmp_path), config, cases, RunPlan(CPU))
+    assert not_passed(result) == {case.name for case in cases if case.m % TILE}
+    assert {"width_16", "width_64", "width_256"}.isdisjoint(not_passed(result))
+
+
+@needs_cxx
+def test_the_cli_grades_with_the_pmpp_preset(tmp_path):
+    finished = subprocess.run([sys.executable, "-m", "grader", str(SUBMISSIONS / "pmpp_square"), "--preset", "pmpp",
+                               "--backend", "cpu", "-o", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                              check=False)
+    assert finished.returncode == 0, finished.stderr
+    result = json.loads((tmp_path / "pmpp_square.json").read_text())
+    assert result["outcome"] == "graded" and result["score"] == 78  # every point checkable without a GPU
+
+
 @needs_nvcc
 def test_the_square_kernel_is_found_by_its_mangled_name_and_takes_what_the_lab_passes(tmp_path):
     contract = load_config(preset_path("pmpp")).kernel.contract()
@@ -206,6 +243,16 @@ def test_on_the_gpu_x_over_rows_gets_full_marks_and_fails_the_default_only_where
     default = load_config()
     result = grade(SUBMISSIONS / "launch_x_rows", default, cases, RunPlan(GPU))
     assert not_passed(result) == {case.name for case in cases if geometry_matters(case)}
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_on_the_gpu_the_textbook_kernel_without_bounds_fails_exactly_the_widths_that_are_no_multiple_of_its_tile(
+        tmp_path):
+    config = load_config(preset_path("pmpp"))
+    cases = load_cases(config.testcases_dir, square=True)
+    result = grade(without_bounds(tmp_path), config, cases, RunPlan(GPU))
+    assert not_passed(result) == {case.name for case in cases if case.m % TILE}
 
 
 @pytest.mark.gpu
