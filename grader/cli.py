@@ -39,7 +39,7 @@ from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
 from .report.status import status_label
 from .result import GRADER_ERROR, SubmissionResult
-from .submission import SubmissionError, find_kernel, locate
+from .submission import SubmissionError, find_kernel_noted, locate
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
@@ -178,7 +178,10 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-mb", type=float, default=8, metavar="MB",
                         help="largest archive accepted (default: %(default)s MB)")
     parser.add_argument("--per-hour", type=int, default=20, metavar="N",
-                        help="jobs one student may submit per hour (default: %(default)s)")
+                        help="uploads one student may make per hour (default: %(default)s); a resubmission while "
+                             "an earlier one waits is queued and supersedes it, but counts")
+    parser.add_argument("--rate-window", type=float, default=3600.0, metavar="S",
+                        help="the window --per-hour counts uploads in, in seconds (default: %(default)g)")
     parser.add_argument("--cluster", default="", metavar="ADDRESS",
                         help="a Dask scheduler: jobs are graded on its workers (`grade worker`) instead of here")
     _tls_options(parser)
@@ -455,15 +458,17 @@ def grade_serve(args, config, cases, plan, errors: Console) -> int:
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_USAGE
-    limits = ServiceLimits(max_bytes=int(args.max_mb * (1 << 20)), per_window=args.per_hour, window_s=3600.0)
+    limits = ServiceLimits(max_bytes=int(args.max_mb * (1 << 20)), per_window=args.per_hour,
+                           window_s=args.rate_window)
     serve(config, cases, plan, args.state, tokens, args.host, args.port, args.jobs, limits, args.cluster,
           args.security)
     return EXIT_OK
 
 
 def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
-    """The service's result; when it cannot give one, the instructor's --remote-fallback."""
-    from .remote import RemoteUnavailable, grade_remotely, student_of
+    """The service's result; when it cannot give one, the instructor's --remote-fallback. Either way a result
+    the service did not grade carries `regrade_reason`, so the instructor finds it and grades it again."""
+    from .remote import RemoteUnavailable, grade_remotely, mark_for_regrade, student_of
 
     kernel = folder / "kernel.cu" if folder.is_dir() else folder
     try:
@@ -474,14 +479,20 @@ def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
                                     "submission_metadata.json)")
         if not kernel.is_file():
             raise SubmissionError(f"{args.submission}: no kernel.cu to send")
-        return grade_remotely(kernel, student, args.remote, token, args.remote_timeout)
+        return mark_for_regrade(grade_remotely(kernel, student, args.remote, token, args.remote_timeout),
+                                args.remote)
     except (RemoteUnavailable, OSError) as error:
+        if not isinstance(error, RemoteUnavailable):
+            error = RemoteUnavailable(f"--token-file {args.token_file}: {error.strerror}")
         if args.remote_fallback == "cpu":
             result = grade(folder, config, cases, plan)
             result.message = "; ".join(filter(None, [f"graded here, not by the grading service: {error}",
                                                      result.message]))
+            result.regrade_reason = f"graded on the CPU in the LMS's container, not by the service: {error}"
             return result
-        return not_graded(folder, config, cases, f"grader error: {error}", GRADER_ERROR)
+        result = not_graded(folder, config, cases, error.student, GRADER_ERROR)
+        result.regrade_reason = f"--remote {args.remote}: {error}"
+        return result
 
 
 def lms_entry(args, config, cases, plan) -> int:
@@ -489,9 +500,10 @@ def lms_entry(args, config, cases, plan) -> int:
     started = time.perf_counter()
     try:
         # Students upload folders: kernel.cu may sit anywhere below the folder the LMS gives.
-        folder = find_kernel(args.submission)
+        folder, notes = find_kernel_noted(args.submission)
         result = _remote_grade(args, folder, config, cases, plan) if args.remote else grade(folder, config, cases,
                                                                                               plan)
+        result.intake_notes = notes + result.intake_notes
     except SubmissionError as exc:
         result = not_graded(args.submission, config, cases, str(exc))
     args.results.parent.mkdir(parents=True, exist_ok=True)

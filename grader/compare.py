@@ -44,6 +44,9 @@ class CaseRun:
     b_changed: bool = False
     seconds: float = 0.0
     races: list[Finding] = field(default_factory=list)  # what the CPU emulator saw; the GPU backend cannot tell
+    # What the emulator saw that explains wrong elements (two threads storing one element of C, a tile entry
+    # read before any thread stored it): told only when C is wrong, in place of the guess from the pattern.
+    evidence: list[Finding] = field(default_factory=list)
 
 
 def judge_case(
@@ -68,9 +71,11 @@ def judge_case(
     if run.reference is not None:
         metrics["max_diff_vs_reference"] = _finite_max(np.abs(c.astype(np.float64) - run.reference))
     if wrong.any():
-        # After a race the pattern of wrong elements says nothing about indexing: no location hint then.
-        hint = None if run.races else (a, b, tile, k_factor, abs_tol)
-        problems.insert(len(run.races), _wrong_elements(c, truth, wrong, metrics, hint))
+        # After a race the pattern of wrong elements says nothing about indexing, and what the emulator saw
+        # says more than the pattern: no location hint then.
+        hint = None if run.races or run.evidence else (a, b, tile, k_factor, abs_tol)
+        at = len(run.races)
+        problems[at:at] = [_wrong_elements(c, truth, wrong, hint), *run.evidence]
     if problems:
         facts, fixes = facts_and_fixes(problems)
         return failed(name, CASE, points, f"C = A×B with m={m}, n={n}, k={k}: " + "\n".join(facts), fixes=fixes,
@@ -79,16 +84,11 @@ def judge_case(
                   **extra)
 
 
-def _wrong_elements(c, truth, wrong, figures, hint) -> Finding:
+def _wrong_elements(c, truth, wrong, hint) -> Finding:
     m, n = c.shape
     count = int(wrong.sum())
     unwritten = c.view(np.uint32) == POISON_BITS
-    never_written = int(unwritten.sum())
-    lines = [f"{count} of {m * n} elements of C are wrong"]
-    if figures["max_abs_error"] is not None:
-        lines[0] += f" (max abs error {figures['max_abs_error']:.3g}, max rel error {figures['max_rel_error']:.3g})"
-    if never_written:
-        lines.append(f"{never_written} elements were never written: they still hold the NaN the grader fills C with")
+    lines = [f"{count} of {m * n} elements of C are wrong: {_how_wrong(c, truth, wrong, unwritten)}"]
     rows, cols = np.nonzero(wrong)
     for r, col in zip(rows[:SHOWN_ELEMENTS], cols[:SHOWN_ELEMENTS]):
         lines.append(f"  C[{r}][{col}]: expected {truth.value[r, col]:.6g}, got {c[r, col]:.6g}")
@@ -96,8 +96,32 @@ def _wrong_elements(c, truth, wrong, figures, hint) -> Finding:
         lines.append(f"  ... and {count - SHOWN_ELEMENTS} more")
     if hint is None:
         return Finding("\n".join(lines))
-    located = locate_errors(wrong, unwritten, c, *hint)
+    located = locate_errors(wrong, unwritten, c, *hint, truth=truth)
     return Finding("\n".join([*lines, located.fact]), located.fix)
+
+
+def _how_wrong(c: np.ndarray, truth: Truth, wrong: np.ndarray, unwritten: np.ndarray) -> str:
+    """The wrong elements as they are: never written (still the poison), NaN or inf the kernel stored, or off
+    by how much. The figures are over the wrong elements that are finite: never over the right ones."""
+    never, finite = wrong & unwritten, wrong & np.isfinite(c)
+    stored_nonfinite = wrong & ~unwritten & ~finite
+    parts = []
+    if never.any():
+        parts.append(f"{_count(never, wrong)} never written (they still hold the NaN the grader fills C with)")
+    if stored_nonfinite.any():
+        parts.append(f"{_count(stored_nonfinite, wrong)} NaN or infinite, stored by the kernel")
+    if finite.any():
+        diff = np.abs(c[finite].astype(np.float64) - truth.value[finite])
+        rel = diff / np.maximum(np.abs(truth.value[finite]), 1e-30)
+        up_to = "up to " if finite.sum() > 1 else ""
+        parts.append(f"{_count(finite, wrong)} off by {up_to}{diff.max():.3g} (relative {rel.max():.3g})")
+    return "; ".join(parts)
+
+
+def _count(part: np.ndarray, wrong: np.ndarray) -> str:
+    """How many of the wrong elements `part` holds: "all" when it is every one of them."""
+    count = int(part.sum())
+    return "all" if count == int(wrong.sum()) and count > 1 else str(count)
 
 
 def _stray_stores(before: np.ndarray, after: np.ndarray, m: int, n: int) -> list[Finding]:
@@ -129,6 +153,7 @@ def _error_figures(c: np.ndarray, truth: Truth, wrong: np.ndarray) -> dict:
         rel = diff / np.maximum(np.abs(truth.value), 1e-30)
     return {
         "wrong_elements": int(wrong.sum()),
+        "never_written": int((wrong & (c.view(np.uint32) == POISON_BITS)).sum()),
         "max_abs_error": _finite_max(diff),
         "max_rel_error": _finite_max(rel),
     }

@@ -10,11 +10,16 @@ from .findings import Finding
 from .tolerance import bound_of, within
 
 SAMPLE_FIRST, SAMPLE_SPREAD = 64, 2048  # wrong elements the truncated-phase hint is tried on, then checked on
+STORE_INDEX_FIX = ("check the index of your store to C and the condition that guards it: C is m×n, so element "
+                   "[row][col] is C[row * n + col], stored only where row < m and col < n, each by its own thread")
+MISPLACED_SAMPLE = 64  # wrong elements looked up among the right values of C
+SEPARATION = 8  # how much closer the matched truth must be than the next one
 ROUND_UP = "round the phase count up, (k + TILE - 1) / TILE, and load out-of-range tile entries as 0"
 
 
 def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np.ndarray, b: np.ndarray,
-                  tile: int, k_factor: float, abs_tol: float) -> Finding:
+                  tile: int, k_factor: float, abs_tol: float, truth=None) -> Finding:
+    """`truth` (compare.Truth), when given, lets a wrong element be recognised as another element's value."""
     m, n = wrong.shape
     k = a.shape[1]
     rows, cols = np.nonzero(wrong)
@@ -25,6 +30,7 @@ def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np
     for hint in (
         _nothing_stored(unwritten),
         _last_partial_phase(c, wrong, rows, cols, a, b, tile, k_factor, abs_tol),
+        _misplaced(c, wrong, truth),
         _partial_edges(rows, cols, m, n, tile),
         _unwritten_only(wrong, unwritten, where),
         _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile),
@@ -76,6 +82,75 @@ def _truncated_product_at(c, rows, cols, a, b, k_factor, abs_tol, count: int) ->
     value = np.einsum("ij,ij->i", a_rows, b_cols)
     bound = bound_of(np.einsum("ij,ij->i", np.abs(a_rows), np.abs(b_cols)), a.shape[1], k_factor, abs_tol)
     return bool(within(c[rows, cols], value, bound).all())
+
+
+def _misplaced(c: np.ndarray, wrong: np.ndarray, truth) -> Finding | None:
+    """Wrong elements that hold other elements' right values: the sums are right and stored at the wrong
+    place (a wrong index of C, two threads storing one element). Seen from the values alone, so it holds on
+    any backend; the pattern only where at least half of a sample of wrong elements show it."""
+    if truth is None:
+        return None
+    rows, cols = np.nonzero(wrong & np.isfinite(c))
+    if rows.size < 2:
+        return None
+    pick = np.unique(np.linspace(0, rows.size - 1, min(MISPLACED_SAMPLE, rows.size)).astype(np.int64))
+    rows, cols = rows[pick], cols[pick]
+    got = c[rows, cols].astype(np.float64)
+    source = sources_of(got, rows * c.shape[1] + cols, truth)
+    matched = source >= 0
+    if matched.sum() < max(2, pick.size // 2):
+        return None
+    first = int(np.argmax(matched))
+    origin = divmod(int(source[first]), c.shape[1])
+    return Finding(f"C[{rows[first]}][{cols[first]}] holds {got[first]:.6g}, the value C[{origin[0]}][{origin[1]}] "
+                   f"should hold; {int(matched.sum())} of {pick.size} wrong elements looked at hold another "
+                   "element's value: the sums are right, and stored at the wrong place", STORE_INDEX_FIX)
+
+
+def sources_of(got: np.ndarray, own: np.ndarray, truth) -> np.ndarray:
+    """For each value, the flat index of the one element of the truth it is (-1: none, or its own `own`).
+    One element must be within tolerance and far closer than any other: a value stored elsewhere is within
+    rounding of its own truth, while a wrong value lands between truths at random (that close to one by
+    chance about one time in SEPARATION)."""
+    values, bounds = truth.value.ravel(), truth.bound.ravel()
+    order = np.argsort(values, kind="stable")
+    ordered, widest = values[order], bounds.max()
+    low, high = np.searchsorted(ordered, got - widest, "left"), np.searchsorted(ordered, got + widest, "right")
+    source = np.full(got.size, -1)
+    for i in range(got.size):  # a few candidates each: those within the widest bound of the value
+        near = order[low[i]:high[i]]
+        distance = np.abs(got[i] - values[near])
+        ranked = np.argsort(distance)[:2]
+        if near.size == 0 or near[ranked[0]] == own[i] or distance[ranked[0]] > bounds[near[ranked[0]]]:
+            continue
+        if near.size == 1 or distance[ranked[1]] > SEPARATION * distance[ranked[0]]:
+            source[i] = near[ranked[0]]
+    return source
+
+
+STORED_OVER_LOOKS = 16  # elements where launches disagree, looked at for two owners
+
+
+def stored_over(outputs: list[np.ndarray], truth) -> Finding | None:
+    """Launches that disagree on an element, each leaving another element's right value in it: the threads
+    computing those elements both store it, and which stores last changes from launch to launch. What the
+    GPU shows of two threads storing one element of C (`outputs`: each launch's C, m×n)."""
+    first, n = outputs[0], outputs[0].shape[1]
+    differ = np.zeros(first.shape, bool)
+    for other in outputs[1:]:
+        differ |= first.view(np.uint32) != other.view(np.uint32)
+    rows, cols = np.nonzero(differ & np.isfinite(first))
+    for r, c in zip(rows[:STORED_OVER_LOOKS].tolist(), cols[:STORED_OVER_LOOKS].tolist()):
+        got = np.array([float(output[r, c]) for output in outputs])
+        if not np.isfinite(got).all():
+            continue
+        owners = sorted(set(sources_of(got, np.full(got.size, r * n + c), truth).tolist()))
+        if len(owners) >= 2 and owners[0] >= 0:
+            one, two = (f"C[{i // n}][{i % n}]" for i in owners[:2])
+            return Finding(f"C[{r}][{c}] holds the value of {one} after one launch and of {two} after another: the "
+                           f"threads computing {one} and {two} both store C[{r}][{c}], and whichever stores last wins",
+                           STORE_INDEX_FIX)
+    return None
 
 
 def _partial_edges(rows, cols, m, n, tile) -> Finding | None:

@@ -2,12 +2,16 @@
 the student's code never runs in the LMS's container and gets the GPU's checks.
 
 Only the student's kernel.cu travels (zipped). The service answers the native result; the LMS file is
-rendered here from it, as for a local grade. When the service cannot be reached or does not answer in
-time, the instructor chooses: grade here on the CPU with a note saying so, or fail with the reason (a
-"grader error": the LMS shows an error, never a low score).
+rendered here from it, as for a local grade. Within --remote-timeout the client waits as the service asks
+(`Retry-After` on a 429 or 503) and rides out a service that restarts (unreachable, 5xx: tried again with
+a growing pause). When it finally gets no grade (a refused token, an archive over the cap, the hourly limit
+past the timeout, the service down), the instructor chooses: grade here on the CPU with a note saying so,
+or write a "grader error" whose message tells the student, in words, that this is not their grade, and
+whose `regrade_reason` tells the instructor what happened, so those rows can be found and graded again.
 """
 from __future__ import annotations
 
+import email.utils
 import io
 import json
 import time
@@ -17,46 +21,126 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from .result import SubmissionResult
+from .result import GRADER_ERROR, SubmissionResult
 
 POLL_S = 1.0
 REQUEST_S = 30.0
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0)  # pauses before asking an unreachable or failing service again
+WAIT_CODES = (429, 503)  # answers whose Retry-After says when to ask again
+NOT_A_GRADE = ("This is not a grade, and nothing is wrong with your code on this account: your instructor can "
+               "see which submissions were not graded and will grade this one again.")
 
 
 class RemoteUnavailable(Exception):
-    """The service could not grade this submission: unreachable, refused, or too slow."""
+    """The service could not grade this submission. `str()` is for the instructor; `student` says it in words
+    for the student."""
+
+    def __init__(self, instructor: str, student: str = ""):
+        super().__init__(instructor)
+        self.student = student or "The grading service could not grade your submission."
 
 
-def grade_remotely(kernel: Path, student: str, url: str, token: str, timeout_s: float) -> SubmissionResult:
+def grade_remotely(kernel: Path, student: str, url: str, token: str, timeout_s: float,
+                   sleep=time.sleep) -> SubmissionResult:
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
         zipped.write(kernel, "kernel.cu")
     base = url.rstrip("/")
-    queued = _call("POST", f"{base}/v1/jobs?{urllib.parse.urlencode({'student': student})}", token,
-                   archive.getvalue())
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        answer = _call("GET", f"{base}/v1/jobs/{urllib.parse.quote(str(queued['id']))}", token)
+    query = urllib.parse.urlencode({"student": student})
+    queued = _patiently(lambda: _call("POST", f"{base}/v1/jobs?{query}", token, archive.getvalue()), deadline,
+                        sleep, timeout_s)
+    job = f"{base}/v1/jobs/{urllib.parse.quote(str(queued.get('id', '')))}"
+    while True:
+        answer = _patiently(lambda: _call("GET", job, token), deadline, sleep, timeout_s)
         if answer.get("status") == "done" and isinstance(answer.get("result"), dict):
             return SubmissionResult.from_dict(answer["result"])
-        time.sleep(POLL_S)
-    raise RemoteUnavailable(f"no result from {base} in {timeout_s:g} s")
+        if answer.get("status") == "superseded":
+            raise RemoteUnavailable(
+                f"job {queued.get('id')} was superseded by the student's newer upload (job "
+                f"{answer.get('superseded_by')}), which is graded instead",
+                "You submitted again before this submission was graded, so your newest submission is graded "
+                "instead of this one. This is not a grade: your newest submission's result is.")
+        if time.monotonic() + POLL_S > deadline:
+            raise RemoteUnavailable(f"{base} had not finished grading job {queued.get('id')} after {timeout_s:g} s "
+                                    f"(--remote-timeout; status {answer.get('status')!r}, position "
+                                    f"{answer.get('position')})",
+                                    f"The grading service did not finish grading your submission within "
+                                    f"{timeout_s:g} s; it is busy. {NOT_A_GRADE}")
+        sleep(POLL_S)
+
+
+class _Again(Exception):
+    """An answer worth asking again after a pause: `wait` seconds (the service's Retry-After), or None."""
+
+    def __init__(self, failure: RemoteUnavailable, wait: float | None):
+        super().__init__(str(failure))
+        self.failure, self.wait = failure, wait
+
+
+def _patiently(call, deadline: float, sleep, timeout_s: float) -> dict:
+    """call(), asked again as the service says (Retry-After) or after a growing pause, until the deadline."""
+    for attempt in range(1_000_000):
+        try:
+            return call()
+        except _Again as again:
+            pause = again.wait if again.wait is not None else BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+            left = deadline - time.monotonic()
+            if pause > left:
+                waited = (f"; it asked to wait {pause:g} s, more than the {max(left, 0):.0f} s left of "
+                          f"--remote-timeout {timeout_s:g}" if again.wait is not None
+                          else f"; still so after --remote-timeout {timeout_s:g} s")
+                raise RemoteUnavailable(str(again.failure) + waited, again.failure.student) from None
+            sleep(pause)
+    raise AssertionError("unreachable")
 
 
 def _call(method: str, url: str, token: str, body: bytes | None = None) -> dict:
     request = urllib.request.Request(url, data=body, method=method, headers={"Authorization": f"Bearer {token}"})
     if body is not None:
         request.add_header("Content-Type", "application/zip")
+    where = url.split("/v1/")[0]
     try:
         with urllib.request.urlopen(request, timeout=REQUEST_S) as answer:
             return json.loads(answer.read())
     except urllib.error.HTTPError as error:
-        detail = _detail(error)
-        raise RemoteUnavailable(f"the grading service answered {error.code}: {detail}") from None
+        failure = RemoteUnavailable(f"{where} answered {error.code} to {method} {url[len(where):].split('?')[0]}: "
+                                    f"{_detail(error)}", _student_words(error.code))
+        if error.code in WAIT_CODES or error.code >= 500:
+            raise _Again(failure, _retry_after(error.headers.get("Retry-After")) if error.code in WAIT_CODES
+                         else None) from None
+        raise failure from None
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
-        raise RemoteUnavailable(f"the grading service at {url.split('/v1/')[0]} could not be reached ({reason})") \
-            from None
+        raise _Again(RemoteUnavailable(f"the grading service at {where} could not be reached ({reason})",
+                                       f"The grading service could not be reached. {NOT_A_GRADE}"), None) from None
+
+
+def _student_words(code: int) -> str:
+    if code == 401:
+        why = "The grading service did not accept this course's key (a setup problem, not your submission)."
+    elif code == 413:
+        why = "The grading service refused your submission as too large for it."
+    elif code == 429:
+        why = ("You have submitted more often in the last hour than the grading service takes; submit again "
+               "later, or wait for your instructor to grade this one again.")
+    elif code >= 500:
+        why = "The grading service failed while taking your submission."
+    else:
+        why = f"The grading service refused the request ({code})."
+    return f"{why} {NOT_A_GRADE}"
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds: a number of seconds or an HTTP date (RFC 9110); None when absent or unreadable."""
+    if not value:
+        return None
+    if value.strip().isdigit():
+        return float(value.strip())
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
 
 
 def _detail(error: urllib.error.HTTPError) -> str:
@@ -75,3 +159,10 @@ def student_of(submission: Path, given: str) -> str:
         return str(metadata["users"][0]["id"])
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return ""
+
+
+def mark_for_regrade(result: SubmissionResult, url: str) -> SubmissionResult:
+    """A grader error the service itself reported (its worker died, the cluster failed) is marked too."""
+    if result.outcome == GRADER_ERROR and not result.regrade_reason:
+        result.regrade_reason = f"the grading service at {url} could not grade it: {result.message}"
+    return result

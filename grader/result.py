@@ -113,6 +113,9 @@ class SubmissionResult:
     sis_login_id: str = ""
     # How intake chose this student's file (the newest of several, the only .cu, ...) and what it refused.
     intake_notes: list[str] = field(default_factory=list)
+    # Set when no grade came for the grader's or a service's sake (the grading service refused or could not be
+    # reached): what happened, for the instructor, who finds these rows by it and grades them again.
+    regrade_reason: str = ""
 
     @property
     def status(self) -> str:

@@ -14,10 +14,12 @@ from .cases import Case
 from .compare import CaseRun, judge_case
 from .config import MAX_LAUNCHES_PER_CASE, Config
 from .device_side import HOST_CODE_LEFT_OUT
-from .execute.cpu.messages import describe_problem, describe_races
+from .execute.cpu.messages import describe_collision, describe_problem, describe_races, describe_unstored_read
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
-from .inputs import guarded_size
+from .findings import Finding
+from .inputs import guarded_size, split_guarded
+from .locate import stored_over
 from .result import (
     CASE,
     COMPILE,
@@ -74,14 +76,35 @@ def _worst_launch(judge: Callable[[np.ndarray], CheckResult], outputs: list[np.n
             break
     if len(outputs) > 1 and check.status != PASSED:
         check.message += (f"\nthe same inputs gave {len(outputs)} different results in {launches} launches (after "
-                          "the first, the grader holds back every other warp): the result depends on timing "
-                          "(threads reading shared memory before it is written?)")
+                          "the first, the grader holds back every other warp): the result depends on the order "
+                          "the threads run in")
         return check
     return first
 
 
+def _tell(check: CheckResult, finding: Finding | None) -> None:
+    """Adds what the launches showed together (none of them alone) to a check judged on one of them."""
+    if finding is not None:
+        check.message += "\n" + finding.fact
+        if finding.fix and finding.fix not in check.fixes:
+            check.fixes.append(finding.fix)
+
+
 def _shape(case: Case) -> str:
     return f"case: m={case.m}, n={case.n}, k={case.k}"
+
+
+def _emulator_findings(event: dict, case: Case) -> tuple[list[Finding], list[Finding]]:
+    """What the CPU emulator saw in a case (the GPU child reports none of it): the races, and what explains
+    wrong elements of C. A tile entry read before it was stored is not told after a store and a read raced,
+    which explains it (two stores of one entry do not)."""
+    collisions = event.get("collisions", [])
+    races = describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n,
+                           len(collisions))
+    evidence = [describe_collision(collision, event.get("c_collisions", 1)) for collision in collisions]
+    if all(race["kind"] == "store_after_store" for race in event.get("races", [])):
+        evidence += [describe_unstored_read(read) for read in event.get("unstored_reads", [])]
+    return races, evidence
 
 
 def describe_fault(error: str) -> str:
@@ -223,18 +246,22 @@ class RunEvents:
             return
         if reference is not None:
             reference = reference.reshape(case.m, case.n)
-        races = describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n)
+        races, evidence = _emulator_findings(event, case)
 
         def judge() -> CheckResult:
             tolerance = self.config.tolerance
             a, b, truth = case_truth(case, self.config)
-            return _worst_launch(
+            check = _worst_launch(
                 lambda buffer: judge_case(
                     case.name, case.points, a, b,
                     CaseRun(buffer=buffer.ravel(), reference=reference, a_changed=event["a_changed"],
-                            b_changed=event["b_changed"], seconds=event["seconds"], races=races),
+                            b_changed=event["b_changed"], seconds=event["seconds"], races=races,
+                            evidence=evidence),
                     self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth),
                 buffers, launches)
+            if len(buffers) > 1 and check.status != PASSED:
+                _tell(check, stored_over([split_guarded(x.ravel(), case.m, case.n)[1] for x in buffers], truth))
+            return check
 
         self.unjudged[case.name] = judge  # the outputs as they were now: what the child writes later is not read
 
@@ -250,7 +277,7 @@ class RunEvents:
         if case is None:
             self._broken(event, "the grading process reported a case it was not given")
             return
-        problem = describe_problem(event["problem"])
+        problem = describe_problem(event["problem"], (case.m, case.n, case.k))
         self.case_results[case.name] = errored(
             case.name, CASE, case.points, f"{problem.fact}\n({_shape(case)}; thread order: {event['schedule']})",
             visibility=case.visibility, fixes=[problem.fix] if problem.fix else [])

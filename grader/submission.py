@@ -27,21 +27,53 @@ def locate(path: Path) -> tuple[str, Path]:
     return path.stem, path
 
 
-def find_kernel(folder: Path, depth: int = 4) -> Path:
-    """The folder an LMS handed over, or the folder below it that holds kernel.cu (students upload folders:
-    `submission/lab3/kernel.cu`). Hidden folders are not searched; several kernel.cu files are refused by
-    name, so the student knows which to remove."""
-    folder = Path(folder)
-    if not folder.is_dir() or (folder / KERNEL_FILE).is_file():
-        return folder
-    found = sorted(p for p in folder.rglob(KERNEL_FILE) if p.is_file() and not p.is_symlink()
-                   and len(p.relative_to(folder).parts) <= depth + 1
-                   and not any(part.startswith(".") or part == "__MACOSX" for part in p.relative_to(folder).parts))
+KERNEL_DEPTH = 4  # folders between the submission's top and its kernel.cu
+
+
+def choose_kernel(found: list[str]) -> tuple[str, list[str]]:
+    """Which kernel.cu of a submission is graded, the rule for everything one student hands in (Gradescope's
+    upload, an archive sent to `grade serve`): `found` are the kernel.cu files (paths relative to the
+    submission's top, '/'-separated, at most KERNEL_DEPTH folders down). The one at the top wins; else the
+    only one below; several below are refused, by name, so the student knows which to remove.
+    Returns (the chosen path, notes telling the student which was graded)."""
+    if KERNEL_FILE in found:
+        others = sorted(f for f in found if f != KERNEL_FILE)
+        return KERNEL_FILE, ([f"graded {KERNEL_FILE} at the top of your submission; not graded: "
+                              f"{', '.join(others)}"] if others else [])
     if len(found) > 1:
-        listed = ", ".join(p.relative_to(folder).as_posix() for p in found)
-        raise SubmissionError(f"{len(found)} files named {KERNEL_FILE} in your submission ({listed}): "
-                              "keep only the one to grade")
-    return found[0].parent if found else folder
+        raise SubmissionError(f"{len(found)} files named {KERNEL_FILE} in your submission "
+                              f"({', '.join(sorted(found))}): keep only the one to grade")
+    if found:
+        return found[0], [f"graded {found[0]}, the only {KERNEL_FILE} in your submission"]
+    raise SubmissionError(f"no {KERNEL_FILE} in your submission")
+
+
+def is_hidden(parts: tuple[str, ...]) -> bool:
+    """Hidden files and folders and macOS's __MACOSX copies are never a submission's."""
+    return any(part.startswith(".") or part == "__MACOSX" for part in parts)
+
+
+def find_kernel(folder: Path, depth: int = KERNEL_DEPTH) -> Path:
+    """The folder an LMS handed over, or the folder below it that holds kernel.cu (students upload folders:
+    `submission/lab3/kernel.cu`), chosen by choose_kernel()."""
+    return find_kernel_noted(folder, depth)[0]
+
+
+def find_kernel_noted(folder: Path, depth: int = KERNEL_DEPTH) -> tuple[Path, list[str]]:
+    """find_kernel(), with the notes that tell the student which kernel.cu was graded."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return folder, []
+    candidates = [p for p in folder.rglob(KERNEL_FILE) if len(p.relative_to(folder).parts) <= depth + 1
+                  and not is_hidden(p.relative_to(folder).parts)]
+    links = sorted(p.relative_to(folder).as_posix() for p in candidates if p.is_symlink())
+    if links:  # never read through it, nor grade another file in its place
+        raise SubmissionError(f"{', '.join(links)}: a symbolic link, not a file; hand in {KERNEL_FILE} itself")
+    found = [p.relative_to(folder).as_posix() for p in candidates if p.is_file()]
+    if not found:
+        return folder, []  # read_submission says what is missing
+    chosen, notes = choose_kernel(found)
+    return (folder / chosen).parent, notes
 
 
 def read_submission(path: Path) -> Submission:

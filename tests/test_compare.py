@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from grader.compare import CaseRun, judge_case
+from grader.compare import CaseRun, judge_case, truth_of
 from grader.inputs import GUARD_BEFORE, GUARD_BITS, guarded_c, make_inputs, split_guarded
+from grader.locate import STORE_INDEX_FIX, stored_over
 from grader.result import ERROR, FAILED, PASSED
 from grader.tolerance import EPS32, error_bound
 
@@ -38,16 +39,34 @@ def test_unwritten_output_fails_as_never_written():
     c[5:, :] = split_guarded(guarded_c(32, 32), 32, 32)[1][5:, :]  # rows the kernel never stored
     result = judge(a, b, c)
     assert result.status == FAILED and result.score == 0
-    assert "864 elements were never written" in result.message
+    # The headline tells the wrong elements as they are: never written, not a max error over the right ones.
+    assert ("864 of 1024 elements of C are wrong: all never written (they still hold the NaN the grader fills C "
+            "with)") in result.message
+    assert "off by" not in result.message and "error" not in result.message
     assert "C[5][0]: expected" in result.message
     assert "the elements never written sit in tile rows 0-1 and tile columns 0-1" in result.message
+
+
+def test_headline_counts_unwritten_computed_nan_and_off_apart():
+    """Each kind of wrong element is told as it is, and the error figures are over the finite wrong ones only."""
+    a, b = make_inputs(32, 32, 32, seed=5, distribution="uniform")
+    c = product(a, b)
+    poison = split_guarded(guarded_c(32, 32), 32, 32)[1]
+    c[0, :4] = poison[0, :4]  # never written
+    c[1, :2] = np.nan  # a NaN the kernel computed (np.nan's bits are not the poison's)
+    c[2, 0] = np.inf
+    c[3, 5] += 2.5
+    result = judge(a, b, c)
+    assert ("8 of 1024 elements of C are wrong: 4 never written (they still hold the NaN the grader fills C with); "
+            "3 NaN or infinite, stored by the kernel; 1 off by 2.5 (relative") in result.message
+    assert result.metrics["never_written"] == 4
 
 
 def test_kernel_storing_nothing_is_told_so():
     a, b = make_inputs(20, 20, 20, seed=2, distribution="uniform")
     c = split_guarded(guarded_c(20, 20), 20, 20)[1].copy()
     result = judge(a, b, c)
-    assert "400 elements were never written" in result.message
+    assert "400 of 400 elements of C are wrong: all never written" in result.message
     assert "the kernel stored nothing to C" in result.message
 
 
@@ -68,7 +87,9 @@ def test_last_partial_tile_column_is_named():
     result = judge(a, b, c)
     assert result.status == FAILED
     assert "only the last, partial tile column is wrong (columns 64-66)" in result.message
-    assert "192 of 4288 elements of C are wrong (max abs error" in result.message
+    truth = a.astype(np.float64) @ b.astype(np.float64)
+    worst = np.abs(truth[:, 64:]).max()
+    assert f"192 of 4288 elements of C are wrong: all off by up to {worst:.3g} (relative 1)" in result.message
     assert "col < n" in result.explained
 
 
@@ -186,3 +207,40 @@ def test_a_matrix_thinner_than_a_tile_gets_no_edge_hint():
     c = product(a, b) + 1.0
     result = judge(a, b, c)
     assert result.status == FAILED and "col < n" not in result.explained
+
+
+def test_right_sums_stored_at_the_wrong_place_are_recognised_by_their_values():
+    """A transposed store (C[col * m + row]) leaves every sum right and in another element: the values show
+    it on any backend, with no writer recorded."""
+    a, b = make_inputs(48, 48, 40, seed=9, distribution="normal")
+    c = (a @ b).T.copy()  # float32 sums, in another order than the truth's
+    result = judge(a, b, c)
+    assert "C[0][1] holds" in result.message and "the value C[1][0] should hold" in result.message
+    assert "the sums are right, and stored at the wrong place" in result.message
+    assert result.fixes == [STORE_INDEX_FIX]
+
+
+def test_wrong_values_are_not_taken_for_misplaced_ones():
+    """B read with row stride k instead of n: the sums are wrong, and none is another element's."""
+    m, n, k = 40, 56, 72
+    a, b = make_inputs(m, n, k, seed=10, distribution="uniform")
+    flat = np.resize(b.ravel(), k * k + n)
+    strided = np.stack([flat[r * k: r * k + n] for r in range(k)])
+    result = judge(a, b, product(a, strided))
+    assert "holds" not in result.message and "every tile of C has wrong elements" in result.message
+
+
+def test_launches_that_disagree_on_an_element_show_the_two_threads_storing_it():
+    """On the GPU, two threads storing one element leave either's sum in it, launch by launch: the values name
+    both elements those threads compute."""
+    a, b = make_inputs(32, 40, 24, seed=11, distribution="uniform")
+    truth = truth_of(a, b, 1.0, 1e-6)
+    first, second = product(a, b), product(a, b)
+    first[0, 5], second[0, 5] = first[1, 0], second[2, 3]  # C[0][5] stored by the threads of C[1][0] and C[2][3]
+    found = stored_over([first, second], truth)
+    assert found.fact == ("C[0][5] holds the value of C[1][0] after one launch and of C[2][3] after another: the "
+                          "threads computing C[1][0] and C[2][3] both store C[0][5], and whichever stores last wins")
+    assert found.fix == STORE_INDEX_FIX
+    noisy = product(a, b)
+    noisy[0, 5] += 0.37  # launches that disagree on a value that is no element's: nothing to say
+    assert stored_over([first, noisy], truth) is None

@@ -3,7 +3,12 @@ from conftest import SUBMISSIONS
 
 from grader.device_side import device_side
 from grader.execute.cpu.instrument import instrument
-from grader.execute.cpu.messages import describe_problem, describe_races
+from grader.execute.cpu.messages import (
+    describe_collision,
+    describe_problem,
+    describe_races,
+    describe_unstored_read,
+)
 
 WITH_HOST = """#include <iostream>
 #include <stdio.h>
@@ -56,6 +61,25 @@ def test_shared_accesses_are_instrumented_by_kind():
     assert "&s[0][0]" in out and "= s[1];" in out  # addresses and rows are not accesses
 
 
+def test_stores_outside_shared_memory_are_marked_so_the_emulator_knows_who_stored_c():
+    source = """__global__ void f(int n, const float *A, float *C) {
+    __shared__ float s[4];
+    float acc[2];
+    acc[0] = A[0];
+    s[0] = acc[0];
+    C[threadIdx.y * n + threadIdx.x] = s[0];
+    C[1] += A[1];
+    C[2]++;
+}"""
+    out = instrument(source)
+    assert out.count("\n") == source.count("\n")
+    assert "CUDA_EMU_STORE(C[threadIdx.y * n + threadIdx.x]) = CUDA_EMU_READ(s[0])" in out
+    assert "CUDA_EMU_STORE(C[1]) += A[1]" in out and "CUDA_EMU_STORE(C[2])++" in out
+    assert "CUDA_EMU_WRITE(s[0]) = acc[0]" in out  # a shared store keeps its own wrapper
+    assert "CUDA_EMU_STORE(acc[0]) = A[0]" in out  # marked, but only stores into C are recorded
+    assert "STORE(A" not in out  # reads are not stores
+
+
 def test_macro_barriers_keep_their_line(submission_source):
     """SYNC() expands to __syncthreads() at the line where SYNC() is written."""
     out = instrument(device_side(submission_source("good_tile32_macro_sync")))
@@ -81,15 +105,65 @@ def test_a_store_after_the_reads_means_the_use_barrier_is_missing():
     assert "the barrier after using the tiles is missing" in found.fix
 
 
-def test_outputs_that_depend_on_thread_order_are_a_race_even_unseen():
-    assert "12 of 100 elements of C differ" in describe_races([], 12, 100)[0].fact
+def test_outputs_that_depend_on_thread_order_are_told_without_a_barrier_the_emulator_never_saw():
+    [found] = describe_races([], 12, 100)
+    assert "12 of 100 elements of C differ" in found.fact
+    assert "saw no two threads touch one shared entry" in found.fact
+    assert found.fix == "" and "barrier" not in found.fact.replace("between barriers", "")
     assert describe_races([], 0, 100) == []
+    # Two threads storing one element of C explain the difference: that finding says it instead.
+    assert describe_races([], 12, 100, collisions=1) == []
+
+
+def test_two_threads_storing_one_tile_entry_is_an_index_problem_not_a_barrier():
+    race = {**RACE, "kind": "store_after_store", "store_after_read": False, "other_line": 16,
+            "store_thread": [0, 1, 0], "other_thread": [0, 0, 0]}
+    [found] = describe_races([race], 0, 100)
+    assert found.fact == "threads (0, 0) and (0, 1) of block (2, 3) both store As[0][1] (line 16) in the same phase"
+    assert found.fix.startswith("check the index of your store to As at line 16") and "__syncthreads" not in found.fix
+
+
+COLLISION = {"event": "c_collision", "row": 0, "column": 3, "line": 17, "thread": [0, 3, 0], "block": [0, 0, 0],
+             "other_line": 17, "other_thread": [3, 0, 0], "other_block": [0, 0, 0]}
+
+
+def test_two_threads_storing_one_element_of_c_are_named():
+    found = describe_collision(COLLISION, 1)
+    assert found.fact == "threads (3, 0) and (0, 3) of block (0, 0) both store C[0][3] (line 17)"
+    assert found.fix.startswith("check the index of your store to C (line 17)") and "barrier" not in found.fix
+    across = describe_collision({**COLLISION, "block": [1, 0, 0], "thread": [0, 0, 0]}, 40)
+    assert across.fact == ("thread (3, 0) of block (0, 0) and thread (0, 0) of block (1, 0) both store C[0][3] "
+                           "(line 17); 40 elements of C are stored by more than one thread")
+
+
+def test_threads_that_differ_only_in_y_point_at_the_block_shape():
+    found = describe_collision({**COLLISION, "thread": [3, 1, 0]}, 16)
+    assert found.fact.endswith("the two threads differ only in threadIdx.y")
+    assert "blocks of tile × tile threads, in threadIdx.x and threadIdx.y" in found.fix
+    assert describe_collision({**COLLISION, "thread": [5, 0, 0]}, 16).fact.endswith("differ only in threadIdx.x")
+    elsewhere = describe_collision({**COLLISION, "thread": [3, 1, 0], "block": [1, 0, 0]}, 16)
+    assert "differ only" not in elsewhere.fact  # threads of two blocks: an index, not a block shape
+
+
+def test_a_tile_entry_read_before_any_thread_stored_it_is_named():
+    found = describe_unstored_read({"event": "unstored_read", "array": "Bs", "two_d": True, "row": 3, "column": 5,
+                                    "line": 21, "thread": [5, 3, 0], "block": [0, 1, 0]})
+    assert found.fact.startswith("Bs[3][5] is read at line 21 (thread (5, 3) of block (0, 1)) before any thread of "
+                                 "the block stored it")
+    assert found.fix.startswith("check the loads into Bs") and "add" not in found.fix
 
 
 def test_fault_texts_name_the_buffer_the_side_and_the_thread():
     text = describe_problem({"event": "fault", "what": "out_of_bounds", "buffer": "B", "access": "read",
                              "side": "after", "elements": 0, "thread": [3, 15, 0], "block": [4, 0, 0]}).fact
     assert text.startswith("out-of-bounds read of B: thread (3, 15) of block (4, 0) touched B just past the end")
+    past_b = describe_problem({"event": "fault", "what": "out_of_bounds", "buffer": "B", "access": "read",
+                               "side": "after", "elements": 101, "thread": [0, 7, 0], "block": [0, 0, 0],
+                               "line": 15}, shape=(300, 48, 64))
+    assert past_b.fact == ("out-of-bounds read of B at line 15: thread (0, 7) of block (0, 0) reads B[k=66][col=5] "
+                           "(element 3173) past B's end: B is k×n = 64×48, row stride n = 48")
+    assert past_b.fix == ("check the index of the read of B at line 15: B is k×n, so its element [r][c] is "
+                          "B[r * n + c], with r < k and c < n")
     text = describe_problem({"event": "divergence", "kind": "exited", "line": 14, "thread": [0, 0, 0],
                              "other_line": 0, "other_thread": [5, 3, 0], "block": [0, 4, 0]}).fact
     assert "thread (0, 0) waits at the __syncthreads() on line 14, but thread (5, 3) has already returned" in text
@@ -99,3 +173,14 @@ def test_every_corpus_file_instruments_without_losing_lines():
     for folder in (p for p in SUBMISSIONS.iterdir() if p.is_dir()):
         source = (folder / "kernel.cu").read_text(errors="replace")
         assert instrument(device_side(source)).count("\n") == source.count("\n"), folder.name
+
+
+def test_an_unbraced_body_is_marked_with_its_own_line():
+    """A fault in the load under `if (...)` is told at the load's line, not the if's (b_wrong_stride: line 19)."""
+    source = "__global__ void f(float *C, const float *B, int k) {\n    if (k > 0)\n        C[0] = B[k];\n" \
+             "    else\n        C[0] = 0;\n    for (int i = 0; i < k; ++i)\n        C[i] = 1;\n}"
+    out = instrument(source)
+    assert out.count("\n") == source.count("\n")
+    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = B[k]; }" in out
+    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = 0; }" in out
+    assert "for (int i = 0; i < k; ++i)\n        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[i]) = 1; }" in out

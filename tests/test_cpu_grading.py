@@ -16,7 +16,10 @@ from grader.result import ERROR, FAILED, PASSED, SKIPPED
 pytestmark = needs_cxx
 LOAD_MISSING = "the barrier after loading the tiles is missing"
 USE_MISSING = "the barrier after using the tiles is missing"
-BOUNDS_FIX = "check the bounds on the row, the column and the k index of every load and store"
+A_FIX = ("check the index of the read of A at line 15: A is m×k, so its element [r][c] is A[r * k + c], with r < m "
+         "and c < k")
+B_FIX = ("check the index of the read of B at line 16: B is k×n, so its element [r][c] is B[r * n + c], with r < k "
+         "and c < n")
 TILE = 16
 
 
@@ -75,7 +78,9 @@ def test_student_template_fails_with_nothing_stored(grade_one):
 def test_missing_load_barrier_is_a_race_in_every_case(grade_one):
     for case in emulated(grade_one(SUBMISSIONS / "missing_load_barrier")).values():
         assert case.status == FAILED, case.name
+        # The race explains the poison the early threads read: it alone is told, with the barrier it needs.
         assert case.message.count("shared-memory race") == 1 and case.fixes == [LOAD_BARRIER]
+        assert "before any thread of the block stored it" not in case.message
         assert "line 16" in case.message and "line 20" in case.message  # the store and the read
 
 
@@ -132,8 +137,98 @@ def test_wrong_stride_of_b(grade_one):
     cases = emulated(grade_one(SUBMISSIONS / "b_wrong_stride"))
     assert cases["square_256"].status == PASSED
     assert cases["rect_wide"].status == FAILED and "strides" in cases["rect_wide"].explained
-    # k > n: the wrong stride runs off the end of B
-    assert cases["rect_tall"].status == ERROR and "out-of-bounds read of B" in cases["rect_tall"].message
+    # k > n: the wrong stride runs off the end of B, told with the read's line, B's shape and its stride
+    tall = cases["rect_tall"]
+    assert tall.status == ERROR and tall.message.startswith("out-of-bounds read of B at line 19: thread")
+    assert "past B's end: B is k×n = 170×40, row stride n = 40" in tall.message
+    assert tall.fixes == [B_FIX.replace("line 16", "line 19")]
+
+
+# --- advice only from evidence (issue 29): each names what the emulator saw ---------------------------------
+
+COLLISION_FIX = ("check the index of your store to C (line 23) and the condition that guards it: C is m×n, so "
+                 "element [row][col] is C[row * n + col], stored only where row < m and col < n, each by its own "
+                 "thread")
+
+
+def no_barrier_advice(case) -> bool:
+    """Nothing the emulator saw was a store and a read of shared memory racing: no barrier is advised."""
+    return "__syncthreads" not in " ".join(case.fixes) and "add the barrier" not in case.explained
+
+
+def test_threads_storing_one_element_of_c_are_named_not_told_to_add_a_barrier(grade_one):
+    """c_index_collision stores C[row * k + col]: where k < n, two threads store one element."""
+    cases = emulated(grade_one(SUBMISSIONS / "c_index_collision"))
+    assert cases["square_64"].status == PASSED and cases["ragged_m"].status == PASSED  # n == k
+    assert ("threads (1, 0) and (0, 1) of block (0, 0) both store C[0][1] (line 23); 109 elements of C are stored "
+            "by more than one thread") in cases["k_one"].message
+    assert ("thread (0, 1) of block (0, 0) and thread (0, 0) of block (4, 0) both store C[0][64] (line 23)"
+            in cases["ragged_n"].message)
+    for name in ("ragged_n", "ragged_all", "rect_wide", "k_one", "sub_tile"):  # k < n
+        assert cases[name].status == FAILED and cases[name].fixes == [COLLISION_FIX], name
+    # k > n: the index runs past C, told with C's shape
+    assert cases["rect_tall"].status == ERROR
+    assert cases["rect_tall"].message.startswith("out-of-bounds write of C at line 23: thread")
+    assert "past C's end: C is m×n = 300×40, row stride n = 40" in cases["rect_tall"].message
+    assert all(no_barrier_advice(c) for c in cases.values())
+
+
+def test_a_block_shape_that_does_not_match_the_tile_is_told_as_seen(grade_one):
+    """block_shape_1d was written for 1-D blocks (ty = threadIdx.x / TILE_WIDTH): launched tile × tile, the
+    threads of a column of the block share a tile entry and an element of C, and sB's rows 1-15 are never
+    loaded. It has both barriers, so no barrier is advised."""
+    result = grade_one(SUBMISSIONS / "block_shape_1d")
+    cases = emulated(result)
+    assert len(cases) == 18
+    for case in cases.values():
+        assert case.status == FAILED, case.name
+        same_entry = "threads (0, 0) and (0, 1) of block (0, 0) both store sA[0][0] (line 18) in the same phase"
+        assert same_entry in case.message
+        assert "threads (0, 0) and (0, 1) of block (0, 0) both store C[0][0] (line 26)" in case.message
+        assert "the two threads differ only in threadIdx.y" in case.message
+        assert ("sB[1][0] is read at line 22 (thread (0, 0) of block (0, 0)) before any thread of the block stored "
+                "it") in case.message
+        assert no_barrier_advice(case)
+    assert any("blocks of tile × tile threads" in fix for fix in cases["square_16"].fixes)
+
+
+def test_a_read_past_b_names_the_line_the_shape_and_the_stride(grade_one):
+    """b_stride_m reads B with row stride m: past B's end where m > n."""
+    cases = emulated(grade_one(SUBMISSIONS / "b_stride_m"))
+    assert cases["square_256"].status == PASSED
+    tall = cases["rect_tall"]
+    assert tall.status == ERROR
+    assert tall.message.startswith("out-of-bounds read of B at line 16: thread (0, 7) of block (0, 0) reads "
+                                   "B[k=172][col=20] (element 6900) past B's end: B is k×n = 170×40, row stride n = 40")
+    assert tall.fixes == [B_FIX]
+    assert cases["rect_wide"].status == FAILED and "strides" in cases["rect_wide"].explained
+
+
+def test_a_tile_never_loaded_reads_poison_and_is_named(grade_one):
+    """tile_never_loaded stores B's tile into As (a copy-paste slip): Bs is never stored. Shared memory is
+    poisoned at each block's start, as on the GPU, so every case is wrong (NaN), and the read is named."""
+    cases = emulated(grade_one(SUBMISSIONS / "tile_never_loaded"))
+    for case in cases.values():
+        assert case.status == FAILED, case.name
+        assert "NaN or infinite, stored by the kernel" in case.message
+        assert ("Bs[0][0] is read at line 20 (thread (0, 0) of block (0, 0)) before any thread of the block stored it"
+                in case.message)
+        assert case.fixes[0].startswith("check the loads into Bs") and no_barrier_advice(case)
+
+
+def test_headline_says_the_wrong_cells_are_unwritten_not_a_tiny_max_error(grade_one):
+    """store_bounds_swapped stores under `row < n && col < m`: where m < n, the wrong cells are never written."""
+    cases = emulated(grade_one(SUBMISSIONS / "store_bounds_swapped"))
+    assert cases["square_64"].status == PASSED
+    wide = cases["rect_wide"]
+    assert wide.message.startswith("C = A×B with m=40, n=300, k=170: 10400 of 12000 elements of C are wrong: all "
+                                   "never written (they still hold the NaN the grader fills C with)")
+    assert "max abs error" not in wide.message and "off by" not in wide.message
+    tall = cases["rect_tall"]  # m > n: threads with col >= n store 0 into the next row's elements
+    assert "10392 never written" in tall.message and "304 off by up to" in tall.message
+    stored_over = "thread (0, 1) of block (0, 0) and thread (8, 0) of block (2, 0) both store C[1][0] (line 22)"
+    assert stored_over in tall.message
+    assert all(no_barrier_advice(c) for c in cases.values())
 
 
 def test_truncated_phase_count_is_diagnosed(grade_one):
@@ -255,18 +350,22 @@ def test_the_tile_size_macro_is_the_first_the_config_names(config_file):
 
 
 def test_one_cause_is_said_once_with_the_cases_it_broke(grade_one):
-    """no_bounds_checks reads past A or B in most cases: the student reads the fix once, with the visible
-    cases it explains and a count of hidden ones, not once per case; each case keeps its own facts."""
+    """no_bounds_checks reads past A (line 15) or B (line 16) in most cases: the student reads each read's
+    fix once, with the visible cases it explains and a count of hidden ones, not once per case; each case
+    keeps its own facts."""
     from grader.report.student_view import student_message, student_summary, what_to_fix
 
     result = grade_one(SUBMISSIONS / "no_bounds_checks")
     broken = [c for c in emulated(result).values() if c.fixes]
-    assert len(broken) > 5 and {tuple(c.fixes) for c in broken} == {(BOUNDS_FIX,)}
+    assert len(broken) > 5 and {tuple(c.fixes) for c in broken} == {(A_FIX,), (B_FIX,)}
     summary = student_summary(result)
-    assert summary.count(BOUNDS_FIX) == 1
-    [line] = what_to_fix(result)
-    visible = [c.name for c in broken if c.visibility != "hidden"]
-    hidden = len(broken) - len(visible)
-    assert line == f"{BOUNDS_FIX} ({', '.join(visible)}{f' and {hidden} hidden' if hidden else ''})"
-    assert all(BOUNDS_FIX not in student_message(c) and "out-of-bounds read" in student_message(c)
+    lines = what_to_fix(result)
+    assert len(lines) == 2
+    for fix, line in zip((A_FIX, B_FIX), sorted(lines)):
+        assert summary.count(fix) == 1
+        explained = [c for c in broken if c.fixes == [fix]]
+        visible = [c.name for c in explained if c.visibility != "hidden"]
+        hidden = len(explained) - len(visible)
+        assert line == f"{fix} ({', '.join(visible)}{f' and {hidden} hidden' if hidden else ''})"
+    assert all(c.fixes[0] not in student_message(c) and "out-of-bounds read" in student_message(c)
                for c in broken if c.visibility != "hidden")

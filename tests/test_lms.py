@@ -143,3 +143,46 @@ def test_lms_scripts_are_valid_shell(folder):
         if path.suffix == ".sh" or path.name == "run_autograder":
             assert path.stat().st_mode & 0o111, f"{path} must be executable"
             subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_prairielearn_output_counts_what_its_score_counts(tmp_path, config_file):
+    """A compile error scored 0 said "Score: 10/74" in its output (issue 28): every field now tells one score."""
+    data = to_prairielearn(compile_error(), compile_error_graded=True)
+    assert data["score"] == 0 and data["message"].startswith("compile error: 0/")
+    assert data["output"].startswith("Score: 0/") and sum(t["points"] for t in data["tests"]) == 0
+    student = tmp_path / "student"
+    shutil.copytree(SUBMISSIONS / "compile_error", student)
+    results = tmp_path / "results.json"
+    assert main(["prairielearn", str(student), str(results), "--config", str(config_file), "--no-run"]) == 0
+    written = json.loads(results.read_text())
+    points = sum(t["points"] for t in written["tests"])
+    out_of = sum(t["max_points"] for t in written["tests"])
+    shown = f"Score: {points:g}/{out_of:g}"
+    assert points == written["score"] * out_of == 0 and written["output"].startswith(shown)
+    assert written["message"].startswith(f"compile error: {points:g}/{out_of:g}")
+
+
+def test_gradescope_tells_the_student_which_kernel_was_graded(tmp_path, config_file):
+    submission = tmp_path / "submission"
+    (submission / "lab3").mkdir(parents=True)
+    shutil.copy(GOOD, submission / "lab3" / "kernel.cu")
+    data = gradescope(tmp_path, submission, config_file, "--no-run")
+    assert "Note: graded lab3/kernel.cu, the only kernel.cu in your submission" in data["output"]
+    (submission / "old").mkdir()
+    shutil.copy(GOOD, submission / "old" / "kernel.cu")
+    shutil.copy(GOOD, submission / "kernel.cu")
+    data = gradescope(tmp_path, submission, config_file, "--no-run")
+    assert "Note: graded kernel.cu at the top of your submission; not graded: lab3/kernel.cu, old/kernel.cu" \
+        in data["output"]
+
+
+def test_gradescope_refuses_a_kernel_cu_that_is_a_link(tmp_path, config_file):
+    """A link would be read through (the autograder's own files) or another file graded in its place."""
+    submission = tmp_path / "submission"
+    (submission / "lab3").mkdir(parents=True)
+    shutil.copy(GOOD, submission / "lab3" / "kernel.cu")
+    (submission / "kernel.cu").symlink_to(ROOT / "config.yaml")
+    data = gradescope(tmp_path, submission, config_file, "--no-run")
+    assert "kernel.cu: a symbolic link, not a file" in data["output"] and data["extra_data"]["outcome"] == \
+        "submission error"
+    assert "testcases" not in data["output"]  # nothing of the linked file was read

@@ -50,10 +50,12 @@ def test_toolkit_headers_however_included_grade_like_any_correct_file(grade_one,
 
 @pytest.mark.parametrize("name", ["include_host_std", "include_cooperative_groups"])
 def test_standard_and_toolkit_cxx_headers_reach_the_compiler(grade_one, name):
-    """<bits/stdc++.h>, <fstream>, <cooperative_groups.h>: the policy lets them through to nvcc. (That nvcc
-    then builds them inside PyCUDA's extern "C" is the C++-linkage change's part: README's table.)"""
-    message = compiled(grade_one(SUBMISSIONS / name)).message
+    """<bits/stdc++.h>, <fstream>, <cooperative_groups.h>: the policy lets them through, nvcc builds them with
+    C++ linkage and the emulator runs the kernel: every point the CPU can check."""
+    result = grade_one(SUBMISSIONS / name)
+    message = compiled(result).message
     assert REFUSED_TO_READ not in message and "is not allowed" not in message
+    assert result.outcome == GRADED and result.score == result.checkable_max == 74, result.checks
 
 
 def test_every_refused_include_form_is_named_with_its_reason(grade_one):

@@ -77,6 +77,11 @@ def test_shared_memory_and_frames_outside_the_students_file():
         "out-of-bounds write to shared memory at line 14 in block (2, 0)",
         "out-of-bounds read of B at line 15 in block (2, 0): 64 bytes after the end of B",
     ]
+    # With the launch's shape, the read past B's end is placed in B's rows (B here is 20×20 floats).
+    assert describe(report, BUFFERS, shape=(20, 20, 20))[1] == (
+        "out-of-bounds read of B at line 15 in block (2, 0): 64 bytes after the end of B, B[k=20][col=16] "
+        "(element 416): B is k×n = 20×20, row stride n = 20")
+    assert describe(report, BUFFERS, shape=(20, 30, 20))[1].endswith("64 bytes after the end of B")  # not B's size
 
 
 def test_without_line_information_the_student_gets_the_count():

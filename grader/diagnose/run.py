@@ -192,7 +192,8 @@ def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: 
                      held_s=watched.held_s)
     report = parse(tool, _read(log))
     buffers = next((e["buffers"] for e in watched.events if e["event"] == "buffers"), None)
-    found = describe(report, buffers, barrier_lines=barriers)
+    shape = tuple(int(size) for size in launch[-3:])  # the launch's m, n, k (launch_command)
+    found = describe(report, buffers, barrier_lines=barriers, shape=shape)
     found = [s for s in found if "did not complete" not in s]  # said below, as what it is
     launched = next((e for e in watched.events if e["event"] == "launched"), None)
     refused = next((e for e in watched.events if e["event"] == "not_launched"), None)

@@ -381,7 +381,7 @@ class _State:
 
 def describe(report: SanitizerReport, buffers: Mapping[str, tuple[int, int]] | None = None, *,
              student_file: str = STUDENT_FILE, barrier_lines: Sequence[int] | None = None,
-             limit: int = MAX_SENTENCES) -> list[str]:
+             limit: int = MAX_SENTENCES, shape: tuple[int, int, int] | None = None) -> list[str]:
     """Student sentences for the report's hazards: only lines of student_file, one sentence per
     (kind, access, memory, lines), errors before warnings, at most `limit` (plus one saying how many
     more there were).
@@ -391,11 +391,12 @@ def describe(report: SanitizerReport, buffers: Mapping[str, tuple[int, int]] | N
     barrier_lines: lines of the __syncthreads() calls in the student's source (see syncthreads_lines());
     with them a race says which of the two tile-loop barriers is missing even when the store comes
     before the read in the loop body, where line order alone cannot tell.
+    shape: the launch's (m, n, k), to place an access past A's or B's end in its rows and columns.
     """
     sentences: dict[tuple, str] = {}
     ordered = sorted(report.hazards, key=lambda h: h.severity != "error")
     for hazard in ordered:
-        for key, sentence in _sentences(hazard, buffers, student_file, barrier_lines):
+        for key, sentence in _sentences(hazard, buffers, student_file, barrier_lines, shape):
             sentences.setdefault(key, sentence)
     result = list(sentences.values())
     if len(result) > limit:
@@ -425,11 +426,11 @@ def syncthreads_lines(source: str) -> list[int]:
     return sorted(lines)
 
 
-def _sentences(hazard: Hazard, buffers, student_file: str, barriers) -> list[tuple[tuple, str]]:
+def _sentences(hazard: Hazard, buffers, student_file: str, barriers, shape=None) -> list[tuple[tuple, str]]:
     if hazard.kind == RACE:
         return _race_sentences(hazard, student_file, barriers)
     if hazard.kind in (OUT_OF_BOUNDS, MISALIGNED, INVALID_ACCESS):
-        return _access_sentence(hazard, buffers, student_file)
+        return _access_sentence(hazard, buffers, student_file, shape)
     if hazard.kind in (DIVERGENT_BARRIER, INVALID_BARRIER, BARRIER_ERROR, DEVICE_ERROR):
         return _located_sentence(hazard, student_file, barriers)
     return []
@@ -505,7 +506,7 @@ def _store_read_sentence(store: int, read: int, barriers) -> str:
     return f"{base}: a __syncthreads() is missing between them (the barrier after using the tiles)"
 
 
-def _access_sentence(hazard: Hazard, buffers, student_file: str) -> list[tuple[tuple, str]]:
+def _access_sentence(hazard: Hazard, buffers, student_file: str, shape=None) -> list[tuple[tuple, str]]:
     lines = hazard.lines(student_file)
     if not lines:
         return []
@@ -516,7 +517,7 @@ def _access_sentence(hazard: Hazard, buffers, student_file: str) -> list[tuple[t
     action = {"read": "read of", "write": "write to", "atomic": "atomic operation on"}.get(op or "", "access to")
     adjective = {OUT_OF_BOUNDS: "out-of-bounds", MISALIGNED: "misaligned"}.get(hazard.kind, "invalid")
     text = f"{adjective} {action} {target} at line {lines[0]}{_block(hazard.block)}"
-    detail = _offset_detail(hazard, name, buffers)
+    detail = _offset_detail(hazard, name, buffers, shape)
     if detail:
         text = f"{text}: {detail}"
     return [((hazard.kind, op, target, lines), text)]
@@ -542,16 +543,36 @@ def _buffer_of(hazard: Hazard, buffers: Mapping[str, tuple[int, int]] | None) ->
     return None
 
 
-def _offset_detail(hazard: Hazard, name: str | None, buffers) -> str | None:
+# An input's rows and columns of (m, n, k), and the names of its row and column index.
+INPUT_LAYOUTS = {"A": (("m", "k"), ("row", "k")), "B": (("k", "n"), ("k", "col"))}
+
+
+def _offset_detail(hazard: Hazard, name: str | None, buffers, shape=None) -> str | None:
     if name is None or hazard.kind != OUT_OF_BOUNDS or hazard.address is None:
         return None
     base, size = buffers[name]
     if hazard.address >= base + size:
         past = hazard.address - (base + size)
-        return f"right after the end of {name}" if past == 0 else f"{past} bytes after the end of {name}"
+        where = f"right after the end of {name}" if past == 0 else f"{past} bytes after the end of {name}"
+        return where + _element_past_end(name, size, past, shape)
     if hazard.address < base:
         return f"{base - hazard.address} bytes before the start of {name}"
     return None
+
+
+def _element_past_end(name: str, size: int, past: int, shape) -> str:
+    """Where an access past A's or B's end would be in its rows: "B[k=20][col=16] (element 416): B is k×n =
+    20×20, row stride n = 20". Said only where the buffer is exactly the input (4-byte floats, rows×columns)."""
+    if shape is None or name not in INPUT_LAYOUTS:
+        return ""
+    sizes = dict(zip("mnk", shape))
+    (rows_name, columns_name), (row_index, column_index) = INPUT_LAYOUTS[name]
+    rows, columns = sizes[rows_name], sizes[columns_name]
+    if columns <= 0 or size != rows * columns * 4:
+        return ""
+    element = rows * columns + past // 4
+    return (f", {name}[{row_index}={element // columns}][{column_index}={element % columns}] (element {element}): "
+            f"{name} is {rows_name}×{columns_name} = {rows}×{columns}, row stride {columns_name} = {columns}")
 
 
 def _located_sentence(hazard: Hazard, student_file: str, barriers) -> list[tuple[tuple, str]]:

@@ -54,7 +54,8 @@ EVENTS: dict[str, tuple[dict, dict]] = {
     "compile_error": ({"target": TARGET, "message": str}, {"emulator": bool, "log": str, "mismatch": bool}),
     "kernel_missing": ({"target": TARGET, "message": str}, {}),
     "case": ({"case": str, "seconds": NUMBER, "a_changed": bool, "b_changed": bool},
-             {"races": RECORDS, "schedules_differ": int, "launches": int, "distinct_outputs": int}),
+             {"races": RECORDS, "schedules_differ": int, "launches": int, "distinct_outputs": int,
+              "unstored_reads": RECORDS, "collisions": RECORDS, "c_collisions": int}),
     "case_error": ({"case": str, "schedule": str, "problem": RECORD}, {}),
     "await_device": ({}, {}),  # a turn on the device for the cases (or a sanitizer launch): answered "go"
     "await_timing": ({}, {}),  # a turn for one measurement: answered "go REPETITIONS" or "skip"
@@ -79,7 +80,13 @@ HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
                               "returncode": OPTIONAL_INT}),
     "divergence": ({"kind": one_of("different_barriers", "exited"), "line": int, "thread": TRIPLE,
                     "other_line": int, "other_thread": TRIPLE, "block": TRIPLE}, {}),
-    "done": ({"a_changed": bool, "b_changed": bool, "races": int}, {}),
+    # A shared entry read while it still held the poison no thread of its block had overwritten.
+    "unstored_read": ({"array": str, "two_d": bool, "row": int, "column": int, "line": int, "thread": TRIPLE,
+                       "block": TRIPLE}, {}),
+    # Two threads stored one element of C: `thread` of `block` at `line`, after `other_*`.
+    "c_collision": ({"row": int, "column": int, "line": int, "thread": TRIPLE, "block": TRIPLE, "other_line": int,
+                     "other_thread": TRIPLE, "other_block": TRIPLE}, {}),
+    "done": ({"a_changed": bool, "b_changed": bool, "races": int}, {"c_collisions": int}),
 }
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.report.student_view import DEFAULT_LIMIT, student_message, student_summary
-from grader.result import HIDDEN, PASSED, TIMING, CheckResult, SubmissionResult
+from grader.result import GRADER_ERROR, HIDDEN, PASSED, TIMING, CheckResult, SubmissionResult
 
 VISIBLE = "visible"
 # Gradescope's documented visibility values that keep a test from the student for a while (or always).
@@ -81,6 +81,8 @@ def to_gradescope(result: SubmissionResult, execution_time: float | None = None,
         output += "\n" + _not_checked(result)
     extra: dict[str, Any] = {"outcome": result.outcome, "max_score": result.max_score,
                              "checkable_max_score": result.checkable_max}
+    if result.regrade_reason:  # the instructor's marker: this row needs grading again (README: regrade)
+        extra["regrade_reason"] = result.regrade_reason
     figures = timing_figures(result)
     if figures:
         extra["timing"] = figures
@@ -91,7 +93,9 @@ def to_gradescope(result: SubmissionResult, execution_time: float | None = None,
         "test_output_format": "text",
         "test_name_format": "text",
         "extra_data": extra,
-        "tests": [_test(check, limit, hidden_visibility) for check in result.checks if check.checkable],
+        # A grader error graded nothing: no test is shown as failed for it.
+        "tests": [] if result.outcome == GRADER_ERROR else [_test(check, limit, hidden_visibility)
+                                                             for check in result.checks if check.checkable],
     }
     if figures:
         data["leaderboard"] = _leaderboard(figures)

@@ -39,10 +39,6 @@ def _does_not_build(result: SubmissionResult) -> bool:
     return result.outcome in DID_NOT_BUILD
 
 
-def _points(check: CheckResult, result: SubmissionResult) -> float:
-    return check.score
-
-
 def _fraction(result: SubmissionResult) -> float:
     out_of = result.checkable_max
     if not result.graded or out_of <= 0:
@@ -56,7 +52,7 @@ def _test(check: CheckResult, result: SubmissionResult, limit: int) -> dict[str,
     return {
         "name": check.name,
         "description": f"{check.kind} check{hidden}",
-        "points": _points(check, result),
+        "points": check.score,
         "max_points": check.max_score,
         "message": check.status,
         "output": "" if shown == check.status else shown,
@@ -73,16 +69,17 @@ def to_prairielearn(result: SubmissionResult, limit: int = DEFAULT_LIMIT,
                     compile_error_graded: bool = False) -> dict[str, Any]:
     """compile_error_graded: a submission that does not compile is a graded 0 rather than not gradable."""
     gradable = result.graded and (compile_error_graded or not _does_not_build(result))
-    score = format_points(result.score)
-    out_of = format_points(result.checkable_max)
     data: dict[str, Any] = {
         "gradable": gradable,
         "score": _fraction(result),
-        "message": f"{status_label(result)}: {score}/{out_of} points",
+        "message": (f"{status_label(result)}: {format_points(result.score)}/{format_points(result.checkable_max)} "
+                    "points" if result.graded else f"{status_label(result)}: not graded"),
         "output": student_summary(result, limit),
         "tests": [_test(check, result, limit) for check in result.checks if check.checkable],
     }
-    if result.needs_gpu_points:
+    if result.regrade_reason:  # the instructor's marker: this submission needs grading again (README)
+        data["regrade_reason"] = result.regrade_reason
+    if result.needs_gpu_points and result.graded:
         data["message"] += (f" checkable without a GPU; {format_points(result.needs_gpu_points)} more need a GPU "
                             f"({gpu_reasons(result)})")
     if not result.graded:

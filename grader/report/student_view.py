@@ -67,13 +67,15 @@ def what_to_fix(result: SubmissionResult, show_hidden: bool = False) -> list[str
 def student_summary(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> str:
     """The text shown for the whole submission: the outcome, the score, and why it was not graded."""
     label = status_label(result)
-    lines = [f"Score: {score_line(result)} ({label})"]
+    # A result that is not a grade shows no score: a 0 it never earned would read as one.
+    lines = [f"Score: {score_line(result)} ({label})" if result.graded else f"Not graded ({label})"]
     if result.sandbox == NO_SANDBOX:
         lines.append(f"Note: {UNSAFE_NOTE}")
     if not result.graded:
         lines.append(f"Your submission could not be graded: {result.message or 'no reason was recorded'}")
     elif result.message:
         lines.append(f"Note: {result.message}")
+    lines += [f"Note: {note}" for note in result.intake_notes]  # which file was graded, what was refused
     fixes = what_to_fix(result)
     if fixes:
         lines += ["What to fix:", *(f"- {fix}" for fix in fixes)]

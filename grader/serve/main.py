@@ -1,16 +1,20 @@
 """`grade serve`: the job store, the runner and the HTTP server, started and stopped together."""
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
+from .. import truths
 from ..cases import Case
 from ..config import Config
 from ..errors import UsageError
-from ..pipeline import RunPlan
+from ..pipeline import GPU, RunPlan
 from ..schema import load_yaml
 from .store import JobStore
 
+SCRATCH = "scratch"  # jobs' working folders, under --state; cleared at every start
+log = logging.getLogger("grader.serve")
 MIN_TOKEN_CHARS = 16  # a guessable token would let anyone queue jobs for a course
 
 
@@ -34,17 +38,41 @@ def load_tokens(path: Path) -> dict[str, str]:
     return tokens
 
 
+def announce(plan: RunPlan, state: Path, host: str, port: int, workers: int, limits, cluster: str,
+             tokens: dict[str, str], cleared: int) -> str:
+    """The operator's first line: where it listens, what grades, with which limits."""
+    backend = plan.backend or f"none ({plan.skip_reason})"
+    sanitize = ", sanitizer on" if plan.backend == "gpu" and plan.sanitize else ""
+    sandbox = plan.sandbox.level if plan.sandbox is not None else "default"
+    where = f"on the Dask cluster at {cluster}" if cluster else f"here, {workers} at a time"
+    leftovers = f"; cleared {cleared} jobs' scratch folders left by an earlier run" if cleared else ""
+    return (f"listening on http://{host}:{port} (GET /v1/health needs no token); backend {backend}{sanitize}, "
+            f"sandbox {sandbox}; grading {where}; limits: {limits.max_bytes / (1 << 20):.3g} MB per archive, "
+            f"{limits.per_window} uploads per student per {limits.window_s / 60:g} minutes; courses: "
+            f"{', '.join(sorted(tokens))}; state {state.resolve()}{leftovers}")
+
+
+def _log_to_stderr() -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s grade serve: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
 def serve(config: Config, cases: list[Case], plan: RunPlan, state: Path, tokens: dict[str, str], host: str,
           port: int, workers: int, limits, cluster: str = "", security=None) -> None:
     import uvicorn  # the service's dependencies load only for `grade serve`
 
     from .app import create_app
-    from .runner import JobRunner
+    from .runner import JobRunner, clear_scratch
 
+    _log_to_stderr()
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)  # the archives and results of every student: nobody else's to read
+    cleared = clear_scratch(state / SCRATCH)
     store = JobStore(state / "jobs.sqlite")
-    store.requeue_running()
+    requeued = store.requeue_running()
     client = None
     if cluster:
         from distributed import Client
@@ -52,10 +80,17 @@ def serve(config: Config, cases: list[Case], plan: RunPlan, state: Path, tokens:
         from ..cluster import CONNECT_TIMEOUT
 
         client = Client(cluster, security=security, timeout=CONNECT_TIMEOUT)
-    runner = JobRunner(store, config, cases, plan, workers or os.cpu_count() or 2, client)
+    workers = workers or os.cpu_count() or 2
+    if plan.backend is not None and client is None:  # as a batch does: once, before jobs race to compute them
+        truths.warm([case for case in cases if plan.backend == GPU or not case.gpu_only], config)
+    runner = JobRunner(store, config, cases, plan, workers, state / SCRATCH, client)
+    log.info(announce(plan, state, host, port, workers, limits, cluster, tokens, cleared))
+    if requeued:
+        log.info("%d jobs that were being graded when the service stopped are queued again", requeued)
     runner.start()
     try:
-        uvicorn.run(create_app(store, tokens, limits, runner.wake.set), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(store, tokens, limits, runner.wake.set), host=host, port=port, log_level="warning",
+                    access_log=False)
     finally:
         runner.stop()
         store.close()

@@ -1,30 +1,45 @@
 """Grades the service's queued jobs, several at once, each as `grade batch` grades one student: the
-archive read by batch intake (hostile archives refused member by member), the kernel graded in a worker
-process of its own with the student's code sandboxed, and only this process writing the result."""
+archive read member by member (student_archive: hostile members refused and noted), the kernel graded in a
+worker process of its own with the student's code sandboxed, and only this process writing the result.
+
+A job's scratch folder lives under the service's state folder (`scratch/<job id>`), never in /tmp: a
+kill -9 of the service leaves it where the next start clears it."""
 from __future__ import annotations
 
+import logging
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 
-from ..batch import Workers, _refused
+from ..batch import Workers
 from ..cases import Case
 from ..cluster import grade_task, remote_task, task_resources, task_result
 from ..config import Config
-from ..intake import discover
+from ..intake import Entry
+from ..intake_archive import safe_name
 from ..pipeline import RunPlan, not_graded
 from ..result import GRADER_ERROR, SubmissionResult
-from .store import JobStore
+from ..student_archive import read_student_archive
+from .store import Job, JobStore
 
 IDLE_POLL_S = 0.2
+log = logging.getLogger("grader.serve")
+
+
+def clear_scratch(scratch: Path) -> int:
+    """Removes what jobs of an earlier run left (a kill -9 of the service); how many folders it held."""
+    left = list(scratch.iterdir()) if scratch.is_dir() else []
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return len(left)
 
 
 class JobRunner:
     def __init__(self, store: JobStore, config: Config, cases: list[Case], plan: RunPlan, workers: int,
-                 client=None):
+                 scratch: Path, client=None):
         """`client`: a Dask client; each job then runs as a task on the cluster's workers (cluster.py)."""
         self.store, self.config, self.cases, self.plan, self.client = store, config, cases, plan, client
+        self.scratch = scratch
         self.stopping, self.wake = threading.Event(), threading.Event()
         self.workers = Workers()
         self.threads = [threading.Thread(target=self._loop, daemon=True, name=f"grader-{i}") for i in range(workers)]
@@ -50,37 +65,36 @@ class JobRunner:
                 continue
             job, archive = claimed
             try:
-                result = self.grade(job.student, archive)
+                result = self.grade(job, archive)
             except KeyboardInterrupt:  # Workers.stop(): the service is stopping; the job stays "running"
                 return
             if self.stopping.is_set():
                 return  # killed mid-grade: not a result; requeue_running() grades it again
-            data = result.to_dict()
-            self.store.finish(job.id, data)
+            done = self.store.finish(job.id, result.to_dict())
+            log.info("job %s done course=%s student=%s outcome=%r score=%s/%s queued=%.1fs graded=%.1fs", job.id,
+                     job.course, job.student, result.outcome, result.score, result.checkable_max,
+                     done.queued_s if done else 0.0, done.graded_s if done else 0.0)
+            self.wake.set()  # the student's next job, held back while this one was graded, may go now
 
-    def _grade_entry(self, entry) -> SubmissionResult:
+    def _grade_entry(self, entry: Entry) -> SubmissionResult:
         if self.client is None:
             return self.workers.grade(entry, self.config, self.cases, self.plan)
         task = remote_task(entry, self.config, self.cases, self.plan)
         future = self.client.submit(grade_task, task, resources=task_resources(self.plan), pure=False)
         return task_result(future, entry, self.config, self.cases, "submit it again")
 
-    def grade(self, student: str, archive: bytes) -> SubmissionResult:
-        work = Path(tempfile.mkdtemp(prefix="sgemm-serve-"))
+    def grade(self, job: Job, archive: bytes) -> SubmissionResult:
+        work = self.scratch / job.id
+        student = job.student
         try:
-            upload = work / "upload" / f"{student}.zip"
-            upload.parent.mkdir()
-            upload.write_bytes(archive)
-            intake = discover([upload], work / "submissions")
-            if not intake.submissions:
-                refusal = next((r for r in intake.refused), None)
-                reason = refusal.reason if refusal else "no kernel (.cu file) in the archive"
-                result = (_refused(refusal, self.config, self.cases) if refusal and refusal.key else
-                          not_graded(Path(student), self.config, self.cases, f"not graded: {reason}"))
+            intake = read_student_archive(archive, work / safe_name(student))
+            if intake.folder is None:
+                result = not_graded(Path(student), self.config, self.cases, intake.refusal)
             else:
-                entry = intake.submissions[0]
+                entry = Entry(intake.folder.name, student, "", intake.folder, "upload", intake.entry,
+                              notes=intake.notes)
                 result = self._grade_entry(entry)
-                result.intake_notes = list(entry.notes)
+            result.intake_notes = list(intake.notes)
         except OSError as error:  # the service's own disk: a grader error, graded again on request
             result = not_graded(Path(student), self.config, self.cases, f"grader error: {error.strerror}",
                                 GRADER_ERROR)

@@ -1,5 +1,8 @@
 """The service's jobs, in SQLite: a restart loses none, and a job that was running is queued again.
 
+A student has at most one job waiting: a newer submission supersedes the older queued one (the newest wins),
+and a student's job is never graded while another of theirs is, so their last result is their last upload's.
+
 Only the service's own process reads and writes this file; it lives in the service's state folder, which
 no sandboxed process can reach.
 """
@@ -10,10 +13,10 @@ import sqlite3
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-QUEUED, RUNNING, DONE = "queued", "running", "done"
+QUEUED, RUNNING, DONE, SUPERSEDED = "queued", "running", "done", "superseded"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -28,6 +31,9 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created);
 CREATE INDEX IF NOT EXISTS jobs_by_student ON jobs (course, student, created);
 """
+# Added after the first release: a state folder from then gets them at the next start.
+COLUMNS = {"started": "REAL", "finished": "REAL", "superseded_by": "TEXT"}
+FIELDS = "id, course, student, status, created, started, finished, superseded_by"
 
 
 @dataclass
@@ -37,7 +43,20 @@ class Job:
     student: str
     status: str
     created: float
+    started: float | None = None
+    finished: float | None = None
+    superseded_by: str | None = None
     result: dict | None = None
+    supersedes: list[str] = field(default_factory=list)  # set by add(): the student's queued jobs it replaced
+
+    @property
+    def queued_s(self) -> float:
+        """Seconds from the upload until grading began (until now, while it waits)."""
+        return (self.started or self.finished or time.time()) - self.created
+
+    @property
+    def graded_s(self) -> float:
+        return (self.finished - self.started) if self.started and self.finished else 0.0
 
 
 class JobStore:
@@ -46,30 +65,40 @@ class JobStore:
         self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(SCHEMA)
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
+        for name, kind in COLUMNS.items():
+            if name not in have:
+                self.db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
         self.lock = threading.Lock()  # one connection, used by the web server's and the runners' threads
 
     def requeue_running(self) -> int:
         """After a restart: a job that was being graded when the service stopped is graded again."""
         with self.lock:
-            return self.db.execute("UPDATE jobs SET status = ? WHERE status = ?", (QUEUED, RUNNING)).rowcount
+            return self.db.execute("UPDATE jobs SET status = ?, started = NULL WHERE status = ?",
+                                   (QUEUED, RUNNING)).rowcount
 
     def add(self, course: str, student: str, archive: bytes) -> Job:
+        """The new job; the student's queued jobs it supersedes (their archives dropped) are in `supersedes`."""
         job = Job(uuid.uuid4().hex, course, student, QUEUED, time.time())
         with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            older = [row[0] for row in self.db.execute(
+                "SELECT id FROM jobs WHERE course = ? AND student = ? AND status = ?", (course, student, QUEUED))]
+            self.db.execute("UPDATE jobs SET status = ?, superseded_by = ?, finished = ?, archive = NULL "
+                            "WHERE course = ? AND student = ? AND status = ?",
+                            (SUPERSEDED, job.id, job.created, course, student, QUEUED))
             self.db.execute("INSERT INTO jobs (id, course, student, status, created, archive) "
                             "VALUES (?, ?, ?, ?, ?, ?)", (job.id, course, student, QUEUED, job.created, archive))
+            self.db.execute("COMMIT")
+        job.supersedes = older
         return job
 
-    def in_flight(self, course: str, student: str) -> bool:
+    def submitted_since(self, course: str, student: str, since: float) -> list[float]:
+        """When the student's jobs since `since` were uploaded, oldest first (superseded ones count too)."""
         with self.lock:
-            row = self.db.execute("SELECT 1 FROM jobs WHERE course = ? AND student = ? AND status != ? LIMIT 1",
-                                  (course, student, DONE)).fetchone()
-        return row is not None
-
-    def submitted_since(self, course: str, student: str, since: float) -> int:
-        with self.lock:
-            return self.db.execute("SELECT COUNT(*) FROM jobs WHERE course = ? AND student = ? AND created >= ?",
-                                   (course, student, since)).fetchone()[0]
+            rows = self.db.execute("SELECT created FROM jobs WHERE course = ? AND student = ? AND created >= ? "
+                                   "ORDER BY created", (course, student, since)).fetchall()
+        return [created for (created,) in rows]
 
     def position(self, job: Job) -> int:
         """1 for the next job to be graded; 0 once it is being graded or done."""
@@ -80,13 +109,18 @@ class JobStore:
                                     (QUEUED, job.created)).fetchone()[0]
         return ahead + 1
 
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            rows = self.db.execute("SELECT status, COUNT(*) FROM jobs WHERE status IN (?, ?) GROUP BY status",
+                                   (QUEUED, RUNNING)).fetchall()
+        return {QUEUED: 0, RUNNING: 0, **dict(rows)}
+
     def get(self, job_id: str) -> Job | None:
         with self.lock:
-            row = self.db.execute("SELECT id, course, student, status, created, result FROM jobs WHERE id = ?",
-                                  (job_id,)).fetchone()
+            row = self.db.execute(f"SELECT {FIELDS}, result FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             return None
-        return Job(*row[:5], result=json.loads(row[5]) if row[5] else None)
+        return Job(*row[:8], result=json.loads(row[8]) if row[8] else None)
 
     def results(self, course: str) -> list[tuple[str, dict]]:
         """(student, result) of every finished job of the course, oldest first."""
@@ -96,19 +130,26 @@ class JobStore:
         return [(student, json.loads(result)) for student, result in rows]
 
     def claim(self) -> tuple[Job, bytes] | None:
-        """The oldest queued job, now marked running, with its archive; None when none is queued."""
+        """The oldest queued job whose student has none being graded, now marked running, with its archive;
+        None when there is none."""
         with self.lock:
-            row = self.db.execute("SELECT id, course, student, created, archive FROM jobs WHERE status = ? "
-                                  "ORDER BY created LIMIT 1", (QUEUED,)).fetchone()
+            row = self.db.execute(
+                f"SELECT {FIELDS}, archive FROM jobs AS j WHERE status = ? AND NOT EXISTS (SELECT 1 FROM jobs "
+                "WHERE course = j.course AND student = j.student AND status = ?) ORDER BY created LIMIT 1",
+                (QUEUED, RUNNING)).fetchone()
             if row is None:
                 return None
-            self.db.execute("UPDATE jobs SET status = ? WHERE id = ?", (RUNNING, row[0]))
-        return Job(row[0], row[1], row[2], RUNNING, row[3]), row[4]
+            started = time.time()
+            self.db.execute("UPDATE jobs SET status = ?, started = ? WHERE id = ?", (RUNNING, started, row[0]))
+        job = Job(*row[:8])
+        job.status, job.started = RUNNING, started
+        return job, row[8]
 
-    def finish(self, job_id: str, result: dict) -> None:
+    def finish(self, job_id: str, result: dict) -> Job | None:
         with self.lock:
-            self.db.execute("UPDATE jobs SET status = ?, result = ?, archive = NULL WHERE id = ?",
-                            (DONE, json.dumps(result), job_id))
+            self.db.execute("UPDATE jobs SET status = ?, result = ?, archive = NULL, finished = ? WHERE id = ?",
+                            (DONE, json.dumps(result), time.time(), job_id))
+        return self.get(job_id)
 
     def close(self) -> None:
         with self.lock:

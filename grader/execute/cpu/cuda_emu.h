@@ -3,7 +3,10 @@
 // Each thread of a block is a fiber; fibers switch only at __syncthreads(), in an order the harness
 // chooses (forward, reversed), so a missing barrier changes the result deterministically. Shared
 // arrays are one static copy (blocks run one after another); accesses the grader instrumented report
-// to a shadow memory that finds races between barriers, independently of the order.
+// to a shadow memory that finds races between barriers, independently of the order. Shared memory is
+// poisoned at each block's start as on the GPU (late_warps.py), so a tile entry no thread stored reads
+// NaN, and its first such read is named; every store to C records its writer, so two threads storing
+// one element of C are named too.
 #pragma once
 
 #include <cassert>
@@ -16,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <memory>  // before __noinline__ is a macro: libstdc++'s shared_ptr says __attribute__((__noinline__))
 #include <type_traits>
 #include <vector>
 
@@ -206,6 +210,7 @@ struct Cell {
     int32_t write_line = 0, read_line = 0;
     bool several_readers = false;
     bool write_after_read = false;  // the writer had read shared memory earlier in the same phase
+    uint32_t stored_block = 0;      // block_serial of the block that last stored it (0: none yet)
 };
 
 struct Region {
@@ -221,6 +226,32 @@ inline std::vector<Region> regions;
 inline std::vector<Cell> cells;
 inline uint32_t epoch = 1;  // advances at every barrier and every new block
 inline long races_found = 0;
+inline uint32_t block_serial = 1;  // advances at every new block (new_block)
+
+// A NaN in every 32-bit word of shared memory, as the GPU path's blocks fill theirs (late_warps.py). Not
+// C's poison (inputs.py POISON_BITS): the CPU keeps a NaN's payload through arithmetic, so a sum of poison
+// stored to C would read as an element never written.
+constexpr uint32_t SHARED_POISON = 0x7FC0B10Cu;
+
+inline void poison(const Region &region) {
+    for (size_t at = 0; at + 4 <= region.bytes; at += 4) memcpy((char *)region.base + at, &SHARED_POISON, 4);
+}
+
+// Whether the element still holds the poison's bytes (an uninstrumented store through a pointer would
+// have changed them: only the bytes say the entry was never stored).
+inline bool holds_poison(const Region &region, const void *address) {
+    size_t offset = (const char *)address - region.base;
+    for (size_t j = 0; j < region.element_bytes; ++j)
+        if (((const unsigned char *)address)[j] != ((const unsigned char *)&SHARED_POISON)[(offset + j) % 4])
+            return false;
+    return true;
+}
+
+// A block starts: its shared memory holds poison again, and no entry of it is stored yet.
+inline void new_block() {
+    ++block_serial;
+    for (const Region &region : regions) poison(region);
+}
 
 template <class Array>
 inline void share(Array &array, const char *name) {
@@ -232,6 +263,7 @@ inline void share(Array &array, const char *name) {
     size_t count = sizeof(Array) / sizeof(Element);
     regions.push_back({base, sizeof(Array), name, row, sizeof(Element), cells.size()});
     cells.resize(cells.size() + count);
+    poison(regions.back());  // before this block's first access: the first thread to reach the declaration
 }
 
 inline Cell *cell_of(const void *address, const Region **found) {
@@ -270,12 +302,28 @@ inline void race(const Region &region, const void *address, const char *kind, in
            other_line, o.x, o.y, o.z, blockIdx.x, blockIdx.y, blockIdx.z, store_after_read ? "true" : "false");
 }
 
+// The first read of a shared entry that no thread of its block stored (reported once: it explains the NaN).
+inline void unstored_read(const Region &region, const void *address, int line) {
+    static bool reported = false;
+    if (reported) return;
+    reported = true;
+    size_t element = ((const char *)address - region.base) / region.element_bytes;
+    size_t row = region.row_elements ? element / region.row_elements : 0;
+    size_t column = region.row_elements ? element % region.row_elements : element;
+    uint3 t = current->idx;
+    report("{\"event\": \"unstored_read\", \"array\": \"%s\", \"two_d\": %s, \"row\": %zu, \"column\": %zu, "
+           "\"line\": %d, \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
+           region.name, region.row_elements ? "true" : "false", row, column, line, t.x, t.y, t.z, blockIdx.x,
+           blockIdx.y, blockIdx.z);
+}
+
 template <class T>
 inline T *shared_read(T *address, int line) {
     const Region *region;
     Cell *cell = cell_of(address, &region);
     if (cell == nullptr) return address;
     int me = current->linear;
+    if (cell->stored_block != block_serial && holds_poison(*region, address)) unstored_read(*region, address, line);
     if (cell->write_epoch == epoch && cell->writer != me)
         race(*region, address, "read_after_store", cell->write_line, cell->writer, line, me,
              cell->write_after_read);
@@ -304,6 +352,7 @@ inline T *shared_write(T *address, int line) {
         race(*region, address, "store_after_read", line, me, cell->read_line,
              cell->reader != me ? cell->reader : -1, after_read);
     cell->write_epoch = epoch;
+    cell->stored_block = block_serial;
     cell->writer = me;
     cell->write_line = line;
     cell->write_after_read = after_read;
@@ -314,6 +363,61 @@ template <class T>
 inline T *shared_update(T *address, int line) {
     shared_read(address, line);
     return shared_write(address, line);
+}
+
+// ---- who stored each element of C ------------------------------------------------------------------------
+
+inline char *c_begin = nullptr, *c_end = nullptr;  // C's m×n elements (the harness sets them)
+inline size_t c_columns = 1;
+inline std::vector<uint32_t> c_block, c_thread;  // per element: the last writer's block (+1; 0: none) and thread
+inline std::vector<int32_t> c_line;
+inline std::vector<bool> c_twice;  // stored by two threads (counted)
+inline long c_collisions = 0;  // elements of C stored by more than one thread
+
+inline void watch_c(float *begin, size_t rows, size_t columns) {
+    c_begin = (char *)begin;
+    c_end = c_begin + rows * columns * sizeof(float);
+    c_columns = columns ? columns : 1;
+    c_block.assign(rows * columns, 0);
+    c_thread.assign(rows * columns, 0);
+    c_line.assign(rows * columns, 0);
+    c_twice.assign(rows * columns, false);
+}
+
+inline uint3 block_of(uint32_t serial) {
+    unsigned x = gridDim.x, xy = gridDim.x * gridDim.y;
+    return {serial % x, (serial % xy) / x, serial / xy};
+}
+
+// A second thread stores an element of C another thread stored: the first such store is reported.
+inline void c_collision(size_t element, int line) {
+    static bool reported = false;
+    if (reported) return;
+    reported = true;
+    uint3 t = current->idx, o = thread_of(c_thread[element]), ob = block_of(c_block[element] - 1);
+    report("{\"event\": \"c_collision\", \"row\": %zu, \"column\": %zu, \"line\": %d, \"thread\": [%u, %u, %u], "
+           "\"block\": [%u, %u, %u], \"other_line\": %d, \"other_thread\": [%u, %u, %u], \"other_block\": [%u, %u, %u]}",
+           element / c_columns, element % c_columns, line, t.x, t.y, t.z, blockIdx.x, blockIdx.y, blockIdx.z,
+           c_line[element], o.x, o.y, o.z, ob.x, ob.y, ob.z);
+}
+
+// Every store through a subscript outside shared memory (instrument.py); only those into C are recorded.
+template <class T>
+inline T *global_write(T *address, int line) {
+    const char *p = (const char *)address;
+    if (current == nullptr || p < c_begin || p >= c_end) return address;
+    size_t element = (size_t)(p - c_begin) / sizeof(float);
+    uint32_t block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) + 1;
+    uint32_t thread = current->linear;
+    if (c_block[element] != 0 && (c_block[element] != block || c_thread[element] != thread)) {
+        c_collision(element, line);
+        if (!c_twice[element]) ++c_collisions;
+        c_twice[element] = true;
+    }
+    c_block[element] = block;
+    c_thread[element] = thread;
+    c_line[element] = line;
+    return address;
 }
 
 // ---- barriers ------------------------------------------------------------------------------------------
@@ -364,6 +468,7 @@ inline int device_printf(const char *format, ...) {
 #define CUDA_EMU_READ(...) (*::cuda_emu::shared_read(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_WRITE(...) (*::cuda_emu::shared_write(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_UPDATE(...) (*::cuda_emu::shared_update(&(__VA_ARGS__), __LINE__))
+#define CUDA_EMU_STORE(...) (*::cuda_emu::global_write(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_SHARE(name) ::cuda_emu::share(name, #name)
 
 inline void __syncwarp(unsigned = 0xffffffffu) {}

@@ -145,6 +145,7 @@ void divergence(const Fiber &waiting, const Fiber &other, const char *kind) {
 
 // Runs every fiber to its next barrier (or its end), in `order`, until all have finished.
 void run_block(const std::vector<int> &order) {
+    cuda_emu::new_block();  // shared memory poisoned again, as each GPU block's is
     for (Fiber &fiber : fibers) cuda_emu::start_fiber(fiber);
     ++cuda_emu::epoch;
     while (true) {
@@ -232,6 +233,7 @@ int run(const char *run_file, const char *report_file) {
     }
     std::vector<float> a_before(a, a + (size_t)m * k), b_before(b, b + (size_t)k * n);
     args = {m, n, k, a, b, c + c_offset};
+    cuda_emu::watch_c(c + c_offset, m, n);  // who stores each element of C
     install_fault_handlers();
     limit_student_code();
     dim3 grid(grid_x, grid_y, grid_z), block(block_x, block_y, block_z);
@@ -242,8 +244,10 @@ int run(const char *run_file, const char *report_file) {
         fprintf(stderr, "harness: cannot write the output\n");
         return 2;
     }
-    cuda_emu::report("{\"event\": \"done\", \"a_changed\": %s, \"b_changed\": %s, \"races\": %ld}",
-                     a_changed ? "true" : "false", b_changed ? "true" : "false", cuda_emu::races_found);
+    cuda_emu::report("{\"event\": \"done\", \"a_changed\": %s, \"b_changed\": %s, \"races\": %ld, "
+                     "\"c_collisions\": %ld}",
+                     a_changed ? "true" : "false", b_changed ? "true" : "false", cuda_emu::races_found,
+                     cuda_emu::c_collisions);
     return 0;
 }
 

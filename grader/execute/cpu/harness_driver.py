@@ -159,7 +159,9 @@ class Harness:
         return {"event": "case", "case": spec.name, "seconds": seconds,
                 "a_changed": any(d["a_changed"] for d in done.values()),
                 "b_changed": any(d["b_changed"] for d in done.values()),
-                "races": list(races.values()), "schedules_differ": differing}
+                "races": list(races.values()), "schedules_differ": differing,
+                "unstored_reads": _first(reports, "unstored_read"), "collisions": _first(reports, "c_collision"),
+                "c_collisions": max(d.get("c_collisions", 0) for d in done.values())}
 
     def _start_schedule(self, folder: Path, spec: CaseSpec, tile: int, schedule: str, layout: str,
                         c_floats: int) -> subprocess.Popen:
@@ -174,6 +176,12 @@ class Harness:
         # One copy of the kernel's printf output is enough: the forward run's.
         stdout = None if schedule == "forward" else subprocess.DEVNULL
         return self.start(folder, [str(run_file), str(report)], stdout)
+
+
+def _first(reports: dict[str, list[dict]], name: str) -> list[dict]:
+    """The first report called `name`, the forward order's before the reversed order's (none: [])."""
+    found = [event for events in reports.values() for event in events if event["event"] == name]
+    return found[:1]
 
 
 def _events(path: Path) -> list[dict]:

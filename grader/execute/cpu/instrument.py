@@ -1,7 +1,9 @@
 """Rewrites shared-array accesses so the CPU emulator sees every load and store of shared memory.
 
 `As[ty][tx] = v` becomes `CUDA_EMU_WRITE(As[ty][tx]) = v`, a read becomes `CUDA_EMU_READ(...)`, `+=` and
-`++` become `CUDA_EMU_UPDATE(...)`, and each `__shared__` declaration registers its array. Each statement
+`++` become `CUDA_EMU_UPDATE(...)`, and each `__shared__` declaration registers its array. A store through
+any other subscript (`C[row * n + col] = sum`) becomes `CUDA_EMU_STORE(...)`, so the emulator knows which
+thread stored each element of C. Each statement
 of a block starts with `CUDA_EMU_AT(__LINE__);`, so a fault is told with the line the thread was on. Only
 text is inserted, never a newline, so lines stay the student's. Accesses through pointers or macros are not
 seen; the schedule comparison still catches the races they cause.
@@ -13,6 +15,7 @@ from tree_sitter import Node
 from ... import cuda_syntax as cs
 
 READ, WRITE, UPDATE, AT = "CUDA_EMU_READ", "CUDA_EMU_WRITE", "CUDA_EMU_UPDATE", "CUDA_EMU_AT"
+STORE = "CUDA_EMU_STORE"
 
 
 def instrument(source: str) -> str:
@@ -25,10 +28,13 @@ def instrument(source: str) -> str:
     return cs.insert_text(source, insertions)
 
 
-# Statements marked with their line. Only those directly in a block: a mark before the unbraced body of an
-# if or a for would end up outside it.
+# Statements marked with their line: those directly in a block, and the unbraced body of an if, an else or a
+# loop, which gets braces around its mark (a mark before it would end up outside it), so a fault in
+# `if (...)\n    As[ty][tx] = A[...];` is told at the load's line, not the if's.
 MARKED_STATEMENTS = ("expression_statement", "declaration", "if_statement", "for_statement", "while_statement",
                      "do_statement", "return_statement")
+BODY_FIELDS = {"if_statement": "consequence", "for_statement": "body", "while_statement": "body",
+               "do_statement": "body", "for_range_loop": "body"}
 
 
 def _function_insertions(body: Node) -> list[tuple[int, str]]:
@@ -44,16 +50,44 @@ def _function_insertions(body: Node) -> list[tuple[int, str]]:
                     arrays[name] = dims
                     declared.append(f" CUDA_EMU_SHARE({name});")
             insertions.append((node.end_byte, "".join(declared)))
-    for node in cs.iter_live(body) if arrays else ():
+    for node in cs.iter_live(body):
         if node.type == "subscript_expression":
-            wrapper = _access_wrapper(node, arrays)
+            wrapper = _access_wrapper(node, arrays) or _store_wrapper(node, arrays)
             if wrapper:
                 insertions += [(node.start_byte, wrapper + "("), (node.end_byte, ")")]
     # Last: of two insertions at one place the later lands first, and the mark goes before an access's macro.
     for node in cs.iter_live(body):
-        if node.type in MARKED_STATEMENTS and node.parent is not None and node.parent.type == "compound_statement":
+        if node.type not in MARKED_STATEMENTS or node.parent is None:
+            continue
+        if node.parent.type == "compound_statement":
             insertions.append((node.start_byte, f"{AT}(__LINE__); "))
+        elif _unbraced_body(node):
+            insertions += [(node.start_byte, f"{{ {AT}(__LINE__); "), (node.end_byte, " }")]
     return insertions
+
+
+def _unbraced_body(node: Node) -> bool:
+    """The statement an if, an else or a loop runs, written without braces (not a loop's initializer)."""
+    parent = node.parent
+    if parent.type == "else_clause":
+        return True
+    field = BODY_FIELDS.get(parent.type)
+    return field is not None and parent.child_by_field_name(field) == node
+
+
+def _store_wrapper(node: Node, arrays: dict[str, int]) -> str | None:
+    """STORE for the full subscript a store goes through, outside shared memory (`C[i] = v`, `C[i] += v`)."""
+    parent = node.parent
+    if parent is None or (parent.type == "subscript_expression" and parent.child_by_field_name("argument") == node):
+        return None
+    base = node
+    while base is not None and base.type == "subscript_expression":
+        base = base.child_by_field_name("argument")
+    if base is not None and base.type == "identifier" and cs.text(base) in arrays:
+        return None  # a shared array's own wrapper, or a row of it
+    stored = parent.type == "update_expression" or (
+        parent.type == "assignment_expression" and parent.child_by_field_name("left") == node)
+    return STORE if stored else None
 
 
 def _is_shared(declaration: Node) -> bool:

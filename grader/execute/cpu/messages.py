@@ -1,10 +1,14 @@
-"""What the CPU emulator found, told to a student: races, barrier divergence, out-of-bounds accesses.
+"""What the CPU emulator found, told to a student: races, barrier divergence, out-of-bounds accesses, two
+threads storing one element of C, a tile entry read before any thread stored it.
 
-Pure functions of the harness's reports (see harness.cpp and cuda_emu.h for their fields).
+Pure functions of the harness's reports (see harness.cpp and cuda_emu.h for their fields). Each text names
+what the emulator saw; a fix names a barrier only where it saw a store and a read of one shared entry with
+no barrier between them.
 """
 from __future__ import annotations
 
 from ...findings import Finding
+from ...inputs import GUARD_BEFORE, guard_after
 
 LOAD_BARRIER = ("the barrier after loading the tiles is missing: add __syncthreads() after the loads, "
                 "before any thread reads the tiles")
@@ -34,30 +38,90 @@ def describe_race(race: dict) -> Finding:
         what = (f"{store} while {reader} still read it at line {race['other_line']} "
                 f"(block {block}, no __syncthreads() between them)")
     else:
-        what = (f"{store}, and {other} stores it at line {race['other_line']}, with no __syncthreads() "
-                f"between them (block {block})")
+        return _two_stores(race, element, block)
     return Finding(f"shared-memory race: {what}", USE_BARRIER if race["store_after_read"] else LOAD_BARRIER)
 
 
-def describe_races(races: list[dict], differing: int, elements: int) -> list[Finding]:
-    """Every race the run showed (none: an empty list)."""
+def _two_stores(race: dict, element: str, block: str) -> Finding:
+    """Two threads store one tile entry in one phase: no barrier orders that, each entry has one owner."""
+    lines = sorted({race["store_line"], race["other_line"]})
+    at = f"line {lines[0]}" if len(lines) == 1 else f"lines {lines[0]} and {lines[1]}"
+    return Finding(f"threads {_xy(race['other_thread'])} and {_xy(race['store_thread'])} of block {block} both store "
+                   f"{element} ({at}) in the same phase",
+                   f"check the index of your store to {race['array']} at {at}: each thread of a block must store "
+                   "its own entry of the tile")
+
+
+def describe_races(races: list[dict], differing: int, elements: int, collisions: int = 0) -> list[Finding]:
+    """Every race the run showed (none: an empty list). Outputs that differ between thread orders are told as
+    such; when the emulator saw two threads store one element of C, that finding explains them instead."""
     found = [describe_race(race) for race in races]
-    if differing and not found:
+    if differing and not found and not collisions:
         found.append(Finding(
-            f"race: the result depends on the order the threads run in ({differing} of {elements} elements of C "
-            "differ between forward and reversed thread order)",
-            "some thread reads data another thread writes with no __syncthreads() between them: add the barrier"))
+            f"the result depends on the order the threads run in ({differing} of {elements} elements of C "
+            "differ between forward and reversed thread order), though the emulator saw no two threads touch "
+            "one shared entry, or store one element of C, between barriers: look for shared memory reached "
+            "through a pointer, or a thread reading what another stores in global memory"))
     return found
 
 
-def describe_problem(problem: dict) -> Finding:
-    """A fault or barrier divergence that ended the emulated launch."""
+def describe_collision(collision: dict, elements: int) -> Finding:
+    """Two threads stored one element of C (`elements`: how many elements of C more than one thread stored)."""
+    first, second = _thread_in_block(collision, "other_"), _thread_in_block(collision, "")
+    lines = sorted({collision["other_line"], collision["line"]})
+    at = f"line {lines[0]}" if len(lines) == 1 else f"lines {lines[0]} and {lines[1]}"
+    if collision["block"] == collision["other_block"]:
+        who = (f"threads {_xy(collision['other_thread'])} and {_xy(collision['thread'])} of block "
+               f"{_xy(collision['block'])}")
+    else:
+        who = f"{first} and {second}"
+    fact = f"{who} both store C[{collision['row']}][{collision['column']}] ({at})"
+    if elements > 1:
+        fact += f"; {elements} elements of C are stored by more than one thread"
+    axis = _only_difference(collision)
+    if axis:
+        return Finding(fact + f": the two threads differ only in threadIdx.{axis}",
+                       "the grader launches blocks of tile × tile threads, in threadIdx.x and threadIdx.y: your "
+                       "row and column must tell every thread of a block apart, so each stores its own element of C")
+    return Finding(fact, f"check the index of your store to C ({at}) and the condition that guards it: C is m×n, "
+                   "so element [row][col] is C[row * n + col], stored only where row < m and col < n, each by its "
+                   "own thread")
+
+
+def _thread_in_block(report: dict, prefix: str) -> str:
+    return f"thread {_xy(report[prefix + 'thread'])} of block {_xy(report[prefix + 'block'])}"
+
+
+def _only_difference(collision: dict) -> str:
+    """"x" or "y" when the two threads are of one block and differ in that index alone (else ""): the index
+    of C does not depend on it, as in a kernel written for blocks of another shape."""
+    mine, other = collision["thread"], collision["other_thread"]
+    differ = [axis for axis, a, b in zip("xyz", mine, other) if a != b]
+    same_block = collision["block"] == collision["other_block"]
+    return differ[0] if same_block and len(differ) == 1 and differ[0] in "xy" else ""
+
+
+def describe_unstored_read(read: dict) -> Finding:
+    """A tile entry read while it still held the poison: no thread of the block stored it before."""
+    entry = _element(read)
+    return Finding(f"{entry} is read at line {read['line']} (thread {_xy(read['thread'])} of block "
+                   f"{_xy(read['block'])}) before any thread of the block stored it: it holds the NaN the grader "
+                   "fills shared memory with at each block's start (on a GPU, whatever was there before)",
+                   f"check the loads into {read['array']}: every entry the tile loop reads must be stored by a "
+                   "thread of the block before the barrier that comes before the reads")
+
+
+def describe_problem(problem: dict, shape: tuple[int, int, int] | None = None) -> Finding:
+    """A fault or barrier divergence that ended the emulated launch; `shape` (m, n, k) places an access
+    outside A or B in their rows and columns."""
     if problem["event"] == "divergence":
         return _divergence(problem)
     what = problem["what"]
     where = (f"thread {_xy(problem['thread'])} of block {_xy(problem['block'])}"
              if "thread" in problem else "the kernel")
     if what == "out_of_bounds":
+        if shape is not None and problem["buffer"] in LAYOUTS:
+            return _outside_input(problem, where, shape)
         return _out_of_bounds(problem, where)
     if what == "invalid_address":
         return Finding(f"invalid memory {problem['access']}{_at_line(problem)}: {where} accessed an address "
@@ -86,6 +150,35 @@ def _out_of_bounds(problem: dict, where: str) -> Finding:
     return Finding(f"out-of-bounds {access} of {buffer}{_at_line(problem)}: {where} touched {buffer} {position} "
                    f"({buffer} is {shape})",
                    "check the bounds on the row, the column and the k index of every load and store")
+
+
+# Each buffer's (rows, columns) of (m, n, k), and the names of its row and column index.
+LAYOUTS = {"A": (("m", "k"), ("row", "k")), "B": (("k", "n"), ("k", "col")), "C": (("m", "n"), ("row", "col"))}
+
+
+def _outside_input(problem: dict, where: str, shape: tuple[int, int, int]) -> Finding:
+    """An access outside A, B or C, told by the element it would be in the buffer's rows (the stride is the
+    buffer's width)."""
+    buffer, count = problem["buffer"], problem["elements"]
+    sizes = dict(zip("mnk", shape))
+    (rows_name, columns_name), (row_index, column_index) = LAYOUTS[buffer]
+    rows, columns = sizes[rows_name], sizes[columns_name]
+    access = {"read": "reads", "write": "writes"}.get(problem["access"], "touches")
+    if buffer == "C":  # the emulator's C has the grader's guard bands around it: the fault is beyond them
+        count += guard_after(columns) if problem["side"] == "after" else GUARD_BEFORE
+    if problem["side"] == "after":
+        flat = rows * columns + count
+        element = (f"{buffer}[{row_index}={flat // columns}][{column_index}={flat % columns}] "
+                   f"(element {flat}) past {buffer}'s end")
+    else:
+        element = f"{count} element{'s' if count != 1 else ''} before the start of {buffer}"
+    noun = {"read": "read", "write": "write"}.get(problem["access"], "access")
+    fact = (f"out-of-bounds {noun} of {buffer}{_at_line(problem)}: {where} {access} {element}: {buffer} is "
+            f"{rows_name}×{columns_name} = {rows}×{columns}, row stride {columns_name} = {columns}")
+    line = problem.get("line", 0)
+    read = f"the {noun} of {buffer} at line {line}" if line > 0 else f"every {noun} of {buffer}"
+    return Finding(fact, f"check the index of {read}: {buffer} is {rows_name}×{columns_name}, so its element [r][c] "
+                   f"is {buffer}[r * {columns_name} + c], with r < {rows_name} and c < {columns_name}")
 
 
 def _at_line(problem: dict) -> str:

@@ -1,0 +1,61 @@
+"""One student's archive (the zip an LMS container posts to `grade serve`) to the folder that is graded.
+
+The kernel is chosen by the rule of everything one student hands in, Gradescope's upload included
+(submission.choose_kernel): kernel.cu at the archive's top, else the only kernel.cu up to four folders down;
+several below the top are refused, naming each. The student is told which file was graded. The archive is
+read as batch intake reads one (intake_archive.zip_tree): nothing is extracted but the chosen kernel, and
+every member refused on the way (`../etc/passwd`, links, devices, encrypted, zip bombs, names that collide)
+is listed in the notes with the reason, whether or not the kernel was found.
+"""
+from __future__ import annotations
+
+import io
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .intake_archive import ArchiveRefused, Budget, Limits, Refused, zip_tree
+from .submission import KERNEL_DEPTH, KERNEL_FILE, SubmissionError, choose_kernel, is_hidden
+
+
+@dataclass
+class StudentArchive:
+    folder: Path | None  # holds kernel.cu, to be graded; None when the archive is refused
+    entry: str = ""  # the member graded
+    refusal: str = ""  # why nothing is graded, in words for the student
+    notes: list[str] = field(default_factory=list)  # which file was graded, what was refused and why
+
+
+def read_student_archive(data: bytes, folder: Path, limits: Limits | None = None) -> StudentArchive:
+    """The student's kernel written to folder/kernel.cu, or the refusal; refused members in the notes."""
+    limits = limits or Limits()
+    try:
+        zipped = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as exc:
+        return StudentArchive(None, refusal=f"the archive is not a readable zip ({exc})")
+    with zipped:
+        try:
+            tree = zip_tree(zipped, "the archive", limits, Budget(limits.archive_bytes), nested=True)
+        except ArchiveRefused as exc:
+            return StudentArchive(None, refusal=f"the archive {exc.reason}")
+        notes = [f"refused {bad.name!r}: {bad.reason}" for bad in tree.bad
+                 if bad.parts is None or not is_hidden(bad.parts)]
+        bad_kernel = next((bad for bad in tree.bad if bad.parts and bad.parts[-1] == KERNEL_FILE
+                           and not is_hidden(bad.parts)), None)
+        if bad_kernel is not None:  # never grade some other file in place of a refused kernel.cu
+            return StudentArchive(None, refusal=f"{bad_kernel.name} {bad_kernel.reason}", notes=notes)
+        kernels = {"/".join(m.parts): m for m in tree.members if m.parts[-1] == KERNEL_FILE
+                   and len(m.parts) <= KERNEL_DEPTH + 1 and not is_hidden(m.parts)}
+        try:
+            chosen, how = choose_kernel(list(kernels))
+            source = kernels[chosen].read(limits.file_bytes)
+        except SubmissionError as exc:
+            held = sorted("/".join(m.parts) for m in tree.members if not is_hidden(m.parts))
+            listed = f" (it holds {', '.join(held[:8])}{', …' if len(held) > 8 else ''})" if held else ""
+            reason = str(exc) + (listed if not kernels else "")
+            return StudentArchive(None, refusal=reason, notes=notes)
+        except Refused as exc:
+            return StudentArchive(None, refusal=exc.reason, notes=notes)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / KERNEL_FILE).write_bytes(source)
+    return StudentArchive(folder, chosen, notes=how + notes)
