@@ -192,6 +192,12 @@ def test_the_square_kernel_is_found_by_its_mangled_name_and_takes_what_the_lab_p
     cubin = (tmp_path / "k.cubin").read_bytes()
     assert find_kernel(cubin, contract).symbol == "_Z15MatrixMulKernelPfS_S_i"
     assert parameter_problem(cubin, contract) == ""
+    # a Width behind a typedef of size_t is told as the size it is, from the compiled parameter list
+    wide = "typedef size_t dim_t;\n" + source.replace("int Width)\n{", "dim_t Width)\n{", 1)
+    (tmp_path / "k.cu").write_text(prepare_source(wide))
+    subprocess.run(["nvcc", "--cubin", "-arch", "sm_90", "k.cu", "-o", "k.cubin"], cwd=tmp_path, check=True)
+    assert ("parameter 4 is 8 bytes where the lab passes the size width, a 32-bit int"
+            in parameter_problem((tmp_path / "k.cubin").read_bytes(), contract))
 
 
 # -- several accepted kernel names ------------------------------------------------------------------------
