@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
 from .batch import BatchOptions, run_batch
 from .cases import load_cases, mix_seed, with_secret
@@ -341,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_USAGE
+    if plan.sandbox is not None and plan.sandbox.note:  # said once, before anything is graded
+        errors.print(Text("Sandbox: ", style="bold yellow").append(plan.sandbox.note), highlight=False)
     if args.command == "batch":
         return grade_batch(args, config, cases, plan, console, errors)
     if args.command == "serve":

@@ -64,10 +64,21 @@ class TileSource:
 DEFAULT_TILE = TileSource()
 
 
+# Bytes of dynamic shared memory (`extern __shared__`) every launch of the student's kernel gets, on every
+# backend (the GPU child, the sanitizer's launcher, the CPU emulator): room for an A tile and a B tile of
+# floats, 2 * TILE_SIZE * TILE_SIZE * 4.
+DYNAMIC_SHARED_TILES = 2
+
+
+def dynamic_shared_bytes(tile: int) -> int:
+    return DYNAMIC_SHARED_TILES * tile * tile * 4
+
+
 @dataclass(frozen=True)
 class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
+    shared_bytes: int = 0  # dynamic shared memory
 
 
 @dataclass(frozen=True)
@@ -84,7 +95,7 @@ class KernelContract:
         m rows, or (x: rows) the other way round."""
         columns, rows = (n + tile - 1) // tile, (m + tile - 1) // tile
         grid = (rows, columns, 1) if self.x == ROWS else (columns, rows, 1)
-        return Launch(grid, (tile, tile, 1))
+        return Launch(grid, (tile, tile, 1), dynamic_shared_bytes(tile))
 
     @property
     def square(self) -> bool:

@@ -169,7 +169,8 @@ def _say_which_kernel(result: SubmissionResult, kernels: list[str], graded: str,
 def _graded(submission: Submission, kernels: list[str], config: Config, cases: list[Case],
             plan: RunPlan, accepted: tuple[str, ...] = ()) -> SubmissionResult:
     sandbox = sandbox_of(plan)
-    result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level)
+    result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level,
+                              sandbox_note=sandbox.note)
     rubric = Rubric.of(config, cases, sanitize=plan.sanitize and plan.backend == GPU)
     statics = static_checks(submission.source, config.kernel.name, vars(config.points.static))
     refusal, outcome = _refusal_before_compiling(submission.source, kernels, config, accepted)

@@ -99,6 +99,8 @@ class SubmissionResult:
     backend: str = ""
     # How the submission's code was confined: "namespaces+uid", "namespaces", "uid-only" or "none".
     sandbox: str = ""
+    # Why it was confined less than namespaces+uid (what this machine or user did not allow); "" otherwise.
+    sandbox_note: str = ""
     device: str = ""
     tile_size: int | None = None
     duration_s: float = 0.0

@@ -237,12 +237,12 @@ class _Scope:
         return events
 
     def _barrier(self, node: Node) -> Event | None:
-        """A barrier named by node: __syncthreads, a macro expanding to it, or cooperative groups' x.sync()."""
+        """A barrier named by node: __syncthreads, a macro expanding to it, or cooperative groups' block.sync(),
+        cg::sync(block) (a warp tile's sync() is no barrier of the block)."""
         if node.type == "call_expression":
-            function = node.child_by_field_name("function")
-            if function is not None and function.type == "field_expression":
-                if cs.text(function.child_by_field_name("field")) == "sync":
-                    return self._event(node, barrier=cs.text(node)[:60])
+            group = _synced_group(node)
+            if group is not None and cs.text(group) not in self.warp_groups:
+                return self._event(node, barrier=cs.text(node)[:60])
             return None
         name = cs.text(node)
         if _is_declarator(node) or (name not in BARRIER_FUNCTIONS and name not in self.file.barrier_macros):
@@ -274,6 +274,19 @@ class _Scope:
                 elif (event := self._barrier(node)) is not None:
                     events.append(event)
         return events
+
+    @property
+    def warp_groups(self) -> set[str]:
+        """Names of cooperative groups smaller than the block (tiled_partition, coalesced_threads)."""
+        if not hasattr(self, "_warp_groups"):
+            statements = [node for node in self.nodes if node.type in ("declaration", "expression_statement")
+                          and any(word in cs.text(node) for word in _WARP_GROUP_WORDS)]
+            # `cg::thread_block_tile<16> t = ...` parses as an expression (`<` and `>`) whose assignment names t
+            self._warp_groups = {cs.declared_name(d) for node in statements if node.type == "declaration"
+                                 for d in node.children_by_field_name("declarator")}
+            self._warp_groups |= {cs.text(n.child_by_field_name("left")) for node in statements
+                                  for n in cs.iter_live(node) if n.type == "assignment_expression"}
+        return self._warp_groups
 
     # -- thread dependence --
 
@@ -328,6 +341,24 @@ class _Scope:
                 if found is not None:
                     return found, cs.line(exit_)
         return None
+
+
+_WARP_GROUP_WORDS = ("tiled_partition", "thread_block_tile", "coalesced_threads", "coalesced_group")
+
+
+def _synced_group(call: Node) -> Node | None:
+    """The group a cooperative-groups sync call synchronizes: `g` of `g.sync()` and of `cg::sync(g)`."""
+    function = call.child_by_field_name("function")
+    if function is None:
+        return None
+    if function.type == "field_expression" and cs.text(function.child_by_field_name("field")) == "sync":
+        return function.child_by_field_name("argument")
+    arguments = call.child_by_field_name("arguments")
+    named = arguments.named_children if arguments is not None else []
+    if function.type in ("identifier", "qualified_identifier") and cs.text(function).split("::")[-1] == "sync" \
+            and len(named) == 1:
+        return named[0]
+    return None
 
 
 def _is_declarator(ident: Node) -> bool:

@@ -15,7 +15,10 @@ pytestmark = [
     needs_gpu,
     needs_cxx,
 ]
-CORPUS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir())
+# Undefined on the GPU, diagnosed on the CPU: a collective part of its mask never reaches, a shuffle from a
+# thread outside the mask, a race between the two halves of a warp that its scheduling rarely shows.
+UNDEFINED_ON_GPU = {"warp_shfl_divergent", "warp_activemask_wrong", "warp_syncwarp_wrong"}
+CORPUS = sorted(p.name for p in SUBMISSIONS.iterdir() if p.is_dir() and p.name not in UNDEFINED_ON_GPU)
 
 
 @pytest.fixture(scope="module")

@@ -184,3 +184,31 @@ def test_an_unbraced_body_is_marked_with_its_own_line():
     assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = B[k]; }" in out
     assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = 0; }" in out
     assert "for (int i = 0; i < k; ++i)\n        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[i]) = 1; }" in out
+
+
+def test_extern_shared_arrays_become_pointers_to_the_one_dynamic_buffer():
+    source = """extern __shared__ float tiles[];
+__global__ void f(float *x) {
+    extern __shared__ __align__(16) float more[];
+    tiles[3] = more[1];
+}"""
+    out = instrument(source)
+    assert out.count("\n") == source.count("\n")
+    assert "__shared__ float *const tiles   = CUDA_EMU_DYNAMIC_SHARED(tiles);" in out
+    assert "float *const more   = CUDA_EMU_DYNAMIC_SHARED(more);" in out and "extern" not in out
+    assert "CUDA_EMU_WRITE(tiles[3]) = CUDA_EMU_READ(more[1])" in out  # still watched for races
+    assert "CUDA_EMU_SHARE" not in out
+
+
+def test_a_warp_divergence_names_the_primitive_the_threads_and_what_the_missing_one_does():
+    problem = {"event": "warp_divergence", "primitive": "__ballot_sync", "line": 30, "mask": 0xFFFFFFFF,
+               "arrived": 12, "thread": [0, 2, 0], "other_thread": [12, 2, 0], "other_state": "collective",
+               "other_line": 34, "other_primitive": "__any_sync", "block": [1, 0, 0]}
+    found = describe_problem(problem)
+    assert found.fact == ("warp divergence in block (1, 0): thread (0, 2) (with 11 other threads of its warp) calls "
+                          "__ballot_sync at line 30 with mask 0xffffffff, naming all 32 threads of its warp, but "
+                          "thread (12, 2) of that warp waits at __any_sync on line 34")
+    assert "do not return early" in found.fix
+    half = describe_problem({**problem, "mask": 0xFFFF, "arrived": 1, "other_state": "exited"}).fact
+    assert "thread (0, 2) calls" in half and "naming the threads of mask 0x0000ffff" in half
+    assert half.endswith("has already returned")

@@ -26,6 +26,7 @@ from conftest import ROOT, SUBMISSIONS
 from grader.cli import main
 from grader.execute.compile import nvcc_path
 from grader.execute.cpu.build import compiler
+from grader.execute.proc import process_tree
 
 pytestmark = pytest.mark.skipif(compiler() is None or nvcc_path() is None,
                                 reason="needs g++ (the CPU emulator) and nvcc (its verdict comes first)")
@@ -271,22 +272,11 @@ def _descendants_with(root: int, word: bytes) -> list[int]:
     """The processes under `root` whose command line holds `word`. Only this test's own tree: a scan of the
     whole machine once killed another batch's worker (a parallel test run, or a second suite on the host),
     failing a correct kernel there with a "grader error" row."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
     found = []
-    for pid in parents:
-        ancestor, depth = pid, 0
-        while ancestor in parents and ancestor != root and depth < 64:  # bounded: pids are read one by one
-            ancestor, depth = parents[ancestor], depth + 1
-        if ancestor == root and pid != root:
-            try:
-                if word in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    found.append(pid)
-            except OSError:
-                continue
+    for pid in process_tree(root)[1:]:
+        try:
+            if word in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            continue
     return found

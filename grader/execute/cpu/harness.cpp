@@ -3,8 +3,9 @@
 //   harness --tile                     prints TILE_SIZE (or "none")
 //   harness RUN_FILE REPORT_FILE       runs the launch RUN_FILE describes
 //
-// RUN_FILE: "m n k schedule layout a.bin b.bin c.bin out.bin c_offset" (c_offset: floats of guard band
-// before C). Reports go to REPORT_FILE as JSON lines; printf goes to stdout.
+// RUN_FILE: "m n k grid block dynamic_shared schedule layout a.bin b.bin c.bin out.bin c_floats c_offset"
+// (grid, block: three numbers each; dynamic_shared: bytes of `extern __shared__` memory; c_offset: floats
+// of guard band before C). Reports go to REPORT_FILE as JSON lines; printf goes to stdout.
 #include "cuda_emu.h"
 
 #include <fcntl.h>
@@ -143,14 +144,75 @@ void divergence(const Fiber &waiting, const Fiber &other, const char *kind) {
     _exit(4);
 }
 
-// Runs every fiber to its next barrier (or its end), in `order`, until all have finished.
-void run_block(const std::vector<int> &order) {
+const char *const STATES[] = {"ready", "barrier", "collective", "exited"};
+
+// A collective no round can resolve: a lane the mask names returned, waits at a barrier or at another
+// collective (on the GPU: a hang or undefined values).
+[[noreturn]] void warp_divergence(Fiber *const *by_lane) {
+    const Fiber *waiting = nullptr, *other = nullptr;
+    for (int lane = 0; lane < cuda_emu::WARP && other == nullptr; ++lane) {
+        const Fiber *fiber = by_lane[lane];
+        if (fiber == nullptr || fiber->state != cuda_emu::AT_COLLECTIVE) continue;
+        const cuda_emu::Collective &c = fiber->collective;
+        for (int named = 0; named < cuda_emu::WARP && other == nullptr; ++named) {
+            const Fiber *f = by_lane[named];
+            if (c.mask >> named & 1 && f != nullptr &&
+                (f->state != cuda_emu::AT_COLLECTIVE || f->collective.kind != c.kind || f->collective.mask != c.mask))
+                waiting = fiber, other = f;
+        }
+    }
+    if (other == nullptr) _exit(4);  // unreachable: a round that resolves nothing has a lane it waits for
+    const cuda_emu::Collective &c = waiting->collective;
+    int arrived = 0;
+    for (int lane = 0; lane < cuda_emu::WARP; ++lane)
+        arrived += by_lane[lane] && by_lane[lane]->state == cuda_emu::AT_COLLECTIVE &&
+                   by_lane[lane]->collective.kind == c.kind && by_lane[lane]->collective.mask == c.mask;
+    bool at_collective = other->state == cuda_emu::AT_COLLECTIVE;
+    int other_line = at_collective ? other->collective.line
+                     : other->state == cuda_emu::AT_BARRIER ? other->barrier_line : 0;
+    cuda_emu::report("{\"event\": \"warp_divergence\", \"primitive\": \"%s\", \"line\": %d, \"mask\": %u, "
+                     "\"arrived\": %d, \"thread\": [%u, %u, %u], \"other_thread\": [%u, %u, %u], "
+                     "\"other_state\": \"%s\", \"other_line\": %d, \"other_primitive\": \"%s\", "
+                     "\"block\": [%u, %u, %u]}",
+                     c.name, c.line, c.mask, arrived, waiting->idx.x, waiting->idx.y, waiting->idx.z, other->idx.x,
+                     other->idx.y, other->idx.z, STATES[other->state], other_line,
+                     at_collective ? other->collective.name : "", blockIdx.x, blockIdx.y, blockIdx.z);
+    _exit(4);
+}
+
+// The lanes of each warp, by lane, and the order the schedule runs them in.
+struct Warp {
+    Fiber *by_lane[cuda_emu::WARP] = {};
+    std::vector<Fiber *> order;
+};
+std::vector<Warp> warps;
+std::vector<int> warp_order;
+
+// Runs a warp's lanes until each waits at a barrier or has returned, resolving their collectives.
+void run_warp(int index) {
+    Warp &warp = warps[index];
+    while (true) {
+        // The first ready lane runs; each hands over to the next ready one (cuda_emu::yield_to_scheduler).
+        for (Fiber *fiber : warp.order)
+            if (fiber->state == cuda_emu::READY) {
+                cuda_emu::resume(*fiber);
+                break;
+            }
+        if (cuda_emu::resolve_warp(warp.by_lane, index)) continue;
+        for (Fiber *fiber : warp.order)
+            if (fiber->state == cuda_emu::AT_COLLECTIVE) warp_divergence(warp.by_lane);
+        return;
+    }
+}
+
+// Runs every fiber to its next barrier (or its end), warp by warp in `order`, until all have finished.
+void run_block() {
     cuda_emu::new_block();  // shared memory poisoned again, as each GPU block's is
     for (Fiber &fiber : fibers) cuda_emu::start_fiber(fiber);
+    std::fill(cuda_emu::warp_syncs.begin(), cuda_emu::warp_syncs.end(), 0);
     ++cuda_emu::epoch;
     while (true) {
-        for (int index : order)
-            if (fibers[index].state != cuda_emu::FINISHED) cuda_emu::resume(fibers[index]);
+        for (int index : warp_order) run_warp(index);
         const Fiber *finished = nullptr, *waiting = nullptr;
         for (const Fiber &fiber : fibers) {
             if (fiber.state == cuda_emu::FINISHED) {
@@ -171,6 +233,22 @@ void run_block(const std::vector<int> &order) {
     }
 }
 
+// The warps of a block of `threads` (the last one partial when threads is not a multiple of 32), each
+// lane in the schedule's order, the warps in the order of their first lane in it.
+void make_warps(const std::vector<int> &order) {
+    int count = ((int)fibers.size() + cuda_emu::WARP - 1) / cuda_emu::WARP;
+    warps.assign(count, Warp{});
+    warp_order.clear();
+    cuda_emu::warp_syncs.assign(count, 0);
+    for (int index : order) {
+        Warp &warp = warps[index / cuda_emu::WARP];
+        if (warp.order.empty()) warp_order.push_back(index / cuda_emu::WARP);
+        warp.by_lane[index % cuda_emu::WARP] = &fibers[index];
+        if (!warp.order.empty()) warp.order.back()->next_in_warp = &fibers[index];
+        warp.order.push_back(&fibers[index]);
+    }
+}
+
 void launch(dim3 grid, dim3 block, bool reversed) {
     blockDim = block;
     gridDim = grid;
@@ -183,12 +261,13 @@ void launch(dim3 grid, dim3 block, bool reversed) {
     std::vector<int> order(threads);
     std::iota(order.begin(), order.end(), 0);
     if (reversed) std::reverse(order.begin(), order.end());
+    make_warps(order);
     cuda_emu::kernel_body = cuda_emu_kernel_call;
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
             for (unsigned x = 0; x < grid.x; ++x) {
                 blockIdx = reversed ? uint3{grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z} : uint3{x, y, z};
-                run_block(order);
+                run_block();
             }
 }
 
@@ -212,12 +291,14 @@ int run(const char *run_file, const char *report_file) {
     FILE *spec = fopen(run_file, "r");
     int m, n, k;
     unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z;  // the kernel contract's launch (contract.py)
+    size_t dynamic_shared;
     char schedule[32], layout[32], a_path[4096], b_path[4096], c_path[4096], out_path[4096];
     size_t c_floats, c_offset;
     if (spec == nullptr ||
-        fscanf(spec, "%d %d %d %u %u %u %u %u %u %31s %31s %4095s %4095s %4095s %4095s %zu %zu", &m, &n, &k, &grid_x,
-               &grid_y, &grid_z, &block_x, &block_y, &block_z, schedule, layout, a_path, b_path, c_path, out_path,
-               &c_floats, &c_offset) != 17) {
+        fscanf(spec, "%d %d %d %u %u %u %u %u %u %zu %31s %31s %4095s %4095s %4095s %4095s %zu %zu", &m, &n, &k,
+               &grid_x, &grid_y, &grid_z, &block_x, &block_y, &block_z, &dynamic_shared, schedule, layout, a_path,
+               b_path, c_path, out_path, &c_floats, &c_offset) != 18 ||
+        dynamic_shared > cuda_emu::DYNAMIC_SHARED_CAPACITY) {
         fprintf(stderr, "harness: unreadable run file %s\n", run_file);
         return 2;
     }
@@ -234,6 +315,8 @@ int run(const char *run_file, const char *report_file) {
     std::vector<float> a_before(a, a + (size_t)m * k), b_before(b, b + (size_t)k * n);
     args = {m, n, k, a, b, c + c_offset};
     cuda_emu::watch_c(c + c_offset, m, n);  // who stores each element of C
+    cuda_emu::dynamic_shared_bytes = dynamic_shared;
+    cuda_emu::share_dynamic();  // a file-scope extern __shared__ array was declared before the launch was known
     install_fault_handlers();
     limit_student_code();
     dim3 grid(grid_x, grid_y, grid_z), block(block_x, block_y, block_z);

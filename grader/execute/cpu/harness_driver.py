@@ -31,7 +31,7 @@ from .build import Build, build, compiler, compiler_version
 
 # (thread order, where the buffers sit against their guard pages)
 SCHEDULES = (("forward", "end"), ("reversed", "start"))
-PROBLEMS = ("fault", "divergence")
+PROBLEMS = ("fault", "divergence", "warp_divergence")
 REPORT_BYTES = 1 << 20
 COMPILE_TIMEOUT_S = 120  # the parent's compile deadline normally ends us first
 
@@ -170,7 +170,7 @@ class Harness:
         report.unlink(missing_ok=True)
         launch = self.contract.launch(spec.m, spec.n, tile)
         run_file.write_text(" ".join(map(str, [
-            spec.m, spec.n, spec.k, *launch.grid, *launch.block, schedule, layout,
+            spec.m, spec.n, spec.k, *launch.grid, *launch.block, launch.shared_bytes, schedule, layout,
             folder / "a.bin", folder / "b.bin", folder / "c.bin",
             folder / f"out-{schedule}.bin", c_floats, GUARD_BEFORE])))
         # One copy of the kernel's printf output is enough: the forward run's.

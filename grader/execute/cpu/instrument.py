@@ -7,6 +7,10 @@ thread stored each element of C. Each statement
 of a block starts with `CUDA_EMU_AT(__LINE__);`, so a fault is told with the line the thread was on. Only
 text is inserted, never a newline, so lines stay the student's. Accesses through pointers or macros are not
 seen; the schedule comparison still catches the races they cause.
+
+`extern __shared__ float smem[];` (dynamic shared memory) becomes `__shared__ float *const smem =
+CUDA_EMU_DYNAMIC_SHARED(smem);`, a pointer to the emulator's one dynamic buffer (every such array aliases it,
+as on the GPU): `extern` and `[]` are blanked with spaces, so columns and lines stay.
 """
 from __future__ import annotations
 
@@ -20,12 +24,51 @@ STORE = "CUDA_EMU_STORE"
 
 def instrument(source: str) -> str:
     tree = cs.parse(source)
-    insertions: list[tuple[int, str]] = []
+    blanks, insertions, dynamic = _dynamic_shared(tree.root_node)
     for function in cs.function_definitions(tree.root_node):
         body = function.child_by_field_name("body")
         if body is not None:
-            insertions.extend(_function_insertions(body))
-    return cs.insert_text(source, insertions)
+            insertions.extend(_function_insertions(body, dynamic))
+    data = bytearray(source.encode("utf-8", "replace"))
+    for start, end in blanks:
+        data[start:end] = b" " * (end - start)
+    return cs.insert_text(data.decode("utf-8", "replace"), insertions)
+
+
+def _dynamic_shared(root: Node) -> tuple[list[tuple[int, int]], list[tuple[int, str]], set[str]]:
+    """(byte ranges to blank, insertions, names) that make each `extern __shared__ T name[]` a pointer to the
+    emulator's dynamic shared buffer."""
+    blanks: list[tuple[int, int]] = []
+    insertions: list[tuple[int, str]] = []
+    names: set[str] = set()
+    for node in cs.iter_live(root):
+        if node.type != "declaration" or not _is_shared(node) or not _is_extern(node):
+            continue
+        blanks += [(c.start_byte, c.end_byte) for c in node.children if c.type == "storage_class_specifier"]
+        for array in _unsized_arrays(node):
+            name = array.child_by_field_name("declarator")
+            names.add(cs.text(name))
+            blanks.append((name.end_byte, array.end_byte))
+            initializer = f" = CUDA_EMU_DYNAMIC_SHARED({cs.text(name)})"
+            insertions += [(array.start_byte, "*const "), (array.end_byte, initializer)]
+    return blanks, insertions, names
+
+
+def _unsized_arrays(declaration: Node) -> list[Node]:
+    """The `name[]` declarators of a declaration (also where `__align__(16)` confuses the parser)."""
+    found, stack = [], list(declaration.children)
+    while stack:
+        node = stack.pop()
+        declarator = node.child_by_field_name("declarator") if node.type == "array_declarator" else None
+        if declarator is not None and declarator.type == "identifier" and node.child_by_field_name("size") is None:
+            found.append(node)
+        else:
+            stack.extend(node.children)
+    return found
+
+
+def _is_extern(declaration: Node) -> bool:
+    return any(c.type == "storage_class_specifier" and cs.text(c) == "extern" for c in declaration.children)
 
 
 # Statements marked with their line: those directly in a block, and the unbraced body of an if, an else or a
@@ -37,11 +80,11 @@ BODY_FIELDS = {"if_statement": "consequence", "for_statement": "body", "while_st
                "do_statement": "body", "for_range_loop": "body"}
 
 
-def _function_insertions(body: Node) -> list[tuple[int, str]]:
-    arrays: dict[str, int] = {}  # name -> dimensions
+def _function_insertions(body: Node, dynamic: set[str]) -> list[tuple[int, str]]:
+    arrays: dict[str, int] = dict.fromkeys(dynamic, 1)  # name -> dimensions
     insertions: list[tuple[int, str]] = []
     for node in cs.iter_live(body):
-        if node.type == "declaration" and _is_shared(node):
+        if node.type == "declaration" and _is_shared(node) and not _is_extern(node):
             declared = []
             for declarator in node.children_by_field_name("declarator"):
                 pointers, dims = cs.declarator_shape(declarator)

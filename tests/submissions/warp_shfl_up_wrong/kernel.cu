@@ -1,0 +1,47 @@
+// Like warp_shfl_up, but the dot product is taken from the row's first thread, as after a shfl_down
+// reduction: after an inclusive scan with __shfl_up_sync the first thread holds only its own partial sum
+// (the total is in the last), so C gets only the k indices that are multiples of 16.
+#define TILE_SIZE 16
+#define FULL_MASK 0xffffffffu
+
+__global__ void mysgemm(int m, int n, int k, const float *A, const float *B, float *C)
+{
+    __shared__ float As[TILE_SIZE][TILE_SIZE];
+    __shared__ float Bs[TILE_SIZE][TILE_SIZE];
+
+    int tx = threadIdx.x;
+    int ty = threadIdx.y;
+    int row = blockIdx.y * TILE_SIZE + ty;
+    int col = blockIdx.x * TILE_SIZE + tx;
+
+    float part[TILE_SIZE];
+    for (int c = 0; c < TILE_SIZE; ++c)
+        part[c] = 0.0f;
+    for (int p = 0; p < (k + TILE_SIZE - 1) / TILE_SIZE; ++p) {
+        As[ty][tx] = (row < m && p * TILE_SIZE + tx < k) ? A[row * k + p * TILE_SIZE + tx] : 0.0f;
+        Bs[ty][tx] = (p * TILE_SIZE + ty < k && col < n) ? B[(p * TILE_SIZE + ty) * n + col] : 0.0f;
+        __syncthreads();
+
+        #pragma unroll
+        for (int c = 0; c < TILE_SIZE; ++c)
+            part[c] += As[ty][tx] * Bs[tx][c];
+        __syncthreads();
+    }
+
+    float sum = 0.0f;
+    #pragma unroll
+    for (int c = 0; c < TILE_SIZE; ++c) {
+        float dot = part[c];
+        for (int d = 1; d < TILE_SIZE; d *= 2) {
+            float before = __shfl_up_sync(FULL_MASK, dot, d, TILE_SIZE);
+            if (tx >= d)
+                dot += before;
+        }
+        dot = __shfl_sync(FULL_MASK, dot, 0, TILE_SIZE);
+        if (tx == c)
+            sum = dot;
+    }
+
+    if (row < m && col < n)
+        C[row * n + col] = sum;
+}

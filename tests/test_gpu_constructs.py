@@ -1,0 +1,49 @@
+"""The GPU twins of test_cpu_warp_emulation.py: each construct kernel the CPU emulator grades 74/74 gets full
+marks on a real GPU too, so both backends agree on what students write (warp shuffles and votes,
+cooperative groups, templates, `extern __shared__` with the lab's dynamic shared memory, vector types,
+intrinsics).
+
+Marked `gpu`; skipped where there is no NVIDIA GPU or no pycuda. The template and cooperative-groups kernels
+need C++ linkage on the GPU path (SourceModule's `extern "C"` refuses them).
+"""
+import pytest
+from conftest import SUBMISSIONS
+from hardware import needs_gpu
+
+from grader.result import PASSED
+
+pytestmark = [pytest.mark.gpu, needs_gpu]
+
+# Kernels doing about the reference's work: full marks, timing included.
+AS_FAST_AS_THE_REFERENCE = ["warp_shfl", "warp_ballot", "warp_any", "warp_all", "warp_activemask", "warp_syncwarp",
+                            "extern_shared", "vector_types", "intrinsics", "template_helper", "coop_groups"]
+# Kernels that reduce every dot product across a row with shuffles: several times the reference's
+# instructions, so the timing check may take points; every other check must pass.
+REDUCING = ["warp_shfl_down", "warp_shfl_up", "warp_shfl_xor", "coop_groups_reduce"]
+
+
+@pytest.fixture(scope="module")
+def grade_one(graders):
+    grade_gpu = graders("gpu")
+    grade_gpu.prefetch([SUBMISSIONS / name for name in [*AS_FAST_AS_THE_REFERENCE, *REDUCING]])
+    return grade_gpu
+
+
+def not_passed(result, timing: bool = True) -> list:
+    return [(c.name, c.message) for c in result.checks if c.status != PASSED and (timing or c.kind != "timing")]
+
+
+@pytest.mark.parametrize("name", AS_FAST_AS_THE_REFERENCE)
+def test_construct_kernel_gets_full_marks_on_the_gpu(grade_one, name):
+    result = grade_one(SUBMISSIONS / name)
+    assert not_passed(result) == []
+    assert result.score == result.max_score == 100 and result.tile_size == 16
+
+
+@pytest.mark.parametrize("name", REDUCING)
+def test_reducing_kernel_passes_every_case_on_the_gpu(grade_one, name):
+    result = grade_one(SUBMISSIONS / name)
+    assert not_passed(result, timing=False) == []
+    timing = next(c for c in result.checks if c.kind == "timing")
+    assert timing.metrics["ratio"] > 0  # timed, with verified outputs
+    assert result.score >= 90
