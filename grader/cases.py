@@ -51,7 +51,9 @@ class CaseFile:
     cases: list[Case] = field(default_factory=list)
 
 
-def load_cases(folder: Path) -> list[Case]:
+def load_cases(folder: Path, square: bool = False) -> list[Case]:
+    """Every case of the folder's *.yaml files; for a square lab (a kernel taking one size, width) each must
+    be square, m = n = k, and a file with one that is not is refused, naming it."""
     files = sorted(Path(folder).glob("*.yaml"))
     if not files:
         raise ConfigError(str(folder), "", "no *.yaml case files found")
@@ -67,6 +69,10 @@ def load_cases(folder: Path) -> list[Case]:
                 raise ConfigError(str(path), f"cases[{index}].name",
                                   f"duplicate case name {case.name!r} (also in {seen[case.name]})")
             seen[case.name] = str(path)
+            if square and not case.m == case.n == case.k:
+                raise ConfigError(str(path), f"cases[{index}]",
+                                  f"case {case.name!r} is m = {case.m}, n = {case.n}, k = {case.k}; this lab's kernel "
+                                  "takes one size (width), so every case must be square: m = n = k")
             cases.append(case)
     return cases
 

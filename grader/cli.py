@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     console, errors = Console(), Console(stderr=True, soft_wrap=True)
     try:
         config = load_config(preset_path(args.preset) if args.preset else args.config)
-        cases = load_cases(config.testcases_dir)
+        cases = load_cases(config.testcases_dir, config.kernel.square)
         secret = load_secret(args.secret_file)
         if secret:
             cases = with_secret(cases, secret)

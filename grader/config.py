@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .contract import ROLES, TILE_MACROS, KernelContract
+from .contract import COLUMNS, KNOWN_ROLES, ROLES, ROWS, TILE_MACROS, WIDTH, KernelContract
 from .errors import ConfigError
 from .schema import build, load_yaml
 
@@ -22,8 +22,22 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config.yaml"
 
 
 @dataclass
+class LaunchConfig:
+    # What the grid's x (threadIdx.x) runs over: C's columns (col = blockIdx.x * T + threadIdx.x, the
+    # default), or its rows, where the lab's host launches row = blockIdx.x * T + threadIdx.x.
+    x: str = COLUMNS
+
+    def validate(self):
+        if self.x not in (COLUMNS, ROWS):
+            return "x", f"must be {COLUMNS} or {ROWS}, got {self.x!r}"
+        return None
+
+
+@dataclass
 class KernelConfig:
-    name: str = "mysgemm"
+    # The kernel's name, or several a lab accepts (ECE408: [matrixMultiplyShared, matrixMultiply]): the first
+    # of them the file defines is graded.
+    name: str | list[str] = "mysgemm"
     args: list[str] = field(default_factory=lambda: list(ROLES))
     tile_sizes: list[int] = field(default_factory=lambda: [8, 16, 32])
     tile_macros: list[str] = field(default_factory=lambda: list(TILE_MACROS))  # the tile size's names, in order
@@ -33,31 +47,52 @@ class KernelConfig:
     # Launches of the student's kernel per case on the GPU, on the same inputs: each must be right. A kernel
     # that races is right or wrong by its timing; one lucky launch must not decide its case.
     launches_per_case: int = 3
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
 
     def validate(self):
         # Roles, in the kernel's order: each matrix once; a size may come more than once under other names
-        # (ECE408's numARows = m, numAColumns = k, numBRows = k, numBColumns = n, numCRows = m, numCColumns = n).
-        unknown = [a for a in self.args if a not in ROLES]
-        once = all(self.args.count(role) == 1 for role in "ABC") and all(role in self.args for role in "mnk")
+        # (ECE408's numARows = m, numAColumns = k, numBRows = k, numBColumns = n, numCRows = m, numCColumns = n),
+        # or a square lab's one size, width (m = n = k), in their place.
+        unknown = [a for a in self.args if a not in KNOWN_ROLES]
+        sizes = (all(role in self.args for role in "mnk") if WIDTH not in self.args
+                 else not any(role in self.args for role in "mnk"))
+        once = all(self.args.count(role) == 1 for role in "ABC") and sizes
         if unknown or not once or len(self.args) > MAX_KERNEL_ARGS:
-            return "args", ("must list, in the kernel's order, each of A, B, C once and each of m, n, k at least "
-                            f"once (a size may repeat), at most {MAX_KERNEL_ARGS} in all")
+            return "args", ("must list, in the kernel's order, each of A, B, C once and either each of m, n, k at "
+                            f"least once (a size may repeat) or, for a square lab, {WIDTH} in their place; at most "
+                            f"{MAX_KERNEL_ARGS} in all")
         if not self.tile_sizes or any(t < 1 or t > 32 for t in self.tile_sizes):
             return "tile_sizes", "must be a non-empty list of sizes from 1 to 32 (a block holds at most 1024 threads)"
         if self.block_size not in self.tile_sizes:
             return "block_size", f"must be one of tile_sizes ({', '.join(map(str, self.tile_sizes))})"
         if not self.tile_macros or not all(isinstance(m, str) and m.isidentifier() for m in self.tile_macros):
             return "tile_macros", "must be a non-empty list of macro names, e.g. [TILE_SIZE, TILE_WIDTH]"
-        if not self.name.isidentifier():
-            return "name", f"{self.name!r} is not a C identifier"
+        bad = [name for name in self.names if not name.isidentifier()]
+        if bad or not self.names:
+            return "name", (f"{bad[0]!r} is not a C identifier" if bad else "must name at least one kernel")
         if not 1 <= self.launches_per_case <= MAX_LAUNCHES_PER_CASE:
             return "launches_per_case", f"must be from 1 to {MAX_LAUNCHES_PER_CASE}"
         return None
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The kernel names the lab accepts, in order of preference."""
+        return (self.name,) if isinstance(self.name, str) else tuple(self.name)
+
+    @property
+    def square(self) -> bool:
+        return WIDTH in self.args
+
+    def graded_name(self, kernels: list[str]) -> str:
+        """The kernel a file is graded on: the first of the lab's names the file defines (else the first name,
+        which the pipeline then reports as not found)."""
+        return next((name for name in self.names if name in kernels), self.names[0])
+
     def contract(self) -> KernelContract:
-        """The one description of the kernel every launcher and check reads."""
-        return KernelContract(self.name, tuple(self.args), tuple(self.tile_sizes), tuple(self.tile_macros),
-                              self.block_size)
+        """The one description of the kernel every launcher and check reads (of several names, the first:
+        Config.for_kernels decides a file's from its source, before anything compiles)."""
+        return KernelContract(self.names[0], tuple(self.args), tuple(self.tile_sizes), tuple(self.tile_macros),
+                              self.block_size, self.launch.x)
 
 
 @dataclass
@@ -192,6 +227,19 @@ class Config:
     prairielearn: PrairieLearnConfig = field(default_factory=PrairieLearnConfig)
     # Set by load_config: the file the values came from, for messages and relative paths.
     source: str = ""
+
+    def validate(self):
+        t = self.timing
+        if self.kernel.square and not t.m == t.n == t.k:
+            return "timing", (f"this lab's kernel takes one size ({WIDTH}: m = n = k), so its timing shape must be "
+                              f"square; got m = {t.m}, n = {t.n}, k = {t.k}")
+        return None
+
+    def for_kernels(self, kernels: list[str]) -> Config:
+        """This config for one file defining `kernels`: kernel.name is the one name it is graded on, decided
+        here, once, from the source, so every check and launcher (through kernel.contract()) uses it."""
+        chosen = self.kernel.graded_name(kernels)
+        return self if self.kernel.name == chosen else replace(self, kernel=replace(self.kernel, name=chosen))
 
     @property
     def base_dir(self) -> Path:

@@ -128,8 +128,10 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
     submission = read_submission(path)
     submission.source = drop_host_headers(submission.source, config.compile.host_only_headers)
     kernels = find_kernels(submission.source)
-    result = _graded(submission, kernels, config, cases, plan)
-    _say_which_kernel(result, kernels, config.kernel.name)
+    accepted = config.kernel.names
+    config = config.for_kernels(kernels)  # the kernel graded, decided once, before anything compiles
+    result = _graded(submission, kernels, config, cases, plan, accepted)
+    _say_which_kernel(result, kernels, config.kernel.name, accepted)
     _say_how_launched(result, submission.source, config)
     return result
 
@@ -146,24 +148,32 @@ def _say_how_launched(result: SubmissionResult, source: str, config: Config) -> 
                              f"{kernel.block_size} × {kernel.block_size} threads")
 
 
-def _say_which_kernel(result: SubmissionResult, kernels: list[str], graded: str) -> None:
+def _say_which_kernel(result: SubmissionResult, kernels: list[str], graded: str, accepted: tuple[str, ...]) -> None:
     """A file with more kernels than the lab's (both course families' in one, a naive version kept beside
-    the tiled one) is graded on the configured kernel, and the compile check says so."""
+    the tiled one) is graded on the configured kernel, and the compile check says so; so is a file of a lab
+    that accepts several names (the first of them the file defines)."""
     others = [name for name in kernels if name != graded]
     compiled = next((check for check in result.checks if check.kind == COMPILE), None)
-    if graded in kernels and others and compiled is not None:
+    if graded not in kernels or compiled is None:
+        return
+    if len(accepted) > 1:
+        compiled.message += (f"\ngraded {graded}, the first of the names this lab accepts "
+                             f"({', '.join(accepted)}) that the file defines")
+        if others:
+            compiled.message += f"; the file also defines {', '.join(others)}, which the grader does not run"
+    elif others:
         compiled.message += (f"\ngraded {graded}, the kernel this lab names; the file also defines "
                              f"{', '.join(others)}, which the grader does not run")
 
 
 def _graded(submission: Submission, kernels: list[str], config: Config, cases: list[Case],
-            plan: RunPlan) -> SubmissionResult:
+            plan: RunPlan, accepted: tuple[str, ...] = ()) -> SubmissionResult:
     sandbox = sandbox_of(plan)
     result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level,
                               sandbox_note=sandbox.note)
     rubric = Rubric.of(config, cases, sanitize=plan.sanitize and plan.backend == GPU)
     statics = static_checks(submission.source, config.kernel.name, vars(config.points.static))
-    refusal, outcome = _refusal_before_compiling(submission.source, kernels, config)
+    refusal, outcome = _refusal_before_compiling(submission.source, kernels, config, accepted)
     if refusal:
         result.checks = rubric.results([errored("compile", COMPILE, config.points.compile, refusal), *statics])
         result.outcome = outcome
@@ -190,7 +200,8 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     return _settled(result, config)
 
 
-def _refusal_before_compiling(source: str, kernels: list[str], config: Config) -> tuple[str, str]:
+def _refusal_before_compiling(source: str, kernels: list[str], config: Config,
+                              accepted: tuple[str, ...] = ()) -> tuple[str, str]:
     """Why the file is not compiled at all, or '', and the outcome that makes: HIP, no such kernel, or
     anything that could make a compiler open a file (no byte of one may reach a report); a declaration the
     launchers cannot call is a submission error (the file may well compile)."""
@@ -199,7 +210,7 @@ def _refusal_before_compiling(source: str, kernels: list[str], config: Config) -
         return hip, COMPILE_ERROR
     if config.kernel.name not in kernels:
         found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
-        return f"kernel {config.kernel.name} not found; {found}", COMPILE_ERROR
+        return f"kernel {' or '.join(accepted or config.kernel.names)} not found; {found}", COMPILE_ERROR
     headers = config.compile
     violations = check_source(source, headers.allowed_headers, headers.handed_in_headers)
     if violations:

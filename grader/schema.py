@@ -67,7 +67,11 @@ def _coerce(hint: Any, value: Any, file: str, key: str) -> Any:
         options = [a for a in typing.get_args(hint) if a is not type(None)]
         if value is None:
             return None
-        return _coerce(options[0], value, file, key)
+        # `str | list[str]`: a list takes the list option, anything else the first other one.
+        lists = [o for o in options if typing.get_origin(o) is list]
+        others = [o for o in options if typing.get_origin(o) is not list]
+        chosen = lists[0] if isinstance(value, list) and lists else (others or options)[0]
+        return _coerce(chosen, value, file, key)
     if dataclasses.is_dataclass(hint):
         return build(hint, value, file, key)
     if origin is list:

@@ -76,7 +76,7 @@ def judge_timing(rounds: list[dict], points: float, max_ratio: float, min_ratio:
                f"{len(measured['student_ms'])} repetitions)")
     if ratio > max_ratio:
         summary += (": too slow. Check that each thread reads its tiles from shared memory and that global "
-                    "loads are coalesced (threadIdx.x along a row)")
+                    "loads are coalesced (threads of consecutive threadIdx.x read consecutive addresses)")
     if len(rounds) > 1:
         first = rounds[0]
         first_low, _, first_high = spread_of(first)

@@ -13,7 +13,8 @@ LOAD, USE, TILES = "barrier after loading tiles", "barrier after using tiles", "
 CORRECT = ["good_basic", "good_tile8_renamed", "good_tile32_macro_sync"]
 # Not compiled whole as they are: broken on purpose, HIP, or with a libwb main (its preset leaves that out).
 NOT_COMPILED_AS_IS = ("compile_error", "empty", "hip_port", "ece408_mp3", "tile_size_from_block",
-                      "compile_error_in_macro_line", "include_refused", "include_libwb_folder")
+                      "compile_error_in_macro_line", "include_refused", "include_libwb_folder",
+                      "ece408_matrix_multiply")
 
 
 def statics(source: str) -> dict:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..contract import KernelContract
+from ..contract import REFERENCE, KernelContract
 from ..execute.compile import MAX_CUBIN_BYTES
 from ..execute.deadline import Deadline
 from ..execute.device_lock import Turn
@@ -48,6 +48,15 @@ def one_block_shape(tile: int) -> tuple[int, int, int]:
     two; more blocks only add hazards to record, and racecheck records each through the host while the
     GPU is held (a racy kernel on the ragged shape held it 3.5 s on an H100, on this one under 1.5 s)."""
     return tile, tile, 2 * tile + 2
+
+
+def square_shape(tile: int) -> tuple[int, int, int]:
+    """A square lab's kernel takes one size: 2×2 blocks, ragged, and two phases, the last partial."""
+    return tile + 3, tile + 3, tile + 3
+
+
+def shape_for(tool: str, tile: int, contract: KernelContract) -> tuple[int, int, int]:
+    return square_shape(tile) if contract.square else TOOLS[tool].shape(tile)
 
 
 @dataclass(frozen=True)
@@ -116,12 +125,12 @@ def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_di
 
         def one(tool: str) -> ToolRun:
             launch = launch_command(inputs / "launch_kernel", inputs / "kernel.cubin", run.contract, run.tile,
-                                    TOOLS[tool].shape(run.tile), symbol)
+                                    shape_for(tool, run.tile, run.contract), symbol)
             return _run_tool(tool, tool_path, launch, root, inputs, run, placement, sandbox, barriers)
 
         with ThreadPoolExecutor(len(TOOLS)) as pool:
             tools = list(pool.map(one, TOOLS))
-    return _verdict(tools, run.tile)
+    return _verdict(tools, run.tile, run.contract)
 
 
 def launch_command(program: Path, cubin: Path, contract: KernelContract, tile: int,
@@ -130,7 +139,7 @@ def launch_command(program: Path, cubin: Path, contract: KernelContract, tile: i
     by its symbol in the cubin (kernel_params.kernel_symbol: mangled, or the contract's name)."""
     m, n, k = shape
     geometry = contract.launch(m, n, tile)
-    return [str(program), str(cubin), symbol or contract.name, ",".join(contract.roles),
+    return [str(program), str(cubin), symbol or contract.name, ",".join(contract.launch_roles),
             ",".join(map(str, geometry.grid)), ",".join(map(str, geometry.block)), str(m), str(n), str(k)]
 
 
@@ -149,10 +158,10 @@ def tool_command(tool_path: str, tool: str, log: Path | str, launch: list[str],
             "--error-exitcode", str(FOUND_ERRORS_EXIT), "--log-file", str(log), *extra, *launch]
 
 
-def _verdict(tools: list[ToolRun], tile: int) -> CheckResult:
-    m, n, k = ragged_shape(tile)
+def _verdict(tools: list[ToolRun], tile: int, contract: KernelContract = REFERENCE) -> CheckResult:
+    m, n, k = shape_for("memcheck", tile, contract)
     metrics = {f"{t.tool}_s": round(t.seconds, 2) for t in tools}
-    metrics |= {"m": m, "n": n, "k": k, "racecheck_shape": "×".join(map(str, one_block_shape(tile))),
+    metrics |= {"m": m, "n": n, "k": k, "racecheck_shape": "×".join(map(str, shape_for("racecheck", tile, contract))),
                 "turn_wait_s": round(sum(t.waited_s for t in tools), 3),
                 "turn_held_s": round(sum(t.held_s for t in tools), 3)}
     sentences = list(dict.fromkeys(s for t in tools for s in t.sentences))

@@ -220,7 +220,7 @@ def parameter_problem(cubin: bytes, contract: KernelContract) -> str:
         return intro
     position, role = next((i, role) for i, (role, size, want) in
                           enumerate(zip(contract.roles, found, expected), start=1) if size != want)
-    what = f"the size {role}, a 32-bit int" if role in "mnk" else f"the matrix {role}, a 64-bit pointer to float"
+    what = f"the matrix {role}, a 64-bit pointer to float" if role in MATRICES else f"the size {role}, a 32-bit int"
     return (f"{intro}\nparameter {position} is {found[position - 1]} bytes where the lab passes {what} "
             "(check the types behind any typedef or macro in the declaration)")
 
