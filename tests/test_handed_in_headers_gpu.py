@@ -2,7 +2,7 @@
 (pycuda's include_dirs) and grades it in full. Marked `gpu`; the lead runs it on a GPU machine.
 """
 import pytest
-from conftest import SUBMISSIONS
+from conftest import ROOT
 from hardware import needs_gpu
 
 from grader.cases import load_cases
@@ -12,6 +12,7 @@ from grader.result import COMPILE_ERROR, GRADED
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 HEADER = "tiling.cuh"
+SUBMISSION = ROOT / "tests" / "handed_in" / "tiled_helper"
 
 
 @pytest.fixture(scope="module")
@@ -22,15 +23,15 @@ def config(config_file):
 
 
 def test_a_named_header_with_a_device_helper_grades_100_on_the_gpu(config):
-    result = grade(SUBMISSIONS / "handed_in_header", config, load_cases(config.testcases_dir), RunPlan("gpu"))
+    result = grade(SUBMISSION, config, load_cases(config.testcases_dir), RunPlan("gpu"))
     assert result.outcome == GRADED and result.score == result.max_score == 100, result.checks
 
 
 def test_a_compile_error_in_the_header_names_it_on_the_gpu(tmp_path, config):
     folder = tmp_path / "alice"
     folder.mkdir()
-    (folder / "kernel.cu").write_text((SUBMISSIONS / "handed_in_header" / "kernel.cu").read_text())
-    header = (SUBMISSIONS / "handed_in_header" / HEADER).read_text()
+    (folder / "kernel.cu").write_text((SUBMISSION / "kernel.cu").read_text())
+    header = (SUBMISSION / HEADER).read_text()
     (folder / HEADER).write_text(header.replace("return sum;", "return summ;"))
     cases = load_cases(config.testcases_dir)[:2]
     result = grade(folder, config, cases, RunPlan("gpu"))
