@@ -192,3 +192,19 @@ def test_one_students_archive_with_a_linked_header_is_refused(tmp_path):
         archive.writestr(info, "/etc/passwd")
     read = read_student_archive(data.getvalue(), tmp_path / "mallory", handed_in=[HEADER])
     assert read.folder is None and HEADER in read.refusal
+
+
+def test_gradescope_grades_an_uploaded_folder_with_its_header(tmp_path, config_file):
+    """The LMS entry finds kernel.cu below the upload and reads the header beside it."""
+    import json
+
+    from grader.cli import main
+
+    named = tmp_path / "config.yaml"
+    named.write_text(config_file.read_text().replace("compile:\n", f"compile:\n  handed_in_headers: [{HEADER}]\n", 1))
+    copy_submission(tmp_path / "submission", "lab3")
+    results = tmp_path / "results" / "results.json"
+    assert main(["gradescope", str(tmp_path / "submission"), str(results), "--config", str(named),
+                 "--backend", "cpu"]) == 0
+    data = json.loads(results.read_text(encoding="utf-8"))
+    assert data["score"] == 74, data["output"]
