@@ -132,7 +132,7 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
     kernels = find_kernels(submission.source)
     result = _graded(submission, kernels, config, cases, plan)
     _say_which_kernel(result, kernels, config.kernel.name)
-    _say_how_launched(result, submission.source, config)
+    _say_how_launched(result, _with_headers_after(submission), config)
     return result
 
 
@@ -194,8 +194,8 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
 
 
 def _with_headers_after(submission: Submission) -> str:
-    """kernel.cu with the handed-in headers' text after it, for the static checks: the helpers and macros a
-    header defines are found, and every line of kernel.cu keeps its number."""
+    """kernel.cu with the handed-in headers' text after it, for the static checks and the tile size: the
+    helpers, macros and constants a header defines are found, and every line of kernel.cu keeps its number."""
     return "\n".join([submission.source, *submission.headers.values()])
 
 
@@ -407,7 +407,7 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
     t = config.timing
     device = device_side(submission.source, submission.headers)
     contract = config.kernel.contract()
-    tile = contract.tile_source(tile_constant(submission.source, contract.name))
+    tile = contract.tile_source(tile_constant(_with_headers_after(submission), contract.name))
     return Job(
         student_source=prepare_source(submission.source, tile=tile),
         reference_source=reference_module_source(reference),

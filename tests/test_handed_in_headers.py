@@ -60,6 +60,7 @@ def test_a_named_header_with_a_device_helper_grades_full_marks_on_the_cpu(config
     result = grade(SUBMISSION, config, load_cases(config.testcases_dir), RunPlan("cpu"))
     assert result.outcome == GRADED and result.score == result.checkable_max == 74, every_text(result)
     assert compiled(result).status == PASSED and "sm_90" in compiled(result).message
+    assert result.tile_size == 16 and "no tile size" not in compiled(result).message  # TILE_SIZE is the header's
 
 
 def test_a_header_the_config_does_not_name_is_refused(config_file, cases):
