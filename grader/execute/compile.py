@@ -168,7 +168,9 @@ def compile_check(source: str, arch: str, options: list[str], timeout: float, sa
         try:
             finished = run_killable([nvcc, "--cubin", *options, "-arch", arch, STUDENT_FILE, "-o", CUBIN_FILE],
                                     timeout, env=env, start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
-        except OSError as error:  # nvcc (or the sandbox) could not be started at all
+        # nvcc or the sandbox could not be started at all (an OSError from exec, or the sandbox's own refusal to
+        # start, a RuntimeError, when its uid cannot reach nvcc): the grader's fault, never the file's.
+        except (OSError, RuntimeError) as error:
             return CompileOutcome(False, f"nvcc could not be started: {error}", grader_fault=str(error))
         if finished.timed_out:
             return CompileOutcome(False, f"compilation timed out after {timeout:g} s", timed_out=True)
