@@ -13,7 +13,9 @@ student, that folder (`class/alice/kernel.cu` is alice's); a PATH given among ot
 named after the PATH (`grade batch alice/ bob/`, with `bob/src/kernel.cu`, is bob's). The same PATH given
 twice is read once (a note says so).
 
-Each student's kernel is written to `workdir/<key>/kernel.cu`; `Entry.path` is that folder, so the
+Each student's kernel is written to `workdir/<key>/kernel.cu`, and beside it the headers the config lets a
+student hand in (`discover(handed_in=...)`) found beside the kernel, read as it is (a link or an oversized
+one refuses the student); `Entry.path` is that folder, so the
 pipeline grades it like any submission folder and names the result `<key>`. Keys are made of
 `[A-Za-z0-9._-]`, never start with a dot, and are unique within one `discover` call (case-insensitively;
 a clash gets `-2`, `-3`, ... in the order the PATHs were given).
