@@ -90,7 +90,7 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
               console: Console) -> BatchOutcome:
     outdir = options.outdir
     (outdir / STUDENTS).mkdir(parents=True, exist_ok=True)
-    intake = discover(paths, outdir / "submissions")
+    intake = discover(paths, outdir / "submissions", handed_in=config.compile.handed_in_headers)
     _write_intake_notes(intake, outdir)
     rows: dict[str, SubmissionResult] = {}
     for refusal in intake.refused:
@@ -99,7 +99,7 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
             _store(rows[refusal.key], outdir, refusal.key)
     todo: list[tuple[Entry, str]] = []
     for entry in intake.submissions:
-        mark = fingerprint(config, cases, plan.backend, entry.kernel.read_bytes())
+        mark = fingerprint(config, cases, plan.backend, entry.submitted(config.compile.handed_in_headers))
         stored = None if options.force or not options.resume else _stored(outdir, entry.key, mark)
         if stored is not None:
             rows[entry.key] = stored

@@ -6,18 +6,30 @@ the total by writing one construct the emulator lacks); when the build failed fo
 the student's (the compiler missing or not executable, a file the sandbox cannot read, out of memory, a
 sandbox that would not start), it is a grader error, graded again by `--resume`.
 
-Decided from evidence: a diagnostic the compiler located in kernel.cu (an error there, or a note there
-saying the student's line called what failed in the emulator's headers) makes it the student's. No such
-diagnostic, or no compiler output at all, makes it the grader's. The student's own words for it name the
+Decided from evidence: a diagnostic the compiler located in kernel.cu or in a header handed in with it
+(g++'s `kernel.cu:12:5: error`, nvcc's `kernel.cu(12): error`; an error there, or a note there saying the
+student's line called what failed in the emulator's headers) makes it the student's. No such diagnostic,
+or no compiler output at all, makes it the grader's. The same rule serves nvcc's GPU-less compile check
+(pipeline.compile_without_gpu), where ptxas's verdict on one of the student's functions (too much shared
+memory, an undefined device function) and an error in the code the grader adds around the file (which only
+the student's macros can break) count as the student's too (NVCC_EVIDENCE). The student's own words for it name the
 construct and the line ("uses inline PTX (line 14)"), or say it generically when the construct is unknown.
 """
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-# `kernel.cu:14:32: error: ...`, `kernel.cu:14: Error: ...` (the assembler), with or without a folder.
-_LOCATED = re.compile(r"^(?:[^\s:]*/)?kernel\.cu:(\d+):(?:\d+:)?\s*(.*)$", re.MULTILINE)
+# `kernel.cu:14:32: error: ...`, `kernel.cu:14: Error: ...` (the assembler), nvcc's `kernel.cu(14): error: ...`,
+# with or without a folder; FILE stands for kernel.cu or a handed-in header.
+_LOCATED = r"^(?:[^\s:]*/)?(?:FILE)(?::(\d+):(?:\d+:)?|\((\d+)\):)\s*(.*)$"
+STUDENT_FILE = "kernel.cu"
+# nvcc's evidence that a failure is the student's though no line of theirs is named: ptxas refusing one of
+# their functions, a diagnostic in the grader's own code around the file (`<grader: tile size probe>(1)`).
+NVCC_EVIDENCE = re.compile(r"^ptxas (?:error|fatal)\s*:.*'[^']+'|^\"?<grader: [^>]*>\"?\(\d+\): error",
+                           re.MULTILINE)
 _ERROR = re.compile(r"^(?:fatal )?error:|^Error:")
 _ASM = re.compile(r"\b(?:asm|__asm__|__asm)\b")
 # g++'s words (LC_ALL=C) for a name it does not know: the name is the construct.
@@ -46,15 +58,25 @@ class BuildFailure:
         return f"line {self.line} is code the CPU grader cannot build: it is graded on a GPU"
 
 
-def classify(log: str, source: str) -> BuildFailure:
+def classify(log: str, source: str, headers: Iterable[str] = (), evidence: re.Pattern | None = None) -> BuildFailure:
     """The failure as the compiler's own output shows it. `log` is what the compiler (or the sandbox starting
-    it) printed, or the driver's reason when nothing ran; `source` is the student's kernel.cu."""
-    located = [(int(match.group(1)), match.group(2).strip()) for match in _LOCATED.finditer(log)]
+    it) printed, or the driver's reason when nothing ran; `source` is the student's kernel.cu, `headers` the
+    names of the files handed in with it; `evidence` what else in the log shows the failure is the student's."""
+    located = [(int(match.group(1) or match.group(2)), match.group(3).strip())
+               for match in _located(tuple(headers)).finditer(log)]
     if not located:
+        if evidence is not None and evidence.search(log):
+            return BuildFailure(True)
         return BuildFailure(False, grader_reason=_fault(log))
     errors = [(line, text) for line, text in located if _ERROR.match(text)]
     line, text = (errors or located)[0]
     return BuildFailure(True, line, _construct(line, text, errors or located, source, log))
+
+
+@functools.cache
+def _located(headers: tuple[str, ...]) -> re.Pattern:
+    files = "|".join(re.escape(name) for name in (STUDENT_FILE, *headers))
+    return re.compile(_LOCATED.replace("FILE", files), re.MULTILINE)
 
 
 def _construct(line: int, text: str, located: list[tuple[int, str]], source: str, log: str) -> str:

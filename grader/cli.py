@@ -40,7 +40,7 @@ from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
 from .report.status import status_label
 from .result import GRADER_ERROR, SubmissionResult
-from .submission import SubmissionError, find_kernel_noted, locate
+from .submission import SubmissionError, find_kernel_noted, locate, read_headers
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
@@ -482,8 +482,10 @@ def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
                                     "submission_metadata.json)")
         if not kernel.is_file():
             raise SubmissionError(f"{args.submission}: no kernel.cu to send")
-        return mark_for_regrade(grade_remotely(kernel, student, args.remote, token, args.remote_timeout),
-                                args.remote)
+        headers = {name: text.encode() for name, text in
+                   read_headers(kernel.parent, config.compile.handed_in_headers).items()}
+        return mark_for_regrade(grade_remotely(kernel, student, args.remote, token, args.remote_timeout,
+                                               headers=headers), args.remote)
     except (RemoteUnavailable, OSError) as error:
         if not isinstance(error, RemoteUnavailable):
             error = RemoteUnavailable(f"--token-file {args.token_file}: {error.strerror}")

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .batch import Workers
@@ -48,11 +48,13 @@ class RemoteTask:
     sanitize: bool
     note: str
     skip_reason: str
+    headers: dict[str, bytes] = field(default_factory=dict)  # handed in beside the kernel (config's names)
 
 
 def remote_task(entry: Entry, config: Config, cases: list[Case], plan: RunPlan) -> RemoteTask:
     return RemoteTask(entry.key, entry.kernel.read_bytes(), config.reference_path.read_text(encoding="utf-8"),
-                      config, cases, plan.backend, plan.sanitize, plan.note, plan.skip_reason)
+                      config, cases, plan.backend, plan.sanitize, plan.note, plan.skip_reason,
+                      entry.headers(config.compile.handed_in_headers))
 
 
 def task_resources(plan: RunPlan) -> dict[str, int]:
@@ -68,7 +70,8 @@ def grade_task(task: RemoteTask) -> dict:
     with tempfile.TemporaryDirectory(prefix="sgemm-task-") as work:
         folder = Path(work, "submissions", task.key)
         folder.mkdir(parents=True)
-        (folder / "kernel.cu").write_bytes(task.kernel)
+        for name, data in {**task.headers, "kernel.cu": task.kernel}.items():
+            (folder / name).write_bytes(data)
         reference = Path(work, "reference.cu")
         reference.write_text(task.reference, encoding="utf-8")
         config.reference, config.source = str(reference), ""

@@ -195,8 +195,8 @@ class CompileConfig:
     # Headers only a file's host code uses (libwb's wb.h, gputk.h): their #include lines are dropped, never
     # read, whatever folder the line names, and the host code goes with them.
     host_only_headers: list[str] = field(default_factory=list)
-    # Files a student hands in beside kernel.cu that kernel.cu may #include "name" (none by default). The include
-    # policy allows them; intake does not yet carry them next to kernel.cu for the compilers.
+    # Files a student hands in beside kernel.cu that kernel.cu may #include "name" (none by default): every intake
+    # reads them from beside the kernel (submission.read_headers), every compiler finds them beside it.
     handed_in_headers: list[str] = field(default_factory=list)
 
     def validate(self):

@@ -7,6 +7,8 @@ a library the grader does not have: libwb's wb.h, a course's own header).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tree_sitter import Node
 
 from . import cuda_syntax as cs
@@ -21,26 +23,27 @@ _CONTAINERS = ("namespace_definition", "declaration_list", "linkage_specificatio
                "preproc_else", "preproc_elif", "preproc_elifdef")
 
 
-def device_side(source: str) -> str:
+def device_side(source: str, handed_in: Iterable[str] = ()) -> str:
+    """`handed_in`: the headers handed in with the file, whose #include lines stay (device code may be in them)."""
     tree = cs.parse(source)
     data = bytearray(source.encode("utf-8", "replace"))
-    for node in _host_parts(tree.root_node):
+    for node in _host_parts(tree.root_node, frozenset(handed_in)):
         _blank(data, node.start_byte, node.end_byte)
     return data.decode("utf-8", "replace")
 
 
-def _host_parts(container: Node) -> list[Node]:
+def _host_parts(container: Node, handed_in: frozenset[str]) -> list[Node]:
     parts: list[Node] = []
     for node in container.children:
         if node.type in _CONTAINERS:
-            parts.extend(_host_parts(node))
+            parts.extend(_host_parts(node, handed_in))
         elif node.type == "function_definition" and not _is_device_function(node):
             parts.append(node)
         elif node.type == "template_declaration" and _templated_host_function(node):
             parts.append(node)
         elif node.type == "declaration" and _is_host_declaration(node):
             parts.append(node)
-        elif node.type == "preproc_include" and _is_host_header(node):
+        elif node.type == "preproc_include" and _is_host_header(node, handed_in):
             parts.append(node)
     return parts
 
@@ -67,8 +70,11 @@ def _declares_function(declaration: Node) -> bool:
     return any(d.type == "function_declarator" for d in declaration.children_by_field_name("declarator"))
 
 
-def _is_host_header(include: Node) -> bool:
-    name = cs.text(include.child_by_field_name("path")).strip("<>\"")
+def _is_host_header(include: Node, handed_in: frozenset[str]) -> bool:
+    spelled = cs.text(include.child_by_field_name("path"))
+    name = spelled.strip("<>\"")
+    if spelled.startswith('"') and name in handed_in:
+        return False
     return not name.endswith(".h") and name not in C_COMPATIBLE_HEADERS
 
 

@@ -13,7 +13,9 @@ student, that folder (`class/alice/kernel.cu` is alice's); a PATH given among ot
 named after the PATH (`grade batch alice/ bob/`, with `bob/src/kernel.cu`, is bob's). The same PATH given
 twice is read once (a note says so).
 
-Each student's kernel is written to `workdir/<key>/kernel.cu`; `Entry.path` is that folder, so the
+Each student's kernel is written to `workdir/<key>/kernel.cu`, and beside it the headers the config lets a
+student hand in (`discover(handed_in=...)`) found beside the kernel, read as it is (a link or an oversized
+one refuses the student); `Entry.path` is that folder, so the
 pipeline grades it like any submission folder and names the result `<key>`. Keys are made of
 `[A-Za-z0-9._-]`, never start with a dot, and are unique within one `discover` call (case-insensitively;
 a clash gets `-2`, `-3`, ... in the order the PATHs were given).
@@ -64,7 +66,7 @@ import os
 import re
 import unicodedata
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,6 +113,16 @@ class Entry:
     def kernel(self) -> Path:
         return self.path / KERNEL_FILE
 
+    def headers(self, names: Sequence[str]) -> dict[str, bytes]:
+        """The handed-in headers intake copied beside the kernel (plain files it wrote itself)."""
+        return {name: (self.path / name).read_bytes() for name in names if (self.path / name).is_file()}
+
+    def submitted(self, names: Sequence[str]) -> bytes:
+        """Everything handed in that the grade depends on: the kernel, then each header by name (the fingerprint's)."""
+        parts = [self.kernel.read_bytes()]
+        parts += [b"\0".join([name.encode(), data]) for name, data in self.headers(names).items()]
+        return b"\0\0".join(parts)
+
 
 @dataclass
 class Refusal:
@@ -135,10 +147,13 @@ class Intake:
 
 
 def discover(paths: Iterable[str | os.PathLike[str]], workdir: str | os.PathLike[str],
-             limits: Limits | None = None) -> Intake:
-    """Find every student's kernel in `paths`, copy it to `workdir/<key>/kernel.cu`, refuse what is unsafe."""
+             limits: Limits | None = None, handed_in: Sequence[str] = ()) -> Intake:
+    """Find every student's kernel in `paths`, copy it to `workdir/<key>/kernel.cu`, refuse what is unsafe.
+    `handed_in`: the headers the lab lets a student hand in (config compile.handed_in_headers), copied from
+    beside the kernel to beside its copy, read as the kernel is."""
     paths = list(paths)
     run = _Run(Path(workdir), limits or Limits())
+    run.handed_in = tuple(handed_in)
     # One folder given alone is a class, even of one student (class/alice/kernel.cu); given among others,
     # each folder is a student, who may keep the kernel in a folder of their own (bob/src/kernel.cu).
     run.lone_path = len(paths) == 1
@@ -273,6 +288,7 @@ class _Run:
         self.used: set[str] = set()
         self.seen_paths: dict[str, str] = {}
         self.lone_path = False
+        self.handed_in: tuple[str, ...] = ()
         workdir.mkdir(parents=True, exist_ok=True)
 
     # keys and output
@@ -286,14 +302,15 @@ class _Run:
         self.used.add(key.casefold())
         return key
 
-    def _write(self, key: str, data: bytes) -> Path:
+    def _write(self, key: str, data: bytes, headers: dict[str, bytes] | None = None) -> Path:
         if not key or "/" in key or "\\" in key or key.startswith("."):
             raise ValueError(f"unsafe key {key!r}")  # keys come from _key(); this only guards a bug
         folder = self.workdir / key
         folder.mkdir(exist_ok=True)
-        tmp = folder / f".{KERNEL_FILE}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, folder / KERNEL_FILE)
+        for name, content in {**(headers or {}), KERNEL_FILE: data}.items():  # names: config's, plain
+            tmp = folder / f".{name}.tmp"
+            tmp.write_bytes(content)
+            os.replace(tmp, folder / name)
         return folder
 
     def _refuse(self, source: str, entry: str, reason: str, **who: str) -> Refusal:
@@ -548,7 +565,7 @@ class _Run:
             blocking.key = self._key(student.base)
             return
         try:
-            data, entry, notes = self._kernel_of(student, student.files, source, budget, nested=False)
+            data, entry, notes, headers = self._kernel_of(student, student.files, source, budget, nested=False)
         except _Blocked as exc:
             exc.refusal.key = self._key(student.base)
             return
@@ -561,12 +578,12 @@ class _Run:
             return
         key = self._key(student.base)
         self.intake.submissions.append(Entry(key, student.student_id, student.student_name,
-                                             self._write(key, data), source, entry, student.late,
+                                             self._write(key, data, headers), source, entry, student.late,
                                              list(student.members), student.notes + notes, **_ids(student)))
 
     def _kernel_of(self, student: _Student, files: list[_File], source: str, budget: Budget,
-                   nested: bool) -> tuple[bytes, str, list[str]]:
-        """(content, entry name, notes) of the student's kernel, or Refused."""
+                   nested: bool) -> tuple[bytes, str, list[str], dict[str, bytes]]:
+        """(content, entry name, notes, the handed-in headers beside it) of the student's kernel, or Refused."""
         limits = self.limits
         within = [f for f in files if len(f.rel) - 1 <= limits.kernel_depth]
         named = [f for f in within if _is_kernel(f.rel[-1])]
@@ -606,10 +623,27 @@ class _Run:
             data = chosen.member.read(limits.file_bytes)
         except Refused as exc:
             raise Refused(exc.reason, chosen.display) from None
-        return data, chosen.display, notes
+        return data, chosen.display, notes, self._headers_beside(chosen, files, student)
+
+    def _headers_beside(self, kernel: _File, files: list[_File], student: _Student) -> dict[str, bytes]:
+        """The handed-in headers in the kernel's folder, read as it is; one refused (a link, too large) refuses
+        the student, with the reason (grading without it would only say it is missing)."""
+        headers = {}
+        for name in self.handed_in:
+            rel = (*kernel.rel[:-1], name)
+            bad = next((refusal for where, refusal in student.bad if where == rel), None)
+            if bad is not None:
+                raise Refused(bad.reason, bad.entry)
+            found = next((f for f in files if f.rel == rel), None)
+            if found is not None:
+                try:
+                    headers[name] = found.member.read(self.limits.file_bytes)
+                except Refused as exc:
+                    raise Refused(exc.reason, found.display) from None
+        return headers
 
     def _kernel_in_zip(self, student: _Student, file: _File, source: str, budget: Budget,
-                       nested: bool) -> tuple[bytes, str, list[str]]:
+                       nested: bool) -> tuple[bytes, str, list[str], dict[str, bytes]]:
         if nested:
             raise Refused(f"{file.rel[-1]} is a zip inside a zip, which is not opened: hand in {KERNEL_FILE}, "
                           f"or one zip that holds it", file.display)
@@ -635,8 +669,7 @@ class _Run:
         if refused_kernel is not None:
             raise _Blocked(refused_kernel)
         files = [_File(m.parts, m, f"{file.display} > {m.name}") for m in tree.members if not is_junk(m.parts)]
-        data, entry, notes = self._kernel_of(student, files, source, budget, nested=True)
-        return data, entry, notes
+        return self._kernel_of(student, files, source, budget, nested=True)
 
 
 _LAYOUT_NAMES = {

@@ -57,7 +57,7 @@ from .rubric import Rubric
 from .run_events import RunEvents
 from .signature import hip_problem, signature_problem
 from .static_check import find_kernels, static_checks
-from .submission import Submission, SubmissionError, locate, read_submission
+from .submission import KERNEL_FILE, Submission, SubmissionError, locate, missing_headers, read_submission
 from .tile_size import launched_without_tile_size, tile_constant
 from .timing import NAME as TIMING_NAME
 
@@ -125,14 +125,16 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
 
 
 def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
-    submission = read_submission(path)
+    submission = read_submission(path, config.compile.handed_in_headers)
     submission.source = drop_host_headers(submission.source, config.compile.host_only_headers)
+    submission.headers = {name: drop_host_headers(text, config.compile.host_only_headers)
+                          for name, text in submission.headers.items()}
     kernels = find_kernels(submission.source)
     accepted = config.kernel.names
     config = config.for_kernels(kernels)  # the kernel graded, decided once, before anything compiles
     result = _graded(submission, kernels, config, cases, plan, accepted)
     _say_which_kernel(result, kernels, config.kernel.name, accepted)
-    _say_how_launched(result, submission.source, config)
+    _say_how_launched(result, _with_headers_after(submission), config)
     return result
 
 
@@ -172,8 +174,8 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level,
                               sandbox_note=sandbox.note)
     rubric = Rubric.of(config, cases, sanitize=plan.sanitize and plan.backend == GPU)
-    statics = static_checks(submission.source, config.kernel.name, vars(config.points.static))
-    refusal, outcome = _refusal_before_compiling(submission.source, kernels, config, accepted)
+    statics = static_checks(_with_headers_after(submission), config.kernel.name, vars(config.points.static))
+    refusal, outcome = _refusal_before_compiling(submission.source, kernels, config, accepted, submission.headers)
     if refusal:
         result.checks = rubric.results([errored("compile", COMPILE, config.points.compile, refusal), *statics])
         result.outcome = outcome
@@ -183,6 +185,8 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         compiled = compile_without_gpu(submission, config, sandbox)
         result.checks = rubric.results([compiled.check, *statics], plan.skip_reason)
         result.outcome = compiled.outcome
+        if compiled.outcome == GRADER_ERROR:
+            result.message = compiled.check.message
         return _settled(result, config)
     if plan.backend == CPU:
         result.message = plan.note or CPU_NOTE
@@ -200,23 +204,45 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     return _settled(result, config)
 
 
-def _refusal_before_compiling(source: str, kernels: list[str], config: Config,
-                              accepted: tuple[str, ...] = ()) -> tuple[str, str]:
+def _with_headers_after(submission: Submission) -> str:
+    """kernel.cu with the handed-in headers' text after it, for the static checks and the tile size: the
+    helpers, macros and constants a header defines are found, and every line of kernel.cu keeps its number."""
+    return "\n".join([submission.source, *submission.headers.values()])
+
+
+def _refusal_before_compiling(source: str, kernels: list[str], config: Config, accepted: tuple[str, ...] = (),
+                              headers: dict[str, str] | None = None) -> tuple[str, str]:
     """Why the file is not compiled at all, or '', and the outcome that makes: HIP, no such kernel, or
-    anything that could make a compiler open a file (no byte of one may reach a report); a declaration the
-    launchers cannot call is a submission error (the file may well compile)."""
+    anything that could make a compiler open a file (no byte of one may reach a report), in kernel.cu or a
+    header handed in with it; a handed-in header that is included but missing, or a declaration the
+    launchers cannot call, is a submission error (the file may well compile)."""
     hip = hip_problem(source)
     if hip:
         return hip, COMPILE_ERROR
     if config.kernel.name not in kernels:
         found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
         return f"kernel {' or '.join(accepted or config.kernel.names)} not found; {found}", COMPILE_ERROR
-    headers = config.compile
-    violations = check_source(source, headers.allowed_headers, headers.handed_in_headers)
-    if violations:
-        return describe_violations(violations, headers.allowed_headers, headers.handed_in_headers), COMPILE_ERROR
+    refused = _include_refusal({KERNEL_FILE: source, **(headers or {})}, config)
+    if refused:
+        return refused, COMPILE_ERROR
+    missing = missing_headers([source, *(headers or {}).values()], config.compile.handed_in_headers, headers or {})
+    if missing:
+        return missing, SUBMISSION_ERROR
     declared = signature_problem(source, config.kernel.contract())
     return (declared, SUBMISSION_ERROR) if declared else ("", GRADED)
+
+
+def _include_refusal(files: dict[str, str], config: Config) -> str:
+    """The include policy's refusal of kernel.cu or of a handed-in header (named: its line numbers are its own)."""
+    allowed, handed_in = config.compile.allowed_headers, config.compile.handed_in_headers
+    for name, text in files.items():
+        violations = check_source(text, allowed, handed_in)
+        if violations:
+            described = describe_violations(violations, allowed, handed_in)
+            if name == KERNEL_FILE:
+                return described
+            return described.replace("these lines", f"these lines of {name} (handed in with it)", 1)
+    return ""
 
 
 def _settled(result: SubmissionResult, config: Config) -> SubmissionResult:
@@ -273,19 +299,22 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
     nvcc = compiled.check
     needs_gpu = [skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE,
                          needs_gpu=NEEDS_GPU_TIMING)]
-    reason = ("not run: the kernel did not compile" if nvcc.status == ERROR else
+    reason = (nvcc.message if compiled.outcome == GRADER_ERROR else
+              "not run: the kernel did not compile" if nvcc.status == ERROR else
               "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
     needs_gpu += [skipped(c.name, CASE, c.points, reason, visibility=c.visibility, needs_gpu=NEEDS_GPU_LARGE)
                   for c in cases if c.gpu_only]
     if nvcc.status == ERROR:
         result.outcome = compiled.outcome
+        if compiled.outcome == GRADER_ERROR:
+            result.message = nvcc.message
         return [nvcc, *needs_gpu]
     emulated = [case for case in cases if not case.gpu_only]
     run = run_child(submission, config, emulated, CPU, plan)
     _take_run(result, run)
     made = [check for check in run.made_checks() if check.kind != TIMING]
     if run.emulator_compile_error:
-        failure = classify(run.emulator_log or run.compile_check.message, submission.source)
+        failure = classify(run.emulator_log or run.compile_check.message, submission.source, submission.headers)
         if not failure.students:
             made = _grader_fault(result, nvcc, emulated, failure, run)
         elif nvcc.passed:
@@ -336,7 +365,11 @@ def compile_without_gpu(submission: Submission, config: Config, sandbox: Sandbox
     points = config.points.compile
     if nvcc_path() is None:
         return CompiledWithoutGpu(skipped("compile", COMPILE, points, "not compiled: nvcc is not on PATH"), GRADED)
-    compiled = _compile_with_fallback(submission.source, config, sandbox)
+    compiled = _compile_with_fallback(submission, config, sandbox)
+    if compiled.grader_fault:
+        reason = (f"grader error: nvcc could not compile the kernel, for a reason that is not the student's "
+                  f"({compiled.grader_fault}); it will be graded again (--resume)")
+        return CompiledWithoutGpu(errored("compile", COMPILE, points, reason), GRADER_ERROR)
     if not compiled.ok:
         outcome = TIMED_OUT if compiled.timed_out else SUBMISSION_ERROR if compiled.mismatch else COMPILE_ERROR
         return CompiledWithoutGpu(errored("compile", COMPILE, points, compiled.message), outcome)
@@ -344,15 +377,15 @@ def compile_without_gpu(submission: Submission, config: Config, sandbox: Sandbox
     return CompiledWithoutGpu(passed("compile", COMPILE, points, message), GRADED)
 
 
-def _compile_with_fallback(source: str, config: Config, sandbox: Sandbox) -> CompileOutcome:
+def _compile_with_fallback(submission: Submission, config: Config, sandbox: Sandbox) -> CompileOutcome:
     """nvcc on the whole file, as SourceModule would; on failure, on its device side alone."""
     options, arch, timeout = config.compile.options, config.compile.arch_without_gpu, config.timeouts.compile_s
-    contract = config.kernel.contract()
-    outcome = compile_check(source, arch, options, timeout, sandbox, contract)
-    device = device_side(source)
-    if outcome.ok or outcome.timed_out or device == source:
+    contract, source, headers = config.kernel.contract(), submission.source, submission.headers
+    outcome = compile_check(source, arch, options, timeout, sandbox, contract, headers)
+    device = device_side(source, headers)
+    if outcome.ok or outcome.timed_out or outcome.grader_fault or device == source:
         return outcome
-    fallback = compile_check(device, arch, options, timeout, sandbox, contract)
+    fallback = compile_check(device, arch, options, timeout, sandbox, contract, headers)
     if fallback.mismatch:
         return fallback
     return CompileOutcome(True, f"{fallback.message} ({HOST_CODE_LEFT_OUT})") if fallback.ok else outcome
@@ -383,9 +416,9 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
          timed: bool) -> Job:
     reference = config.reference_path.read_text(encoding="utf-8")
     t = config.timing
-    device = device_side(submission.source)
+    device = device_side(submission.source, submission.headers)
     contract = config.kernel.contract()
-    tile = contract.tile_source(tile_constant(submission.source, contract.name))
+    tile = contract.tile_source(tile_constant(_with_headers_after(submission), contract.name))
     return Job(
         student_source=prepare_source(submission.source, tile=tile),
         reference_source=reference_module_source(reference),
@@ -396,7 +429,7 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
         original_source=submission.source,
         device_side_source=(prepare_source(device, tile=tile)
                             if device != submission.source else ""),
-        tile_constant=tile.constant, launches_per_case=config.kernel.launches_per_case,
+        tile_constant=tile.constant, launches_per_case=config.kernel.launches_per_case, headers=submission.headers,
         sandbox=asdict(sandbox),
     )
 

@@ -41,10 +41,13 @@ class RemoteUnavailable(Exception):
 
 
 def grade_remotely(kernel: Path, student: str, url: str, token: str, timeout_s: float,
-                   sleep=time.sleep) -> SubmissionResult:
+                   sleep=time.sleep, headers: dict[str, bytes] | None = None) -> SubmissionResult:
+    """`headers`: the files handed in beside kernel.cu (config compile.handed_in_headers), sent beside it."""
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
         zipped.write(kernel, "kernel.cu")
+        for name, data in (headers or {}).items():
+            zipped.writestr(name, data)
     base = url.rstrip("/")
     deadline = time.monotonic() + timeout_s
     query = urllib.parse.urlencode({"student": student})

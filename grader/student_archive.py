@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,8 +27,11 @@ class StudentArchive:
     notes: list[str] = field(default_factory=list)  # which file was graded, what was refused and why
 
 
-def read_student_archive(data: bytes, folder: Path, limits: Limits | None = None) -> StudentArchive:
-    """The student's kernel written to folder/kernel.cu, or the refusal; refused members in the notes."""
+def read_student_archive(data: bytes, folder: Path, limits: Limits | None = None,
+                         handed_in: Sequence[str] = ()) -> StudentArchive:
+    """The student's kernel written to folder/kernel.cu, or the refusal; refused members in the notes. The
+    headers named in `handed_in` (config compile.handed_in_headers) that sit beside the kernel are written
+    beside it, read as it is; one refused refuses the archive (graded without it, it would only be missing)."""
     limits = limits or Limits()
     try:
         zipped = zipfile.ZipFile(io.BytesIO(data))
@@ -49,6 +53,7 @@ def read_student_archive(data: bytes, folder: Path, limits: Limits | None = None
         try:
             chosen, how = choose_kernel(list(kernels))
             source = kernels[chosen].read(limits.file_bytes)
+            headers = _headers_beside(chosen, tree, handed_in, limits)
         except SubmissionError as exc:
             held = sorted("/".join(m.parts) for m in tree.members if not is_hidden(m.parts))
             listed = f" (it holds {', '.join(held[:8])}{', …' if len(held) > 8 else ''})" if held else ""
@@ -57,5 +62,20 @@ def read_student_archive(data: bytes, folder: Path, limits: Limits | None = None
         except Refused as exc:
             return StudentArchive(None, refusal=exc.reason, notes=notes)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / KERNEL_FILE).write_bytes(source)
+    for name, content in {**headers, KERNEL_FILE: source}.items():
+        (folder / name).write_bytes(content)
     return StudentArchive(folder, chosen, notes=how + notes)
+
+
+def _headers_beside(kernel: str, tree, handed_in: Sequence[str], limits: Limits) -> dict[str, bytes]:
+    """The handed-in headers in the chosen kernel's folder of the archive; Refused for one refused on the way."""
+    folder = tuple(kernel.split("/")[:-1])
+    headers = {}
+    for name in handed_in:
+        bad = next((b for b in tree.bad if b.parts == (*folder, name)), None)
+        if bad is not None:
+            raise Refused(f"{bad.name} {bad.reason}")
+        member = next((m for m in tree.members if m.parts == (*folder, name)), None)
+        if member is not None:
+            headers[name] = member.read(limits.file_bytes)
+    return headers

@@ -1,7 +1,11 @@
 """Finds and reads a submission: a folder holding kernel.cu, or the .cu file itself."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import re
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 KERNEL_FILE = "kernel.cu"
@@ -17,6 +21,9 @@ class Submission:
     name: str
     path: Path  # the .cu file
     source: str
+    # The files the lab lets a student hand in beside kernel.cu (config compile.handed_in_headers) that this
+    # student handed in: name -> text. They travel with the source to every compiler.
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def locate(path: Path) -> tuple[str, Path]:
@@ -76,8 +83,55 @@ def find_kernel_noted(folder: Path, depth: int = KERNEL_DEPTH) -> tuple[Path, li
     return (folder / chosen).parent, notes
 
 
-def read_submission(path: Path) -> Submission:
+def read_submission(path: Path, handed_in: Sequence[str] = ()) -> Submission:
+    """The kernel and the headers named in `handed_in` that sit beside it."""
     name, file = locate(path)
+    source = _read_kernel(file)
+    return Submission(name=name, path=file, source=source, headers=read_headers(file.parent, handed_in))
+
+
+def read_headers(folder: Path, handed_in: Sequence[str]) -> dict[str, str]:
+    """The handed-in headers present in `folder`, read as kernel.cu is (bounded, plain files, never through a
+    link). One missing is not an error here: only an #include of it is (missing_headers())."""
+    headers = {}
+    for name in handed_in:
+        file = Path(folder, name)
+        if file.is_symlink() or file.exists():
+            headers[name] = read_source_file(file)
+    return headers
+
+
+def read_source_file(file: Path) -> str:
+    """A handed-in text file: a plain file (never followed through a link: it could point at any file of the
+    grading machine), at most MAX_BYTES, not binary, decoded as an editor saved it."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        reason = "a symbolic link, not a file" if file.is_symlink() else error.strerror
+        raise SubmissionError(f"{file.name}: {reason}; hand in the file itself") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise SubmissionError(f"{file.name}: not a regular file")
+        data = handle.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise SubmissionError(f"{file.name} is larger than {MAX_BYTES // 1024} kB, so it is not graded")
+    if b"\0" in data:
+        raise SubmissionError(f"{file.name} is a binary file, not CUDA source")
+    return decode_source(data)
+
+
+def missing_headers(sources: Sequence[str], handed_in: Sequence[str], present: Iterable[str]) -> str:
+    """Why the submission cannot be compiled when one of its files includes a handed-in header it lacks, or ''."""
+    wanted = {name for name in handed_in for text in sources if re.search(
+        r'^\s*#\s*include\s*"' + re.escape(name) + '"', text, re.MULTILINE)}
+    absent = sorted(wanted - set(present))
+    if not absent:
+        return ""
+    return (f"{', '.join(absent)}: included by your code but not handed in; hand "
+            f"{'it' if len(absent) == 1 else 'them'} in beside {KERNEL_FILE}")
+
+
+def _read_kernel(file: Path) -> str:
     if not file.exists():
         raise SubmissionError(f"{file}: not found (a submission is a folder holding {KERNEL_FILE}, or the file)")
     if not file.is_file():
@@ -94,7 +148,7 @@ def read_submission(path: Path) -> Submission:
     source = decode_source(data)
     if not source.strip():
         raise SubmissionError(f"{file.name} is empty: write your kernel in it")
-    return Submission(name=name, path=file, source=source)
+    return source
 
 
 def decode_source(data: bytes) -> str:

@@ -18,6 +18,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..build_failure import NVCC_EVIDENCE, classify
 from ..contract import DEFAULT_TILE, KernelContract, TileSource
 from .kernel_params import parameter_problem
 from .late_warps import PRELUDE as LATE_WARPS_PRELUDE
@@ -125,9 +126,12 @@ NO_EXTERN_C = True
 LINKAGE = "linkage as written"
 
 
-def cubin_key(source: str, options: list[str], arch: str, nvcc_version: str) -> str:
-    """The compile cache's key: the exact text, the options, the GPU architecture and the compiler."""
-    return hashlib.sha256("\0".join([source, *options, arch, nvcc_version, LINKAGE]).encode()).hexdigest()
+def cubin_key(source: str, options: list[str], arch: str, nvcc_version: str,
+              headers: dict[str, str] | None = None) -> str:
+    """The compile cache's key: the exact text, the headers handed in with it (name and text), the options, the
+    GPU architecture and the compiler."""
+    handed_in = [f"{name}\0{text}" for name, text in sorted((headers or {}).items())]
+    return hashlib.sha256("\0".join([source, *options, arch, nvcc_version, LINKAGE, *handed_in]).encode()).hexdigest()
 
 
 def wrap_like_sourcemodule(prepared: str) -> str:
@@ -145,30 +149,53 @@ class CompileOutcome:
     message: str  # student-facing: errors with the student's line numbers
     timed_out: bool = False
     mismatch: bool = False  # it compiled, but its parameters are not the ones the lab launches it with
+    grader_fault: str = ""  # nvcc failed for a reason that is not the student's (build_failure.py): the reason
 
 
 def compile_check(source: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox,
-                  contract: KernelContract | None = None) -> CompileOutcome:
+                  contract: KernelContract | None = None, headers: dict[str, str] | None = None) -> CompileOutcome:
     """Compile as the GPU child would, without a GPU: nvcc --cubin for `arch`, in the sandbox, the text
-    pycuda hands nvcc with NO_EXTERN_C. The cubin is read only for the contract's kernel and its parameter
-    list (kernel_params.py), then discarded."""
+    pycuda hands nvcc with NO_EXTERN_C, the headers handed in with it beside it. The cubin is read only for
+    the contract's kernel and its parameter list (kernel_params.py), then discarded. A failure with no
+    evidence that it is the student's (build_failure.py) is the grader's, not a compile error."""
     nvcc = nvcc_path()
     if nvcc is None:
         raise FileNotFoundError("nvcc not found on PATH")
     with scratch_folder("sgemm-compile-") as work:
-        Path(work, STUDENT_FILE).write_text(prepare_source(source))
+        write_sources(Path(work), prepare_source(source), headers)
         confinement = Confinement(work, COMPILER_LIMITS, cuda=True, seccomp=True, nice=BACKGROUND_NICE)
         env = child_environment(str(work), {})
-        finished = run_killable([nvcc, "--cubin", *options, "-arch", arch, STUDENT_FILE, "-o", CUBIN_FILE], timeout,
-                                env=env, start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
+        try:
+            finished = run_killable([nvcc, "--cubin", *options, "-arch", arch, STUDENT_FILE, "-o", CUBIN_FILE],
+                                    timeout, env=env, start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
+        # nvcc or the sandbox could not be started at all (an OSError from exec, or the sandbox's own refusal to
+        # start, a RuntimeError, when its uid cannot reach nvcc): the grader's fault, never the file's.
+        except (OSError, RuntimeError) as error:
+            return CompileOutcome(False, f"nvcc could not be started: {error}", grader_fault=str(error))
         if finished.timed_out:
             return CompileOutcome(False, f"compilation timed out after {timeout:g} s", timed_out=True)
         if finished.returncode != 0:
-            return CompileOutcome(False, student_compile_message(finished.output, source))
+            return _failed(finished.output, source, headers or {})
         declared = _parameter_problem(Path(work, CUBIN_FILE), contract) if contract else ""
     if declared:
         return CompileOutcome(False, declared, mismatch=True)
     return CompileOutcome(True, warnings_of(finished.output, source))
+
+
+def write_sources(folder: Path, prepared: str, headers: dict[str, str] | None) -> None:
+    """kernel.cu and, beside it, each header handed in with it (names checked by config and intake: plain)."""
+    Path(folder, STUDENT_FILE).write_text(prepared, encoding="utf-8")
+    for name, text in (headers or {}).items():
+        Path(folder, name).write_text(text, encoding="utf-8")
+
+
+def _failed(log: str, source: str, headers: dict[str, str]) -> CompileOutcome:
+    """The student's compile error, or the grader's fault when nvcc's output locates nothing in their files."""
+    failure = classify(log, source, headers, NVCC_EVIDENCE)
+    if failure.students:
+        return CompileOutcome(False, student_compile_message(log, source))
+    return CompileOutcome(False, f"nvcc failed for a reason that is not the student's: {failure.grader_reason}",
+                          grader_fault=failure.grader_reason)
 
 
 def _parameter_problem(cubin: Path, contract: KernelContract) -> str:

@@ -8,6 +8,7 @@ the sources it sent, so a child can never place a cubin under another text's key
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -30,12 +31,15 @@ class Exchange:
             sources["device_side"] = self.job.device_side_source
         return sources
 
+    def _headers(self, role: str) -> dict[str, str]:
+        return {} if role == "reference" else self.job.headers
+
     def cached(self, key: str) -> Path:
         return Path(self.job.cache_dir, key + ".cubin")
 
     def offer(self, arch: str, nvcc_version: str) -> None:
-        self.roles = {cubin_key(source, self.job.options, arch, nvcc_version): role
-                      for role, source in self._sources().items() if _cacheable(source)}
+        self.roles = {cubin_key(source, self.job.options, arch, nvcc_version, self._headers(role)): role
+                      for role, source in self._sources().items() if _cacheable(source, self._headers(role))}
         offered = self.workdir / OFFERED
         offered.mkdir(mode=0o755, exist_ok=True)
         for key in self.roles:
@@ -65,5 +69,7 @@ class Exchange:
         os.replace(temporary, target)
 
 
-def _cacheable(source: str) -> bool:
-    return '#include "' not in source  # a local header's text is not part of the key
+def _cacheable(source: str, headers: dict[str, str]) -> bool:
+    """A local header's text is part of the key only when it was handed in with the file."""
+    quoted = re.findall(r'#\s*include\s*"([^"]*)"', source + "".join(headers.values()))
+    return all(name in headers for name in quoted)

@@ -174,19 +174,32 @@ class Worker:
         from pycuda.compiler import compile as pycuda_compile
 
         in_background()  # nvcc holds no turn on the GPU: a child that holds one gets the CPUs first
-        key = cubin_key(source, self.job.options, self.arch, self.nvcc_version)
+        headers = self.job.headers if source != self.job.reference_source else {}
+        key = cubin_key(source, self.job.options, self.arch, self.nvcc_version, headers)
         self.keys[source] = key
         offered = Path(self.job.workdir, OFFERED, key + ".cubin")
         if offered.is_file():
             return offered.read_bytes()
+        folder = self.handed_in_folder()
         try:
-            # The function SourceModule itself calls, with the text's own linkage (compile.py), its nvcc flags.
+            # The function SourceModule itself calls, with the text's own linkage (compile.py), its nvcc flags;
+            # the headers handed in with the file where its `#include "name"` finds them.
             cubin = pycuda_compile(source, options=list(self.job.options), arch=self.arch, cache_dir=False,
-                                   no_extern_c=NO_EXTERN_C)
+                                   no_extern_c=NO_EXTERN_C, include_dirs=[folder] if headers else [])
         except cuda.CompileError as err:
-            return student_compile_message(f"{err.stdout or ''}{err.stderr or ''}", self.job.original_source)
+            log = f"{err.stdout or ''}{err.stderr or ''}".replace(folder + "/", "")  # `tiling.cuh(5): error`
+            return student_compile_message(log, self.job.original_source)
         _write_atomically(Path(self.job.workdir, BUILT, key + ".cubin"), cubin)
         return cubin
+
+    def handed_in_folder(self) -> str:
+        """The folder holding the headers handed in with the student's file (written once, by this child)."""
+        folder = Path(self.job.workdir, HANDED_IN)
+        if self.job.headers and not folder.is_dir():
+            folder.mkdir()
+            for name, text in self.job.headers.items():
+                Path(folder, name).write_text(text, encoding="utf-8")
+        return str(folder)
 
     # -- cases ---------------------------------------------------------------------------------
 
@@ -467,6 +480,9 @@ def cpu_seconds() -> float:
     """CPU time of this child so far, nvcc's included: what a batch's compile stage costs."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return round(time.process_time() + children.ru_utime + children.ru_stime, 3)
+
+
+HANDED_IN = "handed-in"  # in the child's folder: the student's headers
 
 
 def in_background() -> None:

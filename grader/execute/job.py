@@ -60,6 +60,8 @@ class Job:
     # own probe uses them: contract.TileSource).
     tile_constant: str = ""
     launches_per_case: int = 1  # the GPU child's launches of the student's kernel per case (config.py)
+    # The headers handed in with the file (name -> text): written beside it for every compiler.
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def tile(self) -> TileSource:

@@ -87,7 +87,8 @@ class JobRunner:
         work = self.scratch / job.id
         student = job.student
         try:
-            intake = read_student_archive(archive, work / safe_name(student))
+            intake = read_student_archive(archive, work / safe_name(student),
+                                          handed_in=self.config.compile.handed_in_headers)
             if intake.folder is None:
                 result = not_graded(Path(student), self.config, self.cases, intake.refusal)
             else:

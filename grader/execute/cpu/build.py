@@ -72,11 +72,19 @@ def compiler_version(path: str) -> str:
 _NOINLINE = re.compile(r"\b__noinline__\b")
 
 
-def emulator_sources(source: str, contract: KernelContract, tile: TileSource = DEFAULT_TILE) -> dict[str, str]:
+def _spelled_for_gxx(text: str) -> str:
+    return _NOINLINE.sub("__attribute__((noinline))", text)
+
+
+def emulator_sources(source: str, contract: KernelContract, tile: TileSource = DEFAULT_TILE,
+                     headers: dict[str, str] | None = None) -> dict[str, str]:
     """The two files the harness includes: the student's device side (with the tile size probe, which
-    defines SGEMM_GRADER_TILE) and the launch of their kernel."""
-    device = _NOINLINE.sub("__attribute__((noinline))", instrument(device_side(source)))
+    defines SGEMM_GRADER_TILE) and the launch of their kernel; and beside them, where `#include "name"`
+    finds them, the device side of each header handed in with the file (not instrumented: the emulator's
+    line marks would give its lines as kernel.cu's)."""
+    device = _spelled_for_gxx(instrument(device_side(source, headers or ())))
     return {
+        **{name: _spelled_for_gxx(device_side(text, headers)) for name, text in (headers or {}).items()},
         "student.cu": (f'#line 1 "{STUDENT_FILE}"\n{device}\n'
                        '#line 1 "<grader: tile size probe>"\n'
                        + tile.chain("#define SGEMM_GRADER_TILE {}")),
@@ -108,12 +116,13 @@ def _launch(contract: KernelContract) -> str:
 
 
 def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Path,
-          workdir: Path, sandbox: Sandbox, timeout_s: float) -> Build:
+          workdir: Path, sandbox: Sandbox, timeout_s: float, headers: dict[str, str] | None = None) -> Build:
     cxx = compiler()
     if cxx is None:
         return Build(None, "the CPU emulator needs a C++ compiler (g++), and none is on PATH")
-    sources = emulator_sources(source, contract, tile)
+    sources = emulator_sources(source, contract, tile, headers)
     inputs = [*sources.values(), (HERE / "harness.cpp").read_text(), (HERE / "cuda_emu.h").read_text()]
+    inputs += sorted(headers or {})  # a header's name, beside its text, decides which #include finds it
     key = hashlib.sha256("\0".join([*inputs, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
     cached = Path(cache_dir, "cpu", key)
     if cached.is_file():
@@ -138,6 +147,7 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
     if process.returncode != 0:
         log = output.decode("utf-8", "replace")[:1 << 20]
         built = sources["student.cu"].split("\n", 1)[1]  # after its `#line 1 "kernel.cu"`
+        log = log.replace(f"{folder}/", "")  # a handed-in header's diagnostics name it alone: `tiling.cuh:5:3:`
         return Build(None, compiler_message(log, source, built), log[:MAX_LOG])
     try:
         _store_atomically(binary, cached)

@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
     workdir = Path(job.workdir)
     try:
         built = build(job.original_source, job.contract, job.tile, Path(job.cache_dir), workdir, sandbox,
-                      COMPILE_TIMEOUT_S)
+                      COMPILE_TIMEOUT_S, job.headers)
     except (OSError, SandboxFailed) as error:  # the compiler could not be run or read at all: the grader's
         built = Build(None, f"the C++ compiler could not be run: {error}")
     if built.binary is None:
