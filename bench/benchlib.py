@@ -1,10 +1,12 @@
 """What the bench scripts share: the project's config with its own cache, a generated class, a grade alone."""
 from __future__ import annotations
 
+import io
 import json
 import random
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,3 +84,12 @@ def corpus_cubin(folder: Path, kernel: str, arch: str) -> Path:
     """A corpus submission's kernel, as the GPU child builds a student's (with the grader's hooks)."""
     source = (ROOT / "tests" / "submissions" / kernel / "kernel.cu").read_text()
     return build_cubin(folder, kernel, prepare_source(source), arch)
+
+
+def archive(student: Path) -> bytes:
+    """The student's folder as the zip an LMS container sends."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zipped:
+        for file in student.iterdir():
+            zipped.write(file, file.name)
+    return buffer.getvalue()

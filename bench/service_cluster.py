@@ -14,7 +14,6 @@ Each of the three graders has its own fresh compile cache, so none reuses anothe
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
@@ -26,12 +25,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-import zipfile
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
-from benchlib import ROOT, config_with_cache, generate, grade_alone
+from benchlib import ROOT, archive, config_with_cache, generate, grade_alone
 
 from grader.cluster import WORKER_CACHE
 from grader.config import load_config
@@ -135,15 +133,6 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, 9)
-
-
-def archive(student: Path) -> bytes:
-    """The student's folder as the zip an LMS container sends."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as zipped:
-        for file in student.iterdir():
-            zipped.write(file, file.name)
-    return buffer.getvalue()
 
 
 def compare(left: dict[str, SubmissionResult], right: dict[str, SubmissionResult], names: list[str],

@@ -18,7 +18,6 @@ misses it.
 """
 from __future__ import annotations
 
-import io
 import json
 import secrets
 import socket
@@ -29,12 +28,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-import zipfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchlib import MIX, ROOT, config_with_cache, generate
+from benchlib import MIX, ROOT, archive, config_with_cache, generate
 
 from grader.config import load_config
 from grader.result import SubmissionResult
@@ -93,14 +91,6 @@ class Service:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-
-
-def archive(student: Path) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as zipped:
-        for file in student.iterdir():
-            zipped.write(file, file.name)
-    return buffer.getvalue()
 
 
 def one_student(service: Service, student: Path, at: float, start: float) -> dict:
