@@ -121,8 +121,18 @@ def test_killed_and_resumed_gives_the_same_grades_as_one_run(small_config, tmp_p
     assert grades(broken) == grades(whole)
 
 
+# good_basic whose first thread spins a while before its work: the last student of a class stays in grading
+# for seconds, so a Ctrl-C sent once the first result is stored always finds the batch running (with warm
+# caches the whole class once finished before the signal came, on a loaded machine).
+SLOW_GOOD = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text().replace(
+    "{\n", "{\n    if (threadIdx.x + threadIdx.y + blockIdx.x + blockIdx.y == 0) {\n"
+    "        volatile unsigned long spin = 0;\n        while (spin < 200000000ul) ++spin;\n    }\n", 1)
+
+
 def test_ctrl_c_stops_the_batch_and_resume_finishes_it(small_config, tmp_path):
     folder = class_folder(tmp_path)
+    (folder / "zz_slow").mkdir()
+    (folder / "zz_slow" / "kernel.cu").write_text(SLOW_GOOD)
     out = tmp_path / "out"
     running = batch(small_config, folder, "-o", out, "--jobs", "1")
     deadline = time.monotonic() + 120
@@ -133,7 +143,7 @@ def test_ctrl_c_stops_the_batch_and_resume_finishes_it(small_config, tmp_path):
     assert running.returncode == 130 and "--resume" in stderr and "Traceback" not in stderr
     resumed = batch(small_config, folder, "-o", out, "--resume")
     resumed.communicate(timeout=180)
-    assert resumed.returncode == 0 and len(grades(out)) == len(CLASS) + 1
+    assert resumed.returncode == 0 and len(grades(out)) == len(CLASS) + 2  # the points-possible row and zz_slow
 
 
 def test_force_regrades_everyone(small_config, tmp_path):
