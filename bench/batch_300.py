@@ -28,8 +28,8 @@ from pathlib import Path
 from benchlib import ROOT, config_with_cache, generate, grade_alone
 
 from grader.config import load_config
+from grader.judge.verdicts import differences
 from grader.result import SubmissionResult
-from grader.verdicts import differences
 
 TARGET_S, TARGET_COUNT = 180.0, 300  # the target: 300 submissions in 180 s; a smaller class meets its share
 class GpuBusy:

@@ -19,8 +19,8 @@ from benchlib import ROOT, config_with_cache
 
 from grader.cases import load_cases
 from grader.config import load_config
+from grader.judge.truths import warm
 from grader.pipeline import GPU, RunPlan, grade
-from grader.truths import warm
 
 TOP = 18
 

@@ -34,8 +34,8 @@ from benchlib import ROOT, archive, config_with_cache, generate, grade_alone
 from grader.cluster import WORKER_CACHE
 from grader.config import load_config
 from grader.execute.gpu_detect import local_gpus
+from grader.judge.verdicts import differences
 from grader.result import SubmissionResult
-from grader.verdicts import differences
 
 THROUGHPUT_TARGET = 0.9  # the service's submissions per second over the batch's
 POLL_S = 0.5

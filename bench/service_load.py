@@ -35,8 +35,8 @@ from pathlib import Path
 from benchlib import MIX, ROOT, archive, config_with_cache, generate
 
 from grader.config import load_config
+from grader.judge.verdicts import differences
 from grader.result import SubmissionResult
-from grader.verdicts import differences
 
 THROUGHPUT_TARGET = 0.9
 POLL_S = 0.5

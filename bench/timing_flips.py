@@ -18,8 +18,8 @@ from pathlib import Path
 from benchlib import ROOT, config_with_cache, generate
 
 from grader.config import load_config
+from grader.judge.timing import CLOSE
 from grader.result import TIMING, SubmissionResult
-from grader.timing import CLOSE
 
 MIX = [("good_basic", 8), ("good_tile8_renamed", 4), ("good_tile32_macro_sync", 4), ("slow_uncoalesced", 8),
        ("missing_load_barrier", 4), ("call_counter", 2), ("b_wrong_stride", 2)]

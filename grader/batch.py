@@ -29,13 +29,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import __version__, truths
+from . import __version__
 from .cases import Case
 from .config import Config
 from .execute.gpu_detect import local_gpus
 from .execute.runner import Placement
 from .execute.sandbox import ONE_BLAS_THREAD
-from .intake import Entry, Intake, Refusal, discover
+from .intake.intake import Entry, Intake, Refusal, discover
+from .judge import truths
 from .pipeline import CPU, GPU, RunPlan, device_lock, not_graded
 from .report.exports import ExportOptions, class_files
 from .report.json_report import to_json

@@ -33,6 +33,7 @@ from .errors import UsageError
 from .execute.cpu.build import compiler
 from .execute.gpu_detect import gpu_unavailable_reason, local_gpus
 from .execute.sandbox import SandboxUnavailable, detect
+from .intake.submission import SubmissionError, find_kernel_noted, locate, read_headers
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
 from .report import render, write_json, write_junit
 from .report.canvas_csv import HOLD, SCALE, CanvasOptions, RosterRow, read_roster
@@ -40,7 +41,6 @@ from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
 from .report.status import status_label
 from .result import GRADER_ERROR, SubmissionResult
-from .submission import SubmissionError, find_kernel_noted, locate, read_headers
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"

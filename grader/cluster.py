@@ -27,7 +27,7 @@ from .cases import Case
 from .config import Config
 from .errors import UsageError
 from .execute.proc import PR_SET_PDEATHSIG
-from .intake import Entry
+from .intake.intake import Entry
 from .pipeline import GPU, RunPlan, not_graded
 from .result import GRADER_ERROR, SubmissionResult
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from .build_failure import BuildFailure, classify
 from .cases import Case
 from .config import Config
-from .device_side import HOST_CODE_LEFT_OUT, device_side
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import SanitizerRun, sanitize
 from .execute.compile import (
@@ -32,8 +31,8 @@ from .execute.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
 from .execute.sandbox import Sandbox, detect
-from .include_policy import check_source, drop_host_headers
-from .include_policy import describe as describe_violations
+from .intake.submission import KERNEL_FILE, Submission, SubmissionError, locate, missing_headers, read_submission
+from .judge.timing import NAME as TIMING_NAME
 from .result import (
     CASE,
     COMPILE,
@@ -55,11 +54,12 @@ from .result import (
 )
 from .rubric import Rubric
 from .run_events import RunEvents
-from .signature import hip_problem, signature_problem
-from .static_check import find_kernels, static_checks
-from .submission import KERNEL_FILE, Submission, SubmissionError, locate, missing_headers, read_submission
-from .tile_size import launched_without_tile_size, tile_constant
-from .timing import NAME as TIMING_NAME
+from .source.device_side import HOST_CODE_LEFT_OUT, device_side
+from .source.include_policy import check_source, drop_host_headers
+from .source.include_policy import describe as describe_violations
+from .source.signature import hip_problem, signature_problem
+from .source.static_check import find_kernels, static_checks
+from .source.tile_size import launched_without_tile_size, tile_constant
 
 GPU, CPU = "gpu", "cpu"
 CPU_NOTE = "CPU emulation: correctness checked, timing skipped"

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from .cases import Case
 from .config import Config
 from .diagnose.run import NAME as SANITIZER_NAME
+from .judge.timing import NAME as TIMING_NAME
 from .result import CASE, COMPILE, PUBLIC, SANITIZER, SKIPPED, STATIC, TIMING, CheckResult, skipped
-from .static_check import STATIC_CHECKS
-from .timing import NAME as TIMING_NAME
+from .source.static_check import STATIC_CHECKS
 
 COMPILE_NAME = "compile"
 

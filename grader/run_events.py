@@ -11,15 +11,17 @@ from pathlib import Path
 import numpy as np
 
 from .cases import Case
-from .compare import CaseRun, judge_case
 from .config import MAX_LAUNCHES_PER_CASE, Config
-from .device_side import HOST_CODE_LEFT_OUT
 from .execute.cpu.messages import describe_collision, describe_problem, describe_races, describe_unstored_read
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
-from .findings import Finding
-from .inputs import guarded_size, split_guarded
-from .locate import stored_over
+from .judge.compare import CaseRun, judge_case
+from .judge.findings import Finding
+from .judge.inputs import guarded_size, split_guarded
+from .judge.locate import stored_over
+from .judge.timing import NAME as TIMING_NAME
+from .judge.timing import RETIME_FACTOR, judge_timing, needs_retime
+from .judge.truths import case_truth
 from .result import (
     CASE,
     COMPILE,
@@ -36,9 +38,7 @@ from .result import (
     passed,
     skipped,
 )
-from .timing import NAME as TIMING_NAME
-from .timing import RETIME_FACTOR, judge_timing, needs_retime
-from .truths import case_truth
+from .source.device_side import HOST_CODE_LEFT_OUT
 
 FAULTS = (
     ("illegal memory access", "kernel fault: illegal memory access: a load or store went outside A, B or C; "

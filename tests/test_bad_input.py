@@ -10,7 +10,7 @@ from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx, needs_nvcc
 
 from grader.cli import main
-from grader.submission import decode_source
+from grader.intake.submission import decode_source
 
 GOOD = (SUBMISSIONS / "good_basic" / "kernel.cu").read_bytes()
 

@@ -168,7 +168,7 @@ def test_the_resume_fingerprint_changes_with_the_graders_own_code(tmp_path):
         return run.stdout.strip()
 
     before = digest()
-    timing = tmp_path / "grader" / "timing.py"
+    timing = tmp_path / "grader" / "judge" / "timing.py"
     timing.write_text(timing.read_text() + "\n# a fix in a new release\n")
     assert digest() != before
 
@@ -215,8 +215,8 @@ def test_a_run_queued_behind_a_timing_turn_longer_than_its_limit_gets_its_verdic
     """The device is held alone (as by a timing measurement) until both students wait for their turn, then
     for 1.5 times the 2 s run limit: each gets exactly the verdicts it gets alone."""
     from grader.config import load_config
+    from grader.judge.verdicts import differences
     from grader.pipeline import CPU, device_lock
-    from grader.verdicts import differences
 
     folder = tmp_path / "class"
     for name in ("good_basic", "truncated_phases"):

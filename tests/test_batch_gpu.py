@@ -10,8 +10,8 @@ from conftest import ROOT, SUBMISSIONS
 from hardware import needs_gpu, needs_sanitizer
 
 from grader.config import load_config
+from grader.judge.verdicts import differences
 from grader.result import GRADED, TIMING, SubmissionResult
-from grader.verdicts import differences
 
 pytestmark = [pytest.mark.gpu, needs_gpu, needs_sanitizer]
 # correct, correct but slow, wrong, racy, and one that hangs, side by side

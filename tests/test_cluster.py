@@ -23,8 +23,8 @@ from grader.cases import load_cases
 from grader.cluster import WORKER_CACHE
 from grader.cluster_tls import CA, ROLES, cert_file, key_file, make_certificates
 from grader.config import load_config
+from grader.judge.verdicts import differences
 from grader.pipeline import CPU, RunPlan, grade
-from grader.verdicts import differences
 
 CLASS = ("good_basic", "compile_error", "wrong_kernel_name")
 

@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from grader.compare import CaseRun, judge_case, truth_of
-from grader.inputs import GUARD_BEFORE, GUARD_BITS, guarded_c, make_inputs, split_guarded
-from grader.locate import STORE_INDEX_FIX, stored_over
+from grader.judge.compare import CaseRun, judge_case, truth_of
+from grader.judge.inputs import GUARD_BEFORE, GUARD_BITS, guarded_c, make_inputs, split_guarded
+from grader.judge.locate import STORE_INDEX_FIX, stored_over
+from grader.judge.tolerance import EPS32, error_bound
 from grader.result import ERROR, FAILED, PASSED
-from grader.tolerance import EPS32, error_bound
 
 TILE = 16
 

@@ -6,7 +6,7 @@ from hardware import needs_nvcc
 from grader.config import load_config
 from grader.execute.compile import compile_check
 from grader.result import FAILED, PASSED
-from grader.static_check import find_kernels, static_checks
+from grader.source.static_check import find_kernels, static_checks
 
 POINTS = {"shared_tiles": 2, "load_barrier": 4, "use_barrier": 4}
 LOAD, USE, TILES = "barrier after loading tiles", "barrier after using tiles", "shared-memory tiles"
@@ -112,7 +112,7 @@ def test_a_declaration_the_lab_cannot_launch_is_told_as_such_before_compiling(na
 ])
 def test_the_kernels_declaration_is_checked_against_how_the_lab_launches_it(declaration, problem):
     from grader.contract import KernelContract
-    from grader.signature import signature_problem
+    from grader.source.signature import signature_problem
 
     found = signature_problem(f"__global__ void mysgemm({declaration}) {{}}", KernelContract())
     assert problem in found if problem else found == ""

@@ -1,7 +1,6 @@
 """The CPU backend's pure parts: device-side extraction, shared-access instrumentation, student texts."""
 from conftest import SUBMISSIONS
 
-from grader.device_side import device_side
 from grader.execute.cpu.instrument import instrument
 from grader.execute.cpu.messages import (
     describe_collision,
@@ -9,6 +8,7 @@ from grader.execute.cpu.messages import (
     describe_races,
     describe_unstored_read,
 )
+from grader.source.device_side import device_side
 
 WITH_HOST = """#include <iostream>
 #include <stdio.h>

@@ -15,10 +15,10 @@ from hardware import needs_cxx, needs_nvcc
 
 from grader.cases import load_cases
 from grader.config import load_config
-from grader.intake import discover
+from grader.intake.intake import discover
+from grader.intake.student_archive import read_student_archive
 from grader.pipeline import RunPlan, grade
 from grader.result import COMPILE_ERROR, GRADED, PASSED, SUBMISSION_ERROR
-from grader.student_archive import read_student_archive
 
 pytestmark = [needs_cxx, needs_nvcc]
 HEADER = "tiling.cuh"

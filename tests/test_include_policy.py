@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hardware import needs_nvcc
 
-from grader.include_policy import (
+from grader.source.include_policy import (
     ASSEMBLY,
     DEFAULT_ALLOWED_HEADERS,
     DIRECTIVE,

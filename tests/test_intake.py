@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.intake import Entry, Intake, Limits, Refusal, discover, safe_name
-from grader.submission import read_submission
+from grader.intake.intake import Entry, Intake, Limits, Refusal, discover, safe_name
+from grader.intake.submission import read_submission
 
 
 def kernel(tag: str) -> bytes:

@@ -26,7 +26,7 @@ from grader.execute.late_warps import SKEW_SYMBOL
 from grader.execute.mangling import demangle
 from grader.pipeline import RunPlan, grade
 from grader.result import ERROR, GRADED, PASSED, SUBMISSION_ERROR
-from grader.signature import signature_problem
+from grader.source.signature import signature_problem
 
 LAB = "_Z7mysgemmiiiPKfS0_Pf"  # mysgemm(int, int, int, const float *, const float *, float *)
 # Valid CUDA a student may write, each graded in full on both backends (tests/submissions/README.md).

@@ -5,7 +5,7 @@ import pytest
 
 from grader.cases import Case
 from grader.config import Config
-from grader.inputs import GUARD_BEFORE, guarded_c, make_inputs
+from grader.judge.inputs import GUARD_BEFORE, guarded_c, make_inputs
 from grader.result import ERROR, FAILED, PASSED
 from grader.run_events import RunEvents
 
@@ -65,7 +65,7 @@ def test_a_child_that_claims_impossible_launch_counts_breaks_the_case(tmp_path, 
 def test_a_case_truth_is_computed_once_per_machine_and_read_back_the_same(tmp_path):
     """The float64 truth is stored in the grader's cache: a batch's workers read it instead of each
     recomputing it; a damaged file is computed again, never trusted."""
-    from grader import truths
+    from grader.judge import truths
 
     config = Config()
     config.compile.cache_dir = str(tmp_path)

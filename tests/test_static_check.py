@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from grader.result import FAILED, PASSED, SKIPPED, STATIC
-from grader.static_check import find_kernels, static_checks
+from grader.source.static_check import find_kernels, static_checks
 
 POINTS = {"shared_tiles": 2.0, "load_barrier": 1.5, "use_barrier": 1.0}
 NAMES = ["shared-memory tiles", "barrier after loading tiles", "barrier after using tiles"]
@@ -489,7 +489,7 @@ def test_unbalanced_braces_still_get_an_answer():
 
 
 def test_internal_error_is_reported_not_raised(monkeypatch):
-    import grader.static_check as static_check
+    import grader.source.static_check as static_check
 
     def broken(scope):
         raise RuntimeError("boom")
@@ -505,12 +505,12 @@ def test_a_submission_is_parsed_once_and_the_tree_shared_by_every_stage(monkeypa
     grading it (and preparing its GPU job) parses each distinct text once."""
     from conftest import SUBMISSIONS
 
-    import grader.cuda_syntax as cs
+    import grader.source.cuda_syntax as cs
     from grader.cases import load_cases
     from grader.config import load_config
     from grader.execute.sandbox import detect
+    from grader.intake.submission import read_submission
     from grader.pipeline import RunPlan, _job, grade
-    from grader.submission import read_submission
 
     parsed = []
     real = cs.parse_text

@@ -3,7 +3,7 @@ evaluate after the file (a kernel-local constant is written out)."""
 import pytest
 from conftest import SUBMISSIONS
 
-from grader.tile_size import tile_constant
+from grader.source.tile_size import tile_constant
 
 GOOD = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
 

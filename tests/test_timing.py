@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from hardware import needs_nvcc
 
-from grader.timing import RETIME_FACTOR, judge_timing, needs_retime
+from grader.judge.timing import RETIME_FACTOR, judge_timing, needs_retime
 
 ROOT = Path(__file__).resolve().parent.parent
 

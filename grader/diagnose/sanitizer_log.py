@@ -414,7 +414,7 @@ def describe(report: SanitizerReport, buffers: Mapping[str, tuple[int, int]] | N
 def syncthreads_lines(source: str) -> list[int]:
     """Lines of live __syncthreads()-family calls in a CUDA source (directly or through a macro),
     comments, strings and `#if 0` groups excluded."""
-    from grader import cuda_syntax as cs
+    from grader.source import cuda_syntax as cs
 
     root = cs.parse(source).root_node
     macros = cs.macros_mentioning(cs.macro_definitions(root), BARRIER_FUNCTIONS)

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ..contract import REFERENCE, KernelContract
-from ..inputs import GUARD_BEFORE, POISON_BITS, guard_after, guarded_layout, guarded_size, make_inputs
-from ..tolerance import uniform_bound
+from ..judge.inputs import GUARD_BEFORE, POISON_BITS, guard_after, guarded_layout, guarded_size, make_inputs
+from ..judge.tolerance import uniform_bound
 from .compile import (
     COUNT_KERNEL,
     DIFFER_KERNEL,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
+from grader.intake.submission import KERNEL_FILE
 from grader.report.points import format_points
 from grader.report.status import status_label
 from grader.report.student_view import NOT_CHECKED, student_message
@@ -24,7 +25,6 @@ from grader.result import (
     CheckResult,
     SubmissionResult,
 )
-from grader.submission import KERNEL_FILE
 
 
 def _points(check: CheckResult) -> str:

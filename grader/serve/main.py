@@ -5,10 +5,10 @@ import logging
 import os
 from pathlib import Path
 
-from .. import truths
 from ..cases import Case
 from ..config import Config
 from ..errors import UsageError
+from ..judge import truths
 from ..pipeline import GPU, RunPlan
 from ..schema import load_yaml
 from .store import JobStore

@@ -15,11 +15,11 @@ from ..batch import Workers
 from ..cases import Case
 from ..cluster import grade_task, remote_task, task_resources, task_result
 from ..config import Config
-from ..intake import Entry
-from ..intake_archive import safe_name
+from ..intake.archive import safe_name
+from ..intake.intake import Entry
+from ..intake.student_archive import read_student_archive
 from ..pipeline import RunPlan, not_graded
 from ..result import GRADER_ERROR, SubmissionResult
-from ..student_archive import read_student_archive
 from .store import Job, JobStore
 
 IDLE_POLL_S = 0.2

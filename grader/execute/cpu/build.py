@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...contract import DEFAULT_TILE, KernelContract, TileSource
-from ...device_side import device_side
+from ...source.device_side import device_side
 from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE, same_place
 from ..proc import BACKGROUND_NICE, kill_group
 from ..protocol import read_untrusted

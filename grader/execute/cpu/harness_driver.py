@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...inputs import GUARD_BEFORE, guarded_c, make_inputs
+from ...judge.inputs import GUARD_BEFORE, guarded_c, make_inputs
 from ..job import CaseSpec, Job
 from ..proc import die_with_parent
 from ..protocol import Channel, harness_report, read_untrusted

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tree_sitter import Node
 
-from ... import cuda_syntax as cs
+from ...source import cuda_syntax as cs
 
 READ, WRITE, UPDATE, AT = "CUDA_EMU_READ", "CUDA_EMU_WRITE", "CUDA_EMU_UPDATE", "CUDA_EMU_AT"
 STORE = "CUDA_EMU_STORE"

@@ -7,8 +7,8 @@ no barrier between them.
 """
 from __future__ import annotations
 
-from ...findings import Finding
-from ...inputs import GUARD_BEFORE, guard_after
+from ...judge.findings import Finding
+from ...judge.inputs import GUARD_BEFORE, guard_after
 
 LOAD_BARRIER = ("the barrier after loading the tiles is missing: add __syncthreads() after the loads, "
                 "before any thread reads the tiles")

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from grader import cuda_syntax as cs
 from grader.result import STATIC, CheckResult, errored, failed, passed, skipped
+from grader.source import cuda_syntax as cs
 
 TILES = "shared-memory tiles"
 LOAD_BARRIER = "barrier after loading tiles"

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..contract import MATRICES, KernelContract
 from . import cuda_syntax as cs
-from .contract import MATRICES, KernelContract
 
 # C spellings that are a 32-bit int, as the launchers pass them.
 INT_TYPES = {"int", "signed", "signed int", "unsigned", "unsigned int", "int32_t", "uint32_t"}

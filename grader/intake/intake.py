@@ -72,7 +72,7 @@ from pathlib import Path
 
 import yaml
 
-from .intake_archive import (
+from .archive import (
     ArchiveRefused,
     Bad,
     Budget,

@@ -7,7 +7,7 @@ way on another day).
 """
 from __future__ import annotations
 
-from .result import TIMING, CheckResult, SubmissionResult
+from ..result import TIMING, CheckResult, SubmissionResult
 from .timing import CLOSE
 
 

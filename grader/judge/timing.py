@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from .result import TIMING, CheckResult, failed, passed
+from ..result import TIMING, CheckResult, failed, passed
 
 NAME = "speed vs reference"
 CLOSE = 0.03  # a ratio within 3% of the limit is too close to call from one measurement

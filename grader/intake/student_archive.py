@@ -3,7 +3,7 @@
 The kernel is chosen by the rule of everything one student hands in, Gradescope's upload included
 (submission.choose_kernel): kernel.cu at the archive's top, else the only kernel.cu up to four folders down;
 several below the top are refused, naming each. The student is told which file was graded. The archive is
-read as batch intake reads one (intake_archive.zip_tree): nothing is extracted but the chosen kernel, and
+read as batch intake reads one (archive.zip_tree): nothing is extracted but the chosen kernel, and
 every member refused on the way (`../etc/passwd`, links, devices, encrypted, zip bombs, names that collide)
 is listed in the notes with the reason, whether or not the kernel was found.
 """
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .intake_archive import ArchiveRefused, Budget, Limits, Refused, zip_tree
+from .archive import ArchiveRefused, Budget, Limits, Refused, zip_tree
 from .submission import KERNEL_DEPTH, KERNEL_FILE, SubmissionError, choose_kernel, is_hidden
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .cases import Case
+from ..cases import Case
+from ..config import Config
 from .compare import Truth, truth_of
-from .config import Config
 from .inputs import make_inputs
 
 VERSION = "1"  # bump when make_inputs or the bound changes

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..result import CASE, CheckResult, errored, failed, passed
 from .findings import Finding, facts_and_fixes
 from .inputs import GUARD_BEFORE, GUARD_BITS, POISON_BITS, split_guarded
 from .locate import locate_errors
-from .result import CASE, CheckResult, errored, failed, passed
 from .tolerance import error_bound, within
 
 SHOWN_ELEMENTS = 5

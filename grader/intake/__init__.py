@@ -1,0 +1,1 @@
+"""Intake: the paths handed in to one folder per student."""

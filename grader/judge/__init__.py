@@ -1,0 +1,1 @@
+"""The judge: numbers to verdicts and findings (pure, no GPU)."""
