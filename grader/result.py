@@ -86,6 +86,30 @@ def skipped(name: str, kind: str, points: float, message: str, **extra: Any) -> 
     return CheckResult(name, kind, SKIPPED, 0.0, points, message, **extra)
 
 
+# Kinds of performance feedback (Feedback.what)
+UNCOALESCED_LOAD = "uncoalesced load"
+UNCOALESCED_STORE = "uncoalesced store"
+BANK_CONFLICT = "bank conflict"
+OCCUPANCY = "occupancy"
+SPILLS = "register spills"
+THROUGHPUT = "throughput"
+
+
+@dataclass
+class Feedback:
+    """One way to make the kernel faster, from evidence the grader observed (the emulator's view of every
+    access, the compiled kernel's resources, or Nsight Compute on a GPU). Advice only: worth no points."""
+
+    what: str  # one of the kinds above
+    message: str  # the finding in the student's terms, at their line: "line 12: each warp's load of B ..."
+    advice: str  # what to change
+    line: int | None = None  # in the student's file; None for the kernel as a whole
+    value: float | None = None  # the student's figure (sectors per request, conflict ways, occupancy %)
+    reference_value: float | None = None  # the reference kernel's figure on the same case
+    unit: str = ""  # of value and reference_value: "sectors per request", "way", "%", "registers"
+    source: str = ""  # who observed it: "emulator", "compiler", "ncu"
+
+
 @dataclass
 class SubmissionResult:
     submission: str
@@ -118,6 +142,8 @@ class SubmissionResult:
     # Set when no grade came for the grader's or a service's sake (the grading service refused or could not be
     # reached): what happened, for the instructor, who finds these rows by it and grades them again.
     regrade_reason: str = ""
+    # How to make it faster (issue 26): advice from observed evidence, worth no points; most telling first.
+    feedback: list[Feedback] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -160,6 +186,7 @@ class SubmissionResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SubmissionResult:
-        fields = {k: v for k, v in data.items() if k not in ("score", "max_score", "status", "checks")}
+        fields = {k: v for k, v in data.items() if k not in ("score", "max_score", "status", "checks", "feedback")}
         checks = [CheckResult(**c) for c in data.get("checks", [])]
-        return cls(checks=checks, **fields)
+        feedback = [Feedback(**f) for f in data.get("feedback", [])]
+        return cls(checks=checks, feedback=feedback, **fields)
