@@ -20,13 +20,8 @@ from .cases import Case
 from .config import Config
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import SanitizerRun, sanitize
-from .execute.compile import (
-    CompileOutcome,
-    compile_check,
-    nvcc_path,
-    prepare_source,
-    reference_module_source,
-)
+from .execute import check_cache
+from .execute.compile import CompileOutcome, nvcc_path, prepare_source, reference_module_source
 from .execute.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
@@ -381,11 +376,11 @@ def _compile_with_fallback(submission: Submission, config: Config, sandbox: Sand
     """nvcc on the whole file, as SourceModule would; on failure, on its device side alone."""
     options, arch, timeout = config.compile.options, config.compile.arch_without_gpu, config.timeouts.compile_s
     contract, source, headers = config.kernel.contract(), submission.source, submission.headers
-    outcome = compile_check(source, arch, options, timeout, sandbox, contract, headers)
+    outcome = check_cache.checked(config.cache_dir, source, arch, options, timeout, sandbox, contract, headers)
     device = device_side(source, headers)
     if outcome.ok or outcome.timed_out or outcome.grader_fault or device == source:
         return outcome
-    fallback = compile_check(device, arch, options, timeout, sandbox, contract, headers)
+    fallback = check_cache.checked(config.cache_dir, device, arch, options, timeout, sandbox, contract, headers)
     if fallback.mismatch:
         return fallback
     return CompileOutcome(True, f"{fallback.message} ({HOST_CODE_LEFT_OUT})") if fallback.ok else outcome
