@@ -18,6 +18,7 @@ from pathlib import Path
 from .build_failure import BuildFailure, classify
 from .cases import Case
 from .config import Config
+from .diagnose.resources import add_compiler_feedback
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import SanitizerRun, sanitize
 from .execute.compile import (
@@ -183,6 +184,7 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     if plan.backend is None:
         result.message = plan.skip_reason
         compiled = compile_without_gpu(submission, config, sandbox)
+        add_compiler_feedback(result, compiled.check, compiled.cubin, config, sandbox, None)
         result.checks = rubric.results([compiled.check, *statics], plan.skip_reason)
         result.outcome = compiled.outcome
         if compiled.outcome == GRADER_ERROR:
@@ -194,6 +196,8 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         return _settled(result, config)
     run = run_child(submission, config, cases, GPU, plan)
     _take_run(result, run)
+    if run.compile_check.passed:
+        add_compiler_feedback(result, run.compile_check, run.student_cubin, config, sandbox, run.tile_size)
     made = [*run.made_checks(), *statics]
     diagnosis = _sanitizer_check(submission, config, run, plan) if rubric.has(SANITIZER_NAME) else None
     if diagnosis is not None:
@@ -321,6 +325,8 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
             made = _held_for_gpu(result, nvcc, emulated, failure, run)
     elif run.compile_check.passed and nvcc.passed:
         run.compile_check.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
+    shown = next((check for check in made if check.kind == COMPILE), nvcc)
+    add_compiler_feedback(result, shown, compiled.cubin, config, sandbox_of(plan), run.tile_size)
     return [*made, *needs_gpu]
 
 
@@ -359,6 +365,7 @@ def not_graded(path: Path, config: Config, cases: list[Case], reason: str,
 class CompiledWithoutGpu:
     check: CheckResult
     outcome: str  # graded, compile error or timed out
+    cubin: bytes = b""  # nvcc's cubin for compile.arch_without_gpu, when it compiled
 
 
 def compile_without_gpu(submission: Submission, config: Config, sandbox: Sandbox) -> CompiledWithoutGpu:
@@ -374,7 +381,7 @@ def compile_without_gpu(submission: Submission, config: Config, sandbox: Sandbox
         outcome = TIMED_OUT if compiled.timed_out else SUBMISSION_ERROR if compiled.mismatch else COMPILE_ERROR
         return CompiledWithoutGpu(errored("compile", COMPILE, points, compiled.message), outcome)
     message = f"{compiled.message} (for {config.compile.arch_without_gpu}, no GPU run)"
-    return CompiledWithoutGpu(passed("compile", COMPILE, points, message), GRADED)
+    return CompiledWithoutGpu(passed("compile", COMPILE, points, message), GRADED, compiled.cubin)
 
 
 def _compile_with_fallback(submission: Submission, config: Config, sandbox: Sandbox) -> CompileOutcome:
@@ -388,7 +395,8 @@ def _compile_with_fallback(submission: Submission, config: Config, sandbox: Sand
     fallback = compile_check(device, arch, options, timeout, sandbox, contract, headers)
     if fallback.mismatch:
         return fallback
-    return CompileOutcome(True, f"{fallback.message} ({HOST_CODE_LEFT_OUT})") if fallback.ok else outcome
+    return (CompileOutcome(True, f"{fallback.message} ({HOST_CODE_LEFT_OUT})", cubin=fallback.cubin) if fallback.ok
+            else outcome)
 
 
 def run_child(submission: Submission, config: Config, cases: list[Case], backend: str,
