@@ -18,6 +18,7 @@ from pathlib import Path
 from .build_failure import BuildFailure, classify
 from .cases import Case
 from .config import Config
+from .diagnose.profile import profile_submission
 from .diagnose.resources import add_compiler_feedback
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import SanitizerRun, sanitize
@@ -78,6 +79,7 @@ class RunPlan:
     note: str = ""  # why this backend, shown with the result
     placement: Placement | None = None  # which GPU, and its timing lock, in a batch
     sanitize: bool = False  # also run compute-sanitizer's diagnosis (GPU backend)
+    profile: bool = False  # also measure the kernel and the reference with Nsight Compute (GPU backend, advice)
     sandbox: Sandbox | None = None  # where student code runs; None: the strongest this machine allows
 
 
@@ -204,8 +206,23 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         made.append(diagnosis)
         if diagnosis.status == ERROR and result.outcome == GRADED:
             result.outcome = GRADER_ERROR  # the diagnosis could not run: graded again by --resume
+    if plan.profile and run.compile_check.passed and run.tile_size:
+        _profile(result, made, submission, config, run, plan)
     result.checks = rubric.results(made, run.not_run_reason)
     return _settled(result, config)
+
+
+def _profile(result: SubmissionResult, made: list[CheckResult], submission: Submission, config: Config,
+             run: RunEvents, plan: RunPlan) -> None:
+    """Nsight Compute's findings (advice, no points) and its figures on the timing check (or the compile check)."""
+    t = config.timing
+    found, figures = profile_submission(run.student_cubin, config.kernel.contract(), run.tile_size, (t.m, t.n, t.k),
+                                        config.reference_path.read_text(encoding="utf-8"), config.compile.options,
+                                        run.device, placement_of(plan, config), sandbox_of(plan), config.cache_dir,
+                                        config.timeouts.compile_s)
+    result.feedback += found
+    shown = next((c for c in made if c.kind == TIMING), run.compile_check)
+    shown.metrics["ncu"] = figures
 
 
 def _with_headers_after(submission: Submission) -> str:
