@@ -173,3 +173,13 @@ def test_a_cpu_grade_keeps_every_point_and_adds_the_advice(graders, tmp_path):
     assert heavy.outcome == "graded" and heavy.score == heavy.checkable_max  # advice costs no point
     [finding] = heavy.feedback
     assert finding.what == OCCUPANCY and "256 threads" in finding.message
+
+
+def test_the_lab_gpu_is_checked_in_config():
+    from grader.config import Config
+    from grader.errors import ConfigError
+    from grader.schema import build
+
+    assert build(Config, {"feedback": {"gpu": "sm_86"}}, "config.yaml").feedback.gpu == "sm_86"
+    with pytest.raises(ConfigError, match="feedback.gpu"):
+        build(Config, {"feedback": {"gpu": "sm_42"}}, "config.yaml")
