@@ -207,19 +207,23 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         if diagnosis.status == ERROR and result.outcome == GRADED:
             result.outcome = GRADER_ERROR  # the diagnosis could not run: graded again by --resume
     if plan.profile and run.compile_check.passed and run.tile_size:
-        _profile(result, made, submission, config, run, plan)
+        _profile(result, made, config, run, plan)
     result.checks = rubric.results(made, run.not_run_reason)
     return _settled(result, config)
 
 
-def _profile(result: SubmissionResult, made: list[CheckResult], submission: Submission, config: Config,
-             run: RunEvents, plan: RunPlan) -> None:
+def _profile(result: SubmissionResult, made: list[CheckResult], config: Config, run: RunEvents,
+             plan: RunPlan) -> None:
     """Nsight Compute's findings (advice, no points) and its figures on the timing check (or the compile check)."""
     t = config.timing
-    found, figures = profile_submission(run.student_cubin, config.kernel.contract(), run.tile_size, (t.m, t.n, t.k),
-                                        config.reference_path.read_text(encoding="utf-8"), config.compile.options,
-                                        run.device, placement_of(plan, config), sandbox_of(plan), config.cache_dir,
-                                        config.timeouts.compile_s)
+    try:
+        found, figures = profile_submission(run.student_cubin, config.kernel.contract(), run.tile_size,
+                                            (t.m, t.n, t.k), config.reference_path.read_text(encoding="utf-8"),
+                                            config.compile.options, run.device, placement_of(plan, config),
+                                            sandbox_of(plan), config.cache_dir, config.timeouts.compile_s)
+    except Exception:  # advice must never cost a grade
+        result.log += "\n[grader] Nsight Compute's profile failed:\n" + traceback.format_exc()
+        return
     result.feedback += found
     shown = next((c for c in made if c.kind == TIMING), run.compile_check)
     shown.metrics["ncu"] = figures
