@@ -81,3 +81,41 @@ def test_register_heavy_kernel_measures_lower_occupancy_than_the_reference(setup
 def test_the_reference_as_a_submission_gets_no_ncu_advice(setup, tmp_path):
     result = graded(setup, tmp_path, ROOT / "reference/kernel.cu", True)
     assert [f for f in result.feedback if f.source in ("ncu", "compiler")] == []
+
+
+def profiled(setup, tmp_path, name: str, tile: int):
+    """ncu's figures for one feedback kernel, compiled for this GPU as the grader compiles it."""
+    from grader.execute.compile import compile_check
+
+    config, _ = setup
+    plan = RunPlan(GPU)
+    compiled = compile_check((KERNELS / name / "kernel.cu").read_text(), device_arch(), config.compile.options, 120,
+                             sandbox_of(plan), config.kernel.contract())
+    assert compiled.ok, compiled.message
+    path = tmp_path / f"{name}.cubin"
+    path.write_bytes(compiled.cubin)
+    result = profile_cubin(path, config.kernel.contract(), tile, (1024, 1024, 1024), placement_of(plan, config),
+                           sandbox_of(plan), config.cache_dir)
+    assert result.profile is not None, result.problem
+    return result.profile
+
+
+def test_a_transposed_32_wide_tile_measures_32_ways_and_its_padded_twin_none(setup, tmp_path):
+    conflicted = profiled(setup, tmp_path, "bank_conflict", 32)
+    padded = profiled(setup, tmp_path, "bank_conflict_padded", 32)
+    assert conflicted.shared_load_ways >= 16 and conflicted.shared_store_ways >= 16, conflicted.figures()
+    assert padded.shared_load_ways <= 1.5 and padded.shared_store_ways <= 1.5, padded.figures()
+
+
+def test_the_uncoalesced_kernel_measures_many_sectors_per_request(setup, tmp_path):
+    figures = profiled(setup, tmp_path, "uncoalesced", 16).figures()
+    assert figures["sectors_per_load"] >= 8 and figures["sectors_per_store"] >= 8, figures
+
+
+@pytest.mark.parametrize("name, told", [("bank_conflict", True), ("bank_conflict_padded", False)])
+def test_a_graded_bank_conflict_is_told_and_right_answers_keep_their_points(setup, tmp_path, name, told):
+    from grader.result import BANK_CONFLICT, CASE
+
+    result = graded(setup, tmp_path, KERNELS / name / "kernel.cu", True)
+    assert all(c.passed for c in result.checks if c.kind == CASE), [c.message for c in result.checks]
+    assert (BANK_CONFLICT in {f.what for f in result.feedback if f.source == "ncu"}) == told, result.feedback

@@ -183,3 +183,13 @@ def test_the_lab_gpu_is_checked_in_config():
     assert build(Config, {"feedback": {"gpu": "sm_86"}}, "config.yaml").feedback.gpu == "sm_86"
     with pytest.raises(ConfigError, match="feedback.gpu"):
         build(Config, {"feedback": {"gpu": "sm_42"}}, "config.yaml")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name, tile, shared", [("bank_conflict", 32, 8192), ("bank_conflict_padded", 32, 8320),
+                                                ("uncoalesced", 16, 2048)])
+def test_the_other_feedback_kernels_compile_and_read(sandbox, name, tile, shared):
+    cubin = build((KERNELS / name / "kernel.cu").read_text(), sandbox)
+    student, found_tile = launched(cubin, CONTRACT, None)
+    assert found_tile == tile and student.threads == tile * tile
+    assert student.resources.static_shared == shared  # the A tile and the B tile (padded: 32 × 33 floats)
