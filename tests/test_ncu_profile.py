@@ -81,3 +81,16 @@ def test_ncu_is_asked_for_one_launch_of_the_kernel_by_its_symbol_into_a_file_of_
     assert pairs["--page"] == "raw" and pairs["--print-units"] == "base" and pairs["--launch-count"] == "1"
     assert pairs["--kernel-name"] == "_Z7mysgemmiiiPKfS0_Pf" and pairs["--kernel-name-base"] == "mangled"
     assert pairs["--log-file"] == "/w/ncu.csv" and pairs["--metrics"].split(",") == list(METRICS)
+
+
+def test_a_cluster_task_carries_profile_to_its_worker(tmp_path, config_file):
+    from grader.cluster import remote_task
+    from grader.config import load_config
+    from grader.intake.intake import Entry
+    from grader.pipeline import GPU, RunPlan
+
+    (tmp_path / "kernel.cu").write_text("__global__ void mysgemm() {}\n")
+    entry = Entry("s", "", "", tmp_path, "s", "kernel.cu")
+    config = load_config(config_file)
+    assert remote_task(entry, config, [], RunPlan(GPU, profile=True)).profile is True
+    assert remote_task(entry, config, [], RunPlan(GPU)).profile is False
