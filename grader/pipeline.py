@@ -12,7 +12,7 @@ import socket
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .build_failure import BuildFailure, classify
@@ -386,7 +386,7 @@ def not_graded(path: Path, config: Config, cases: list[Case], reason: str,
 class CompiledWithoutGpu:
     check: CheckResult
     outcome: str  # graded, compile error or timed out
-    cubin: bytes = b""  # nvcc's cubin for compile.arch_without_gpu, when it compiled
+    cubin: bytes = field(default=b"", repr=False)  # nvcc's cubin for compile.arch_without_gpu, when it compiled
 
 
 def compile_without_gpu(submission: Submission, config: Config, sandbox: Sandbox) -> CompiledWithoutGpu:

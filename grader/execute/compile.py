@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..build_failure import NVCC_EVIDENCE, classify
@@ -150,7 +150,8 @@ class CompileOutcome:
     timed_out: bool = False
     mismatch: bool = False  # it compiled, but its parameters are not the ones the lab launches it with
     grader_fault: str = ""  # nvcc failed for a reason that is not the student's (build_failure.py): the reason
-    cubin: bytes = b""  # what nvcc built (read bounded, as untrusted bytes): its resources make feedback
+    # What nvcc built (read bounded, as untrusted bytes): its resources make feedback. Kept out of repr (megabytes).
+    cubin: bytes = field(default=b"", repr=False)
 
 
 def compile_check(source: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox,
