@@ -94,3 +94,10 @@ def test_a_cluster_task_carries_profile_to_its_worker(tmp_path, config_file):
     config = load_config(config_file)
     assert remote_task(entry, config, [], RunPlan(GPU, profile=True)).profile is True
     assert remote_task(entry, config, [], RunPlan(GPU)).profile is False
+
+
+def test_a_table_in_ncus_automatic_units_reads_as_in_base_units():
+    # ms, cycle/nsecond, Msector and Ginst where base units print ns, hertz, sector and inst
+    auto, base = saved("reference_auto_units.csv"), saved("reference.csv")
+    assert auto.figures() == base.figures()
+    assert auto.metrics[GLOBAL_LD_SECTORS] == base.metrics[GLOBAL_LD_SECTORS] == 83_886_080

@@ -7,7 +7,9 @@ Two layouts are read, both as `ncu --csv --print-units base` writes them:
   then one column per metric), a row of units under it, then one row per profiled kernel;
 - `--page details`: one row per metric, with "Kernel Name", "Metric Name", "Metric Unit", "Metric Value".
 ncu's own messages (`==PROF==`, `==WARNING==`) may come before the table and are passed over. A value may
-carry thousands separators ("4,194,304") or be "n/a".
+carry thousands separators ("4,194,304") or be "n/a". Units are read as given (the units row, or "Metric
+Unit") and turned into the grader's: durations into ns, rates into per second, "K"/"M"/"G" counts into
+counts; so a table in ncu's automatic units reads the same as one in base units.
 
 The file comes from a process that ran student code: it is read bounded and parsed as untrusted text; what
 cannot be read is left out, never guessed.
@@ -106,6 +108,29 @@ class KernelProfile:
                 "duration_ms": round(self.metrics[DURATION] / 1e6, 3) if DURATION in self.metrics else None}
 
 
+TIME_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
+RATE_HZ = {"hz": 1.0, "hertz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9, "cycle/second": 1.0, "cycle/usecond": 1e6,
+           "cycle/msecond": 1e3, "cycle/nsecond": 1e9}
+COUNT_PREFIX = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def scale(unit: str) -> float:
+    """What a value in `unit` is multiplied by for the grader's units: a duration into ns, a rate into per
+    second, a "K"/"M"/"G" count into a count; any other unit ("%", "sector", "inst/cycle") as it is."""
+    unit = unit.strip()
+    if unit in TIME_NS:
+        return TIME_NS[unit]
+    if unit.lower() in RATE_HZ:
+        return RATE_HZ[unit.lower()]
+    if len(unit) > 1 and unit[0] in COUNT_PREFIX and unit[1].islower():
+        return COUNT_PREFIX[unit[0]]
+    return 1.0
+
+
+def _in_units(value: float | None, unit: str) -> float | None:
+    return None if value is None else value * scale(unit)
+
+
 def number(text: str) -> float | None:
     """A value as ncu prints it: "4,194,304", "91.40", "n/a"; None for what is not a finite number."""
     cleaned = text.strip().replace(",", "")
@@ -138,11 +163,12 @@ def _raw(header: list[str], rows: list[list[str]]) -> list[KernelProfile]:
         return []
     name_at = header.index("Kernel Name")
     wanted = [(i, name) for i, name in enumerate(header) if name in METRICS]
+    units = rows[0] if rows and len(rows[0]) == len(header) and not rows[0][0].strip() else [""] * len(header)
     found = []
     for row in rows:
         if len(row) != len(header) or not row[0].strip().isdigit():
             continue  # the units row, or a row cut short
-        values = {name: number(row[i]) for i, name in wanted}
+        values = {name: _in_units(number(row[i]), units[i]) for i, name in wanted}
         found.append(KernelProfile(row[name_at], {k: v for k, v in values.items() if v is not None}))
         if len(found) >= MAX_KERNELS:
             break
@@ -151,6 +177,7 @@ def _raw(header: list[str], rows: list[list[str]]) -> list[KernelProfile]:
 
 def _details(header: list[str], rows: list[list[str]]) -> list[KernelProfile]:
     at = {name: header.index(name) for name in ("ID", "Kernel Name", "Metric Name", "Metric Value")}
+    unit_at = header.index("Metric Unit") if "Metric Unit" in header else None
     by_id: dict[str, KernelProfile] = {}
     for row in rows:
         if len(row) != len(header):
@@ -160,7 +187,8 @@ def _details(header: list[str], rows: list[list[str]]) -> list[KernelProfile]:
             if len(by_id) >= MAX_KERNELS:
                 break
             by_id[launch] = KernelProfile(row[at["Kernel Name"]])
-        name, value = row[at["Metric Name"]], number(row[at["Metric Value"]])
+        unit = row[unit_at] if unit_at is not None else ""
+        name, value = row[at["Metric Name"]], _in_units(number(row[at["Metric Value"]]), unit)
         if name in METRICS and value is not None:
             by_id[launch].metrics[name] = value
     return list(by_id.values())
