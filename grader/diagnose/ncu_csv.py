@@ -29,7 +29,8 @@ MAX_FIELD = 64 << 10
 DURATION = "gpu__time_duration.sum"  # ns
 CYCLES_PER_SECOND = "sm__cycles_elapsed.avg.per_second"
 FFMA, FADD, FMUL = (f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in ("ffma", "fadd", "fmul"))
-FFMA_PEAK = FFMA + ".peak_sustained"  # per cycle, the whole GPU: the roofline section's FP32 peak
+# FFMAs a cycle the whole GPU can issue (inst/cycle): the FP32 peak of ncu's own roofline section
+FFMA_PEAK = "sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained"
 DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 GLOBAL_LD_SECTORS, GLOBAL_LD_REQUESTS = ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
