@@ -5,8 +5,9 @@ regraded, a student grading again, or a batch resumed hands it the same text. Th
 cache's (text, handed-in headers, options, arch, linkage) with the nvcc binary's identity in place of its
 version string (so no nvcc runs to ask it), plus the kernel contract the cubin's parameters were checked
 against. Only verdicts that follow from the text are kept: compiled, a compile error, parameters that do not
-match. A timeout or a grader fault is never kept: the next grade runs nvcc again. The cache lives with the
-compile cache, where no sandbox can reach; an entry that cannot be read back whole is compiled again.
+match. A timeout or a grader fault is never kept: the next grade runs nvcc again. A compiled file's cubin
+(what its resources are read from) is kept beside its verdict. The cache lives with the compile cache, where
+no sandbox can reach; an entry that cannot be read back whole is compiled again.
 """
 from __future__ import annotations
 
@@ -59,21 +60,30 @@ def _load(path: Path) -> CompileOutcome | None:
         with open(path, "rb") as handle:
             data = json.loads(handle.read(MAX_ENTRY_BYTES + 1))
         outcome = CompileOutcome(**data)
+        if outcome.ok:
+            outcome.cubin = path.with_suffix(".cubin").read_bytes()
     except (OSError, ValueError, TypeError):
         return None
     if not (isinstance(outcome.ok, bool) and isinstance(outcome.message, str) and isinstance(outcome.mismatch, bool)):
         return None
-    if outcome.timed_out or outcome.grader_fault:
+    if outcome.timed_out or outcome.grader_fault or (outcome.ok and not outcome.cubin):
         return None
     return outcome
 
 
 def _store(path: Path, outcome: CompileOutcome) -> None:
-    """Written whole or not at all (a reader never sees half an entry)."""
+    """The cubin first, the verdict last, each written whole or not at all: a reader never sees half an entry."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(asdict(outcome)), encoding="utf-8")
-        os.replace(temporary, path)
+        if outcome.ok:
+            _write_whole(path.with_suffix(".cubin"), outcome.cubin)
+        verdict = {key: value for key, value in asdict(outcome).items() if key != "cubin"}
+        _write_whole(path, json.dumps(verdict).encode())
     except OSError:
         pass  # an unwritable cache costs the next grade a compile, nothing more
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
