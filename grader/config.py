@@ -215,6 +215,13 @@ class PrairieLearnConfig:
 
 
 @dataclass
+class FeedbackConfig:
+    # How to make it faster (issue 26), advice worth no points. emulator: on a CPU grade, the emulator's
+    # coalescing and bank-conflict figures per line against the reference's (one more launch of each).
+    emulator: bool = True
+
+
+@dataclass
 class Config:
     kernel: KernelConfig = field(default_factory=KernelConfig)
     testcases: str = "testcases"
@@ -225,6 +232,7 @@ class Config:
     timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
     prairielearn: PrairieLearnConfig = field(default_factory=PrairieLearnConfig)
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     # Set by load_config: the file the values came from, for messages and relative paths.
     source: str = ""
 

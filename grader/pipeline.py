@@ -32,6 +32,7 @@ from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
 from .execute.sandbox import Sandbox, detect
 from .intake.submission import KERNEL_FILE, Submission, SubmissionError, locate, missing_headers, read_submission
+from .judge.access import access_feedback
 from .judge.timing import NAME as TIMING_NAME
 from .result import (
     CASE,
@@ -321,6 +322,9 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
             made = _held_for_gpu(result, nvcc, emulated, failure, run)
     elif run.compile_check.passed and nvcc.passed:
         run.compile_check.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
+    if run.access_profile and run.compile_check.passed and result.outcome == GRADED:
+        profile = run.access_profile
+        result.feedback += access_feedback(profile["student"], profile["reference"], profile["size"])
     return [*made, *needs_gpu]
 
 
@@ -430,6 +434,6 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
         device_side_source=(prepare_source(device, tile=tile)
                             if device != submission.source else ""),
         tile_constant=tile.constant, launches_per_case=config.kernel.launches_per_case, headers=submission.headers,
-        sandbox=asdict(sandbox),
+        sandbox=asdict(sandbox), access_profile=config.feedback.emulator and not timed, reference_original=reference,
     )
 

@@ -4,7 +4,8 @@
 //   harness RUN_FILE REPORT_FILE       runs the launch RUN_FILE describes
 //
 // RUN_FILE: "m n k grid block dynamic_shared schedule layout a.bin b.bin c.bin out.bin c_floats c_offset"
-// (grid, block: three numbers each; dynamic_shared: bytes of `extern __shared__` memory; c_offset: floats
+// (schedule: forward, reversed, or profile: forward with every access counted as the GPU would;
+// grid, block: three numbers each; dynamic_shared: bytes of `extern __shared__` memory; c_offset: floats
 // of guard band before C). Reports go to REPORT_FILE as JSON lines; printf goes to stdout.
 #include "cuda_emu.h"
 
@@ -268,6 +269,7 @@ void launch(dim3 grid, dim3 block, bool reversed) {
             for (unsigned x = 0; x < grid.x; ++x) {
                 blockIdx = reversed ? uint3{grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z} : uint3{x, y, z};
                 run_block();
+                if (cuda_emu::profiling) cuda_emu::profile_block_end();
             }
 }
 
@@ -315,6 +317,10 @@ int run(const char *run_file, const char *report_file) {
     std::vector<float> a_before(a, a + (size_t)m * k), b_before(b, b + (size_t)k * n);
     args = {m, n, k, a, b, c + c_offset};
     cuda_emu::watch_c(c + c_offset, m, n);  // who stores each element of C
+    // "profile": the forward order, each warp's accesses counted as requests (cuda_emu.h, access profile)
+    cuda_emu::profiling = strcmp(schedule, "profile") == 0;
+    cuda_emu::global_buffers = {{(const char *)a, a_bytes, "A"}, {(const char *)b, b_bytes, "B"},
+                                {(const char *)(c + c_offset), (size_t)m * n * 4, "C"}};
     cuda_emu::dynamic_shared_bytes = dynamic_shared;
     cuda_emu::share_dynamic();  // a file-scope extern __shared__ array was declared before the launch was known
     install_fault_handlers();
@@ -322,6 +328,7 @@ int run(const char *run_file, const char *report_file) {
     dim3 grid(grid_x, grid_y, grid_z), block(block_x, block_y, block_z);
     launch(grid, block, strcmp(schedule, "reversed") == 0);
     fflush(stdout);
+    if (cuda_emu::profiling) cuda_emu::report_profile();
     bool a_changed = memcmp(a_before.data(), a, a_bytes) != 0, b_changed = memcmp(b_before.data(), b, b_bytes) != 0;
     if (!write_file(out_path, c, c_bytes)) {
         fprintf(stderr, "harness: cannot write the output\n");
