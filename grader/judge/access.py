@@ -52,7 +52,7 @@ def _feedback(record: dict, mean: float, ideal: float, theirs: float | None, siz
     shared = record["kind"].startswith("shared")
     message, advice = (_bank_conflict(record, mean, ideal) if shared else _uncoalesced(record, mean, ideal, size))
     if theirs is not None:
-        message += f" (the reference kernel's: {_figure(theirs)})"
+        message += f" (reference kernel: {_figure(theirs)})"
     return Feedback(WHAT[record["kind"]], message, advice, line=record["line"], value=round(mean, 2),
                     reference_value=None if theirs is None else round(theirs, 2),
                     unit="way" if shared else "sectors per request", source="emulator")
