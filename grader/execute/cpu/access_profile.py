@@ -2,7 +2,8 @@
 
 One launch on a fixed shape, size = m = n = k = 4 · max(tile, 16): a multiple of every tile size the lab
 allows, so no block is partial and no load is masked (each lane's n-th execution of a line then pairs
-with the n-th of every other lane of its warp, as the GPU issues them). The harness (cuda_emu.h, "access
+with the n-th of every other lane of its warp, as the GPU issues them). Of its grid, a fixed sample runs:
+the first block and the last (harness.cpp, profile_blocks). The harness (cuda_emu.h, "access
 profile") counts, per (line, kind, array): warp-level requests, the 32-byte sectors a global one touches or
 the turns (n-way bank conflict) a shared one takes, and what the same bytes would take at best. Its report
 lines are student-controlled: `access_records` keeps them only from a launch that ended cleanly.

@@ -146,9 +146,11 @@ def _load_wrapper(node: Node, pointers: set[str], arrays: dict[str, int]) -> str
     parent, base = node.parent, node.child_by_field_name("argument")
     if base is None or base.type != "identifier" or cs.text(base) not in pointers or cs.text(base) in arrays:
         return None
+    if parent is not None and parent.type == "parenthesized_expression":
+        parent = parent.parent  # sizeof(A[0])
     if parent is not None and parent.type in ("pointer_expression", "sizeof_expression", "alignof_expression",
                                               "subscript_expression"):
-        return None  # &A[i] is an address; A[i][j] is not a float load
+        return None  # &A[i] is an address, sizeof(A[i]) no access; A[i][j] is not a float load
     return LOAD
 
 
