@@ -14,7 +14,7 @@ from rich.console import Console
 
 from grader.execute.cpu.access_profile import access_records, summarize
 from grader.execute.cpu.instrument import instrument
-from grader.execute.protocol import ProtocolError, check, EVENTS
+from grader.execute.protocol import EVENTS, ProtocolError, check
 from grader.judge.access import access_feedback
 from grader.report.terminal import render
 from grader.result import BANK_CONFLICT, UNCOALESCED_LOAD, UNCOALESCED_STORE, SubmissionResult
@@ -63,7 +63,8 @@ def test_findings_say_what_the_warp_did_and_what_to_change(graded):
     (a,) = graded["uncoalesced_a_load"].feedback
     assert a.message.startswith("line 18: each warp's load of A touches 32 sectors")
     assert "where 4 would do" in a.message
-    assert "a whole row of A apart" in a.advice and "consecutive threadIdx.x should read consecutive columns" in a.advice
+    assert "a whole row of A apart" in a.advice
+    assert "consecutive threadIdx.x should read consecutive columns of A" in a.advice
     (c,) = graded["uncoalesced_c_store"].feedback
     assert "store of C touches 32 sectors" in c.message and "should store consecutive columns of C" in c.advice
     store, load = sorted(graded["bank_conflict_tile"].feedback, key=lambda f: f.line)
