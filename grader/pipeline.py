@@ -18,6 +18,7 @@ from pathlib import Path
 from .build_failure import BuildFailure, classify
 from .cases import Case
 from .config import Config
+from .contract import KernelContract
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import SanitizerRun, sanitize
 from .execute.compile import (
@@ -58,7 +59,7 @@ from .run_events import RunEvents
 from .source.device_side import HOST_CODE_LEFT_OUT, device_side
 from .source.include_policy import check_source, drop_host_headers
 from .source.include_policy import describe as describe_violations
-from .source.signature import hip_problem, signature_problem
+from .source.signature import hip_problem, kernel_parameters, signature_problem
 from .source.static_check import find_kernels, static_checks
 from .source.tile_size import launched_without_tile_size, tile_constant
 
@@ -324,8 +325,17 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
         run.compile_check.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
     if run.access_profile and run.compile_check.passed and result.outcome == GRADED:
         profile = run.access_profile
-        result.feedback += access_feedback(profile["student"], profile["reference"], profile["size"])
+        result.feedback += access_feedback(profile["student"], profile["reference"], profile["size"],
+                                           _matrix_names(submission.source, config.kernel.contract()))
     return [*made, *needs_gpu]
+
+
+def _matrix_names(source: str, contract: KernelContract) -> dict[str, str]:
+    """What the kernel calls the matrices A, B and C (ECE408's M, N, P), by the parameters' roles."""
+    parameters = kernel_parameters(source, contract.name) or []
+    if len(parameters) != len(contract.roles):
+        return {}
+    return {role: p.name for role, p in zip(contract.roles, parameters) if role in ("A", "B", "C") and p.name}
 
 
 def _held_for_gpu(result: SubmissionResult, nvcc: CheckResult, emulated: list[Case], failure: BuildFailure,

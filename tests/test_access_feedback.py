@@ -181,3 +181,12 @@ def test_loads_through_pointer_parameters_are_instrumented_on_their_own_lines():
     assert "&A[1]" in lines[1] and "CUDA_EMU_LOAD(A[1])" not in lines[1]
     assert "CUDA_EMU_LOAD(A[n])" in lines[2] and "CUDA_EMU_LOAD(p[0])" not in lines[2]
     assert "CUDA_EMU_STORE(C[n])" in lines[3] and re.search(r"sizeof\(A\[0\]\)", lines[3])
+
+
+def test_the_matrices_go_by_the_students_names():
+    """A lab whose kernel calls them M, N, P (ECE408, PMPP): the finding names N, and leaves out the index
+    expression written with the default lab's names."""
+    student, reference = [record(12, "global_load", "B", 32, stride=256)], [record(29, "global_load", "B", 4)]
+    (found,) = access_feedback(student, reference, 64, {"A": "M", "B": "N", "C": "P"})
+    assert "each warp's load of N touches 32 sectors" in found.message
+    assert "consecutive columns of N" in found.advice and "B[" not in found.advice

@@ -22,16 +22,17 @@ GLOBAL_ADVICE = {
 }
 
 
-def access_feedback(student: list[dict], reference: list[dict], size: int) -> list[Feedback]:
+def access_feedback(student: list[dict], reference: list[dict], size: int,
+                    names: dict[str, str] | None = None) -> list[Feedback]:
     """Feedback for each of the student's access sites worse than ideal and than the reference's, the
-    worst (most times its ideal) first."""
+    worst (most times its ideal) first. `names`: what the student's kernel calls A, B and C (M, N, P)."""
     found = []
     for record in student:
         mean, ideal = _mean(record, "total"), _mean(record, "ideal")
         theirs = _reference_figure(record, reference)
         if mean < ideal + MARGIN or (theirs is not None and mean < theirs + MARGIN):
             continue
-        found.append((mean / ideal, _feedback(record, mean, ideal, theirs, size)))
+        found.append((mean / ideal, _feedback(record, mean, ideal, theirs, size, names or {})))
     found.sort(key=lambda pair: (-pair[0], pair[1].line))
     return [feedback for _, feedback in found]
 
@@ -48,9 +49,11 @@ def _reference_figure(record: dict, reference: list[dict]) -> float | None:
     return max((_mean(r, "total") for r in same), default=None)
 
 
-def _feedback(record: dict, mean: float, ideal: float, theirs: float | None, size: int) -> Feedback:
+def _feedback(record: dict, mean: float, ideal: float, theirs: float | None, size: int,
+              names: dict[str, str]) -> Feedback:
     shared = record["kind"].startswith("shared")
-    message, advice = (_bank_conflict(record, mean, ideal) if shared else _uncoalesced(record, mean, ideal, size))
+    message, advice = (_bank_conflict(record, mean, ideal) if shared
+                       else _uncoalesced(record, mean, ideal, size, names.get(record["array"], record["array"])))
     if theirs is not None:
         message += f" (reference kernel: {_figure(theirs)})"
     return Feedback(WHAT[record["kind"]], message, advice, line=record["line"], value=round(mean, 2),
@@ -58,8 +61,8 @@ def _feedback(record: dict, mean: float, ideal: float, theirs: float | None, siz
                     unit="way" if shared else "sectors per request", source="emulator")
 
 
-def _uncoalesced(record: dict, mean: float, ideal: float, size: int) -> tuple[str, str]:
-    array, load = record["array"], record["kind"] == "global_load"
+def _uncoalesced(record: dict, mean: float, ideal: float, size: int, array: str) -> tuple[str, str]:
+    load = record["kind"] == "global_load"
     verb = "read" if load else "store"
     message = (f"line {record['line']}: each warp's {'load' if load else 'store'} of {array} touches "
                f"{_figure(mean)} sectors (32-byte pieces of memory) where {_figure(ideal)} would do")
@@ -67,7 +70,7 @@ def _uncoalesced(record: dict, mean: float, ideal: float, size: int) -> tuple[st
     if stride is not None and abs(stride) == size * element:
         advice = (f"threadIdx.x and threadIdx.x + 1 {verb} elements a whole row of {array} apart: consecutive "
                   f"threadIdx.x should {verb} consecutive columns of {array}")
-        if array in GLOBAL_ADVICE:
+        if array == record["array"]:  # the lab's own names: its index expressions are the student's
             advice += f"; {GLOBAL_ADVICE[array]}"
     elif stride is not None and stride != element and stride % element == 0 and stride:
         advice = (f"threadIdx.x and threadIdx.x + 1 {verb} elements of {array} {abs(stride) // element} apart: "
