@@ -325,6 +325,7 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
         run.compile_check.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
     if run.access_profile and run.compile_check.passed and result.outcome == GRADED:
         profile = run.access_profile
+        run.compile_check.metrics["feedback_s"] = profile.get("seconds")  # what the advice cost (bench)
         result.feedback += access_feedback(profile["student"], profile["reference"], profile["size"],
                                            _matrix_names(submission.source, config.kernel.contract()))
     return [*made, *needs_gpu]

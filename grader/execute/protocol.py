@@ -68,8 +68,9 @@ EVENTS: dict[str, tuple[dict, dict]] = {
     "buffers": ({"buffers": BUFFER_MAP}, {}),
     "launched": ({"status": str}, {}),  # the sanitizer's launch happened; how the synchronize ended
     "not_launched": ({"reason": str}, {}),
-    # The CPU emulator's access profile of the student's kernel and the reference's on one shape (size³).
-    "access_profile": ({"size": int, "student": ACCESSES, "reference": ACCESSES}, {}),
+    # The CPU emulator's access profile of the student's kernel and the reference's on one shape (size³), and
+    # the seconds it added after the last case.
+    "access_profile": ({"size": int, "student": ACCESSES, "reference": ACCESSES}, {"seconds": NUMBER}),
     "done": ({}, {}),
 }
 

@@ -15,7 +15,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from ...config import load_config
+from ...source.static_check import find_kernels
+from ..job import Job
 from ..protocol import MAX_ACCESS_LINES, access_ok
+from ..sandbox import detect
+from .build import build
 
 PROFILE_SEED = 26
 KINDS = ("global_load", "global_store", "shared_load", "shared_store")
@@ -41,19 +46,15 @@ def emulator_figures(kernel: Path, config_path: Path | None = None, size: int | 
     set beside Nsight Compute's on the same shape: global loads' sectors per request (ncu's
     l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum / ..._requests_...), global stores' likewise, shared
     loads' mean ways and their bank conflicts (turns beyond the first: l1tex__data_bank_conflicts_pipe_lsu_
-    mem_shared_op_ld.sum), and the records per line. Raises RuntimeError when the kernel does not build or
-    its launch goes wrong."""
-    from ...config import load_config
-    from ...pipeline import _detected_sandbox
-    from ...source.static_check import find_kernels
-    from ..job import Job
-    from .build import build
-    from .harness_driver import Harness
+    mem_shared_op_ld.sum), and the records per line. Compare per-request figures: the counts are of the two
+    sampled blocks, ncu's of the whole grid. Raises RuntimeError when the kernel does not build or its
+    launch goes wrong."""
+    from .harness_driver import Harness  # which imports this module
 
     config = load_config(config_path)
     source = Path(kernel).read_text(encoding="utf-8")
     contract = config.for_kernels(find_kernels(source)).kernel.contract()
-    sandbox = _detected_sandbox()
+    sandbox = detect()
     with tempfile.TemporaryDirectory(prefix="sgemm-profile-") as workdir:
         Path(workdir).chmod(0o711)
         job = Job("", "", contract, [], str(config.cache_dir), workdir)

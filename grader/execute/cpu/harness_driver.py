@@ -94,7 +94,7 @@ def _run_cases(channel: Channel, answers, harness: Harness, job: Job, tile: int)
 def _send_profile(channel: Channel, answers, harness: Harness, tile: int, reference: Future) -> None:
     """The student's and the reference's access profiles on one shape; nothing when either launch faulted,
     raced or did not finish (no advice from a launch that went wrong)."""
-    size = profile_size(tile)
+    size, started = profile_size(tile), time.perf_counter()
     try:
         theirs = reference.result()
     except Exception:  # the grader's own bug: no advice, and the trace in the child's log, never a lost grade
@@ -104,7 +104,8 @@ def _send_profile(channel: Channel, answers, harness: Harness, tile: int, refere
         return
     student = harness.profile(size, tile)
     if student is not None:
-        channel.send("access_profile", size=size, student=student, reference=theirs)
+        channel.send("access_profile", size=size, student=student, reference=theirs,
+                     seconds=round(time.perf_counter() - started, 3))
 
 
 def reference_profile(job: Job, sandbox: Sandbox, size: int) -> list[dict] | None:
