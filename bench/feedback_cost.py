@@ -40,7 +40,7 @@ def configs(work: Path) -> dict[bool, Path]:
         folder = work / f"feedback_{on}"
         folder.mkdir()
         path = config_with_cache(work / "cache", folder)
-        path.write_text(path.read_text() + f"\nfeedback:\n  emulator: {'true' if on else 'false'}\n")
+        path.write_text(path.read_text().replace("emulator: true", f"emulator: {'true' if on else 'false'}"))
         made[on] = path
     return made
 

@@ -110,7 +110,7 @@ def test_a_racing_kernel_gets_no_feedback(graders):
 
 def test_the_grade_is_the_same_with_feedback_off(graded, config_file, tmp_path):
     off = tmp_path / "config.yaml"
-    off.write_text(config_file.read_text() + "\nfeedback:\n  emulator: false\n")
+    off.write_text(config_file.read_text().replace("emulator: true", "emulator: false"))
     result = make_grader(off, "cpu")(SUBMISSIONS / "bank_conflict_tile")
     assert result.feedback == []
     on = graded["bank_conflict_tile"]

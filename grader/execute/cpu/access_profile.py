@@ -1,7 +1,7 @@
 """The CPU emulator's access profile (issue 26): how a kernel's warps touch memory, per source line.
 
-One launch on a fixed shape, size = m = n = k = 4 · max(tile, 16): a multiple of every tile size the lab
-allows, so no block is partial and no load is masked (each lane's n-th execution of a line then pairs
+One launch on a fixed shape, size = m = n = k = 64 (the least multiple of the tile from 64 on, at least two
+tiles: for the lab's 8, 16 and 32 always 64), so no block is partial and no load is masked (each lane's n-th execution of a line then pairs
 with the n-th of every other lane of its warp, as the GPU issues them). Of its grid, a fixed sample runs:
 the first block and the last (harness.cpp, profile_blocks). The harness (cuda_emu.h, "access
 profile") counts, per (line, kind, array): warp-level requests, the 32-byte sectors a global one touches or
@@ -28,7 +28,7 @@ PROBLEMS = ("fault", "divergence", "warp_divergence", "race", "unstored_read", "
 
 
 def profile_size(tile: int) -> int:
-    return 4 * max(tile, 16)
+    return tile * max(2, -(-64 // tile))
 
 
 def access_records(events: list[dict | None]) -> list[dict] | None:
