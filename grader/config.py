@@ -208,17 +208,29 @@ class CompileConfig:
 
 
 @dataclass
+class FeedbackConfig:
+    """How-to-make-it-faster advice (issue 26): worth no points."""
+
+    # The lab's GPU for theoretical occupancy (sm_70 ... sm_100); "" means the GPU graded on, else
+    # compile.arch_without_gpu.
+    gpu: str = ""
+    # On a CPU grade, the emulator's coalescing and bank-conflict figures per line against the reference's
+    # (one more launch of each, on one 64³ shape).
+    emulator: bool = True
+
+    def validate(self):
+        from .judge.occupancy import ARCHES
+
+        if self.gpu and self.gpu not in ARCHES:
+            return "gpu", f"unknown architecture {self.gpu!r} (known: {', '.join(ARCHES)})"
+        return None
+
+
+@dataclass
 class PrairieLearnConfig:
     # A submission that does not compile: false (default) makes it "gradable": false, so the attempt is not
     # counted; true makes it a graded 0.
     compile_error_graded: bool = False
-
-
-@dataclass
-class FeedbackConfig:
-    # How to make it faster (issue 26), advice worth no points. emulator: on a CPU grade, the emulator's
-    # coalescing and bank-conflict figures per line against the reference's (one more launch of each).
-    emulator: bool = True
 
 
 @dataclass

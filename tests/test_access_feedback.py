@@ -36,6 +36,11 @@ EXPECTED = {
 pytestmark = needs_cxx
 
 
+def emulator(result) -> list:
+    """The emulator's findings (the compiled kernel's resources give findings of their own)."""
+    return [f for f in result.feedback if f.source == "emulator"]
+
+
 @pytest.fixture(scope="module")
 def graded(graders, tmp_path_factory):
     grade = graders("cpu")
@@ -51,38 +56,37 @@ def graded(graders, tmp_path_factory):
 def test_each_kernel_gets_exactly_its_findings_at_its_lines(graded, name):
     result = graded[name]
     assert result.outcome == "graded" and all(c.passed for c in result.checks if c.kind == "case" and c.checkable)
-    found = {(f.line, f.what): (f.value, f.reference_value) for f in result.feedback}
+    found = {(f.line, f.what): (f.value, f.reference_value) for f in emulator(result)}
     assert found == EXPECTED.get(name, {})
-    for item in result.feedback:
-        assert item.source == "emulator"
+    for item in emulator(result):
         assert item.unit == (WAY if item.what == BANK_CONFLICT else SECTORS)
         assert item.message.startswith(f"line {item.line}: ")
 
 
 def test_findings_say_what_the_warp_did_and_what_to_change(graded):
-    (a,) = graded["uncoalesced_a_load"].feedback
+    (a,) = emulator(graded["uncoalesced_a_load"])
     assert a.message.startswith("line 18: each warp's load of A touches 32 sectors")
     assert "where 4 would do" in a.message
     assert "a whole row of A apart" in a.advice
     assert "consecutive threadIdx.x should read consecutive columns of A" in a.advice
-    (c,) = graded["uncoalesced_c_store"].feedback
+    (c,) = emulator(graded["uncoalesced_c_store"])
     assert "store of C touches 32 sectors" in c.message and "should store consecutive columns of C" in c.advice
-    store, load = sorted(graded["bank_conflict_tile"].feedback, key=lambda f: f.line)
+    store, load = sorted(emulator(graded["bank_conflict_tile"]), key=lambda f: f.line)
     assert load.message.startswith("line 22: 32-way bank conflict on Bs: each warp's read of Bs takes 32 turns")
     assert "pad each row by one element: Bs[32][33]" in load.advice and "swap the indices" in load.advice
     assert "a warp stores down a column of Bs[32][32]" in store.advice
-    padded = [f for f in graded["slow_uncoalesced"].feedback if f.what == BANK_CONFLICT]
+    padded = [f for f in emulator(graded["slow_uncoalesced"]) if f.what == BANK_CONFLICT]
     assert all("[16][17]" in f.advice for f in padded)  # the tile's own shape, read from the profile
 
 
 def test_worst_findings_come_first(graded):
-    values = [f.value / (4 if f.unit == SECTORS else 1) for f in graded["slow_uncoalesced"].feedback]
+    values = [f.value / (4 if f.unit == SECTORS else 1) for f in emulator(graded["slow_uncoalesced"])]
     assert values == sorted(values, reverse=True)
 
 
 def test_feedback_is_in_the_json_result_and_survives_a_round_trip(graded):
     data = json.loads(json.dumps(graded["uncoalesced_b_load"].to_dict()))
-    (item,) = data["feedback"]
+    (item,) = [f for f in data["feedback"] if f["source"] == "emulator"]
     assert item["line"] == 19 and item["what"] == UNCOALESCED_LOAD and item["value"] == 32
     assert item["reference_value"] == 4
     assert SubmissionResult.from_dict(data).feedback == graded["uncoalesced_b_load"].feedback
@@ -92,27 +96,27 @@ def test_terminal_says_how_to_make_it_faster_after_what_to_fix(graded):
     console = Console(record=True, width=400, color_system=None)
     render(graded["bank_conflict_tile"], console)
     text = console.export_text()
-    section = text.index("How to make it faster:")
+    section = text.index("How to make it faster")
     assert section < text.index("Total:")
-    lines = [line for line in text[section:].splitlines() if line.startswith("  - ")]
+    lines = [line for line in text[section:].splitlines() if line.startswith("  - ") and "turns" in line]
     assert len(lines) == 2 and lines[0].startswith("  - line 18: 32-way bank conflict on Bs")
     assert "Bs[32][33]" in lines[0]
     quiet = Console(record=True, width=400, color_system=None)
     render(graded["bank_conflict_padded"], quiet)
-    assert "How to make it faster" not in quiet.export_text()
+    assert "bank conflict" not in quiet.export_text()
 
 
 def test_a_racing_kernel_gets_no_feedback(graders):
     """No advice from a launch that went wrong: the profile launch races, so nothing is said."""
     result = graders("cpu")(SUBMISSIONS / "missing_load_barrier")
-    assert result.feedback == []
+    assert emulator(result) == []
 
 
 def test_the_grade_is_the_same_with_feedback_off(graded, config_file, tmp_path):
     off = tmp_path / "config.yaml"
     off.write_text(config_file.read_text().replace("emulator: true", "emulator: false"))
     result = make_grader(off, "cpu")(SUBMISSIONS / "bank_conflict_tile")
-    assert result.feedback == []
+    assert emulator(result) == []
     on = graded["bank_conflict_tile"]
     assert result.score == on.score and result.max_score == on.max_score and result.outcome == on.outcome
     assert [(c.name, c.status, c.score) for c in result.checks] == [(c.name, c.status, c.score) for c in on.checks]

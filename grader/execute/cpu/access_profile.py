@@ -1,12 +1,13 @@
 """The CPU emulator's access profile (issue 26): how a kernel's warps touch memory, per source line.
 
 One launch on a fixed shape, size = m = n = k = 64 (the least multiple of the tile from 64 on, at least two
-tiles: for the lab's 8, 16 and 32 always 64), so no block is partial and no load is masked (each lane's n-th execution of a line then pairs
-with the n-th of every other lane of its warp, as the GPU issues them). Of its grid, a fixed sample runs:
-the first block and the last (harness.cpp, profile_blocks). The harness (cuda_emu.h, "access
-profile") counts, per (line, kind, array): warp-level requests, the 32-byte sectors a global one touches or
-the turns (n-way bank conflict) a shared one takes, and what the same bytes would take at best. Its report
-lines are student-controlled: `access_records` keeps them only from a launch that ended cleanly.
+tiles: for the lab's 8, 16 and 32 always 64), so no block is partial and no load is masked (each lane's n-th
+execution of a line then pairs with the n-th of every other lane of its warp, as the GPU issues them). Of
+its grid, a fixed sample runs: the first block and the last (harness.cpp, profile_blocks). The harness
+(cuda_emu.h, "access profile") counts, per (line, kind, array): warp-level requests, the 32-byte sectors a
+global one touches or the turns (n-way bank conflict) a shared one takes, and what the same bytes would take
+at best. Its report lines are student-controlled: `access_records` keeps them only from a launch that ended
+cleanly.
 
 `emulator_figures` is the per-kernel summary for comparing with Nsight Compute on a GPU.
 """
