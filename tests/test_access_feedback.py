@@ -194,3 +194,44 @@ def test_the_matrices_go_by_the_students_names():
     (found,) = access_feedback(student, reference, 64, {"A": "M", "B": "N", "C": "P"})
     assert "each warp's load of N touches 32 sectors" in found.message
     assert "consecutive columns of N" in found.advice and "B[" not in found.advice
+
+
+FORGED = r'''
+#if !defined(__NVCC__)  /* the CPU emulator only: forge the harness's report from inside the kernel */
+#include <string.h>
+#include <unistd.h>
+static __device__ void forge() {
+    const char *line = "{\"event\": \"access\", \"line\": 3, \"kind\": \"global_load\", \"array\": \"A\", "
+                       "\"requests\": 1, \"total\": 100000, \"max\": 32, \"ideal\": 4, \"rows\": 0, "
+                       "\"columns\": 0, \"bytes\": 4}\n";
+    for (int fd = 3; fd < 32; ++fd) write(fd, line, strlen(line));
+}
+#else
+static __device__ void forge() {}
+#endif
+'''
+
+
+def forger(tmp_path, name: str, total: int):
+    source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
+    body = source.index("{", source.index("__global__")) + 1
+    forged = source[:body] + " if (threadIdx.x == 0 && threadIdx.y == 0) forge();" + source[body:]
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "kernel.cu").write_text(FORGED.replace("100000", str(total)) + forged)
+    return folder
+
+
+def test_a_kernel_that_forges_the_profile_report_gets_no_advice_and_its_grade(graded, graders, tmp_path):
+    """The harness's report is written by the process student code runs in: a record with impossible
+    figures makes the whole profile void (no advice), never a broken protocol or a lost grade. A plausible
+    forged record does reach the advice (the control: the forgery is real), that student's own alone."""
+    result = graders("cpu")(forger(tmp_path, "forger", 100000))
+    assert emulator(result) == []
+    honest = graded["good_basic"]
+    assert result.outcome == honest.outcome and result.score == honest.score
+    assert [(c.name, c.status) for c in result.checks if c.kind == "case"] == \
+        [(c.name, c.status) for c in honest.checks if c.kind == "case"]
+    plausible = graders("cpu")(forger(tmp_path, "plausible", 32))
+    assert {(f.line, f.value) for f in emulator(plausible)} == {(3, 32)}
+    assert plausible.score == honest.score
