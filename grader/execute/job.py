@@ -62,6 +62,10 @@ class Job:
     launches_per_case: int = 1  # the GPU child's launches of the student's kernel per case (config.py)
     # The headers handed in with the file (name -> text): written beside it for every compiler.
     headers: dict[str, str] = field(default_factory=dict)
+    # The CPU driver's access profile of the student's kernel and the reference's (issue 26: feedback only),
+    # and the reference's file as written, which the emulator builds.
+    access_profile: bool = False
+    reference_original: str = ""
 
     @property
     def tile(self) -> TileSource:
