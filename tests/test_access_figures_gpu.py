@@ -3,7 +3,8 @@ on a GPU, for the same kernels on the same 64³ shape: sectors per request of gl
 ways of shared-memory loads. The emulator counts two sampled blocks, ncu the whole grid, so per-request figures
 are compared. Tolerance: within 25% of ncu's figure, or within 0.5 of it (a ratio near 1).
 
-Prints the table (run with -s to see it)."""
+Prints the table (run with -s to see it), and appends it to the file $ACCESS_TABLE when that is set."""
+import os
 import tempfile
 from pathlib import Path
 
@@ -64,6 +65,9 @@ def test_the_emulator_counts_accesses_as_ncu_measures_them(name, config_file):
         row.append(f"{label}: emulator {emulated[key]}, ncu {measured[label] and round(measured[label], 2)}")
     TABLE.append(" | ".join(row))
     print("\n" + TABLE[-1])
+    if os.environ.get("ACCESS_TABLE"):
+        with open(os.environ["ACCESS_TABLE"], "a") as table:
+            table.write(TABLE[-1] + "\n")
     wrong = {label: (emulated[key], measured[label]) for label, (key, _) in COMPARED.items()
              if not agree(emulated[key], measured[label])}
     assert not wrong, wrong
