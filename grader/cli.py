@@ -345,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_USAGE
-    if plan.sandbox is not None and plan.sandbox.note:  # said once, before anything is graded
+    # Said once, before anything is graded (a service says it in its first log line: serve/main.py's announce).
+    if plan.sandbox is not None and plan.sandbox.note and args.command != "serve":
         errors.print(Text("Sandbox: ", style="bold yellow").append(plan.sandbox.note), highlight=False)
     if args.command == "batch":
         return grade_batch(args, config, cases, plan, console, errors)

@@ -21,14 +21,23 @@ pytestmark = [needs_nvcc]
 
 @pytest.fixture
 def nvcc_the_sandbox_cannot_run(tmp_path, monkeypatch):
-    """nvcc first on PATH through a folder only the grading user can enter (mode 700, as a private clone or
-    /root is): the parent finds it, the sandbox's uid or namespace cannot run it. A real misinstalled grader."""
+    """nvcc first on PATH where the parent finds it and the sandbox cannot run it: a real misinstalled grader.
+    As root: through a folder only the grading user can enter (mode 700, as a private clone or /root is), which
+    the sandbox's own uid cannot. Otherwise (the sandbox runs as the grading user): a wrapper whose interpreter
+    lies outside what the sandbox shows."""
     private = tmp_path / "private"
     (private / "bin").mkdir(parents=True)
     private.chmod(0o700)
-    os.symlink(os.path.realpath(nvcc_path()), private / "bin" / "nvcc")
+    nvcc = private / "bin" / "nvcc"
+    if os.geteuid() == 0:
+        os.symlink(os.path.realpath(nvcc_path()), nvcc)
+    else:
+        (tmp_path / "outside").mkdir()
+        os.symlink("/bin/sh", tmp_path / "outside" / "sh")
+        nvcc.write_text(f"#!{tmp_path / 'outside' / 'sh'}\nexec {os.path.realpath(nvcc_path())} \"$@\"\n")
+        nvcc.chmod(0o755)
     monkeypatch.setenv("PATH", f"{private / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    assert nvcc_path() == str(private / "bin" / "nvcc")
+    assert nvcc_path() == str(nvcc)
 
 
 @pytest.fixture(scope="module")

@@ -272,7 +272,7 @@ def test_one_kernel_in_a_folder_is_graded_and_the_student_told_which(service):
 
 
 @needs_cxx
-def test_the_operator_sees_where_it_listens_each_request_and_each_job(service):
+def test_the_operator_sees_where_it_listens_each_request_and_each_job(service, sandbox):
     code, queued = service.submit("sam", zipped({"kernel.cu": BROKEN}))
     service.result(queued["id"])
     service.submit("sam", zipped({"kernel.cu": BROKEN}), token=WRONG_TOKEN)
@@ -283,7 +283,7 @@ def test_the_operator_sees_where_it_listens_each_request_and_each_job(service):
     first = lines[0]
     assert f"listening on http://127.0.0.1:{service.port}" in first and "backend cpu" in first
     assert "0.05 MB per archive, 2 uploads per student per 60 minutes" in first and "courses: ece, other" in first
-    assert f"state {service.state}" in first and "grading here" in first
+    assert f"state {service.state}" in first and "grading here" in first and f"sandbox {sandbox.level}" in first
     assert any("POST /v1/jobs student='sam' -> 202" in line for line in lines)
     assert any("POST /v1/jobs student='sam' -> 401" in line for line in lines)
     assert any("GET /v1/health -> 200" in line for line in lines)

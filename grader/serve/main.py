@@ -44,6 +44,8 @@ def announce(plan: RunPlan, state: Path, host: str, port: int, workers: int, lim
     backend = plan.backend or f"none ({plan.skip_reason})"
     sanitize = ", sanitizer on" if plan.backend == "gpu" and plan.sanitize else ""
     sandbox = plan.sandbox.level if plan.sandbox is not None else "default"
+    if plan.sandbox is not None and plan.sandbox.note:
+        sandbox += f" ({plan.sandbox.note})"
     where = f"on the Dask cluster at {cluster}" if cluster else f"here, {workers} at a time"
     leftovers = f"; cleared {cleared} jobs' scratch folders left by an earlier run" if cleared else ""
     return (f"listening on http://{host}:{port} (GET /v1/health needs no token); backend {backend}{sanitize}, "
