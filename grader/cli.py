@@ -34,6 +34,7 @@ from .execute.cpu.build import compiler
 from .execute.gpu_detect import gpu_unavailable_reason, local_gpus
 from .execute.sandbox import SandboxUnavailable, detect
 from .intake.submission import SubmissionError, find_kernel_noted, locate, read_headers
+from .phases import Phases, describe, merged, since_process_start
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
 from .report import render, write_json, write_junit
 from .report.canvas_csv import HOLD, SCALE, CanvasOptions, RosterRow, read_roster
@@ -211,6 +212,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.add_argument("--fail-under", type=float, default=None, metavar="SCORE",
                             help="exit with 1 when a submission scores below SCORE (points out of the full "
                                  "total; without a GPU, scaled to the points that could be checked)")
+        parser.add_argument("--phases", action="store_true",
+                            help="after each result, print where the grade's time went: start, sandbox set-up, "
+                                 "compile, CUDA context, cases, timing, report (also stored as the JSON's phases)")
     if command in LMS_ENTRIES:
         remote = parser.add_argument_group("remote grading")
         remote.add_argument("--remote", default="", metavar="URL",
@@ -322,6 +326,7 @@ def _cluster_gpu_missing(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    phases = Phases()
     argv = sys.argv[1:] if argv is None else argv
     cluster_commands = {"worker": worker_main, "scheduler": scheduler_main, "cluster-certs": certs_main}
     if argv[:1] and argv[0] in cluster_commands:
@@ -335,9 +340,11 @@ def main(argv: list[str] | None = None) -> int:
         if secret:
             cases = with_secret(cases, secret)
             config.timing.seed = mix_seed(config.timing.seed, secret)
+        phases.mark("config")
         if args.command in ("batch", "serve"):
             args.security = _cluster_security(args)
         plan = run_plan(args)
+        phases.mark("sandbox")
         args.exports = export_options(args, config)
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
@@ -350,24 +357,59 @@ def main(argv: list[str] | None = None) -> int:
         return grade_serve(args, config, cases, plan, errors)
     if args.command in LMS_ENTRIES:
         return lms_entry(args, config, cases, plan)
+    return grade_paths(args, config, cases, plan, phases, console, errors)
+
+
+def grade_paths(args, config, cases, plan, phases: Phases, console: Console, errors: Console) -> int:
+    """`grade PATH ...`: each graded, its files written, its result printed (and with --phases its time)."""
     code, names = EXIT_OK, set()
+    started = process_started(phases)
     for path in args.paths:
         if not path.exists():
             errors.print(f"[bold red]error:[/] {path}: no such file or folder", highlight=False)
             code = EXIT_USAGE
             continue
+        phases.mark("grading_other")  # between submissions: nothing but the loop
+        begun = started if not names else phases.last
         try:
             result = grade(path, config, cases, plan)
         except KeyboardInterrupt:
             # The runner has already killed the child's process group; results so far are on disk.
             errors.print(f"[bold red]interrupted[/] while grading {path}", highlight=False)
             return EXIT_INTERRUPTED
+        phases.last = time.perf_counter()
+        # The first submission carries the process's own start and set-up; the grade's phases follow.
+        if not names:
+            result.phases = merged(phases.rounded(), result.phases)
+        phases.seconds.clear()
         # Files first: a closed terminal (`grade ... | head`) must not cost the results.
         write_outputs(result, args.output, unique_name(locate(path)[0], names))
         render(result, console)
+        report_s = phases.mark("report")
+        phases.seconds.clear()
+        if args.phases:
+            print_phases(result, report_s, begun, errors)
         if code == EXIT_OK and args.fail_under is not None and below(result, args.fail_under):
             code = EXIT_BELOW_THRESHOLD
     return code
+
+
+def process_started(phases: Phases) -> float:
+    """When this process started, on the perf_counter clock, with the interpreter's start and imports put in
+    `phases` as "start" (first among them); from main()'s start where the kernel does not say."""
+    before_main = since_process_start()
+    if before_main is None:
+        return time.perf_counter() - sum(phases.seconds.values())
+    phases.seconds = {"start": before_main, **phases.seconds}
+    return time.perf_counter() - sum(phases.seconds.values())
+
+
+def print_phases(result: SubmissionResult, report_s: float, started: float, errors: Console) -> None:
+    """--phases: where this grade's time went, on stderr (stdout keeps the result alone)."""
+    seconds = {**result.phases, "report": round(report_s, 3)}
+    errors.print(f"Phases of {result.submission}:", highlight=False)
+    for line in describe(seconds, time.perf_counter() - started):
+        errors.print(f"  {line}", highlight=False, markup=False)
 
 
 def below(result: SubmissionResult, threshold: float) -> bool:

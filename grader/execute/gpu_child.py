@@ -52,24 +52,22 @@ def main(argv: list[str]) -> int:
     channel.send("phase", phase="startup")
     global cuda
     import pycuda.driver as cuda_driver
-    from pycuda.compiler import get_nvcc_version
 
     cuda = cuda_driver
     cuda.init()
     device = cuda.Device(0)
     worker = Worker(job, channel, device, control)
-    # The parent holds the compile cache: it puts this job's cached cubins in our folder, then answers.
-    worker.nvcc_version = get_nvcc_version("nvcc")
-    channel.send("toolchain", arch=worker.arch, nvcc=worker.nvcc_version)
-    if control.readline().strip() != "ready":
-        return 1
-    channel.send("phase", phase="compile")
     with ThreadPoolExecutor(2) as pool:
-        # nvcc needs no context: compile both kernels while the context is being created.
-        cubins = {"student": pool.submit(worker.compile_student),
-                  "reference": pool.submit(worker.compile, job.reference_source)}
+        # Nothing before the modules load needs a context: nvcc's version, the parent's offer of cached
+        # cubins and both compiles go on while the driver makes it (hundreds of milliseconds).
+        compiled = pool.submit(worker.compile_both, pool)
+        started = time.perf_counter()
         context = device.make_context()
-        cubins = {who: future.result() for who, future in cubins.items()}
+        worker.context_s = time.perf_counter() - started
+        cubins = compiled.result()
+    if cubins is None:
+        context.pop()
+        return 1
     try:
         worker.run(cubins)
     except KernelFault as fault:
@@ -90,6 +88,8 @@ class Worker:
         self.keys: dict[str, str] = {}  # source -> its cache key, so the parent can find the student's cubin
         self.stale_shared: StaleShared | None = None
         self.differences: Differences | None = None
+        self.context_s = 0.0  # how long the driver took to make the context (the instructor's figure)
+        self.compile_s: dict[str, float] = {}  # per source, how long its cubin took (offered or compiled)
 
     def run(self, cubins: dict[str, bytes | str]) -> None:
         loaded = self.load_modules(cubins)
@@ -127,6 +127,20 @@ class Worker:
 
     # -- compile -------------------------------------------------------------------------------
 
+    def compile_both(self, pool: ThreadPoolExecutor) -> dict[str, bytes | str] | None:
+        """The student's and the reference's cubins, compiled side by side once the parent (which keeps the
+        compile cache) has put this job's cached ones in our folder; None if the parent is gone."""
+        from pycuda.compiler import get_nvcc_version
+
+        self.nvcc_version = get_nvcc_version("nvcc")
+        self.channel.send("toolchain", arch=self.arch, nvcc=self.nvcc_version)
+        if self.control.readline().strip() != "ready":
+            return None
+        self.channel.send("phase", phase="compile")
+        student = pool.submit(self.compile_student)
+        reference = self.compile(self.job.reference_source)
+        return {"student": student.result(), "reference": reference}
+
     def load_modules(self, cubins: dict[str, bytes | str]):
         for who in ("reference", "student"):
             if isinstance(cubins[who], str):
@@ -146,7 +160,9 @@ class Worker:
                 return None
             kernels[who] = kernel
         self.channel.send("compiled", device=self.device.name(), arch=self.arch, cpu_s=cpu_seconds(),
-                          pci_bus_id=self.device.pci_bus_id(),
+                          pci_bus_id=self.device.pci_bus_id(), context_s=round(self.context_s, 4),
+                          student_compile_s=round(self.compile_s.get(self.student_compiled, 0.0), 4),
+                          reference_compile_s=round(self.compile_s.get(self.job.reference_source, 0.0), 4),
                           tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile,
                           host_code_left_out=self.host_code_left_out,
                           cubins={"student": self.keys.get(self.student_compiled, "")})
@@ -171,6 +187,13 @@ class Worker:
     def compile(self, source: str) -> bytes | str:
         """A cubin, or the compiler's message for the student. The parent offered the cached ones in our
         folder; what is compiled here is left for it to keep."""
+        started = time.perf_counter()
+        try:
+            return self._compile(source)
+        finally:
+            self.compile_s[source] = self.compile_s.get(source, 0.0) + time.perf_counter() - started
+
+    def _compile(self, source: str) -> bytes | str:
         from pycuda.compiler import compile as pycuda_compile
 
         in_background()  # nvcc holds no turn on the GPU: a child that holds one gets the CPUs first

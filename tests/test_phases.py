@@ -1,0 +1,99 @@
+"""Where one grade's time goes (issue 27): `grade --phases` prints each phase, the result stores them, and
+they add up to the grading process's wall time."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, SUBMISSIONS
+from hardware import needs_cxx, needs_gpu
+from test_runner import LIMITS, events_of
+
+from grader.execute.compile import nvcc_path
+from grader.phases import DESCRIBED, Phases
+
+# What a CPU-emulated grade goes through, each told on its own line; and what a GPU grade adds.
+CPU_PHASES = ("start", "config", "sandbox", "static", "child_start", "compile", "cases", "judge")
+GPU_PHASES = (*CPU_PHASES, "timing")
+
+
+def grade_with_phases(tmp_path, backend: str) -> tuple[float, dict, str]:
+    """`grade --phases` as a user runs it (its own process, so the interpreter's start counts): the wall
+    time seen from outside, the stored result and what it printed on stderr."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "grader", str(SUBMISSIONS / "good_basic"), "-o", str(tmp_path),
+                           "--backend", backend, "--phases"], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "COLUMNS": "200"})
+    wall = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr
+    return wall, json.loads((tmp_path / "good_basic.json").read_text()), done.stderr
+
+
+def assert_adds_up(phases: dict, wall: float, printed: str, expected: tuple[str, ...]) -> None:
+    for name in expected:
+        assert phases.get(name, -1) >= 0, f"{name} not stored: {phases}"
+        assert DESCRIBED[name] in printed, f"{name} not printed:\n{printed}"
+    assert "report: files written" in printed and "in all (wall" in printed
+    stored = sum(phases.values())
+    # Not stored: the report (written after the result was) and the interpreter's exit; the process start
+    # is known to 10 ms.
+    assert wall - 1.0 <= stored <= wall + 0.05, (stored, wall, phases)
+    assert stored >= 0.75 * wall, (stored, wall, phases)
+
+
+@needs_cxx
+def test_grade_phases_prints_each_phase_and_they_add_up_to_the_wall_time(tmp_path):
+    wall, result, printed = grade_with_phases(tmp_path, "cpu")
+    emulated = [c for c in result["checks"] if c["kind"] == "case" and c["status"] != "skipped"]
+    assert result["outcome"] == "graded" and emulated and all(c["status"] == "passed" for c in emulated)
+    assert_adds_up(result["phases"], wall, printed, (*CPU_PHASES, *(("nvcc_check",) if nvcc_path() else ())))
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_grade_phases_add_up_and_the_child_says_what_its_start_took(tmp_path):
+    wall, result, printed = grade_with_phases(tmp_path, "gpu")
+    assert result["score"] == result["max_score"]
+    assert_adds_up(result["phases"], wall, printed, GPU_PHASES)
+    metrics = next(c for c in result["checks"] if c["kind"] == "compile")["metrics"]
+    assert metrics["context_s"] > 0 and metrics["student_compile_s"] >= 0 and metrics["reference_compile_s"] >= 0
+    # The context is made while the kernels compile: the compile phase is not their sum.
+    phases = result["phases"]
+    assert phases["compile"] < metrics["context_s"] + metrics["student_compile_s"] + 0.5
+
+
+def test_a_childs_phases_follow_its_events_on_the_parents_clock(tmp_path):
+    """A child that spends 0.4 s starting, 0.3 s in its case and asks to be timed: its phases say so,
+    with the parent's verdict before timing and the child's exit apart."""
+    body = """
+    time.sleep(0.4)
+    send("phase", phase="compile")
+    send("compiled", device="fake", arch="cpu", tile_size=16)
+    send("phase", phase="case", case="one")
+    time.sleep(0.3)
+    send_case("one")
+    send("await_timing")
+    os.fdopen(control).readline()
+    send("done")
+    time.sleep(0.2)
+    """
+    started = time.monotonic()
+    events = events_of(tmp_path, body, want_timing=lambda: time.sleep(0.25) or 0, cases=("one",))
+    wall = time.monotonic() - started
+    phases = next(e for e in events if e["event"] == "output")["phases"]
+    assert 0.4 <= phases["child_start"] < 0.4 + LIMITS.run_s
+    assert 0.3 <= phases["cases"] < 0.3 + LIMITS.run_s
+    assert 0.25 <= phases["judge"] < 0.25 + LIMITS.run_s
+    assert phases["child_end"] >= 0.2
+    assert sum(phases.values()) == pytest.approx(wall, abs=0.1)
+
+
+def test_consecutive_marks_add_up_and_a_split_keeps_the_rest():
+    phases = Phases()
+    time.sleep(0.05)
+    phases.mark("a")
+    time.sleep(0.05)
+    phases.mark_split({"inner": 0.02}, "rest")
+    assert phases.seconds["a"] >= 0.05 and phases.seconds["inner"] == 0.02 and phases.seconds["rest"] >= 0.03
