@@ -32,6 +32,7 @@ from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
 from .execute.sandbox import Sandbox, detect
 from .intake.submission import KERNEL_FILE, Submission, SubmissionError, locate, missing_headers, read_submission
+from .judge import truths
 from .judge.timing import NAME as TIMING_NAME
 from .phases import Phases
 from .result import (
@@ -410,6 +411,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     workdir = tempfile.mkdtemp(prefix="sgemm-grade-")
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
     sandbox = sandbox_of(plan)
+    warming = truths.warm_in_background(cases, config)  # ready by the time the first outputs are judged
     try:
         job = _job(submission, config, cases, workdir, sandbox, timed=backend == GPU)
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
@@ -422,6 +424,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
             run.handle(event)
         return run
     finally:
+        warming.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

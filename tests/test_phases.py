@@ -97,3 +97,51 @@ def test_consecutive_marks_add_up_and_a_split_keeps_the_rest():
     time.sleep(0.05)
     phases.mark_split({"inner": 0.02}, "rest")
     assert phases.seconds["a"] >= 0.05 and phases.seconds["inner"] == 0.02 and phases.seconds["rest"] >= 0.03
+
+
+def test_a_stored_truth_that_does_not_match_its_digest_is_computed_again(tmp_path):
+    """The float64 truths cached on disk are keyed by the case's shape, seed and distribution and checked by
+    a digest: a changed case misses, and a file whose numbers were altered (still a valid .npz) is not
+    trusted but rebuilt."""
+    import numpy as np
+
+    from grader.cases import Case
+    from grader.config import Config
+    from grader.judge import truths
+
+    config = Config()
+    config.compile.cache_dir = str(tmp_path)
+    case = Case("c", 33, 20, 17, seed=5, points=1)
+    _, _, first = truths.case_truth(case, config)
+    (stored,) = (tmp_path / "truths").glob("*.npz")
+    with np.load(stored) as kept:
+        altered = {name: kept[name] for name in kept.files}
+    altered["value"] = altered["value"] + 1.0  # a wrong truth would fail every correct kernel
+    np.savez(stored, **altered)
+    truths._case_truth.cache_clear()
+    _, _, again = truths.case_truth(case, config)
+    assert np.array_equal(again.value, first.value)
+    with np.load(stored) as rebuilt:  # and the file is right again
+        assert np.array_equal(rebuilt["value"], first.value)
+    truths._case_truth.cache_clear()
+    _, _, other = truths.case_truth(Case("c", 33, 20, 17, seed=6, points=1), config)
+    assert len(list((tmp_path / "truths").glob("*.npz"))) == 2 and not np.array_equal(other.value, first.value)
+
+
+def test_truths_warmed_in_the_background_are_the_ones_judging_reads(tmp_path):
+    """While the child starts, a thread computes the truths; the judge asking at the same time gets the
+    same arrays, each computed once."""
+    from grader.cases import Case
+    from grader.config import Config
+    from grader.judge import truths
+
+    config = Config()
+    config.compile.cache_dir = str(tmp_path)
+    cases = [Case(f"c{i}", 200 + i, 150, 170, seed=i, points=1) for i in range(4)]
+    truths._case_truth.cache_clear()
+    warming = truths.warm_in_background(cases, config)
+    judged = [truths.case_truth(case, config)[2] for case in reversed(cases)]
+    warming.stop()
+    assert truths._case_truth.cache_info().misses == len(cases)
+    assert all(truths.case_truth(case, config)[2] is truth for case, truth in zip(reversed(cases), judged))
+    assert len(list((tmp_path / "truths").glob("*.npz"))) == len(cases)
