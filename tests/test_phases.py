@@ -145,3 +145,26 @@ def test_truths_warmed_in_the_background_are_the_ones_judging_reads(tmp_path):
     assert truths._case_truth.cache_info().misses == len(cases)
     assert all(truths.case_truth(case, config)[2] is truth for case, truth in zip(reversed(cases), judged))
     assert len(list((tmp_path / "truths").glob("*.npz"))) == len(cases)
+
+
+def test_the_python_copys_stamps_change_with_any_file_and_skip_dangling_links(tmp_path):
+    """A root grader's copy of its Python is named by every file's size and modification time (read once per
+    grade, so read cheaply): a file written again or grown gives another name; a link counts as itself."""
+    from grader.execute import reachable
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "b.py").write_text("y = 2\n")
+    (tmp_path / "link.py").symlink_to(tmp_path / "b.py")
+    (tmp_path / "gone.py").symlink_to(tmp_path / "nowhere.py")
+    (tmp_path / "config-3.11").mkdir()  # the build's own folder, never copied
+    (tmp_path / "config-3.11" / "Makefile").write_text("all:\n")
+    first = reachable._tree(str(tmp_path), set())
+    assert [path for path, _, _ in first] == [str(tmp_path / name) for name in ("b.py", "gone.py", "link.py",
+                                                                                 "pkg/a.py")]
+    assert reachable._stamp(str(tmp_path / "gone.py")) is None and reachable._stamp(str(tmp_path / "b.py"))
+    os.utime(tmp_path / "pkg" / "a.py", ns=(1, 1))
+    assert reachable._tree(str(tmp_path), set()) != first
+    again = reachable._tree(str(tmp_path), set())
+    (tmp_path / "b.py").write_text("y = 22\n")
+    assert reachable._tree(str(tmp_path), set()) != again
