@@ -25,7 +25,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from .batch import BatchOptions, run_batch
 from .cases import load_cases, mix_seed, with_secret
 from .cluster_tls import DEFAULT_DAYS, make_certificates
 from .config import load_config, preset_path
@@ -327,6 +326,9 @@ def _cluster_gpu_missing(args: argparse.Namespace) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     phases = Phases()
+    before_main = since_process_start()  # the interpreter's start and the imports: the first phase
+    if before_main is not None:
+        phases.add("start", before_main)
     argv = sys.argv[1:] if argv is None else argv
     cluster_commands = {"worker": worker_main, "scheduler": scheduler_main, "cluster-certs": certs_main}
     if argv[:1] and argv[0] in cluster_commands:
@@ -363,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
 def grade_paths(args, config, cases, plan, phases: Phases, console: Console, errors: Console) -> int:
     """`grade PATH ...`: each graded, its files written, its result printed (and with --phases its time)."""
     code, names = EXIT_OK, set()
-    started = process_started(phases)
+    started = phases.last - sum(phases.seconds.values())  # the process's start (main()'s, off Linux)
     for path in args.paths:
         if not path.exists():
             errors.print(f"[bold red]error:[/] {path}: no such file or folder", highlight=False)
@@ -392,16 +394,6 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
         if code == EXIT_OK and args.fail_under is not None and below(result, args.fail_under):
             code = EXIT_BELOW_THRESHOLD
     return code
-
-
-def process_started(phases: Phases) -> float:
-    """When this process started, on the perf_counter clock, with the interpreter's start and imports put in
-    `phases` as "start" (first among them); from main()'s start where the kernel does not say."""
-    before_main = since_process_start()
-    if before_main is None:
-        return time.perf_counter() - sum(phases.seconds.values())
-    phases.seconds = {"start": before_main, **phases.seconds}
-    return time.perf_counter() - sum(phases.seconds.values())
 
 
 def print_phases(result: SubmissionResult, report_s: float, started: float, errors: Console) -> None:
@@ -469,6 +461,8 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
 
 
 def grade_batch(args, config, cases, plan, console: Console, errors: Console) -> int:
+    from .batch import BatchOptions, run_batch  # here, not at the top: one `grade PATH` never needs it (~50 ms)
+
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
                            exports=args.exports, cluster=args.cluster, security=args.security)
     outcome = run_batch(args.paths, config, cases, plan, options, console)
