@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, SUBMISSIONS
@@ -168,3 +169,41 @@ def test_the_python_copys_stamps_change_with_any_file_and_skip_dangling_links(tm
     again = reachable._tree(str(tmp_path), set())
     (tmp_path / "b.py").write_text("y = 22\n")
     assert reachable._tree(str(tmp_path), set()) != again
+
+
+def _installed(site, name: str, with_pyc: bool = False):
+    """A distribution installed in `site` as pip --no-compile leaves one (no .pyc), or with them listed."""
+    import importlib.metadata
+
+    (site / name).mkdir(parents=True)
+    (site / name / "__init__.py").write_text("VALUE = 1\n")
+    (site / name / "mod.py").write_text("def f():\n    return 2\n")
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    listed = [f"{name}/__init__.py", f"{name}/mod.py", f"{info.name}/METADATA", f"{info.name}/RECORD"]
+    listed += [f"{name}/__pycache__/mod.cpython-311.pyc"] if with_pyc else []
+    (info / "RECORD").write_text("".join(f"{entry},,\n" for entry in listed))
+    return importlib.metadata.PathDistribution(info)
+
+
+def test_the_parent_compiles_once_what_a_child_would_compile_at_every_start(tmp_path):
+    """A package installed without bytecode (pip --no-compile) gets its .pyc from the parent, once per
+    installation: a reinstall (a new RECORD) is compiled again; a package pip compiled is left alone."""
+    import importlib.util
+
+    from grader.execute import bytecode
+
+    site, cache = tmp_path / "site", tmp_path / "cache"
+    bare, compiled = _installed(site, "barepkg"), _installed(site, "donepkg", with_pyc=True)
+    pyc = Path(importlib.util.cache_from_source(str(site / "barepkg" / "mod.py")))
+    bytecode.ensure([bare, compiled], cache)
+    assert pyc.is_file() and not (site / "donepkg" / "__pycache__").exists()
+    pyc.unlink()
+    bytecode.ensure([bare], cache)
+    assert not pyc.exists()  # done once for this installation: the next grades only look at a marker
+    record = site / "barepkg-1.0.dist-info" / "RECORD"
+    record.write_text(record.read_text())  # reinstalled, the same version: a RECORD written again
+    os.utime(record, ns=(1, 1))
+    bytecode.ensure([bare], cache)
+    assert pyc.is_file()

@@ -284,6 +284,12 @@ def _environment(base: str) -> Path:
     return copy_once("env", key, fill)
 
 
+@functools.cache
+def child_distributions() -> list[importlib.metadata.Distribution]:
+    """The installed distributions the children import: the grader's requirements, its `gpu` extra, theirs."""
+    return _closure(_child_requirements())
+
+
 def _child_requirements() -> list[str]:
     """The grader's own requirements and its `gpu` extra's (what the GPU child imports: numpy, pycuda)."""
     try:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import cubin_cache
+from . import bytecode, cubin_cache, reachable
 from .clocks import ClockWatch
 from .deadline import Deadline
 from .device_lock import DeviceLock, Turn
@@ -141,6 +141,8 @@ class Child:
         options = dict(pass_fds=(write_fd, control_read), stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                        env=child_environment(str(self.workdir), self.placement.environment()))
         self.timeline.enter("sandbox")  # the confinement's set-up: reachable copies, the command line
+        if self.program.gpu and self.job.cache_dir:
+            bytecode.ensure(reachable.child_distributions(), Path(self.job.cache_dir))
         with open(self.log_path, "wb") as log:
             if self.program.sandbox is not None:
                 confinement = self.program.confinement(self.workdir)
