@@ -207,3 +207,42 @@ def test_the_parent_compiles_once_what_a_child_would_compile_at_every_start(tmp_
     os.utime(record, ns=(1, 1))
     bytecode.ensure([bare], cache)
     assert pyc.is_file()
+
+
+def test_a_known_gpu_gets_its_cached_cubins_before_its_child_starts_and_the_hint_is_kept_checked(tmp_path,
+                                                                                                monkeypatch):
+    """The architecture and nvcc version the last GPU child reported (the toolchain hint) let the next one
+    compile while CUDA starts: the parent puts the cached cubins under the hint's keys in its folder before
+    it starts. A child's report is kept as the next hint only when it is an architecture name."""
+    from dataclasses import replace
+
+    from test_runner import CHILD_PRELUDE, make_job
+
+    from grader.execute import cubin_cache
+    from grader.execute.compile import cubin_key
+    from grader.execute.runner import ChildProgram, run_job
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cache = tmp_path / "cache"
+    job = replace(make_job(tmp_path, cases=()), student_source="student text", reference_source="reference text")
+    cubin_cache.write_hint(str(cache), "0", "sm_90", "nvcc 13.0")
+    key = cubin_key("student text", [], "sm_90", "nvcc 13.0", {})
+    cache.joinpath(f"{key}.cubin").write_bytes(b"cached cubin")
+    script = tmp_path / "child.py"
+    script.write_text(CHILD_PRELUDE + f"""
+seen = {{"hint": job["toolchain_hint"],
+        "offered": os.listdir(os.path.join(job["workdir"], "cubins"))}}
+open({str(tmp_path / "seen.json")!r}, "w").write(json.dumps(seen))
+send("toolchain", arch="sm_90; rm -rf /", nvcc="nvcc 13.0")
+os.fdopen(control).readline()
+send("done")
+""")
+    events = list(run_job(job, LIMITS, lambda: 0, ChildProgram((sys.executable, str(script)), gpu=True)))
+    assert [e["event"] for e in events][-2:] == ["done", "output"]
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen == {"hint": ["sm_90", "nvcc 13.0"], "offered": [f"{key}.cubin"]}
+    assert cubin_cache.read_hint(str(cache), "0") == ["sm_90", "nvcc 13.0"]  # the odd report was not kept
+    cubin_cache.write_hint(str(cache), "0", "sm_100", "nvcc 13.1")
+    assert cubin_cache.read_hint(str(cache), "0") == ["sm_100", "nvcc 13.1"]
+    (cache / "toolchain" / next(os.walk(cache / "toolchain"))[2][0]).write_text("not json")
+    assert cubin_cache.read_hint(str(cache), "0") == []

@@ -10,7 +10,7 @@ import resource
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -54,13 +54,19 @@ def main(argv: list[str]) -> int:
     import pycuda.driver as cuda_driver
 
     cuda = cuda_driver
-    cuda.init()
-    device = cuda.Device(0)
-    worker = Worker(job, channel, device, control)
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(4) as pool:  # two compiles ahead (on a hint), the toolchain, two compiles
+        # A cold grade's compiles need only the GPU's architecture: with the last child's (the hint) they
+        # start now, while CUDA initialises; they are kept only if this GPU's toolchain turns out the same.
+        ahead = pool.submit(Worker.compile_ahead, job, pool) if job.toolchain_hint else None
+        started = time.perf_counter()
+        cuda.init()
+        init_s = time.perf_counter() - started
+        device = cuda.Device(0)
+        worker = Worker(job, channel, device, control)
+        worker.init_s = init_s
         # Nothing before the modules load needs a context: nvcc's version, the parent's offer of cached
         # cubins and both compiles go on while the driver makes it (hundreds of milliseconds).
-        compiled = pool.submit(worker.compile_both, pool)
+        compiled = pool.submit(worker.compile_both, pool, ahead)
         started = time.perf_counter()
         context = device.make_context()
         worker.context_s = time.perf_counter() - started
@@ -83,9 +89,9 @@ def main(argv: list[str]) -> int:
 
 
 class Worker:
-    def __init__(self, job: Job, channel: Channel, device, control):
+    def __init__(self, job: Job, channel: Channel | None, device, control):
         self.job, self.channel, self.device, self.control = job, channel, device, control
-        self.arch = "sm_%d%d" % device.compute_capability()
+        self.arch = "sm_%d%d" % device.compute_capability() if device is not None else ""
         self.nvcc_version = ""
         self.student_compiled = ""  # the text whose cubin is the student's: the whole file or its device side
         self.host_code_left_out = False
@@ -93,6 +99,9 @@ class Worker:
         self.stale_shared: StaleShared | None = None
         self.differences: Differences | None = None
         self.context_s = 0.0  # how long the driver took to make the context (the instructor's figure)
+        self.init_s = 0.0  # and to initialise CUDA (cuInit)
+        self.student: bytes | str = b""  # what compile_ahead compiled (a cubin, or the compiler's message)
+        self.reference: bytes | str = b""
         self.compile_s: dict[str, float] = {}  # per source, how long its cubin took (offered or compiled)
 
     def run(self, cubins: dict[str, bytes | str]) -> None:
@@ -131,9 +140,10 @@ class Worker:
 
     # -- compile -------------------------------------------------------------------------------
 
-    def compile_both(self, pool: ThreadPoolExecutor) -> dict[str, bytes | str] | None:
+    def compile_both(self, pool: ThreadPoolExecutor, ahead: Future | None = None) -> dict[str, bytes | str] | None:
         """The student's and the reference's cubins, compiled side by side once the parent (which keeps the
-        compile cache) has put this job's cached ones in our folder; None if the parent is gone."""
+        compile cache) has put this job's cached ones in our folder; None if the parent is gone. Those
+        compiled ahead with the toolchain hint are taken where this GPU's toolchain is the hint's."""
         from pycuda.compiler import get_nvcc_version
 
         self.nvcc_version = get_nvcc_version("nvcc")
@@ -141,9 +151,30 @@ class Worker:
         if self.control.readline().strip() != "ready":
             return None
         self.channel.send("phase", phase="compile")
+        if ahead is not None and [self.arch, self.nvcc_version] == self.job.toolchain_hint:
+            early = ahead.result()
+            self.adopt(early)
+            return {"student": early.student, "reference": early.reference}
         student = pool.submit(self.compile_student)
         reference = self.compile(self.job.reference_source)
         return {"student": student.result(), "reference": reference}
+
+    @staticmethod
+    def compile_ahead(job: Job, pool: ThreadPoolExecutor) -> Worker:
+        """Both cubins for the hinted architecture and nvcc, before CUDA is up: a Worker of its own, with no
+        device, whose results and figures compile_both adopts when the hint was right."""
+        early = Worker(job, None, None, None)
+        early.arch, early.nvcc_version = job.toolchain_hint
+        student = pool.submit(early.compile_student)
+        early.reference = early.compile(job.reference_source)
+        early.student = student.result()
+        return early
+
+    def adopt(self, early: Worker) -> None:
+        """What compile_ahead compiled, as if compiled here."""
+        self.student_compiled, self.host_code_left_out = early.student_compiled, early.host_code_left_out
+        self.keys.update(early.keys)
+        self.compile_s.update(early.compile_s)
 
     def load_modules(self, cubins: dict[str, bytes | str]):
         for who in ("reference", "student"):
@@ -165,6 +196,7 @@ class Worker:
             kernels[who] = kernel
         self.channel.send("compiled", device=self.device.name(), arch=self.arch, cpu_s=cpu_seconds(),
                           pci_bus_id=self.device.pci_bus_id(), context_s=round(self.context_s, 4),
+                          init_s=round(self.init_s, 4),
                           student_compile_s=round(self.compile_s.get(self.student_compiled, 0.0), 4),
                           reference_compile_s=round(self.compile_s.get(self.job.reference_source, 0.0), 4),
                           tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile,

@@ -134,7 +134,10 @@ class Child:
         job_file = self.workdir / "job.json"
         # The child sees its own folder only; the compile cache stays with the parent (cubin_cache).
         cache_dir = "" if self.program.sandbox is not None else self.job.cache_dir
-        replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir).save(job_file)
+        hint = cubin_cache.read_hint(self.job.cache_dir, self.gpu_name()) if self.program.gpu else []
+        if hint:
+            self.cubins.offer(*hint)  # what was compiled before is in place before the child starts
+        replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint).save(job_file)
         read_fd, write_fd = os.pipe()
         control_read, self.control_fd = os.pipe()
         argv = [*self.program.argv, str(job_file), str(write_fd), str(control_read)]
@@ -189,6 +192,7 @@ class Child:
                     continue
                 if event["event"] == "toolchain":
                     self.cubins.offer(event["arch"], event["nvcc"])
+                    cubin_cache.write_hint(self.job.cache_dir, self.gpu_name(), event["arch"], event["nvcc"])
                     self._answer(b"ready\n")
                     continue
                 self._annotate(event, case, phase)
@@ -205,6 +209,12 @@ class Child:
         if not finished:
             proc.wait()
             yield {"event": "crash", "phase": phase, "case": case, "returncode": proc.returncode}
+
+    def gpu_name(self) -> str:
+        """The GPU this child sees, as the toolchain hint names it: its placement's, or the first visible."""
+        if self.placement.gpu is not None:
+            return str(self.placement.gpu)
+        return os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
 
     def _answer(self, line: bytes) -> None:
         try:
