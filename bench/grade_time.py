@@ -4,7 +4,9 @@ H100, sandbox on: <= 1.5 s cold, <= 1.0 s warm).
 Usage: python3 bench/grade_time.py [SUBMISSION] [--backend gpu|cpu] [--warm N]
   (default: the reference kernel as a submission, on the GPU, two warm runs)
 Prints one line per run and its phases (SubmissionResult.phases, grader/phases.py); run it on the GPU machine.
-"Cold" is a fresh cache folder (compile cache and float64 truths); "warm" grades again with it.
+"Cold" is a fresh cache folder (compile cache, float64 truths, toolchain hint); "warm" grades again with it;
+"new submission" then grades the same kernel with a comment added: the student's cubin is compiled, the rest
+is as on a machine that has graded before (a class's next student).
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ def report(label: str, wall: float, result: dict) -> None:
     for name, seconds in ordered(phases):
         print(f"  {seconds:6.3f} s  {DESCRIBED.get(name, name)}")
     print(f"  {wall - sum(phases.values()):6.3f} s  not stored: report written, interpreter exit")
-    child = {key: compiled[key] for key in ("context_s", "student_compile_s", "reference_compile_s") if key in compiled}
+    child = {key: compiled[key] for key in ("init_s", "context_s", "student_compile_s", "reference_compile_s")
+             if key in compiled}
     if child:
         print("  the child's own figures: " + ", ".join(f"{key} {value:.3f}" for key, value in child.items()))
     if "timing" in checks and checks["timing"]["status"] != "skipped":
@@ -66,6 +69,12 @@ def main() -> None:
         for run, label in enumerate(["cold cache", *(f"warm cache {i + 1}" for i in range(args.warm))]):
             wall, result = timed_grade(submission, config, work / f"run{run}", args.backend)
             report(label, wall, result)
+        variant = work / "new_submission"
+        variant.mkdir()
+        kernel = submission / "kernel.cu" if submission.is_dir() else submission
+        (variant / "kernel.cu").write_text(kernel.read_text() + "\n// another student's file\n")
+        wall, result = timed_grade(variant, config, work / "variant", args.backend)
+        report("cold new submission", wall, result)
 
 
 if __name__ == "__main__":
