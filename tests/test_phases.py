@@ -246,3 +246,41 @@ send("done")
     assert cubin_cache.read_hint(str(cache), "0") == ["sm_100", "nvcc 13.1"]
     (cache / "toolchain" / next(os.walk(cache / "toolchain"))[2][0]).write_text("not json")
     assert cubin_cache.read_hint(str(cache), "0") == []
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_next_students_grade_compiles_on_the_hint_and_a_wrong_hint_changes_nothing(tmp_path):
+    """On a GPU: after one grade, the next student's kernel compiles while CUDA starts (the hint is the
+    GPU's real architecture), and grades as it does without; a stale hint (another GPU's) is ignored."""
+    from grader.execute import cubin_cache
+
+    cache = tmp_path / "cache"
+    text = (ROOT / "config.yaml").read_text()
+    text = text.replace("testcases: testcases", f"testcases: {ROOT / 'testcases'}")
+    text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
+    config = tmp_path / "config.yaml"
+    config.write_text(text.replace("cache_dir: ~/.cache/sgemm-grader", f"cache_dir: {cache}"))
+
+    def graded(name: str) -> dict:
+        out = tmp_path / f"out-{name}-{time.monotonic_ns()}"
+        done = subprocess.run([sys.executable, "-m", "grader", str(SUBMISSIONS / name), "-o", str(out), "--config",
+                               str(config), "--backend", "gpu"], capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        return json.loads((out / f"{name}.json").read_text())
+
+    first = graded("good_basic")
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
+    arch, _ = cubin_cache.read_hint(str(cache), gpu)
+    assert first["score"] == first["max_score"] and arch.startswith("sm_")
+    assert f"compiled for {arch}" in next(c for c in first["checks"] if c["kind"] == "compile")["message"]
+    hinted = graded("missing_use_barrier")  # its own cubin is not cached: compiled on the hint
+    cubin_cache.write_hint(str(cache), gpu, "sm_50", "another nvcc")
+    for cubin in cache.glob("*.cubin"):
+        cubin.unlink()  # compiled again, on a hint that is wrong for this GPU
+    stale = graded("missing_use_barrier")
+    for result in (hinted, stale):
+        assert [(c["name"], c["status"]) for c in result["checks"]] == [(c["name"], c["status"])
+                                                                        for c in hinted["checks"]]
+    assert hinted["score"] < hinted["max_score"]  # its race is caught either way
+    assert cubin_cache.read_hint(str(cache), gpu)[0] == arch  # the stale hint was replaced by the truth
