@@ -5,6 +5,7 @@ touches CUDA. After any CUDA error it reports and exits: a fault poisons the con
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import sys
@@ -78,14 +79,25 @@ def main(argv: list[str]) -> int:
         worker.run(cubins)
     except KernelFault as fault:
         channel.send("fault", error=str(fault))
+        flush_output()
         os._exit(0)  # skip context teardown: after a fault it can hang or abort
     context.pop()
     channel.send("done")
     # Nothing is left to say, and the parent waits for this process to end: the driver frees the context as
     # the process exits, without the interpreter's and pycuda's own teardown first.
+    flush_output()
+    os._exit(0)
+
+
+def flush_output() -> None:
+    """What the kernels printed (the driver writes it through the C library's buffered stdout) and Python's
+    own output, into the log before os._exit, which flushes neither."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass  # no C library to ask: what it buffered is lost, as a crash would lose it
 
 
 class Worker:
