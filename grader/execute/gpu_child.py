@@ -12,26 +12,32 @@ import time
 
 
 class EarlyInit:
-    """cuInit in a thread of its own, begun before this module's other imports when it runs as the GPU child:
-    the driver's start (hundreds of milliseconds on a large GPU) and the imports of numpy and pycuda overlap,
-    since ctypes lets go of the interpreter while cuInit runs. pycuda's own init() then finds CUDA started."""
+    """CUDA started in a thread of its own, begun before this module's other imports when it runs as the GPU
+    child: cuInit and the device's primary context (hundreds of milliseconds each on a large GPU) overlap the
+    imports of numpy and pycuda, since ctypes lets go of the interpreter while the driver works. pycuda's own
+    init() then finds CUDA started, and retaining the primary context finds it made."""
 
     def __init__(self):
-        self.seconds = 0.0
-        self.thread = threading.Thread(target=self._initialise, daemon=True, name="cuInit")
+        self.init_s = self.context_s = 0.0
+        self.thread = threading.Thread(target=self._start, daemon=True, name="cuda-start")
         self.thread.start()
 
-    def _initialise(self) -> None:
+    def _start(self) -> None:
         started = time.perf_counter()
         try:
-            ctypes.CDLL("libcuda.so.1").cuInit(0)
+            driver = ctypes.CDLL("libcuda.so.1")
+            failed = driver.cuInit(0)
+            self.init_s = time.perf_counter() - started
+            device, context = ctypes.c_int(), ctypes.c_void_p()
+            if not failed and not driver.cuDeviceGet(ctypes.byref(device), 0):
+                started = time.perf_counter()
+                driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)  # held until the process ends
+                self.context_s = time.perf_counter() - started
         except (OSError, AttributeError):
             pass  # no driver to load: pycuda's init() says so, as it would have
-        self.seconds = time.perf_counter() - started
 
-    def wait(self) -> float:
+    def wait(self) -> None:
         self.thread.join()
-        return self.seconds
 
 
 EARLY = EarlyInit() if __name__ == "__main__" else None
@@ -87,19 +93,21 @@ def main(argv: list[str]) -> int:
         # A cold grade's compiles need only the GPU's architecture: with the last child's (the hint) they
         # start now, while CUDA initialises; they are kept only if this GPU's toolchain turns out the same.
         ahead = pool.submit(Worker.compile_ahead, job, pool) if job.toolchain_hint else None
-        early_s = EARLY.wait() if EARLY is not None else 0.0
+        if EARLY is not None:
+            EARLY.wait()
         started = time.perf_counter()
         cuda.init()
-        init_s = early_s + time.perf_counter() - started
+        init_s = time.perf_counter() - started + (EARLY.init_s if EARLY is not None else 0.0)
         device = cuda.Device(0)
         worker = Worker(job, channel, device, control)
         worker.init_s = init_s
         # Nothing before the modules load needs a context: nvcc's version, the parent's offer of cached
-        # cubins and both compiles go on while the driver makes it (hundreds of milliseconds).
+        # cubins and both compiles go on while the driver makes it, where EarlyInit has not.
         compiled = pool.submit(worker.compile_both, pool, ahead)
         started = time.perf_counter()
-        context = device.make_context()
-        worker.context_s = time.perf_counter() - started
+        context = device.retain_primary_context()  # made by EarlyInit already, where it ran
+        context.push()
+        worker.context_s = time.perf_counter() - started + (EARLY.context_s if EARLY is not None else 0.0)
         cubins = compiled.result()
     if cubins is None:
         context.pop()
