@@ -67,6 +67,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=None,
                         help="also run compute-sanitizer (racecheck, memcheck, synccheck) on a small shape and "
                              "explain what it finds (GPU only; default: on in batch, off otherwise)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also measure the kernel and the reference with Nsight Compute (ncu) on the timing "
+                             "shape and say how to make it faster (GPU only; a second or two per submission)")
 
 
 def _tls_options(group) -> None:
@@ -293,7 +296,7 @@ def _backend_plan(args: argparse.Namespace) -> RunPlan:
         if gpu_missing is not None:
             raise UsageError(f"--backend gpu: {gpu_missing}")
         sanitize = args.command in ("batch", "serve") if args.sanitize is None else args.sanitize
-        return RunPlan(GPU, sanitize=sanitize)
+        return RunPlan(GPU, sanitize=sanitize, profile=getattr(args, "profile", False))
     if not cluster and compiler() is None:  # a cluster's workers compile with their own
         reason = "the CPU emulator needs a C++ compiler (g++), and none is on PATH"
         if args.backend == CPU:

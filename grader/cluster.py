@@ -49,12 +49,13 @@ class RemoteTask:
     note: str
     skip_reason: str
     headers: dict[str, bytes] = field(default_factory=dict)  # handed in beside the kernel (config's names)
+    profile: bool = False  # grade --profile: Nsight Compute on the worker's GPU (issue 26)
 
 
 def remote_task(entry: Entry, config: Config, cases: list[Case], plan: RunPlan) -> RemoteTask:
     return RemoteTask(entry.key, entry.kernel.read_bytes(), config.reference_path.read_text(encoding="utf-8"),
                       config, cases, plan.backend, plan.sanitize, plan.note, plan.skip_reason,
-                      entry.headers(config.compile.handed_in_headers))
+                      entry.headers(config.compile.handed_in_headers), plan.profile)
 
 
 def task_resources(plan: RunPlan) -> dict[str, int]:
@@ -75,7 +76,8 @@ def grade_task(task: RemoteTask) -> dict:
         reference = Path(work, "reference.cu")
         reference.write_text(task.reference, encoding="utf-8")
         config.reference, config.source = str(reference), ""
-        plan = RunPlan(task.backend, skip_reason=task.skip_reason, note=task.note, sanitize=task.sanitize)
+        plan = RunPlan(task.backend, skip_reason=task.skip_reason, note=task.note, sanitize=task.sanitize,
+                       profile=task.profile)
         entry = Entry(task.key, "", "", folder, task.key, "kernel.cu")
         return Workers().grade(entry, config, task.cases, plan).to_dict(with_log=True)
 

@@ -208,6 +208,22 @@ class CompileConfig:
 
 
 @dataclass
+class FeedbackConfig:
+    """How-to-make-it-faster advice (issue 26): worth no points."""
+
+    # The lab's GPU for theoretical occupancy (sm_70 ... sm_100); "" means the GPU graded on, else
+    # compile.arch_without_gpu.
+    gpu: str = ""
+
+    def validate(self):
+        from .judge.occupancy import ARCHES
+
+        if self.gpu and self.gpu not in ARCHES:
+            return "gpu", f"unknown architecture {self.gpu!r} (known: {', '.join(ARCHES)})"
+        return None
+
+
+@dataclass
 class PrairieLearnConfig:
     # A submission that does not compile: false (default) makes it "gradable": false, so the attempt is not
     # counted; true makes it a graded 0.
@@ -225,6 +241,7 @@ class Config:
     timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
     prairielearn: PrairieLearnConfig = field(default_factory=PrairieLearnConfig)
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     # Set by load_config: the file the values came from, for messages and relative paths.
     source: str = ""
 

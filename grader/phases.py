@@ -25,7 +25,9 @@ DESCRIBED = {
     "timing": "timing",
     "child_end": "child exit",
     "grading_other": "job set-up and result assembly",
+    "feedback": "feedback from the cubin (registers, occupancy)",
     "sanitizer": "compute-sanitizer",
+    "profile": "Nsight Compute profile (--profile)",
     "report": "report: files written, terminal output",
 }
 

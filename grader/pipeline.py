@@ -12,21 +12,18 @@ import socket
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .build_failure import BuildFailure, classify
 from .cases import Case
 from .config import Config
+from .diagnose.profile import profile_submission
+from .diagnose.resources import add_compiler_feedback
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import SanitizerRun, sanitize
-from .execute.compile import (
-    CompileOutcome,
-    compile_check,
-    nvcc_path,
-    prepare_source,
-    reference_module_source,
-)
+from .execute import check_cache
+from .execute.compile import CompileOutcome, nvcc_path, prepare_source, reference_module_source
 from .execute.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
@@ -79,6 +76,7 @@ class RunPlan:
     note: str = ""  # why this backend, shown with the result
     placement: Placement | None = None  # which GPU, and its timing lock, in a batch
     sanitize: bool = False  # also run compute-sanitizer's diagnosis (GPU backend)
+    profile: bool = False  # also measure the kernel and the reference with Nsight Compute (GPU backend, advice)
     sandbox: Sandbox | None = None  # where student code runs; None: the strongest this machine allows
 
 
@@ -190,6 +188,8 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         result.message = plan.skip_reason
         compiled = compile_without_gpu(submission, config, sandbox)
         phases.mark("nvcc_check")
+        add_compiler_feedback(result, compiled.check, compiled.cubin, config, sandbox, None)
+        phases.mark("feedback")
         result.checks = rubric.results([compiled.check, *statics], plan.skip_reason)
         result.outcome = compiled.outcome
         if compiled.outcome == GRADER_ERROR:
@@ -203,6 +203,9 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     run = run_child(submission, config, cases, GPU, plan)
     phases.mark_split(run.phases, "grading_other")
     _take_run(result, run)
+    if run.compile_check.passed:
+        add_compiler_feedback(result, run.compile_check, run.student_cubin, config, sandbox, run.tile_size)
+    phases.mark("feedback")
     made = [*run.made_checks(), *statics]
     phases.mark("judge")
     diagnosis = _sanitizer_check(submission, config, run, plan) if rubric.has(SANITIZER_NAME) else None
@@ -211,8 +214,28 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         made.append(diagnosis)
         if diagnosis.status == ERROR and result.outcome == GRADED:
             result.outcome = GRADER_ERROR  # the diagnosis could not run: graded again by --resume
+    if plan.profile and run.compile_check.passed and run.tile_size:
+        _profile(result, made, config, run, plan)
+        phases.mark("profile")
     result.checks = rubric.results(made, run.not_run_reason)
     return _settled(result, config)
+
+
+def _profile(result: SubmissionResult, made: list[CheckResult], config: Config, run: RunEvents,
+             plan: RunPlan) -> None:
+    """Nsight Compute's findings (advice, no points) and its figures on the timing check (or the compile check)."""
+    t = config.timing
+    try:
+        found, figures = profile_submission(run.student_cubin, config.kernel.contract(), run.tile_size,
+                                            (t.m, t.n, t.k), config.reference_path.read_text(encoding="utf-8"),
+                                            config.compile.options, run.device, placement_of(plan, config),
+                                            sandbox_of(plan), config.cache_dir, config.timeouts.compile_s)
+    except Exception:  # advice must never cost a grade
+        result.log += "\n[grader] Nsight Compute's profile failed:\n" + traceback.format_exc()
+        return
+    result.feedback += found
+    shown = next((c for c in made if c.kind == TIMING), run.compile_check)
+    shown.metrics["ncu"] = figures
 
 
 def _with_headers_after(submission: Submission) -> str:
@@ -335,6 +358,9 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
             made = _held_for_gpu(result, nvcc, emulated, failure, run)
     elif run.compile_check.passed and nvcc.passed:
         run.compile_check.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
+    shown = next((check for check in made if check.kind == COMPILE), nvcc)
+    add_compiler_feedback(result, shown, compiled.cubin, config, sandbox_of(plan), run.tile_size)
+    phases.mark("feedback")
     return [*made, *needs_gpu]
 
 
@@ -373,6 +399,7 @@ def not_graded(path: Path, config: Config, cases: list[Case], reason: str,
 class CompiledWithoutGpu:
     check: CheckResult
     outcome: str  # graded, compile error or timed out
+    cubin: bytes = field(default=b"", repr=False)  # nvcc's cubin for compile.arch_without_gpu, when it compiled
 
 
 def compile_without_gpu(submission: Submission, config: Config, sandbox: Sandbox) -> CompiledWithoutGpu:
@@ -388,21 +415,22 @@ def compile_without_gpu(submission: Submission, config: Config, sandbox: Sandbox
         outcome = TIMED_OUT if compiled.timed_out else SUBMISSION_ERROR if compiled.mismatch else COMPILE_ERROR
         return CompiledWithoutGpu(errored("compile", COMPILE, points, compiled.message), outcome)
     message = f"{compiled.message} (for {config.compile.arch_without_gpu}, no GPU run)"
-    return CompiledWithoutGpu(passed("compile", COMPILE, points, message), GRADED)
+    return CompiledWithoutGpu(passed("compile", COMPILE, points, message), GRADED, compiled.cubin)
 
 
 def _compile_with_fallback(submission: Submission, config: Config, sandbox: Sandbox) -> CompileOutcome:
     """nvcc on the whole file, as SourceModule would; on failure, on its device side alone."""
     options, arch, timeout = config.compile.options, config.compile.arch_without_gpu, config.timeouts.compile_s
     contract, source, headers = config.kernel.contract(), submission.source, submission.headers
-    outcome = compile_check(source, arch, options, timeout, sandbox, contract, headers)
+    outcome = check_cache.checked(config.cache_dir, source, arch, options, timeout, sandbox, contract, headers)
     device = device_side(source, headers)
     if outcome.ok or outcome.timed_out or outcome.grader_fault or device == source:
         return outcome
-    fallback = compile_check(device, arch, options, timeout, sandbox, contract, headers)
+    fallback = check_cache.checked(config.cache_dir, device, arch, options, timeout, sandbox, contract, headers)
     if fallback.mismatch:
         return fallback
-    return CompileOutcome(True, f"{fallback.message} ({HOST_CODE_LEFT_OUT})") if fallback.ok else outcome
+    return (CompileOutcome(True, f"{fallback.message} ({HOST_CODE_LEFT_OUT})", cubin=fallback.cubin) if fallback.ok
+            else outcome)
 
 
 def run_child(submission: Submission, config: Config, cases: list[Case], backend: str,

@@ -33,30 +33,60 @@ def sandbox():
 @pytest.fixture(scope="session")
 def config_file(tmp_path_factory):
     """The shipped config with a short run timeout, so a hanging submission costs seconds."""
-    folder = tmp_path_factory.mktemp("config")
+    return _test_config(tmp_path_factory.mktemp("config"), ROOT / "testcases")
+
+
+def _test_config(folder: Path, testcases: Path) -> Path:
     text = (ROOT / "config.yaml").read_text()
-    text = text.replace("testcases: testcases", f"testcases: {ROOT / 'testcases'}")
+    text = text.replace("testcases: testcases", f"testcases: {testcases}")
     text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
     text = text.replace("run_s: 10", f"run_s: {RUN_TIMEOUT_S}")
     (folder / "config.yaml").write_text(text)
     return folder / "config.yaml"
 
 
+# A few of the shipped cases, for tests of what happens around grading (batches, the service, escapes):
+# a small one, a ragged one, a hidden one and one for the GPU only. What the emulator finds in a kernel is
+# tested on all of them (test_cpu_grading.py and the corpus tests).
+QUICK_CASES = ("square_16", "ragged_all", "rect_hidden", "large_ragged")
+
+
 @pytest.fixture(scope="session")
-def graders(config_file):
-    """backend -> grade(path), shared by every test module so each submission is graded once per backend."""
+def quick_config_file(tmp_path_factory):
+    """The test config with only QUICK_CASES, each as the shipped case files define it. (A module may use it
+    as its `config_file`.)"""
+    import yaml
+
+    folder = tmp_path_factory.mktemp("quick")
+    shipped = [case for path in sorted((ROOT / "testcases").glob("*.yaml"))
+               for case in yaml.safe_load(path.read_text())["cases"]]
+    chosen = [case for case in shipped if case["name"] in QUICK_CASES]
+    assert [case["name"] for case in chosen] == list(QUICK_CASES)
+    (folder / "testcases").mkdir()
+    (folder / "testcases" / "quick.yaml").write_text(yaml.safe_dump({"cases": chosen}))
+    return _test_config(folder, folder / "testcases")
+
+
+@pytest.fixture(scope="session")
+def graders(config_file, tmp_path_factory):
+    """backend -> grade(path), shared by every test module, and by every pytest-xdist worker of the run, so
+    each submission is graded once per backend in a whole run."""
     made = {}
+    basetemp = tmp_path_factory.getbasetemp()
+    # xdist workers each have a folder of their own in the run's folder: the grades go beside them.
+    shared = (basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp) / "shared-grades"
 
     def for_backend(backend: str):
         if backend not in made:
-            made[backend] = make_grader(config_file, backend)
+            made[backend] = make_grader(config_file, backend, shared)
         return made[backend]
 
     return for_backend
 
 
-def make_grader(config_file, backend: str):
-    """grade(path) on one backend with the short-timeout config, each submission graded once."""
+def make_grader(config_file, backend: str, shared: Path | None = None):
+    """grade(path) on one backend with the short-timeout config, each submission graded once (in this
+    process; with `shared`, a folder, once among every process that shares it)."""
     from grader.cases import load_cases
     from grader.config import load_config
     from grader.pipeline import RunPlan, grade
@@ -67,7 +97,8 @@ def make_grader(config_file, backend: str):
 
     def grade_named(path: Path):
         if path not in results:
-            results[path] = grade(path, config, cases, RunPlan(backend))
+            graded = lambda: grade(path, config, cases, RunPlan(backend))  # noqa: E731
+            results[path] = graded() if shared is None else _graded_once(shared, f"{backend}\0{path}", graded)
         return results[path]
 
     def prefetch(paths: list[Path]) -> None:
@@ -77,6 +108,29 @@ def make_grader(config_file, backend: str):
 
     grade_named.prefetch = prefetch
     return grade_named
+
+
+def _graded_once(folder: Path, key: str, graded):
+    """The result stored under `key` in `folder`, graded here by the first process to ask; the others wait
+    for it (an exclusive lock per key) and read it back."""
+    import fcntl
+    import hashlib
+    import json
+
+    from grader.result import SubmissionResult
+
+    folder.mkdir(exist_ok=True)
+    name = hashlib.sha256(key.encode()).hexdigest()[:32]
+    stored = folder / f"{name}.json"
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stored.exists():
+            return SubmissionResult.from_dict(json.loads(stored.read_text()))
+        result = graded()
+        temporary = folder / f".{name}.{os.getpid()}.tmp"
+        temporary.write_text(json.dumps(result.to_dict(with_log=True)))
+        os.replace(temporary, stored)
+        return result
 
 
 # --- nothing the suite starts may outlive it -----------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from grader.diagnose.profile import ncu_path
 from grader.diagnose.run import sanitizer_path
 from grader.execute.compile import nvcc_path
 from grader.execute.cpu.build import compiler
@@ -27,3 +28,5 @@ without_gpu = _skip_unless("this machine has a GPU" if gpu_unavailable_reason() 
 # g++ is not hardware: CI must have it. Without it these tests skip, and the skip policy fails the run
 # with this reason, rather than dozens of tests failing on a missing compiler.
 needs_cxx = pytest.mark.skipif(compiler() is None, reason="no C++ compiler (g++) for the CPU emulator: install g++")
+# Nsight Compute, for the measured feedback (issue 26): with a GPU, the lent machines have it.
+needs_ncu = _skip_unless(None if ncu_path() else "Nsight Compute (ncu) is not installed")

@@ -124,9 +124,12 @@ def test_killed_and_resumed_gives_the_same_grades_as_one_run(small_config, tmp_p
 # good_basic whose first thread spins a while before its work: the last student of a class stays in grading
 # for seconds, so a Ctrl-C sent once the first result is stored always finds the batch running (with warm
 # caches the whole class once finished before the signal came, on a loaded machine).
+# good_basic that sleeps 4 s in its first case on the CPU emulator (nvcc never sees the sleep): a grade that
+# stays running for seconds whatever the machine's load, at no CPU cost. (A spin of 0.2 s once let a loaded
+# machine's test see the first result only after the whole class was done: exit 0, not 130.)
 SLOW_GOOD = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text().replace(
-    "{\n", "{\n    if (threadIdx.x + threadIdx.y + blockIdx.x + blockIdx.y == 0) {\n"
-    "        volatile unsigned long spin = 0;\n        while (spin < 200000000ul) ++spin;\n    }\n", 1)
+    "{\n", "{\n    if (threadIdx.x + threadIdx.y + blockIdx.x + blockIdx.y == 0 && m == 32) {\n"
+    "#ifndef __NVCC__\n        usleep(4000000);\n#endif\n    }\n", 1)
 
 
 def test_ctrl_c_stops_the_batch_and_resume_finishes_it(small_config, tmp_path):

@@ -94,3 +94,45 @@ def test_a_grader_error_of_the_compile_check_is_graded_again_by_resume(nvcc_the_
 ])
 def test_whose_failure_from_nvccs_own_words(log, students):
     assert classify(log, "", ["tiling.cuh"], NVCC_EVIDENCE).students is students
+
+
+# --- the check's verdicts are kept (check_cache.py) ------------------------------------------------------------
+
+
+def check(cache_dir, sandbox, source, contract=None):
+    from grader.execute import check_cache
+
+    return check_cache.checked(cache_dir, source, "sm_90", ["-lineinfo"], 60, sandbox, contract)
+
+
+def entries(cache_dir):
+    return sorted((cache_dir / "compile-check").glob("*.json"))
+
+
+A_SANDBOX_THAT_CANNOT_START = dict(level="namespaces", bwrap="/nonexistent/bwrap")
+
+
+def test_the_same_file_is_compiled_once(tmp_path, sandbox):
+    from grader.execute.sandbox import Sandbox
+
+    source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
+    first = check(tmp_path, sandbox, source)
+    assert first.ok and len(entries(tmp_path)) == 1
+    # A sandbox that cannot start would make any nvcc run a grader fault: the verdict comes from the cache.
+    again = check(tmp_path, Sandbox(**A_SANDBOX_THAT_CANNOT_START), source)
+    assert again == first
+    changed = check(tmp_path, Sandbox(**A_SANDBOX_THAT_CANNOT_START), source.replace("sum", "total"))
+    assert changed.grader_fault and len(entries(tmp_path)) == 1  # another text misses, and a fault is not kept
+
+
+def test_a_compile_error_is_kept_with_its_message_and_a_damaged_entry_is_compiled_again(tmp_path, sandbox):
+    from grader.execute.sandbox import Sandbox
+
+    source = (SUBMISSIONS / "compile_error" / "kernel.cu").read_text()
+    first = check(tmp_path, sandbox, source)
+    assert not first.ok and first.message.startswith("compile error:\nline ")
+    assert check(tmp_path, Sandbox(**A_SANDBOX_THAT_CANNOT_START), source) == first
+    [entry] = entries(tmp_path)
+    entry.write_text('{"ok": true, "message": ')  # cut short
+    assert check(tmp_path, sandbox, source) == first
+    assert entry.read_text().startswith('{"ok": false')

@@ -32,6 +32,14 @@ pytestmark = pytest.mark.skipif(compiler() is None or nvcc_path() is None,
                                 reason="needs g++ (the CPU emulator) and nvcc (its verdict comes first)")
 
 GOOD = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
+
+
+@pytest.fixture(scope="session")
+def config_file(quick_config_file):
+    """A few cases: every attack runs in each case, in both thread orders; containment is what is checked."""
+    return quick_config_file
+
+
 ANCHOR = "    int col = blockIdx.x * TILE_SIZE + tx;\n"
 CANARY = "CANARY-6f1d2c"
 

@@ -14,18 +14,18 @@ from grader.result import PASSED
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 
-# Kernels doing about the reference's work: full marks, timing included.
+# Kernels doing about the reference's work: full marks, timing included. The four that reduce every dot
+# product across a row with shuffles (warp_shfl_down, _up, _xor, coop_groups_reduce) pad their B tile, so the
+# column a row reads comes from 16 banks: unpadded, that read was a 16-way conflict and cost timing points.
 AS_FAST_AS_THE_REFERENCE = ["warp_shfl", "warp_ballot", "warp_any", "warp_all", "warp_activemask", "warp_syncwarp",
-                            "extern_shared", "vector_types", "intrinsics", "template_helper", "coop_groups"]
-# Kernels that reduce every dot product across a row with shuffles: several times the reference's
-# instructions, so the timing check may take points; every other check must pass.
-REDUCING = ["warp_shfl_down", "warp_shfl_up", "warp_shfl_xor", "coop_groups_reduce"]
+                            "extern_shared", "vector_types", "intrinsics", "template_helper", "coop_groups",
+                            "warp_shfl_down", "warp_shfl_up", "warp_shfl_xor", "coop_groups_reduce"]
 
 
 @pytest.fixture(scope="module")
 def grade_one(graders):
     grade_gpu = graders("gpu")
-    grade_gpu.prefetch([SUBMISSIONS / name for name in [*AS_FAST_AS_THE_REFERENCE, *REDUCING]])
+    grade_gpu.prefetch([SUBMISSIONS / name for name in AS_FAST_AS_THE_REFERENCE])
     return grade_gpu
 
 
@@ -38,12 +38,3 @@ def test_construct_kernel_gets_full_marks_on_the_gpu(grade_one, name):
     result = grade_one(SUBMISSIONS / name)
     assert not_passed(result) == []
     assert result.score == result.max_score == 100 and result.tile_size == 16
-
-
-@pytest.mark.parametrize("name", REDUCING)
-def test_reducing_kernel_passes_every_case_on_the_gpu(grade_one, name):
-    result = grade_one(SUBMISSIONS / name)
-    assert not_passed(result, timing=False) == []
-    timing = next(c for c in result.checks if c.kind == "timing")
-    assert timing.metrics["ratio"] > 0  # timed, with verified outputs
-    assert result.score >= 90

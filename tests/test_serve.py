@@ -49,6 +49,8 @@ def free_port() -> int:
 
 
 class Service:
+    config: Path | None = None  # the quick cases (services_grade_the_quick_cases)
+
     def __init__(self, tmp_path, *extra: str):
         self.tmp_path, self.extra, self.port = tmp_path, extra, free_port()
         tokens = tmp_path / "tokens.yaml"
@@ -57,7 +59,8 @@ class Service:
         self.state = tmp_path / "state"
         self.log = tmp_path / f"serve-{self.port}.log"
         self.command = [sys.executable, "-m", "grader", "serve", "--tokens", str(tokens), "--state",
-                        str(self.state), "--port", str(self.port), "--backend", "cpu", *extra]
+                        str(self.state), "--port", str(self.port), "--backend", "cpu", "--config", str(self.config),
+                        *extra]
 
     def start(self) -> "Service":
         with self.log.open("a") as log:  # a file, not a pipe nobody reads: the service logs every request
@@ -111,6 +114,12 @@ class Service:
 
     def result(self, job_id: str, timeout_s: float = 240, query: str = "") -> dict:
         return self.wait_for(job_id, ("done",), timeout_s, query)
+
+
+@pytest.fixture(autouse=True)
+def services_grade_the_quick_cases(quick_config_file, monkeypatch):
+    """A service's queue, tokens, limits and restarts are what is tested here: a few cases per job."""
+    monkeypatch.setattr(Service, "config", quick_config_file)
 
 
 @pytest.fixture
@@ -476,7 +485,7 @@ def test_a_superseded_submission_tells_the_student_the_newer_one_is_graded(tmp_p
     newer upload is graded instead, the newer gets its grade."""
     service = Service(tmp_path, "--jobs", "1").start()
     try:
-        code, busy = service.submit("walt", zipped({"kernel.cu": GOOD}))  # holds the only grader a while
+        code, busy = service.submit("walt", zipped({"kernel.cu": HANG}))  # holds the only grader for seconds
         assert code == 202
         older = subprocess.Popen([sys.executable, "-c", "import sys, json, test_serve as t, pathlib; "
                                   f"print(json.dumps(t.lms_remote(pathlib.Path({str(tmp_path / 'a')!r}), "

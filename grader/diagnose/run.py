@@ -233,7 +233,7 @@ class Watched:
 
 
 def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: dict[str, str], timeout_s: float,
-           launch_s: float, placement: Placement) -> Watched:
+           launch_s: float, placement: Placement, kind: str = "sanitizer") -> Watched:
     """Run the tool over the launch program, which speaks the protocol on a pipe (its last two arguments):
     its events, its exit status, and whether its own time ran out: timeout_s in all, but launch_s from the
     GPU turn to the launch's end (a hung kernel holds the GPU that long, and nobody else can use it)."""
@@ -250,7 +250,7 @@ def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: 
             if event["event"] == "await_device":
                 if placement.lock is not None:
                     set_tree_priority(proc.pid, TURN_NICE)  # the tool's CPU work during the launch holds the GPU
-                turn = _turn(placement)
+                turn = _turn(placement, kind)
                 deadline.restart(launch_s)  # the wait was not the kernel's time
                 os.write(control_write, b"go\n")
                 events.append(event)
@@ -286,8 +286,9 @@ def _given_back(turn: Turn | None) -> dict[str, float]:
     return {"waited_s": turn.waited_s, "held_s": turn.held_s}
 
 
-def _turn(placement: Placement) -> Turn | None:
-    return placement.lock.turn("sanitizer") if placement.lock is not None else None
+def _turn(placement: Placement, kind: str = "sanitizer") -> Turn | None:
+    """A turn of `kind`: the sanitizer's share the GPU with each other; ncu's ("profile") has it alone."""
+    return placement.lock.turn(kind) if placement.lock is not None else None
 
 
 def _read(path: Path) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..build_failure import NVCC_EVIDENCE, classify
@@ -150,6 +150,8 @@ class CompileOutcome:
     timed_out: bool = False
     mismatch: bool = False  # it compiled, but its parameters are not the ones the lab launches it with
     grader_fault: str = ""  # nvcc failed for a reason that is not the student's (build_failure.py): the reason
+    # What nvcc built (read bounded, as untrusted bytes): its resources make feedback. Kept out of repr (megabytes).
+    cubin: bytes = field(default=b"", repr=False)
 
 
 def compile_check(source: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox,
@@ -176,10 +178,11 @@ def compile_check(source: str, arch: str, options: list[str], timeout: float, sa
             return CompileOutcome(False, f"compilation timed out after {timeout:g} s", timed_out=True)
         if finished.returncode != 0:
             return _failed(finished.output, source, headers or {})
-        declared = _parameter_problem(Path(work, CUBIN_FILE), contract) if contract else ""
+        cubin = _read_cubin(Path(work, CUBIN_FILE))
+        declared = parameter_problem(cubin, contract) if contract and cubin else ""
     if declared:
         return CompileOutcome(False, declared, mismatch=True)
-    return CompileOutcome(True, warnings_of(finished.output, source))
+    return CompileOutcome(True, warnings_of(finished.output, source), cubin=cubin)
 
 
 def write_sources(folder: Path, prepared: str, headers: dict[str, str] | None) -> None:
@@ -198,11 +201,11 @@ def _failed(log: str, source: str, headers: dict[str, str]) -> CompileOutcome:
                           grader_fault=failure.grader_reason)
 
 
-def _parameter_problem(cubin: Path, contract: KernelContract) -> str:
+def _read_cubin(cubin: Path) -> bytes:
     try:
-        return parameter_problem(read_untrusted(cubin, MAX_CUBIN_BYTES), contract)
+        return read_untrusted(cubin, MAX_CUBIN_BYTES)
     except OSError:
-        return ""  # no cubin to read: nvcc's verdict stands
+        return b""  # no cubin to read: nvcc's verdict stands
 
 
 _LOCATION = re.compile(r'^(?:[^\s:]*/)?kernel\.cu\((\d+)\): ', re.MULTILINE)

@@ -14,7 +14,8 @@ Gradescope has no GPU: a check that needs one is "not checked here", so it is no
 Gradescope test is passed or failed, never neither); the output names them and their points, and the
 score is out of what could be checked. A kernel the CPU emulator cannot run (outcome "needs GPU grade")
 keeps its cases as failed tests at 0 with the reason: what could be checked is the machine's, not the
-submission's, to decide. The timing figures, when a GPU timed the kernel, go in
+submission's, to decide. "How to make it faster" (result.feedback, advice worth
+no points) follows the summary in "output". The timing figures, when a GPU timed the kernel, go in
 "extra_data" and in a leaderboard (GFLOP/s, higher first; time against the reference, lower first).
 Outputs are declared "text" so a student's `<tag>` in a message is shown, not rendered as HTML.
 A submission that could not be graded still yields a valid file: score 0 and the reason.
@@ -25,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from grader.report.faster import faster_text
 from grader.report.student_view import DEFAULT_LIMIT, student_message, student_summary
 from grader.result import GRADER_ERROR, HIDDEN, PASSED, TIMING, CheckResult, SubmissionResult
 
@@ -79,6 +81,8 @@ def to_gradescope(result: SubmissionResult, execution_time: float | None = None,
     output = student_summary(result, limit)
     if result.needs_gpu_points:
         output += "\n" + _not_checked(result)
+    if result.feedback:  # after what to fix: advice, no points
+        output += "\n\n" + faster_text(result, limit)
     extra: dict[str, Any] = {"outcome": result.outcome, "max_score": result.max_score,
                              "checkable_max_score": result.checkable_max}
     if result.regrade_reason:  # the instructor's marker: this row needs grading again (README: regrade)

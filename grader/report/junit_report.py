@@ -5,7 +5,8 @@ only, the same whatever the outcome (points and status would make every run a ne
 the suite's <properties> ("points.<test name>" = "3/4"), where the Jenkins schema (tests/junit-10.xsd)
 allows them. A check that failed at a line of the kernel says so in the testcase's `file` and `line`
 attributes, which GitLab and GitHub annotations read. A check that needs a GPU, on a run without one, is
-skipped ("not checked here"), never a failure.
+skipped ("not checked here"), never a failure. The result's performance advice (issue 26: no points) is the
+suite properties "how_to_make_it_faster.1", ".2", ..., one finding each.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from grader.intake.submission import KERNEL_FILE
+from grader.report.faster import feedback_line
 from grader.report.points import format_points
 from grader.report.status import status_label
 from grader.report.student_view import NOT_CHECKED, student_message
@@ -88,6 +90,9 @@ def _properties(result: SubmissionResult) -> dict[str, str]:
             props[key] = str(value)
     for check in result.checks:
         props[f"points.{case_name(check)}"] = _points(check)
+    # Advice, no points: a property a finding (XML folds newlines in an attribute, so never one joined text).
+    for number, item in enumerate(result.feedback, start=1):
+        props[f"how_to_make_it_faster.{number}"] = feedback_line(item)
     return props
 
 

@@ -15,6 +15,7 @@ static points only with `points.static_after_compile_error: true`). By default s
 PrairieLearn has no GPU: the score is a fraction of what could be checked, and checks that need a GPU
 are listed in the message, not as tests (they are neither passed nor failed). A kernel the CPU emulator
 cannot run ("needs GPU grade") is scored out of the same checkable points, its cases at 0 with the reason.
+"How to make it faster" (result.feedback: advice, no points) follows the summary in "output".
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from grader.report.faster import faster_text
 from grader.report.points import format_points, gpu_reasons
 from grader.report.status import compile_check, status_label
 from grader.report.student_view import (
@@ -74,7 +76,7 @@ def to_prairielearn(result: SubmissionResult, limit: int = DEFAULT_LIMIT,
         "score": _fraction(result),
         "message": (f"{status_label(result)}: {format_points(result.score)}/{format_points(result.checkable_max)} "
                     "points" if result.graded else f"{status_label(result)}: not graded"),
-        "output": student_summary(result, limit),
+        "output": student_summary(result, limit) + (f"\n\n{faster_text(result, limit)}" if result.feedback else ""),
         "tests": [_test(check, result, limit) for check in result.checks if check.checkable],
     }
     if result.regrade_reason:  # the instructor's marker: this submission needs grading again (README)

@@ -1,10 +1,11 @@
 """The class summary page: how the batch went, at a glance, in one self-contained index.html.
 
 Why: after grading a class an instructor wants the shape of it before any single student's file:
-how many compiled, the score distribution, how fast kernels were against the reference, and which
-mistakes were common (grouped by check and first line of the message, so twenty "wrong elements
-in the last tile column" failures read as one row). Instructor-facing: full messages, hidden cases
-included. Everything comes from the results as stored; every student text is HTML-escaped.
+how many compiled, the score distribution, how fast kernels were against the reference (time ratios, and
+each kernel's GFLOP/s against the reference's), which findings on how to make it faster were common
+(result.feedback, by kind), and which mistakes were common (grouped by check and first line of the
+message, so twenty "wrong elements in the last tile column" failures read as one row). Instructor-facing:
+full messages, hidden cases included. Everything comes from the results as stored; every student text is HTML-escaped.
 The plots are PNGs written next to the page and also inlined, so the page can be mailed alone.
 matplotlib is imported only here and only when plotting; without it the page says so.
 """
@@ -23,6 +24,7 @@ from grader.result import ERROR, FAILED, TIMING, SubmissionResult
 
 SCORE_PNG = "score_histogram.png"
 TIMING_PNG = "timing_ratio.png"
+GFLOPS_PNG = "gflops.png"
 TOP_FAILURES = 10
 
 _CSS = """body{font-family:sans-serif;margin:2em;max-width:60em}table{border-collapse:collapse;margin:1em 0}
@@ -34,6 +36,29 @@ def timing_ratios(results: list[SubmissionResult]) -> list[float]:
     """Student time / reference time from each timing check that measured one (metrics["ratio"])."""
     return [float(c.metrics["ratio"]) for r in results for c in r.checks
             if c.kind == TIMING and isinstance(c.metrics.get("ratio"), (int, float))]
+
+
+def class_gflops(results: list[SubmissionResult]) -> list[tuple[str, float, float]]:
+    """(submission, its GFLOP/s, the reference's GFLOP/s in the same measurement) from each timing check that
+    measured both (metrics["student_gflops"], ["reference_gflops"]: judge/timing.py), fastest first."""
+    found = [(r.submission, float(c.metrics["student_gflops"]), float(c.metrics["reference_gflops"]))
+             for r in results for c in r.checks
+             if c.kind == TIMING and all(isinstance(c.metrics.get(key), (int, float))
+                                         for key in ("student_gflops", "reference_gflops"))]
+    return sorted(found, key=lambda row: -row[1])
+
+
+def common_findings(results: list[SubmissionResult]) -> list[tuple[str, int, str]]:
+    """(kind of finding, submissions that have it, one of its messages) over result.feedback, most common first:
+    the how-to-make-it-faster advice the class got (issue 26)."""
+    counts: Counter = Counter()
+    example: dict[str, str] = {}
+    for result in results:
+        for what in dict.fromkeys(item.what for item in result.feedback):
+            counts[what] += 1
+        for item in result.feedback:
+            example.setdefault(item.what, item.message)
+    return [(what, n, example[what]) for what, n in counts.most_common()]
 
 
 def common_failures(results: list[SubmissionResult], top: int = TOP_FAILURES) -> list[tuple[str, str, int]]:
@@ -88,7 +113,27 @@ def _plots(results: list[SubmissionResult]) -> dict[str, bytes] | None:
         fig.tight_layout()
         written[TIMING_PNG] = _png(fig)
         plt.close(fig)
+    gflops = class_gflops(results)
+    if gflops:
+        written[GFLOPS_PNG] = _gflops_plot(plt, gflops)
     return written
+
+
+def _gflops_plot(plt, gflops: list[tuple[str, float, float]]) -> bytes:
+    """Each timed kernel's GFLOP/s, fastest first, against the reference's (median of its measurements)."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(range(len(gflops)), [g for _, g, _ in gflops], color="#4477aa")
+    reference = statistics.median(ref for _, _, ref in gflops)
+    ax.axhline(reference, color="#cc3311", linestyle="--", label=f"reference {reference:.0f} GFLOP/s")
+    ax.legend()
+    ax.set_xticks([])
+    ax.set_xlabel(f"submissions, fastest first ({len(gflops)} timed)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title("The class's GFLOP/s against the reference")
+    fig.tight_layout()
+    png = _png(fig)
+    plt.close(fig)
+    return png
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -132,6 +177,9 @@ def render_summary(results: list[SubmissionResult], plots: dict[str, bytes] | No
                      f"{statistics.median(ratios):.2f}×.</p>")
         if plots and TIMING_PNG in plots:
             parts.append(_img(plots[TIMING_PNG], "distribution of student time / reference time"))
+        if plots and GFLOPS_PNG in plots:
+            parts.append(_img(plots[GFLOPS_PNG], "each kernel's GFLOP/s against the reference's"))
+    parts += _findings_part(results)
     parts.append(f"<h2>Most common failures (top {TOP_FAILURES})</h2>")
     failures = common_failures(results)
     if failures:
@@ -148,6 +196,19 @@ def render_summary(results: list[SubmissionResult], plots: dict[str, bytes] | No
         parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _findings_part(results: list[SubmissionResult]) -> list[str]:
+    """The most common how-to-make-it-faster findings: advice the students got, worth no points."""
+    findings = common_findings(results)
+    if not findings:
+        return []
+    e = html.escape
+    return ["<h2>Most common findings (how to make it faster)</h2>",
+            "<p>Advice from the emulator, the compiled kernel and Nsight Compute; worth no points.</p>",
+            "<table><tr><th>finding</th><th>submissions</th><th>for example</th></tr>",
+            *(_row(e(what), str(n), f"<pre>{e(example)}</pre>", numeric=(1,)) for what, n, example in findings),
+            "</table>"]
 
 
 def summary_files(results: list[SubmissionResult]) -> dict[str, str | bytes]:

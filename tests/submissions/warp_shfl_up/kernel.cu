@@ -7,7 +7,7 @@
 __global__ void mysgemm(int m, int n, int k, const float *A, const float *B, float *C)
 {
     __shared__ float As[TILE_SIZE][TILE_SIZE];
-    __shared__ float Bs[TILE_SIZE][TILE_SIZE];
+    __shared__ float Bs[TILE_SIZE][TILE_SIZE + 1];  // padded: a row reads a column, Bs[tx][c], from 16 banks
 
     int tx = threadIdx.x;
     int ty = threadIdx.y;
