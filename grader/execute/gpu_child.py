@@ -19,6 +19,7 @@ class EarlyInit:
 
     def __init__(self):
         self.init_s = self.context_s = 0.0
+        self.initialised = threading.Event()  # cuInit returned (or could not be called)
         self.thread = threading.Thread(target=self._start, daemon=True, name="cuda-start")
         self.thread.start()
 
@@ -28,6 +29,7 @@ class EarlyInit:
             driver = ctypes.CDLL("libcuda.so.1")
             failed = driver.cuInit(0)
             self.init_s = time.perf_counter() - started
+            self.initialised.set()
             device, context = ctypes.c_int(), ctypes.c_void_p()
             if not failed and not driver.cuDeviceGet(ctypes.byref(device), 0):
                 started = time.perf_counter()
@@ -35,6 +37,11 @@ class EarlyInit:
                 self.context_s = time.perf_counter() - started
         except (OSError, AttributeError):
             pass  # no driver to load: pycuda's init() says so, as it would have
+        finally:
+            self.initialised.set()
+
+    def wait_for_init(self) -> None:
+        self.initialised.wait()
 
     def wait(self) -> None:
         self.thread.join()
@@ -94,7 +101,7 @@ def main(argv: list[str]) -> int:
         # start now, while CUDA initialises; they are kept only if this GPU's toolchain turns out the same.
         ahead = pool.submit(Worker.compile_ahead, job, pool) if job.toolchain_hint else None
         if EARLY is not None:
-            EARLY.wait()
+            EARLY.wait_for_init()
         started = time.perf_counter()
         cuda.init()
         init_s = time.perf_counter() - started + (EARLY.init_s if EARLY is not None else 0.0)
@@ -105,9 +112,11 @@ def main(argv: list[str]) -> int:
         # cubins and both compiles go on while the driver makes it, where EarlyInit has not.
         compiled = pool.submit(worker.compile_both, pool, ahead)
         started = time.perf_counter()
+        if EARLY is not None:
+            EARLY.wait()  # the primary context made (one retain at a time)
         context = device.retain_primary_context()  # made by EarlyInit already, where it ran
         context.push()
-        worker.context_s = time.perf_counter() - started + (EARLY.context_s if EARLY is not None else 0.0)
+        worker.context_s = max(time.perf_counter() - started, EARLY.context_s if EARLY is not None else 0.0)
         cubins = compiled.result()
     if cubins is None:
         context.pop()
