@@ -18,6 +18,7 @@ from pathlib import Path
 from .build_failure import BuildFailure, classify
 from .cases import Case
 from .config import Config
+from .contract import KernelContract
 from .diagnose.profile import profile_submission
 from .diagnose.resources import add_compiler_feedback
 from .diagnose.run import NAME as SANITIZER_NAME
@@ -30,6 +31,7 @@ from .execute.runner import ChildProgram, Limits, Placement, run_job
 from .execute.sandbox import Sandbox, detect
 from .intake.submission import KERNEL_FILE, Submission, SubmissionError, locate, missing_headers, read_submission
 from .judge import truths
+from .judge.access import access_feedback
 from .judge.timing import NAME as TIMING_NAME
 from .phases import Phases
 from .result import (
@@ -56,7 +58,7 @@ from .run_events import RunEvents
 from .source.device_side import HOST_CODE_LEFT_OUT, device_side
 from .source.include_policy import check_source, drop_host_headers
 from .source.include_policy import describe as describe_violations
-from .source.signature import hip_problem, signature_problem
+from .source.signature import hip_problem, kernel_parameters, signature_problem
 from .source.static_check import find_kernels, static_checks
 from .source.tile_size import launched_without_tile_size, tile_constant
 
@@ -358,10 +360,23 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
             made = _held_for_gpu(result, nvcc, emulated, failure, run)
     elif run.compile_check.passed and nvcc.passed:
         run.compile_check.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
+    if run.access_profile and run.compile_check.passed and result.outcome == GRADED:
+        profile = run.access_profile
+        run.compile_check.metrics["feedback_s"] = profile.get("seconds")  # what the advice cost (bench)
+        result.feedback += access_feedback(profile["student"], profile["reference"], profile["size"],
+                                           _matrix_names(submission.source, config.kernel.contract()))
     shown = next((check for check in made if check.kind == COMPILE), nvcc)
     add_compiler_feedback(result, shown, compiled.cubin, config, sandbox_of(plan), run.tile_size)
     phases.mark("feedback")
     return [*made, *needs_gpu]
+
+
+def _matrix_names(source: str, contract: KernelContract) -> dict[str, str]:
+    """What the kernel calls the matrices A, B and C (ECE408's M, N, P), by the parameters' roles."""
+    parameters = kernel_parameters(source, contract.name) or []
+    if len(parameters) != len(contract.roles):
+        return {}
+    return {role: p.name for role, p in zip(contract.roles, parameters) if role in ("A", "B", "C") and p.name}
 
 
 def _held_for_gpu(result: SubmissionResult, nvcc: CheckResult, emulated: list[Case], failure: BuildFailure,
@@ -474,6 +489,6 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
         device_side_source=(prepare_source(device, tile=tile)
                             if device != submission.source else ""),
         tile_constant=tile.constant, launches_per_case=config.kernel.launches_per_case, headers=submission.headers,
-        sandbox=asdict(sandbox),
+        sandbox=asdict(sandbox), access_profile=config.feedback.emulator and not timed, reference_original=reference,
     )
 

@@ -143,6 +143,7 @@ class RunEvents:
         self.device, self.tile_size, self.log = "", None, ""
         self.student_cubin = ""  # the GPU child's cached cubin of the student's file, when there is one
         self.phases: dict[str, float] = {}  # where the children's time went, on the parent's clock (phases.py)
+        self.access_profile: dict | None = None  # the CPU emulator's access_profile event (issue 26)
 
     @property
     def outcome(self) -> str:
@@ -352,6 +353,9 @@ class RunEvents:
 
     def on_done(self, event: dict) -> None:
         pass
+
+    def on_access_profile(self, event: dict) -> None:
+        self.access_profile = event  # judged into feedback by the pipeline, once the run's outcome is known
 
     # -- results -------------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ def test_shared_accesses_are_instrumented_by_kind():
     out = instrument(source)
     assert out.count("\n") == source.count("\n")
     assert "CUDA_EMU_SHARE(s); CUDA_EMU_SHARE(t);" in out
-    assert "CUDA_EMU_WRITE(s[0][1]) = x[0]" in out
+    assert "CUDA_EMU_WRITE(s[0][1]) = CUDA_EMU_LOAD(x[0])" in out  # x is a pointer parameter: a global load
     assert "CUDA_EMU_UPDATE(s[1][1]) += 2" in out and "CUDA_EMU_UPDATE(t[2])++" in out
     assert "CUDA_EMU_READ(s[0][0]) * CUDA_EMU_READ(t[CUDA_EMU_READ(s[0][0]) > 0])" in out
     assert "&s[0][0]" in out and "= s[1];" in out  # addresses and rows are not accesses
@@ -74,10 +74,10 @@ def test_stores_outside_shared_memory_are_marked_so_the_emulator_knows_who_store
     out = instrument(source)
     assert out.count("\n") == source.count("\n")
     assert "CUDA_EMU_STORE(C[threadIdx.y * n + threadIdx.x]) = CUDA_EMU_READ(s[0])" in out
-    assert "CUDA_EMU_STORE(C[1]) += A[1]" in out and "CUDA_EMU_STORE(C[2])++" in out
+    assert "CUDA_EMU_STORE(C[1]) += CUDA_EMU_LOAD(A[1])" in out and "CUDA_EMU_STORE(C[2])++" in out
     assert "CUDA_EMU_WRITE(s[0]) = acc[0]" in out  # a shared store keeps its own wrapper
-    assert "CUDA_EMU_STORE(acc[0]) = A[0]" in out  # marked, but only stores into C are recorded
-    assert "STORE(A" not in out  # reads are not stores
+    assert "CUDA_EMU_STORE(acc[0]) = CUDA_EMU_LOAD(A[0])" in out  # marked, but only stores into C are recorded
+    assert "STORE(A" not in out and "LOAD(acc" not in out  # reads are not stores; acc is no parameter
 
 
 def test_macro_barriers_keep_their_line(submission_source):
@@ -181,7 +181,7 @@ def test_an_unbraced_body_is_marked_with_its_own_line():
              "    else\n        C[0] = 0;\n    for (int i = 0; i < k; ++i)\n        C[i] = 1;\n}"
     out = instrument(source)
     assert out.count("\n") == source.count("\n")
-    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = B[k]; }" in out
+    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = CUDA_EMU_LOAD(B[k]); }" in out
     assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = 0; }" in out
     assert "for (int i = 0; i < k; ++i)\n        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[i]) = 1; }" in out
 

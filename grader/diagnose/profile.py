@@ -11,9 +11,11 @@ cache per GPU, shape and reference text, so a class profiles it once.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -33,6 +35,10 @@ from .ncu_csv import MAX_CSV_BYTES, METRICS, KernelProfile, parse
 from .resources import REFERENCE_FILE, build_cubin
 
 NCU_PATHS = ("/usr/local/cuda/bin/ncu",)
+# Where Nsight Compute itself is installed. The toolkit's bin/ncu is a shell script that looks for it (under
+# the toolkit, else /opt/nvidia): the sandbox sees only what it binds, so the grader runs the real binary and
+# binds its installation folder.
+NCU_INSTALLS = ("/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/nsight-compute*/ncu")
 PROFILE_TIMEOUT_S = 90.0  # ncu's start, its passes over the launch and its report, per kernel
 PROFILE_LAUNCH_S = 30.0  # of which the launch under ncu (every replay pass of it) while the GPU is held
 TURN = "profile"  # a device turn of its own kind: never shared, so nothing else runs while counters count
@@ -42,7 +48,18 @@ SECTOR_MARGIN, WAY_MARGIN = 1.5, 0.5
 
 
 def ncu_path() -> str | None:
+    """The ncu program itself where an installation of Nsight Compute is found (the newest), else the `ncu` on
+    PATH or in the toolkit."""
+    installed = sorted((path for pattern in NCU_INSTALLS for path in glob.glob(pattern) if Path(path).is_file()),
+                       key=_version_order)
+    if installed:
+        return installed[-1]
     return shutil.which("ncu") or next((p for p in NCU_PATHS if Path(p).is_file()), None)
+
+
+def _version_order(path: str) -> tuple[int, ...]:
+    """2025.3.1 in .../nsight-compute/2025.3.1/ncu or .../nsight-compute-2025.3.1/ncu, as numbers."""
+    return tuple(int(part) for part in re.findall(r"\d+", Path(path).parent.name))
 
 
 @dataclass

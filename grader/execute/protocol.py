@@ -37,6 +37,8 @@ NUMBERS = ("numbers",)  # a list of numbers
 RECORDS = ("records",)  # a list of harness reports, each checked against HARNESS_REPORTS
 RECORD = ("record",)  # one harness report
 BUFFER_MAP = ("buffers",)  # {"A": [address, bytes], ...}
+ACCESSES = ("accesses",)  # a list of the harness's "access" reports (the access profile), each checked
+MAX_ACCESS_LINES = 256
 
 TARGET = one_of("student", "reference")
 PHASE = one_of("startup", "compile", "case", "timing")
@@ -67,6 +69,9 @@ EVENTS: dict[str, tuple[dict, dict]] = {
     "buffers": ({"buffers": BUFFER_MAP}, {}),
     "launched": ({"status": str}, {}),  # the sanitizer's launch happened; how the synchronize ended
     "not_launched": ({"reason": str}, {}),
+    # The CPU emulator's access profile of the student's kernel and the reference's on one shape (size³), and
+    # the seconds it added after the last case.
+    "access_profile": ({"size": int, "student": ACCESSES, "reference": ACCESSES}, {"seconds": NUMBER}),
     "done": ({}, {}),
 }
 
@@ -92,6 +97,14 @@ HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
                          "other_thread": TRIPLE, "other_state": one_of("exited", "barrier", "collective"),
                          "other_line": int, "other_primitive": str, "block": TRIPLE}, {}),
     "done": ({"a_changed": bool, "b_changed": bool, "races": int}, {"c_collisions": int}),
+    # A profile run's figures for one (line, kind, array): warp-level requests, their sectors (global) or
+    # turns (shared: n-way bank conflicts) in total, the worst, and the least the same bytes could take;
+    # stride: bytes from lane 0's element to lane 1's; rows, columns: a 2-D shared array's shape; bytes: of
+    # one lane's access.
+    "access": ({"line": int, "kind": one_of("global_load", "global_store", "shared_load", "shared_store"),
+                "array": str, "requests": int, "total": int, "max": int, "ideal": int, "rows": int, "columns": int,
+                "bytes": int},
+               {"stride": int}),
 }
 
 
@@ -142,6 +155,9 @@ def _matches(value: object, kind) -> bool:
                 and all(_record_ok(v) for v in value))
     if kind is RECORD:
         return _record_ok(value)
+    if kind is ACCESSES:
+        return (isinstance(value, list) and len(value) <= MAX_ACCESS_LINES
+                and all(_record_ok(v) and v["event"] == "access" and access_ok(v) for v in value))
     if kind is BUFFER_MAP:
         return (isinstance(value, dict) and set(value) <= {"A", "B", "C"}
                 and all(isinstance(v, list) and len(v) == 2 and all(_int(x) for x in v) for v in value.values()))
@@ -167,6 +183,14 @@ def _int(value: object) -> bool:
 
 def _number(value: object) -> bool:
     return (isinstance(value, (int, float)) and not isinstance(value, bool)) and value == value  # not NaN
+
+
+def access_ok(record: dict) -> bool:
+    """An access record's counts are possible: requests > 0, at least one sector or turn each, and at most 256
+    (a warp's 32 lanes, each touching a few sectors at most: a bound that keeps a forged figure sane)."""
+    requests = record["requests"]
+    return (0 < requests and requests <= record["ideal"] <= 64 * requests and 1 <= record["max"] <= 256
+            and requests <= record["total"] <= 256 * requests and len(record["array"]) <= 64)
 
 
 def _record_ok(value: object) -> bool:

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from grader.execute.sandbox import NONE as NO_SANDBOX
 from grader.execute.sandbox import UNSAFE_NOTE
+from grader.report.faster import faster_lines
 from grader.report.points import format_points, score_line
 from grader.report.student_view import NOT_CHECKED, verdict, what_to_fix
 from grader.result import HIDDEN, NEEDS_GPU_GRADE, PASSED, CheckResult, SubmissionResult
@@ -71,5 +72,10 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
         console.print(Text("What to fix:", style="bold"))
         for fix in fixes:
             console.print(Text(f"  - {fix}", overflow="fold"))
+    faster = faster_lines(result)  # issue 26's advice, worded as every student-facing output words it
+    if faster:
+        console.print(Text(faster[0], style="bold"))
+        for line in faster[1:]:
+            console.print(Text(f"  {line}", overflow="fold"))
     held = f" ({NEEDS_GPU_GRADE}: its grade waits for a GPU)" if result.outcome == NEEDS_GPU_GRADE else ""
     console.print(Text(f"Total: {score_line(result)}{held}", style="bold"))

@@ -366,6 +366,154 @@ struct DynamicShared {
     }
 };
 
+// ---- the access profile (issue 26) ---------------------------------------------------------------------
+// In a profile run (harness.cpp, schedule "profile") every instrumented access is recorded with its thread,
+// line and offset in its array. At each block's end, a lane's n-th execution of an access site (line, kind,
+// array) and the n-th execution by the other lanes of its warp form one warp-level request, as the GPU
+// issues it: a global one touches some 32-byte sectors, a shared one takes as many turns as the most
+// distinct 4-byte words any one of the 32 banks is asked for (one word asked by several lanes is a
+// broadcast, counted once). Offsets are from the array's start: cudaMalloc'd buffers and shared arrays
+// start aligned on the GPU, whatever their place in this process.
+enum AccessKind { GLOBAL_LOAD, GLOBAL_STORE, SHARED_LOAD, SHARED_STORE };
+inline const char *const ACCESS_KINDS[] = {"global_load", "global_store", "shared_load", "shared_store"};
+inline bool profiling = false;
+
+struct GlobalBuffer {
+    const char *base;
+    size_t bytes;
+    const char *name;
+};
+inline std::vector<GlobalBuffer> global_buffers;  // A, B and C, registered by the harness
+
+struct AccessSite {
+    int line;
+    AccessKind kind;
+    const char *array;
+    size_t rows, columns;  // a 2-D shared array's shape (0, 0 otherwise)
+    size_t bytes;          // of each lane's access (its first): 4 for a float
+    long requests = 0, total = 0, worst = 0, ideal = 0;  // total and worst: sectors, or turns (ways)
+    long long stride = 0;  // bytes from lane 0's offset to lane 1's, in the first request both made
+    bool strided = false;
+};
+struct Access {
+    uint32_t site, warp, nth, lane;
+    size_t offset;
+    uint32_t bytes;
+};
+inline std::vector<AccessSite> access_sites;
+inline std::vector<Access> block_accesses;  // this block's, grouped into requests at its end
+inline std::vector<std::vector<uint32_t>> executions;  // per thread, per site: how often it ran in this block
+constexpr size_t MAX_BLOCK_ACCESSES = 1u << 22;
+
+inline uint32_t site_of(int line, AccessKind kind, const char *array, size_t rows, size_t columns, size_t bytes) {
+    static uint32_t last = 0;
+    if (last < access_sites.size()) {
+        const AccessSite &s = access_sites[last];
+        if (s.line == line && s.kind == kind && s.array == array) return last;
+    }
+    for (uint32_t i = 0; i < access_sites.size(); ++i) {
+        const AccessSite &s = access_sites[i];
+        if (s.line == line && s.kind == kind && (s.array == array || strcmp(s.array, array) == 0)) return last = i;
+    }
+    access_sites.push_back({line, kind, array, rows, columns, bytes});
+    return last = (uint32_t)access_sites.size() - 1;
+}
+
+inline void record_access(int line, AccessKind kind, const char *array, size_t rows, size_t columns, size_t offset,
+                          size_t bytes) {
+    if (block_accesses.size() >= MAX_BLOCK_ACCESSES) return;
+    uint32_t site = site_of(line, kind, array, rows, columns, bytes);
+    int me = current->linear;
+    if (executions.size() <= (size_t)me) executions.resize(me + 1);
+    std::vector<uint32_t> &counts = executions[me];
+    if (counts.size() <= site) counts.resize(site + 1, 0);
+    block_accesses.push_back({site, (uint32_t)(me / WARP), counts[site]++, (uint32_t)(me % WARP), offset,
+                              (uint32_t)bytes});
+}
+
+inline void profile_global(const void *address, size_t bytes, int line, AccessKind kind) {
+    const char *p = (const char *)address;
+    for (const GlobalBuffer &buffer : global_buffers)
+        if (p >= buffer.base && p < buffer.base + buffer.bytes)
+            return record_access(line, kind, buffer.name, 0, 0, p - buffer.base, bytes);
+}
+
+inline void profile_shared(const Region &region, const void *address, size_t bytes, int line, AccessKind kind) {
+    size_t columns = region.row_elements, rows = columns ? region.bytes / (columns * region.element_bytes) : 0;
+    record_access(line, kind, region.name, rows, columns, (const char *)address - region.base, bytes);
+}
+
+// One request: the lanes' accesses [first, last) of one site, warp and execution.
+inline void count_request(AccessSite &site, const Access *first, const Access *last) {
+    bool shared = site.kind == SHARED_LOAD || site.kind == SHARED_STORE;
+    size_t unit = shared ? 4 : 32;  // a bank's word, or a sector
+    std::vector<size_t> units, starts;
+    for (const Access *a = first; a != last; ++a) {
+        for (size_t u = a->offset / unit; u <= (a->offset + a->bytes - 1) / unit; ++u) units.push_back(u);
+        starts.push_back(a->offset);
+    }
+    std::sort(units.begin(), units.end());
+    units.erase(std::unique(units.begin(), units.end()), units.end());
+    std::sort(starts.begin(), starts.end());
+    size_t distinct_bytes = (std::unique(starts.begin(), starts.end()) - starts.begin()) * first->bytes;
+    long cost = (long)units.size();
+    if (shared) {
+        int per_bank[WARP] = {};
+        for (size_t word : units) ++per_bank[word % WARP];
+        cost = *std::max_element(per_bank, per_bank + WARP);
+    }
+    long ideal = (long)((distinct_bytes + (shared ? 4 * WARP : 32) - 1) / (shared ? 4 * WARP : 32));
+    ++site.requests;
+    site.total += cost;
+    site.worst = std::max(site.worst, cost);
+    site.ideal += std::max(1L, ideal);
+    if (!site.strided && last - first >= 2 && first[0].lane == 0 && first[1].lane == 1) {
+        site.stride = (long long)first[1].offset - (long long)first[0].offset;
+        site.strided = true;
+    }
+}
+
+// A block ended: its accesses become requests.
+inline void profile_block_end() {
+    std::sort(block_accesses.begin(), block_accesses.end(), [](const Access &a, const Access &b) {
+        if (a.site != b.site) return a.site < b.site;
+        if (a.warp != b.warp) return a.warp < b.warp;
+        return a.nth != b.nth ? a.nth < b.nth : a.lane < b.lane;
+    });
+    for (size_t start = 0; start < block_accesses.size();) {
+        size_t end = start;
+        const Access &head = block_accesses[start];
+        while (end < block_accesses.size() && block_accesses[end].site == head.site &&
+               block_accesses[end].warp == head.warp && block_accesses[end].nth == head.nth)
+            ++end;
+        count_request(access_sites[head.site], &block_accesses[start], &block_accesses[end]);
+        start = end;
+    }
+    block_accesses.clear();
+    for (std::vector<uint32_t> &counts : executions) counts.assign(counts.size(), 0);
+}
+
+inline void report_profile() {
+    int reported = 0;
+    for (const AccessSite &s : access_sites) {
+        if (s.requests == 0 || ++reported > 256) continue;
+        char stride[48] = "";
+        if (s.strided) snprintf(stride, sizeof stride, ", \"stride\": %lld", s.stride);
+        report("{\"event\": \"access\", \"line\": %d, \"kind\": \"%s\", \"array\": \"%.64s\", \"requests\": %ld, "
+               "\"total\": %ld, \"max\": %ld, \"ideal\": %ld, \"rows\": %zu, \"columns\": %zu, \"bytes\": %zu%s}",
+               s.line, ACCESS_KINDS[s.kind], s.array, s.requests, s.total, s.worst, s.ideal, s.rows, s.columns,
+               s.bytes, stride);
+    }
+}
+
+// Every load through a subscript of the kernel's pointer parameters (instrument.py): recorded in a profile
+// run, and otherwise the address itself.
+template <class T>
+inline T *global_read(T *address, int line) {
+    if (profiling && current != nullptr) profile_global(address, sizeof(T), line, GLOBAL_LOAD);
+    return address;
+}
+
 inline Cell *cell_of(const void *address, const Region **found) {
     const char *p = (const char *)address;
     for (const Region &region : regions) {
@@ -422,6 +570,7 @@ inline T *shared_read(T *address, int line) {
     const Region *region;
     Cell *cell = cell_of(address, &region);
     if (cell == nullptr) return address;
+    if (profiling) profile_shared(*region, address, sizeof(T), line, SHARED_LOAD);
     int me = current->linear;
     if (cell->stored_block != block_serial && holds_poison(*region, address)) unstored_read(*region, address, line);
     uint32_t sync = warp_syncs[me / WARP];
@@ -452,6 +601,7 @@ inline T *shared_write(T *address, int line) {
     const Region *region;
     Cell *cell = cell_of(address, &region);
     if (cell == nullptr) return address;
+    if (profiling) profile_shared(*region, address, sizeof(T), line, SHARED_STORE);
     int me = current->linear;
     bool after_read = current->read_shared;
     // Every other thread's read of this phase was in this warp, before a __syncwarp the writer passed.
@@ -516,6 +666,7 @@ inline void c_collision(size_t element, int line) {
 // Every store through a subscript outside shared memory (instrument.py); only those into C are recorded.
 template <class T>
 inline T *global_write(T *address, int line) {
+    if (profiling && current != nullptr) profile_global(address, sizeof(T), line, GLOBAL_STORE);
     const char *p = (const char *)address;
     if (current == nullptr || p < c_begin || p >= c_end) return address;
     size_t element = (size_t)(p - c_begin) / sizeof(float);
@@ -760,6 +911,7 @@ inline int device_printf(const char *format, ...) {
 #define CUDA_EMU_WRITE(...) (*::cuda_emu::shared_write(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_UPDATE(...) (*::cuda_emu::shared_update(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_STORE(...) (*::cuda_emu::global_write(&(__VA_ARGS__), __LINE__))
+#define CUDA_EMU_LOAD(...) (*::cuda_emu::global_read(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_SHARE(name) ::cuda_emu::share(name, #name)
 #define CUDA_EMU_DYNAMIC_SHARED(name) ::cuda_emu::DynamicShared{#name}
 

@@ -4,7 +4,8 @@
 //   harness RUN_FILE REPORT_FILE       runs the launch RUN_FILE describes
 //
 // RUN_FILE: "m n k grid block dynamic_shared schedule layout a.bin b.bin c.bin out.bin c_floats c_offset"
-// (grid, block: three numbers each; dynamic_shared: bytes of `extern __shared__` memory; c_offset: floats
+// (schedule: forward, reversed, or profile: forward with every access counted as the GPU would;
+// grid, block: three numbers each; dynamic_shared: bytes of `extern __shared__` memory; c_offset: floats
 // of guard band before C). Reports go to REPORT_FILE as JSON lines; printf goes to stdout.
 #include "cuda_emu.h"
 
@@ -249,6 +250,17 @@ void make_warps(const std::vector<int> &order) {
     }
 }
 
+// A profile run's fixed sample: the grid's first block and its last (on the profile shape, a multiple of the
+// tile, every block makes the same kind of accesses; two cost an eighth of a 4 × 4 grid).
+void profile_blocks(dim3 grid) {
+    for (uint3 b : {uint3{0, 0, 0}, uint3{grid.x - 1, grid.y - 1, grid.z - 1}}) {
+        blockIdx = b;
+        run_block();
+        cuda_emu::profile_block_end();
+        if (grid.x * grid.y * grid.z == 1) break;
+    }
+}
+
 void launch(dim3 grid, dim3 block, bool reversed) {
     blockDim = block;
     gridDim = grid;
@@ -263,6 +275,7 @@ void launch(dim3 grid, dim3 block, bool reversed) {
     if (reversed) std::reverse(order.begin(), order.end());
     make_warps(order);
     cuda_emu::kernel_body = cuda_emu_kernel_call;
+    if (cuda_emu::profiling) return profile_blocks(grid);
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
             for (unsigned x = 0; x < grid.x; ++x) {
@@ -315,6 +328,10 @@ int run(const char *run_file, const char *report_file) {
     std::vector<float> a_before(a, a + (size_t)m * k), b_before(b, b + (size_t)k * n);
     args = {m, n, k, a, b, c + c_offset};
     cuda_emu::watch_c(c + c_offset, m, n);  // who stores each element of C
+    // "profile": the forward order, each warp's accesses counted as requests (cuda_emu.h, access profile)
+    cuda_emu::profiling = strcmp(schedule, "profile") == 0;
+    cuda_emu::global_buffers = {{(const char *)a, a_bytes, "A"}, {(const char *)b, b_bytes, "B"},
+                                {(const char *)(c + c_offset), (size_t)m * n * 4, "C"}};
     cuda_emu::dynamic_shared_bytes = dynamic_shared;
     cuda_emu::share_dynamic();  // a file-scope extern __shared__ array was declared before the launch was known
     install_fault_handlers();
@@ -322,6 +339,7 @@ int run(const char *run_file, const char *report_file) {
     dim3 grid(grid_x, grid_y, grid_z), block(block_x, block_y, block_z);
     launch(grid, block, strcmp(schedule, "reversed") == 0);
     fflush(stdout);
+    if (cuda_emu::profiling) cuda_emu::report_profile();
     bool a_changed = memcmp(a_before.data(), a, a_bytes) != 0, b_changed = memcmp(b_before.data(), b, b_bytes) != 0;
     if (!write_file(out_path, c, c_bytes)) {
         fprintf(stderr, "harness: cannot write the output\n");

@@ -11,22 +11,32 @@ Each case runs twice, at the same time, in two harness processes: threads in for
 A, B and C ending at an inaccessible page, and in reversed order with them starting after one, so an
 access just past either end faults in one of the two. A race shows up as a shadow-memory report, or
 as outputs that differ between the orders.
+
+With `job.access_profile`, once the cases ran, the kernel and the reference each run once more on the
+profile shape (access_profile.py), counting each warp's global sectors and shared-memory bank conflicts per
+source line: the `access_profile` event, advice only. The reference's profile is built and run beside the
+cases (a thread) and kept in the cache by the content of its build.
 """
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
+from ...contract import REFERENCE, KernelContract
 from ...judge.inputs import GUARD_BEFORE, guarded_c, make_inputs
 from ..job import CaseSpec, Job
 from ..proc import die_with_parent
 from ..protocol import Channel, harness_report, read_untrusted
 from ..sandbox import HARNESS_LIMITS, Confinement, Sandbox, SandboxFailed
+from .access_profile import PROFILE_SEED, access_records, profile_size
 from .build import Build, build, compiler, compiler_version
 
 # (thread order, where the buffers sit against their guard pages)
@@ -63,13 +73,67 @@ def main(argv: list[str]) -> int:
                  tile_size=tile)
     if tile in job.contract.tile_sizes:
         answers = open(int(argv[3]))
-        for index, spec in enumerate(job.cases):
-            channel.send("phase", phase="case", case=spec.name)
-            if not _turn(channel, answers):
-                break
-            channel.send(**harness.run_case(spec, index, tile))
+        with ThreadPoolExecutor(1) as pool:
+            reference = pool.submit(reference_profile, job, sandbox, profile_size(tile)) if job.access_profile else None
+            if _run_cases(channel, answers, harness, job, tile) and reference is not None:
+                _send_profile(channel, answers, harness, tile, reference)
     channel.send("done")
     return 0
+
+
+def _run_cases(channel: Channel, answers, harness: Harness, job: Job, tile: int) -> bool:
+    """Every case, each in its turn; False when a turn was refused."""
+    for index, spec in enumerate(job.cases):
+        channel.send("phase", phase="case", case=spec.name)
+        if not _turn(channel, answers):
+            return False
+        channel.send(**harness.run_case(spec, index, tile))
+    return True
+
+
+def _send_profile(channel: Channel, answers, harness: Harness, tile: int, reference: Future) -> None:
+    """The student's and the reference's access profiles on one shape; nothing when either launch faulted,
+    raced or did not finish (no advice from a launch that went wrong)."""
+    size, started = profile_size(tile), time.perf_counter()
+    try:
+        theirs = reference.result()
+    except Exception:  # the grader's own bug: no advice, and the trace in the child's log, never a lost grade
+        traceback.print_exc()
+        theirs = None
+    if theirs is None or not _turn(channel, answers):
+        return
+    student = harness.profile(size, tile)
+    if student is not None:
+        channel.send("access_profile", size=size, student=student, reference=theirs,
+                     seconds=round(time.perf_counter() - started, 3))
+
+
+def reference_profile(job: Job, sandbox: Sandbox, size: int) -> list[dict] | None:
+    """The reference kernel's access profile on size³, launched as the GPU child launches it (REFERENCE);
+    cached by its build's content and the size."""
+    workdir = Path(job.workdir, "reference")
+    workdir.mkdir(parents=True, exist_ok=True)
+    built = build(job.reference_original, REFERENCE, REFERENCE.tile_source(), Path(job.cache_dir), workdir,
+                  sandbox, COMPILE_TIMEOUT_S)
+    if built.binary is None:
+        return None
+    cached = Path(job.cache_dir, "cpu-profile", f"{built.binary.name}-{size}.json")
+    try:
+        records = access_records([harness_report(line) for line in cached.read_text().splitlines()])
+        if records is not None:
+            return records
+    except OSError:
+        pass
+    harness = Harness(built.binary, job, sandbox, REFERENCE, "reference-bin")
+    tile = harness.tile_size()
+    records = harness.profile(size, tile) if tile else None
+    if records is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        temporary = cached.with_name(f"{cached.name}.{time.monotonic_ns()}.tmp")
+        temporary.write_text("".join(json.dumps(r) + "\n" for r in [*records, {"event": "done", "a_changed": False,
+                                                                               "b_changed": False, "races": 0}]))
+        temporary.replace(cached)
+    return records
 
 
 def _turn(channel: Channel, answers) -> bool:
@@ -82,12 +146,14 @@ def _turn(channel: Channel, answers) -> bool:
 class Harness:
     """The built emulation, run in the sandbox: a copy the sandbox can read but not change."""
 
-    def __init__(self, binary: Path, job: Job, sandbox: Sandbox):
+    def __init__(self, binary: Path, job: Job, sandbox: Sandbox, contract: KernelContract | None = None,
+                 name: str = "bin"):
         workdir = Path(job.workdir)
         self.output_path = lambda case: job.output_path(case, "student")
-        folder = workdir / "bin"
+        folder = workdir / name
         folder.mkdir(mode=0o755, exist_ok=True)
-        self.binary, self.workdir, self.sandbox, self.contract = folder / "harness", workdir, sandbox, job.contract
+        self.binary, self.workdir, self.sandbox = folder / "harness", workdir, sandbox
+        self.contract, self.name = contract or job.contract, name
         self.not_started = ""  # why the built emulation did not even answer --tile, when it did not
         shutil.copyfile(binary, self.binary)
         self.binary.chmod(0o755)
@@ -162,6 +228,25 @@ class Harness:
                 "races": list(races.values()), "schedules_differ": differing,
                 "unstored_reads": _first(reports, "unstored_read"), "collisions": _first(reports, "c_collision"),
                 "c_collisions": max(d.get("c_collisions", 0) for d in done.values())}
+
+    def profile(self, size: int, tile: int) -> list[dict] | None:
+        """The access records of one launch on size³ (access_profile.py); None when it faulted, raced,
+        diverged or did not finish."""
+        folder = self.workdir / f"profile-{self.name}"
+        folder.mkdir(parents=True, exist_ok=True)
+        spec = CaseSpec("profile", size, size, size, PROFILE_SEED, "uniform")
+        a, b = make_inputs(size, size, size, spec.seed, spec.distribution)
+        c = guarded_c(size, size)
+        for name, array in (("a", a), ("b", b), ("c", c)):
+            array.tofile(folder / f"{name}.bin")
+        process = self._start_schedule(folder, spec, tile, "profile", "start", c.size)
+        try:
+            returncode = process.wait(timeout=HARNESS_LIMITS.cpu_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            return None
+        return access_records(_events(folder / "report-profile.jsonl")) if returncode == 0 else None
 
     def _start_schedule(self, folder: Path, spec: CaseSpec, tile: int, schedule: str, layout: str,
                         c_floats: int) -> subprocess.Popen:

@@ -3,7 +3,9 @@
 `As[ty][tx] = v` becomes `CUDA_EMU_WRITE(As[ty][tx]) = v`, a read becomes `CUDA_EMU_READ(...)`, `+=` and
 `++` become `CUDA_EMU_UPDATE(...)`, and each `__shared__` declaration registers its array. A store through
 any other subscript (`C[row * n + col] = sum`) becomes `CUDA_EMU_STORE(...)`, so the emulator knows which
-thread stored each element of C. Each statement
+thread stored each element of C; a load through a subscript of one of the function's pointer parameters
+(`A[row * k + col]`) becomes `CUDA_EMU_LOAD(...)`, so a profile run sees each global load (a load through a
+local copy of the pointer is not seen). Each statement
 of a block starts with `CUDA_EMU_AT(__LINE__);`, so a fault is told with the line the thread was on. Only
 text is inserted, never a newline, so lines stay the student's. Accesses through pointers or macros are not
 seen; the schedule comparison still catches the races they cause.
@@ -19,7 +21,7 @@ from tree_sitter import Node
 from ...source import cuda_syntax as cs
 
 READ, WRITE, UPDATE, AT = "CUDA_EMU_READ", "CUDA_EMU_WRITE", "CUDA_EMU_UPDATE", "CUDA_EMU_AT"
-STORE = "CUDA_EMU_STORE"
+STORE, LOAD = "CUDA_EMU_STORE", "CUDA_EMU_LOAD"
 
 
 def instrument(source: str) -> str:
@@ -28,7 +30,7 @@ def instrument(source: str) -> str:
     for function in cs.function_definitions(tree.root_node):
         body = function.child_by_field_name("body")
         if body is not None:
-            insertions.extend(_function_insertions(body, dynamic))
+            insertions.extend(_function_insertions(body, dynamic, _pointer_parameters(function)))
     data = bytearray(source.encode("utf-8", "replace"))
     for start, end in blanks:
         data[start:end] = b" " * (end - start)
@@ -80,7 +82,12 @@ BODY_FIELDS = {"if_statement": "consequence", "for_statement": "body", "while_st
                "do_statement": "body", "for_range_loop": "body"}
 
 
-def _function_insertions(body: Node, dynamic: set[str]) -> list[tuple[int, str]]:
+def _pointer_parameters(function: Node) -> set[str]:
+    """The names of the function's parameters that are pointers (or arrays) of one level: `const float *A`."""
+    return {name for name, levels in cs.parameters(function) if name and levels == 1}
+
+
+def _function_insertions(body: Node, dynamic: set[str], parameters: set[str] = frozenset()) -> list[tuple[int, str]]:
     arrays: dict[str, int] = dict.fromkeys(dynamic, 1)  # name -> dimensions
     insertions: list[tuple[int, str]] = []
     for node in cs.iter_live(body):
@@ -95,7 +102,8 @@ def _function_insertions(body: Node, dynamic: set[str]) -> list[tuple[int, str]]
             insertions.append((node.end_byte, "".join(declared)))
     for node in cs.iter_live(body):
         if node.type == "subscript_expression":
-            wrapper = _access_wrapper(node, arrays) or _store_wrapper(node, arrays)
+            wrapper = (_access_wrapper(node, arrays) or _store_wrapper(node, arrays)
+                       or _load_wrapper(node, parameters, arrays))
             if wrapper:
                 insertions += [(node.start_byte, wrapper + "("), (node.end_byte, ")")]
     # Last: of two insertions at one place the later lands first, and the mark goes before an access's macro.
@@ -131,6 +139,19 @@ def _store_wrapper(node: Node, arrays: dict[str, int]) -> str | None:
     stored = parent.type == "update_expression" or (
         parent.type == "assignment_expression" and parent.child_by_field_name("left") == node)
     return STORE if stored else None
+
+
+def _load_wrapper(node: Node, pointers: set[str], arrays: dict[str, int]) -> str | None:
+    """LOAD for `P[i]` read through a pointer parameter P (called after _store_wrapper: not a store)."""
+    parent, base = node.parent, node.child_by_field_name("argument")
+    if base is None or base.type != "identifier" or cs.text(base) not in pointers or cs.text(base) in arrays:
+        return None
+    if parent is not None and parent.type == "parenthesized_expression":
+        parent = parent.parent  # sizeof(A[0])
+    if parent is not None and parent.type in ("pointer_expression", "sizeof_expression", "alignof_expression",
+                                              "subscript_expression"):
+        return None  # &A[i] is an address, sizeof(A[i]) no access; A[i][j] is not a float load
+    return LOAD
 
 
 def _is_shared(declaration: Node) -> bool:
