@@ -25,7 +25,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from .batch import BatchOptions, run_batch
 from .cases import load_cases, mix_seed, with_secret
 from .cluster_tls import DEFAULT_DAYS, make_certificates
 from .config import load_config, preset_path
@@ -34,6 +33,7 @@ from .execute.cpu.build import compiler
 from .execute.gpu_detect import gpu_unavailable_reason, local_gpus
 from .execute.sandbox import SandboxUnavailable, detect
 from .intake.submission import SubmissionError, find_kernel_noted, locate, read_headers
+from .phases import Phases, describe, merged, since_process_start
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
 from .report import render, write_json, write_junit
 from .report.canvas_csv import HOLD, SCALE, CanvasOptions, RosterRow, read_roster
@@ -214,6 +214,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.add_argument("--fail-under", type=float, default=None, metavar="SCORE",
                             help="exit with 1 when a submission scores below SCORE (points out of the full "
                                  "total; without a GPU, scaled to the points that could be checked)")
+        parser.add_argument("--phases", action="store_true",
+                            help="after each result, print where the grade's time went: start, sandbox set-up, "
+                                 "compile, CUDA context, cases, timing, report (also stored as the JSON's phases)")
     if command in LMS_ENTRIES:
         remote = parser.add_argument_group("remote grading")
         remote.add_argument("--remote", default="", metavar="URL",
@@ -325,6 +328,10 @@ def _cluster_gpu_missing(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    phases = Phases()
+    before_main = since_process_start()  # the interpreter's start and the imports: the first phase
+    if before_main is not None:
+        phases.add("start", before_main)
     argv = sys.argv[1:] if argv is None else argv
     cluster_commands = {"worker": worker_main, "scheduler": scheduler_main, "cluster-certs": certs_main}
     if argv[:1] and argv[0] in cluster_commands:
@@ -338,9 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         if secret:
             cases = with_secret(cases, secret)
             config.timing.seed = mix_seed(config.timing.seed, secret)
+        phases.mark("config")
         if args.command in ("batch", "serve"):
             args.security = _cluster_security(args)
         plan = run_plan(args)
+        phases.mark("sandbox")
         args.exports = export_options(args, config)
     except UsageError as exc:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
@@ -354,24 +363,49 @@ def main(argv: list[str] | None = None) -> int:
         return grade_serve(args, config, cases, plan, errors)
     if args.command in LMS_ENTRIES:
         return lms_entry(args, config, cases, plan)
+    return grade_paths(args, config, cases, plan, phases, console, errors)
+
+
+def grade_paths(args, config, cases, plan, phases: Phases, console: Console, errors: Console) -> int:
+    """`grade PATH ...`: each graded, its files written, its result printed (and with --phases its time)."""
     code, names = EXIT_OK, set()
+    started = phases.last - sum(phases.seconds.values())  # the process's start (main()'s, off Linux)
     for path in args.paths:
         if not path.exists():
             errors.print(f"[bold red]error:[/] {path}: no such file or folder", highlight=False)
             code = EXIT_USAGE
             continue
+        phases.mark("grading_other")  # between submissions: nothing but the loop
+        begun = started if not names else phases.last
         try:
             result = grade(path, config, cases, plan)
         except KeyboardInterrupt:
             # The runner has already killed the child's process group; results so far are on disk.
             errors.print(f"[bold red]interrupted[/] while grading {path}", highlight=False)
             return EXIT_INTERRUPTED
+        phases.last = time.perf_counter()
+        # The first submission carries the process's own start and set-up; the grade's phases follow.
+        if not names:
+            result.phases = merged(phases.rounded(), result.phases)
+        phases.seconds.clear()
         # Files first: a closed terminal (`grade ... | head`) must not cost the results.
         write_outputs(result, args.output, unique_name(locate(path)[0], names))
         render(result, console)
+        report_s = phases.mark("report")
+        phases.seconds.clear()
+        if args.phases:
+            print_phases(result, report_s, begun, errors)
         if code == EXIT_OK and args.fail_under is not None and below(result, args.fail_under):
             code = EXIT_BELOW_THRESHOLD
     return code
+
+
+def print_phases(result: SubmissionResult, report_s: float, started: float, errors: Console) -> None:
+    """--phases: where this grade's time went, on stderr (stdout keeps the result alone)."""
+    seconds = {**result.phases, "report": round(report_s, 3)}
+    errors.print(f"Phases of {result.submission}:", highlight=False)
+    for line in describe(seconds, time.perf_counter() - started):
+        errors.print(f"  {line}", highlight=False, markup=False)
 
 
 def below(result: SubmissionResult, threshold: float) -> bool:
@@ -431,6 +465,8 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
 
 
 def grade_batch(args, config, cases, plan, console: Console, errors: Console) -> int:
+    from .batch import BatchOptions, run_batch  # here, not at the top: one `grade PATH` never needs it (~50 ms)
+
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
                            exports=args.exports, cluster=args.cluster, security=args.security)
     outcome = run_batch(args.paths, config, cases, plan, options, console)

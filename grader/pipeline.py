@@ -30,8 +30,10 @@ from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
 from .execute.sandbox import Sandbox, detect
 from .intake.submission import KERNEL_FILE, Submission, SubmissionError, locate, missing_headers, read_submission
+from .judge import truths
 from .judge.access import access_feedback
 from .judge.timing import NAME as TIMING_NAME
+from .phases import Phases
 from .result import (
     CASE,
     COMPILE,
@@ -113,18 +115,21 @@ def device_lock(config: Config, gpu: int | str | None) -> DeviceLock:
 
 def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
     started = time.perf_counter()
+    phases = Phases(started)
     try:
-        result = _grade(path, config, cases, plan)
+        result = _grade(path, config, cases, plan, phases)
     except SubmissionError as exc:
         result = not_graded(path, config, cases, str(exc))
     except Exception:  # a grader bug must cost one submission, never the batch
         result = not_graded(path, config, cases, "internal grader error: tell your instructor", GRADER_ERROR)
         result.log = traceback.format_exc()
+    phases.mark("grading_other")
     result.duration_s = round(time.perf_counter() - started, 3)
+    result.phases = phases.rounded()
     return result
 
 
-def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
+def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan, phases: Phases) -> SubmissionResult:
     submission = read_submission(path, config.compile.handed_in_headers)
     submission.source = drop_host_headers(submission.source, config.compile.host_only_headers)
     submission.headers = {name: drop_host_headers(text, config.compile.host_only_headers)
@@ -132,7 +137,7 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Subm
     kernels = find_kernels(submission.source)
     accepted = config.kernel.names
     config = config.for_kernels(kernels)  # the kernel graded, decided once, before anything compiles
-    result = _graded(submission, kernels, config, cases, plan, accepted)
+    result = _graded(submission, kernels, config, cases, plan, phases, accepted)
     _say_which_kernel(result, kernels, config.kernel.name, accepted)
     _say_how_launched(result, _with_headers_after(submission), config)
     return result
@@ -169,13 +174,14 @@ def _say_which_kernel(result: SubmissionResult, kernels: list[str], graded: str,
 
 
 def _graded(submission: Submission, kernels: list[str], config: Config, cases: list[Case],
-            plan: RunPlan, accepted: tuple[str, ...] = ()) -> SubmissionResult:
+            plan: RunPlan, phases: Phases, accepted: tuple[str, ...] = ()) -> SubmissionResult:
     sandbox = sandbox_of(plan)
     result = SubmissionResult(submission.name, GRADED, backend=plan.backend or "none", sandbox=sandbox.level,
                               sandbox_note=sandbox.note)
     rubric = Rubric.of(config, cases, sanitize=plan.sanitize and plan.backend == GPU)
     statics = static_checks(_with_headers_after(submission), config.kernel.name, vars(config.points.static))
     refusal, outcome = _refusal_before_compiling(submission.source, kernels, config, accepted, submission.headers)
+    phases.mark("static")
     if refusal:
         result.checks = rubric.results([errored("compile", COMPILE, config.points.compile, refusal), *statics])
         result.outcome = outcome
@@ -183,7 +189,9 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     if plan.backend is None:
         result.message = plan.skip_reason
         compiled = compile_without_gpu(submission, config, sandbox)
+        phases.mark("nvcc_check")
         add_compiler_feedback(result, compiled.check, compiled.cubin, config, sandbox, None)
+        phases.mark("feedback")
         result.checks = rubric.results([compiled.check, *statics], plan.skip_reason)
         result.outcome = compiled.outcome
         if compiled.outcome == GRADER_ERROR:
@@ -191,20 +199,26 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         return _settled(result, config)
     if plan.backend == CPU:
         result.message = plan.note or CPU_NOTE
-        result.checks = rubric.results([*_checks_on_cpu(submission, config, cases, result, plan), *statics])
+        result.checks = rubric.results([*_checks_on_cpu(submission, config, cases, result, plan, phases),
+                                        *statics])
         return _settled(result, config)
     run = run_child(submission, config, cases, GPU, plan)
+    phases.mark_split(run.phases, "grading_other")
     _take_run(result, run)
     if run.compile_check.passed:
         add_compiler_feedback(result, run.compile_check, run.student_cubin, config, sandbox, run.tile_size)
+    phases.mark("feedback")
     made = [*run.made_checks(), *statics]
+    phases.mark("judge")
     diagnosis = _sanitizer_check(submission, config, run, plan) if rubric.has(SANITIZER_NAME) else None
+    phases.mark("sanitizer")
     if diagnosis is not None:
         made.append(diagnosis)
         if diagnosis.status == ERROR and result.outcome == GRADED:
             result.outcome = GRADER_ERROR  # the diagnosis could not run: graded again by --resume
     if plan.profile and run.compile_check.passed and run.tile_size:
         _profile(result, made, config, run, plan)
+        phases.mark("profile")
     result.checks = rubric.results(made, run.not_run_reason)
     return _settled(result, config)
 
@@ -314,10 +328,11 @@ def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, pla
 
 
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
-                   plan: RunPlan) -> list[CheckResult]:
+                   plan: RunPlan, phases: Phases) -> list[CheckResult]:
     """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, and the checks only
     a GPU can make, skipped as such. Which checks those are depends on the machine and the config alone."""
     compiled = compile_without_gpu(submission, config, sandbox_of(plan))
+    phases.mark("nvcc_check")
     nvcc = compiled.check
     needs_gpu = [skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE,
                          needs_gpu=NEEDS_GPU_TIMING)]
@@ -333,8 +348,10 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
         return [nvcc, *needs_gpu]
     emulated = [case for case in cases if not case.gpu_only]
     run = run_child(submission, config, emulated, CPU, plan)
+    phases.mark_split(run.phases, "grading_other")
     _take_run(result, run)
     made = [check for check in run.made_checks() if check.kind != TIMING]
+    phases.mark("judge")
     if run.emulator_compile_error:
         failure = classify(run.emulator_log or run.compile_check.message, submission.source, submission.headers)
         if not failure.students:
@@ -350,6 +367,7 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
                                            _matrix_names(submission.source, config.kernel.contract()))
     shown = next((check for check in made if check.kind == COMPILE), nvcc)
     add_compiler_feedback(result, shown, compiled.cubin, config, sandbox_of(plan), run.tile_size)
+    phases.mark("feedback")
     return [*made, *needs_gpu]
 
 
@@ -436,6 +454,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     workdir = tempfile.mkdtemp(prefix="sgemm-grade-")
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
     sandbox = sandbox_of(plan)
+    warming = truths.warm_in_background(cases, config)  # ready by the time the first outputs are judged
     try:
         job = _job(submission, config, cases, workdir, sandbox, timed=backend == GPU)
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
@@ -448,6 +467,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
             run.handle(event)
         return run
     finally:
+        warming.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

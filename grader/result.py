@@ -144,6 +144,9 @@ class SubmissionResult:
     regrade_reason: str = ""
     # How to make it faster (issue 26): advice from observed evidence, worth no points; most telling first.
     feedback: list[Feedback] = field(default_factory=list)
+    # Where the grade's wall time went, in seconds per phase (grader/phases.py), for the instructor and the
+    # benches; consecutive, so they add up to the grading process's time.
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def status(self) -> str:

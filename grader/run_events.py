@@ -142,6 +142,7 @@ class RunEvents:
         self.submission_problem = ""
         self.device, self.tile_size, self.log = "", None, ""
         self.student_cubin = ""  # the GPU child's cached cubin of the student's file, when there is one
+        self.phases: dict[str, float] = {}  # where the children's time went, on the parent's clock (phases.py)
         self.access_profile: dict | None = None  # the CPU emulator's access_profile event (issue 26)
 
     @property
@@ -201,7 +202,7 @@ class RunEvents:
             self.compile_check = passed("compile", COMPILE, points,
                                         f"compiled for {event['arch']}, tile size {self.tile_size}{note}",
                                         metrics={"ready_after_s": event["elapsed_s"],
-                                                 "child_cpu_s": event.get("cpu_s")})
+                                                 "child_cpu_s": event.get("cpu_s"), **_child_figures(event)})
 
     def on_compile_error(self, event: dict) -> None:
         self.emulator_compile_error = bool(event.get("emulator"))
@@ -347,6 +348,8 @@ class RunEvents:
 
     def on_output(self, event: dict) -> None:
         self.log += event["text"]
+        for phase, seconds in event.get("phases", {}).items():  # a restarted child's add up
+            self.phases[phase] = self.phases.get(phase, 0.0) + seconds
 
     def on_done(self, event: dict) -> None:
         pass
@@ -368,3 +371,9 @@ class RunEvents:
                                 "the GPU process ended before it was timed; it will be timed when graded again "
                                 "(--resume)"))
         return made
+
+
+def _child_figures(event: dict) -> dict:
+    """What the GPU child says its start took: CUDA's initialisation, its context, each compile (side by side)."""
+    return {key: event[key] for key in ("init_s", "context_s", "student_compile_s", "reference_compile_s")
+            if key in event}

@@ -7,9 +7,11 @@ the sources it sent, so a child can never place a cubin under another text's key
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import socket
 from pathlib import Path
 
 from .compile import cubin_key
@@ -18,6 +20,8 @@ from .protocol import read_untrusted
 
 OFFERED, BUILT = "cubins", "new-cubins"
 MAX_CUBIN_BYTES = 64 << 20
+ARCH = re.compile(r"sm_\d{2,3}[a-z]?")
+MAX_NVCC_VERSION = 4096
 
 
 class Exchange:
@@ -38,8 +42,11 @@ class Exchange:
         return Path(self.job.cache_dir, key + ".cubin")
 
     def offer(self, arch: str, nvcc_version: str) -> None:
-        self.roles = {cubin_key(source, self.job.options, arch, nvcc_version, self._headers(role)): role
-                      for role, source in self._sources().items() if _cacheable(source, self._headers(role))}
+        roles = {cubin_key(source, self.job.options, arch, nvcc_version, self._headers(role)): role
+                 for role, source in self._sources().items() if _cacheable(source, self._headers(role))}
+        if roles == self.roles:
+            return  # offered already, before the child started (the toolchain hint was right)
+        self.roles = roles
         offered = self.workdir / OFFERED
         offered.mkdir(mode=0o755, exist_ok=True)
         for key in self.roles:
@@ -73,3 +80,44 @@ def _cacheable(source: str, headers: dict[str, str]) -> bool:
     """A local header's text is part of the key only when it was handed in with the file."""
     quoted = re.findall(r'#\s*include\s*"([^"]*)"', source + "".join(headers.values()))
     return all(name in headers for name in quoted)
+
+
+# -- the toolchain hint ---------------------------------------------------------------------------------------
+# A cold grade's compiles need the GPU's architecture, which a child learns from CUDA (cuInit: a few hundred
+# milliseconds on a large GPU). The architecture and nvcc's version the last child on this GPU reported let the
+# next one compile while CUDA starts. Only a hint: the child keeps those cubins only where its own toolchain
+# is the same, and the parent keys the cache by what the child reports after CUDA started, as without it.
+
+
+def _hint_path(cache_dir: str, gpu: str) -> Path:
+    return Path(cache_dir, "toolchain", f"{socket.gethostname()}-gpu{gpu}.json")
+
+
+def read_hint(cache_dir: str, gpu: str) -> list[str]:
+    """[arch, nvcc version] for this host's GPU, or [] (none yet, or not a well-formed one)."""
+    try:
+        hint = json.loads(_hint_path(cache_dir, gpu).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return hint if _well_formed(hint) else []
+
+
+def write_hint(cache_dir: str, gpu: str, arch: str, nvcc_version: str) -> None:
+    hint = [arch, nvcc_version]
+    if not cache_dir or not _well_formed(hint) or read_hint(cache_dir, gpu) == hint:
+        return
+    path = _hint_path(cache_dir, gpu)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(hint), encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a hint that cannot be kept costs the next cold grade its head start, nothing else
+
+
+def _well_formed(hint: object) -> bool:
+    """What a child reported is the submission's text as far as the parent knows: only an architecture name
+    and a bounded version string are kept."""
+    return (isinstance(hint, list) and len(hint) == 2 and all(isinstance(part, str) for part in hint)
+            and ARCH.fullmatch(hint[0]) is not None and 0 < len(hint[1]) <= MAX_NVCC_VERSION)

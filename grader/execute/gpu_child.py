@@ -3,14 +3,56 @@
 Runs as `python -m grader.execute.gpu_child JOB_FILE EVENT_FD CONTROL_FD` in a process of its own; the only code that
 touches CUDA. After any CUDA error it reports and exits: a fault poisons the context for good.
 """
+# ruff: noqa: E402 - run as the GPU child, CUDA starts initialising before the imports below (EarlyInit)
 from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+
+class EarlyInit:
+    """CUDA started in a thread of its own, begun before this module's other imports when it runs as the GPU
+    child: cuInit and the device's primary context (hundreds of milliseconds each on a large GPU) overlap the
+    imports of numpy and pycuda, since ctypes lets go of the interpreter while the driver works. pycuda's own
+    init() then finds CUDA started, and retaining the primary context finds it made."""
+
+    def __init__(self):
+        self.init_s = self.context_s = 0.0
+        self.initialised = threading.Event()  # cuInit returned (or could not be called)
+        self.thread = threading.Thread(target=self._start, daemon=True, name="cuda-start")
+        self.thread.start()
+
+    def _start(self) -> None:
+        started = time.perf_counter()
+        try:
+            driver = ctypes.CDLL("libcuda.so.1")
+            failed = driver.cuInit(0)
+            self.init_s = time.perf_counter() - started
+            self.initialised.set()
+            device, context = ctypes.c_int(), ctypes.c_void_p()
+            if not failed and not driver.cuDeviceGet(ctypes.byref(device), 0):
+                started = time.perf_counter()
+                driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)  # held until the process ends
+                self.context_s = time.perf_counter() - started
+        except (OSError, AttributeError):
+            pass  # no driver to load: pycuda's init() says so, as it would have
+        finally:
+            self.initialised.set()
+
+    def wait_for_init(self) -> None:
+        self.initialised.wait()
+
+    def wait(self) -> None:
+        self.thread.join()
+
+
+EARLY = EarlyInit() if __name__ == "__main__" else None
 
 import os
 import resource
 import sys
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -52,44 +94,73 @@ def main(argv: list[str]) -> int:
     channel.send("phase", phase="startup")
     global cuda
     import pycuda.driver as cuda_driver
-    from pycuda.compiler import get_nvcc_version
 
     cuda = cuda_driver
-    cuda.init()
-    device = cuda.Device(0)
-    worker = Worker(job, channel, device, control)
-    # The parent holds the compile cache: it puts this job's cached cubins in our folder, then answers.
-    worker.nvcc_version = get_nvcc_version("nvcc")
-    channel.send("toolchain", arch=worker.arch, nvcc=worker.nvcc_version)
-    if control.readline().strip() != "ready":
+    with ThreadPoolExecutor(4) as pool:  # two compiles ahead (on a hint), the toolchain, two compiles
+        # A cold grade's compiles need only the GPU's architecture: with the last child's (the hint) they
+        # start now, while CUDA initialises; they are kept only if this GPU's toolchain turns out the same.
+        ahead = pool.submit(Worker.compile_ahead, job, pool) if job.toolchain_hint else None
+        if EARLY is not None:
+            EARLY.wait_for_init()
+        started = time.perf_counter()
+        cuda.init()
+        init_s = time.perf_counter() - started + (EARLY.init_s if EARLY is not None else 0.0)
+        device = cuda.Device(0)
+        worker = Worker(job, channel, device, control)
+        worker.init_s = init_s
+        # Nothing before the modules load needs a context: nvcc's version, the parent's offer of cached
+        # cubins and both compiles go on while the driver makes it, where EarlyInit has not.
+        compiled = pool.submit(worker.compile_both, pool, ahead)
+        started = time.perf_counter()
+        if EARLY is not None:
+            EARLY.wait()  # the primary context made (one retain at a time)
+        context = device.retain_primary_context()  # made by EarlyInit already, where it ran
+        context.push()
+        worker.context_s = max(time.perf_counter() - started, EARLY.context_s if EARLY is not None else 0.0)
+        cubins = compiled.result()
+    if cubins is None:
+        context.pop()
         return 1
-    channel.send("phase", phase="compile")
-    with ThreadPoolExecutor(2) as pool:
-        # nvcc needs no context: compile both kernels while the context is being created.
-        cubins = {"student": pool.submit(worker.compile_student),
-                  "reference": pool.submit(worker.compile, job.reference_source)}
-        context = device.make_context()
-        cubins = {who: future.result() for who, future in cubins.items()}
     try:
         worker.run(cubins)
     except KernelFault as fault:
         channel.send("fault", error=str(fault))
+        flush_output()
         os._exit(0)  # skip context teardown: after a fault it can hang or abort
     context.pop()
     channel.send("done")
-    return 0
+    # Nothing is left to say, and the parent waits for this process to end: the driver frees the context as
+    # the process exits, without the interpreter's and pycuda's own teardown first.
+    flush_output()
+    os._exit(0)
+
+
+def flush_output() -> None:
+    """What the kernels printed (the driver writes it through the C library's buffered stdout) and Python's
+    own output, into the log before os._exit, which flushes neither."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass  # no C library to ask: what it buffered is lost, as a crash would lose it
 
 
 class Worker:
-    def __init__(self, job: Job, channel: Channel, device, control):
+    def __init__(self, job: Job, channel: Channel | None, device, control):
         self.job, self.channel, self.device, self.control = job, channel, device, control
-        self.arch = "sm_%d%d" % device.compute_capability()
+        self.arch = "sm_%d%d" % device.compute_capability() if device is not None else ""
         self.nvcc_version = ""
         self.student_compiled = ""  # the text whose cubin is the student's: the whole file or its device side
         self.host_code_left_out = False
         self.keys: dict[str, str] = {}  # source -> its cache key, so the parent can find the student's cubin
         self.stale_shared: StaleShared | None = None
         self.differences: Differences | None = None
+        self.context_s = 0.0  # how long the driver took to make the context (the instructor's figure)
+        self.init_s = 0.0  # and to initialise CUDA (cuInit)
+        self.student: bytes | str = b""  # what compile_ahead compiled (a cubin, or the compiler's message)
+        self.reference: bytes | str = b""
+        self.compile_s: dict[str, float] = {}  # per source, how long its cubin took (offered or compiled)
 
     def run(self, cubins: dict[str, bytes | str]) -> None:
         loaded = self.load_modules(cubins)
@@ -127,6 +198,42 @@ class Worker:
 
     # -- compile -------------------------------------------------------------------------------
 
+    def compile_both(self, pool: ThreadPoolExecutor, ahead: Future | None = None) -> dict[str, bytes | str] | None:
+        """The student's and the reference's cubins, compiled side by side once the parent (which keeps the
+        compile cache) has put this job's cached ones in our folder; None if the parent is gone. Those
+        compiled ahead with the toolchain hint are taken where this GPU's toolchain is the hint's."""
+        from pycuda.compiler import get_nvcc_version
+
+        self.nvcc_version = get_nvcc_version("nvcc")
+        self.channel.send("toolchain", arch=self.arch, nvcc=self.nvcc_version)
+        if self.control.readline().strip() != "ready":
+            return None
+        self.channel.send("phase", phase="compile")
+        if ahead is not None and [self.arch, self.nvcc_version] == self.job.toolchain_hint:
+            early = ahead.result()
+            self.adopt(early)
+            return {"student": early.student, "reference": early.reference}
+        student = pool.submit(self.compile_student)
+        reference = self.compile(self.job.reference_source)
+        return {"student": student.result(), "reference": reference}
+
+    @staticmethod
+    def compile_ahead(job: Job, pool: ThreadPoolExecutor) -> Worker:
+        """Both cubins for the hinted architecture and nvcc, before CUDA is up: a Worker of its own, with no
+        device, whose results and figures compile_both adopts when the hint was right."""
+        early = Worker(job, None, None, None)
+        early.arch, early.nvcc_version = job.toolchain_hint
+        student = pool.submit(early.compile_student)
+        early.reference = early.compile(job.reference_source)
+        early.student = student.result()
+        return early
+
+    def adopt(self, early: Worker) -> None:
+        """What compile_ahead compiled, as if compiled here."""
+        self.student_compiled, self.host_code_left_out = early.student_compiled, early.host_code_left_out
+        self.keys.update(early.keys)
+        self.compile_s.update(early.compile_s)
+
     def load_modules(self, cubins: dict[str, bytes | str]):
         for who in ("reference", "student"):
             if isinstance(cubins[who], str):
@@ -146,7 +253,10 @@ class Worker:
                 return None
             kernels[who] = kernel
         self.channel.send("compiled", device=self.device.name(), arch=self.arch, cpu_s=cpu_seconds(),
-                          pci_bus_id=self.device.pci_bus_id(),
+                          pci_bus_id=self.device.pci_bus_id(), context_s=round(self.context_s, 4),
+                          init_s=round(self.init_s, 4),
+                          student_compile_s=round(self.compile_s.get(self.student_compiled, 0.0), 4),
+                          reference_compile_s=round(self.compile_s.get(self.job.reference_source, 0.0), 4),
                           tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile,
                           host_code_left_out=self.host_code_left_out,
                           cubins={"student": self.keys.get(self.student_compiled, "")})
@@ -171,6 +281,13 @@ class Worker:
     def compile(self, source: str) -> bytes | str:
         """A cubin, or the compiler's message for the student. The parent offered the cached ones in our
         folder; what is compiled here is left for it to keep."""
+        started = time.perf_counter()
+        try:
+            return self._compile(source)
+        finally:
+            self.compile_s[source] = self.compile_s.get(source, 0.0) + time.perf_counter() - started
+
+    def _compile(self, source: str) -> bytes | str:
         from pycuda.compiler import compile as pycuda_compile
 
         in_background()  # nvcc holds no turn on the GPU: a child that holds one gets the CPUs first

@@ -62,6 +62,9 @@ class Job:
     launches_per_case: int = 1  # the GPU child's launches of the student's kernel per case (config.py)
     # The headers handed in with the file (name -> text): written beside it for every compiler.
     headers: dict[str, str] = field(default_factory=dict)
+    # [arch, nvcc version] the last GPU child on this GPU reported (cubin_cache.py), or []: the GPU child
+    # compiles with it before CUDA is initialised, and keeps what it compiled only if its own toolchain matches.
+    toolchain_hint: list[str] = field(default_factory=list)
     # The CPU driver's access profile of the student's kernel and the reference's (issue 26: feedback only),
     # and the reference's file as written, which the emulator builds.
     access_profile: bool = False

@@ -246,17 +246,18 @@ def _reachable_interpreter(interpreter: str) -> tuple[str, str]:
     libraries = sorted(libdir.glob("libpython*.so*")) if libdir.is_dir() else []
     if reachable(interpreter, execute=True) and reachable(stdlib) and all(reachable(p) for p in libraries):
         return interpreter, ""
-    files = [Path(interpreter), *libraries, *_tree(stdlib, skip=STDLIB_SKIPPED)]
+    tree = _tree(str(stdlib), STDLIB_SKIPPED)
     # A file's name, size and modification time stand for its contents: root alone installs them.
-    key = _digest(f"{p}\0{p.lstat().st_size}\0{p.lstat().st_mtime_ns}" for p in files)
+    key = _digest([*(f"{p}\0{_stamp(p)}" for p in [interpreter, *map(str, libraries)]),
+                   *(f"{p}\0{size}\0{mtime}" for p, size, mtime in tree)])
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
     def fill(folder: Path) -> None:
         shutil.copy2(interpreter, _made(folder / "bin" / version))
         for library in libraries:
             _copy_entry(library, folder / "lib" / library.name)
-        for path in files[1 + len(libraries):]:
-            _copy_entry(path, folder / "lib" / version / path.relative_to(stdlib))
+        for path, _, _ in tree:
+            _copy_entry(Path(path), folder / "lib" / version / Path(path).relative_to(stdlib))
 
     copied = copy_once("python", key, fill)
     return str(copied / "bin" / version), str(copied / "lib")
@@ -266,10 +267,11 @@ def _environment(base: str) -> Path:
     """A virtual environment on `base` holding the distributions the children import (the grader's
     dependencies, its `gpu` extra included, and theirs), copied from where this process imports them."""
     distributions = _closure(_child_requirements())
-    files = sorted({(dist.locate_file(""), entry) for dist in distributions for entry in _entries(dist)},
-                   key=lambda pair: (str(pair[0]), str(pair[1])))
+    files = sorted({(str(dist.locate_file("")), entry) for dist in distributions for entry in _entries(dist)})
+    stamps = {(root, entry): _stamp(os.path.join(root, entry)) for root, entry in files}
+    files = [(root, entry) for root, entry in files if stamps[root, entry] is not None]
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    key = _digest([base, *(f"{entry}\0{_stamp(Path(root, entry))}" for root, entry in files)])
+    key = _digest([base, *(f"{entry}\0{stamps[root, entry]}" for root, entry in files)])
 
     def fill(folder: Path) -> None:
         (folder / "pyvenv.cfg").write_text(f"home = {Path(base).parent}\ninclude-system-site-packages = false\n"
@@ -280,6 +282,12 @@ def _environment(base: str) -> Path:
             _copy_entry(Path(root, entry), site / entry)
 
     return copy_once("env", key, fill)
+
+
+@functools.cache
+def child_distributions() -> list[importlib.metadata.Distribution]:
+    """The installed distributions the children import: the grader's requirements, its `gpu` extra, theirs."""
+    return _closure(_child_requirements())
 
 
 def _child_requirements() -> list[str]:
@@ -308,23 +316,39 @@ def _closure(requirements: list[str]) -> list[importlib.metadata.Distribution]:
     return list(found.values())
 
 
-def _entries(dist: importlib.metadata.Distribution) -> list[Path]:
-    """A distribution's installed files inside its site-packages (scripts in bin/ are not imported)."""
-    return [Path(f) for f in (dist.files or [])
-            if f.parts and f.parts[0] != ".." and Path(dist.locate_file(f)).exists()]
+# These run on every grade that copies the Python (a root grader's Python out of the sandbox uid's reach):
+# thousands of files, so plain strings and one lstat each, not pathlib (0.15 s -> 0.03 s on 2.7k files).
 
 
-def _tree(folder: Path, skip: set[str]) -> list[Path]:
-    paths = []
-    for path in sorted(folder.iterdir()):
-        if path.name in skip or path.name.startswith("config-"):
-            continue
-        paths += [path] if path.is_symlink() or not path.is_dir() else _tree(path, set())
-    return paths
+def _entries(dist: importlib.metadata.Distribution) -> list[str]:
+    """A distribution's installed files inside its site-packages (scripts in bin/ are not imported), as
+    paths relative to it; whether each exists is left to _stamp."""
+    return [str(f) for f in (dist.files or []) if f.parts and f.parts[0] != ".."]
 
 
-def _stamp(path: Path) -> str:
-    info = path.lstat()
+def _tree(folder: str, skip: set[str]) -> list[tuple[str, int, int]]:
+    """Every file (and link) below folder, in name order, with its size and modification time."""
+    found = []
+    with os.scandir(folder) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name in skip or entry.name.startswith("config-"):
+                continue
+            if not entry.is_symlink() and entry.is_dir():
+                found += _tree(entry.path, set())
+            else:
+                info = entry.stat(follow_symlinks=False)
+                found.append((entry.path, info.st_size, info.st_mtime_ns))
+    return found
+
+
+def _stamp(path: str) -> str | None:
+    """Size and modification time of a file (a link's own), or None where it or a link's target is missing."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(info.st_mode) and not os.path.exists(path):
+        return None
     return f"{info.st_size}\0{info.st_mtime_ns}"
 
 

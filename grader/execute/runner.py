@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import cubin_cache
+from . import bytecode, cubin_cache, reachable
 from .clocks import ClockWatch
 from .deadline import Deadline
 from .device_lock import DeviceLock, Turn
@@ -90,7 +90,7 @@ def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: C
     """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'protocol_error',
     'restart', 'turn' (a turn on the device was given, after waiting so long), 'turns_held' (how long the
     child held the device, per kind of turn) and 'output' (each child's captured stdout and stderr, after
-    it ends).
+    it ends, and in 'phases' where its time went on the parent's clock).
 
     A child that finished its cases asks whether to time, and again after each measurement;
     `timing_turn()` answers with the repetitions to run (0: no more timing), after every earlier event
@@ -123,6 +123,7 @@ class Child:
         self.held_s: dict[str, float] = {}  # per kind of turn, how long this child held the device
         self.clocks: ClockWatch | None = None
         self.pci_bus_id = ""
+        self.timeline = Timeline()  # where this child's time went, on the parent's clock (phases.py)
         # The child's own folder, the only one it can write; its log stays with the parent.
         self.workdir = Path(job.workdir, f"child-{time.monotonic_ns()}")
         self.log_path = Path(job.workdir, f"{self.workdir.name}.log")
@@ -133,12 +134,18 @@ class Child:
         job_file = self.workdir / "job.json"
         # The child sees its own folder only; the compile cache stays with the parent (cubin_cache).
         cache_dir = "" if self.program.sandbox is not None else self.job.cache_dir
-        replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir).save(job_file)
+        hint = cubin_cache.read_hint(self.job.cache_dir, self.gpu_name()) if self.program.gpu else []
+        if hint:
+            self.cubins.offer(*hint)  # what was compiled before is in place before the child starts
+        replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint).save(job_file)
         read_fd, write_fd = os.pipe()
         control_read, self.control_fd = os.pipe()
         argv = [*self.program.argv, str(job_file), str(write_fd), str(control_read)]
         options = dict(pass_fds=(write_fd, control_read), stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                        env=child_environment(str(self.workdir), self.placement.environment()))
+        self.timeline.enter("sandbox")  # the confinement's set-up: reachable copies, the command line
+        if self.program.gpu and self.job.cache_dir:
+            bytecode.ensure(reachable.child_distributions(), Path(self.job.cache_dir))
         with open(self.log_path, "wb") as log:
             if self.program.sandbox is not None:
                 confinement = self.program.confinement(self.workdir)
@@ -146,6 +153,7 @@ class Child:
             else:
                 proc = subprocess.Popen(argv, stdout=log, start_new_session=True, cwd=self.workdir, **options)
         self.pid = proc.pid
+        self.timeline.enter("child_start")
         set_session_priority(self.pid, BACKGROUND_NICE)  # until it holds a turn: start-up, nvcc, waiting
         os.close(write_fd)
         os.close(control_read)
@@ -158,7 +166,8 @@ class Child:
             self._end_turn()
         if self.held_s:
             yield {"event": "turns_held", "held_s": {kind: round(s, 4) for kind, s in self.held_s.items()}}
-        yield {"event": "output", "text": self.output()}
+        # With where the child's time went (phases.py), the parent's figure like its turns.
+        yield {"event": "output", "text": self.output(), "phases": self.timeline.close()}
 
     def _read(self, proc: subprocess.Popen, read_fd: int) -> Iterator[dict]:
         phase, case, spawned = "startup", None, time.monotonic()
@@ -167,12 +176,15 @@ class Child:
         try:
             for event in read_events(read_fd, deadline):
                 event["elapsed_s"] = round(time.monotonic() - spawned, 3)  # for the instructor's figures
+                self.timeline.saw(event)
                 if event["event"] == "phase":
                     phase, case = event["phase"], event.get("case")
                     deadline.restart(self.limits.for_phase(phase))
                     continue
                 if event["event"] in ("await_device", "await_timing"):
+                    resumed = self.timeline.current
                     answer, turn = self._take_turn(event["event"])
+                    self.timeline.enter(resumed)
                     deadline.restart(self.limits.for_phase(phase))  # the wait was not the child's time
                     self._answer(answer)
                     if turn is not None:
@@ -180,6 +192,7 @@ class Child:
                     continue
                 if event["event"] == "toolchain":
                     self.cubins.offer(event["arch"], event["nvcc"])
+                    cubin_cache.write_hint(self.job.cache_dir, self.gpu_name(), event["arch"], event["nvcc"])
                     self._answer(b"ready\n")
                     continue
                 self._annotate(event, case, phase)
@@ -196,6 +209,12 @@ class Child:
         if not finished:
             proc.wait()
             yield {"event": "crash", "phase": phase, "case": case, "returncode": proc.returncode}
+
+    def gpu_name(self) -> str:
+        """The GPU this child sees, as the toolchain hint names it: its placement's, or the first visible."""
+        if self.placement.gpu is not None:
+            return str(self.placement.gpu)
+        return os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
 
     def _answer(self, line: bytes) -> None:
         try:
@@ -219,7 +238,9 @@ class Child:
         """The answer to the child's request, after waiting for the turn it needs; and the 'turn' event."""
         self._end_turn()  # a child holds one turn at a time
         timing = asked == "await_timing"
+        self.timeline.enter("judge")  # whether to time is the parent's verdict on the cases so far
         repetitions = self.timing_turn() if timing else 0
+        self.timeline.enter("turn_wait")
         if timing and repetitions <= 0:
             return b"skip\n", None
         lock, event = self.placement.lock, None
@@ -252,3 +273,34 @@ class Child:
                 return cap(log.read(LOG_FILE_BYTES).decode("utf-8", "replace"))
         except OSError:
             return ""
+
+
+class Timeline:
+    """Where a child's time went, on the parent's clock, phase by phase (phases.py names them): the phase
+    changes when the child says so or when an event shows it has moved on; the parent's own waits for a
+    turn and its verdicts before timing are phases of their own."""
+
+    # The phase a child event starts, where it is not a "phase" event itself.
+    AFTER = {"compiled": "cases", "compile_error": "child_end", "kernel_missing": "child_end", "done": "child_end",
+             "fault": "child_end"}
+    PHASES = {"startup": "child_start", "compile": "compile", "case": "cases", "timing": "timing"}
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.current, self.since = "", time.monotonic()
+
+    def enter(self, phase: str) -> None:
+        now = time.monotonic()
+        if self.current:
+            self.seconds[self.current] = self.seconds.get(self.current, 0.0) + now - self.since
+        self.current, self.since = phase, now
+
+    def saw(self, event: dict) -> None:
+        if event["event"] == "phase":
+            self.enter(self.PHASES[event["phase"]])
+        elif event["event"] in self.AFTER:
+            self.enter(self.AFTER[event["event"]])
+
+    def close(self) -> dict[str, float]:
+        self.enter("")
+        return {phase: round(seconds, 4) for phase, seconds in self.seconds.items()}

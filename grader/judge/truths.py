@@ -2,13 +2,15 @@
 
 A batch grades every student in a process of its own; without this each would redo the same float64
 products (two 1000³ matmuls for a large case), all at once, on cores the students' compilers need. The
-files live in the grader's cache, which no sandboxed process can write; a file that cannot be read is
-computed again.
+files live in the grader's cache, which no sandboxed process can write; a file that cannot be read, or
+whose arrays do not match the digest stored with them, is computed again. One grade computes (or reads)
+them in a thread while its child starts and compiles (`warm_in_background`), so judging never waits on them.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -22,16 +24,41 @@ from .inputs import make_inputs
 VERSION = "1"  # bump when make_inputs or the bound changes
 
 
+_computing = threading.Lock()  # one thread computes a truth; another wanting it waits, then reads it
+
+
 def case_truth(case: Case, config: Config) -> tuple[np.ndarray, np.ndarray, Truth]:
     tolerance = config.tolerance
-    return _case_truth(case.m, case.n, case.k, case.seed, case.distribution, tolerance.k_factor, tolerance.abs,
-                       str(config.cache_dir / "truths"))
+    with _computing:
+        return _case_truth(case.m, case.n, case.k, case.seed, case.distribution, tolerance.k_factor,
+                           tolerance.abs, str(config.cache_dir / "truths"))
 
 
-def warm(cases: list[Case], config: Config) -> None:
-    """Compute every case's truth now, once, before the workers that need it start."""
+def warm(cases: list[Case], config: Config, stop: threading.Event | None = None) -> None:
+    """Compute every case's truth now, once, before the workers that need it start (until `stop` is set)."""
     for case in cases:
+        if stop is not None and stop.is_set():
+            return
         case_truth(case, config)
+
+
+class Warming:
+    """The cases' truths computed in a thread of their own while the child starts and compiles; `stop()` ends
+    it after the case at hand (a grade that ends early does not wait for the rest)."""
+
+    def __init__(self, cases: list[Case], config: Config):
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=warm, args=(cases, config, self.stopping), daemon=True,
+                                       name="truths")
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join()
+
+
+def warm_in_background(cases: list[Case], config: Config) -> Warming:
+    return Warming(cases, config)
 
 
 @lru_cache(maxsize=64)
@@ -49,13 +76,22 @@ def _case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: 
     return a, b, truth
 
 
+def _digest(value: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """What a stored truth must hash to: a damaged or altered file is computed again, never trusted."""
+    digest = hashlib.sha256(np.ascontiguousarray(value).data)
+    digest.update(np.ascontiguousarray(bound).data)
+    return np.frombuffer(digest.digest(), np.uint8)
+
+
 def _load(path: Path, shape: tuple[int, int]) -> Truth | None:
     try:
         with np.load(path, allow_pickle=False) as stored:
-            value, bound = stored["value"], stored["bound"]
-    except (OSError, ValueError, KeyError):
+            value, bound, digest = stored["value"], stored["bound"], stored["digest"]
+    except (OSError, ValueError, KeyError, EOFError):
         return None
     if value.shape != shape or bound.shape != shape or value.dtype != np.float64 or bound.dtype != np.float64:
+        return None
+    if not np.array_equal(digest, _digest(value, bound)):
         return None
     return Truth(value, bound)
 
@@ -63,8 +99,8 @@ def _load(path: Path, shape: tuple[int, int]) -> Truth | None:
 def _store(path: Path, truth: Truth) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
-        np.savez(temporary, value=truth.value, bound=truth.bound)
+        temporary = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp.npz")
+        np.savez(temporary, value=truth.value, bound=truth.bound, digest=_digest(truth.value, truth.bound))
         os.replace(temporary, path)  # readers see the whole file or none
     except OSError:
         pass  # a cache that cannot be written costs time, not a grade
