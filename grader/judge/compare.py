@@ -6,6 +6,7 @@ pattern of wrong elements into a hint a student can act on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -22,6 +23,19 @@ SHOWN_ELEMENTS = 5
 class Truth:
     value: np.ndarray  # float64 A @ B
     bound: np.ndarray  # per-element tolerance
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        """The flat indices of the values, by value: sorted once per case, for locate.sources_of's search."""
+        return np.argsort(self.value.ravel(), kind="stable")
+
+    @cached_property
+    def ordered(self) -> np.ndarray:
+        return self.value.ravel()[self.order]
+
+    @cached_property
+    def widest(self) -> float:
+        return float(self.bound.max())
 
 
 def truth_of(a: np.ndarray, b: np.ndarray, k_factor: float, abs_tol: float) -> Truth:

@@ -112,16 +112,20 @@ def sources_of(got: np.ndarray, own: np.ndarray, truth) -> np.ndarray:
     One element must be within tolerance and far closer than any other: a value stored elsewhere is within
     rounding of its own truth, while a wrong value lands between truths at random (that close to one by
     chance about one time in SEPARATION)."""
-    values, bounds = truth.value.ravel(), truth.bound.ravel()
-    order = np.argsort(values, kind="stable")
-    ordered, widest = values[order], bounds.max()
-    low, high = np.searchsorted(ordered, got - widest, "left"), np.searchsorted(ordered, got + widest, "right")
+    values, bounds, order, ordered = truth.value.ravel(), truth.bound.ravel(), truth.order, truth.ordered
+    low = np.searchsorted(ordered, got - truth.widest, "left")
+    high = np.searchsorted(ordered, got + truth.widest, "right")
+    at = np.searchsorted(ordered, got)
     source = np.full(got.size, -1)
-    for i in range(got.size):  # a few candidates each: those within the widest bound of the value
-        near = order[low[i]:high[i]]
+    for i in range(got.size):
+        # The two values nearest got[i] sit beside where it would be inserted in the sorted truth (distances grow
+        # away from there on both sides): of those within the widest bound, at most two on each side.
+        near = order[max(low[i], at[i] - 2):min(high[i], at[i] + 2)]
+        if near.size == 0:
+            continue
         distance = np.abs(got[i] - values[near])
-        ranked = np.argsort(distance)[:2]
-        if near.size == 0 or near[ranked[0]] == own[i] or distance[ranked[0]] > bounds[near[ranked[0]]]:
+        ranked = np.argsort(distance, kind="stable")[:2]
+        if near[ranked[0]] == own[i] or distance[ranked[0]] > bounds[near[ranked[0]]]:
             continue
         if near.size == 1 or distance[ranked[1]] > SEPARATION * distance[ranked[0]]:
             source[i] = near[ranked[0]]
