@@ -88,7 +88,9 @@ def test_a_childs_phases_follow_its_events_on_the_parents_clock(tmp_path):
     assert 0.3 <= phases["cases"] < 0.3 + LIMITS.run_s
     assert 0.25 <= phases["judge"] < 0.25 + LIMITS.run_s
     assert phases["child_end"] >= 0.2
-    assert sum(phases.values()) == pytest.approx(wall, abs=0.1)
+    # Back to back, they cover the child's life and never more than the wall (on a loaded machine, setting the job
+    # up before the child starts can take more than a tenth of a second of the wall).
+    assert 0.4 + 0.3 + 0.25 + 0.2 <= sum(phases.values()) <= wall + 0.01
 
 
 def test_consecutive_marks_add_up_and_a_split_keeps_the_rest():
