@@ -136,12 +136,16 @@ def test_ctrl_c_stops_the_batch_and_resume_finishes_it(small_config, tmp_path):
     (folder / "zz_slow" / "kernel.cu").write_text(SLOW_GOOD)
     out = tmp_path / "out"
     running = batch(small_config, folder, "-o", out, "--jobs", "1")
-    deadline = time.monotonic() + 120
-    while not list((out / "students").glob("*.json")) and time.monotonic() < deadline:
+    started = time.monotonic()
+    while not list((out / "students").glob("*.json")) and time.monotonic() < started + 120:
         time.sleep(0.05)
+    seen = {p.name: round(p.stat().st_mtime - time.time(), 2) for p in (out / "students").glob("*.json")}
+    still_running = running.poll() is None
     running.send_signal(signal.SIGINT)
     stdout, stderr = running.communicate(timeout=60)
-    assert running.returncode == 130 and "--resume" in stderr and "Traceback" not in stderr
+    said = (f"after {time.monotonic() - started:.1f} s saw {seen} (age s), running: {still_running}\n"
+            f"stdout: {stdout[-1500:]}\nstderr: {stderr[-1500:]}")
+    assert running.returncode == 130 and "--resume" in stderr and "Traceback" not in stderr, said
     resumed = batch(small_config, folder, "-o", out, "--resume")
     resumed.communicate(timeout=180)
     assert resumed.returncode == 0 and len(grades(out)) == len(CLASS) + 2  # the points-possible row and zz_slow
