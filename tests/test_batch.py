@@ -130,20 +130,29 @@ SLOW_GOOD = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text().replace(
     "#ifndef __NVCC__\n        sleep(30);\n#endif\n    }\n", 1)
 
 
+def interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_stops_the_batch_and_resume_finishes_it(small_config, tmp_path):
     folder = class_folder(tmp_path)
     (folder / "zz_slow").mkdir()
     (folder / "zz_slow" / "kernel.cu").write_text(SLOW_GOOD)
     out = tmp_path / "out"
-    running = batch(small_config, folder, "-o", out, "--jobs", "1")
+    # As a terminal starts it: SIGINT at its default action, whatever this test process inherited (a process
+    # that ignores SIGINT passes that on to the programs it starts, and Python then leaves it ignored).
+    running = batch(small_config, folder, "-o", out, "--jobs", "1", preexec_fn=interruptible)
     started = time.monotonic()
     while not list((out / "students").glob("*.json")) and time.monotonic() < started + 120:
         time.sleep(0.05)
     seen = {p.name: round(p.stat().st_mtime - time.time(), 2) for p in (out / "students").glob("*.json")}
     still_running = running.poll() is None
+    masks = [line for line in Path(f"/proc/{running.pid}/status").read_text().splitlines()
+             if line.startswith(("SigBlk", "SigIgn"))] if still_running else []
     running.send_signal(signal.SIGINT)
     stdout, stderr = running.communicate(timeout=60)
-    said = (f"after {time.monotonic() - started:.1f} s saw {seen} (age s), running: {still_running}\n"
+    said = (f"after {time.monotonic() - started:.1f} s saw {seen} (age s), running: {still_running} {masks}\n"
             f"stdout: {stdout[-1500:]}\nstderr: {stderr[-1500:]}")
     assert running.returncode == 130 and "--resume" in stderr and "Traceback" not in stderr, said
     resumed = batch(small_config, folder, "-o", out, "--resume")

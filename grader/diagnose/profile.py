@@ -14,13 +14,13 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
-import os
 import re
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cache_file import keep
 from ..contract import REFERENCE, KernelContract
 from ..execute.compile import MAX_CUBIN_BYTES, TILE_PROBE_SYMBOL, nvcc_path, prepare_source
 from ..execute.cubin_resources import cubin_arch, device_int
@@ -150,10 +150,7 @@ def reference_profile(reference_source: str, student_cubin: bytes, options: list
         tile = _reference_tile(cubin)
         profiled = profile_cubin(path, REFERENCE, tile, shape, placement, sandbox, cache_dir)
     if profiled.profile is not None:
-        stored.parent.mkdir(parents=True, exist_ok=True)
-        temporary = stored.with_name(f".{stored.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps({"kernel": profiled.profile.kernel, "metrics": profiled.profile.metrics}))
-        os.replace(temporary, stored)
+        keep(stored, json.dumps({"kernel": profiled.profile.kernel, "metrics": profiled.profile.metrics}))
     return profiled
 
 

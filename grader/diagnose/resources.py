@@ -15,6 +15,7 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from ..cache_file import keep
 from ..config import Config
 from ..contract import REFERENCE, KernelContract
 from ..execute.compile import CUBIN_FILE, MAX_CUBIN_BYTES, STUDENT_FILE, TILE_PROBE_SYMBOL, nvcc_path, prepare_source
@@ -107,13 +108,7 @@ def build_cubin(prepared: str, arch: str, options: list[str], timeout: float, sa
 
 
 def _store(path: Path, data: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError:
-        pass  # a cache that cannot be written costs a compile next time, nothing else
+    keep(path, json.dumps(data))  # a cache that cannot be written costs a compile next time, nothing else
 
 
 def add_compiler_feedback(result: SubmissionResult, compiled: CheckResult, cubin: bytes | str, config: Config,

@@ -17,6 +17,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+from ..cache_file import keep
 from ..contract import KernelContract
 from .compile import CompileOutcome, compile_check, cubin_key, nvcc_path
 from .sandbox import Sandbox
@@ -72,18 +73,7 @@ def _load(path: Path) -> CompileOutcome | None:
 
 
 def _store(path: Path, outcome: CompileOutcome) -> None:
-    """The cubin first, the verdict last, each written whole or not at all: a reader never sees half an entry."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if outcome.ok:
-            _write_whole(path.with_suffix(".cubin"), outcome.cubin)
-        verdict = {key: value for key, value in asdict(outcome).items() if key != "cubin"}
-        _write_whole(path, json.dumps(verdict).encode())
-    except OSError:
-        pass  # an unwritable cache costs the next grade a compile, nothing more
-
-
-def _write_whole(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
+    """The cubin first, the verdict last: a verdict is found only once its cubin is in place."""
+    if outcome.ok and not keep(path.with_suffix(".cubin"), outcome.cubin):
+        return
+    keep(path, json.dumps({key: value for key, value in asdict(outcome).items() if key != "cubin"}))

@@ -14,6 +14,7 @@ import shutil
 import socket
 from pathlib import Path
 
+from ..cache_file import keep
 from .compile import cubin_key
 from .job import Job
 from .protocol import read_untrusted
@@ -106,14 +107,7 @@ def write_hint(cache_dir: str, gpu: str, arch: str, nvcc_version: str) -> None:
     hint = [arch, nvcc_version]
     if not cache_dir or not _well_formed(hint) or read_hint(cache_dir, gpu) == hint:
         return
-    path = _hint_path(cache_dir, gpu)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(hint), encoding="utf-8")
-        os.replace(temporary, path)
-    except OSError:
-        pass  # a hint that cannot be kept costs the next cold grade its head start, nothing else
+    keep(_hint_path(cache_dir, gpu), json.dumps(hint))  # one not kept costs the next cold grade its head start
 
 
 def _well_formed(hint: object) -> bool:
