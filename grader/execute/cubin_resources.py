@@ -17,14 +17,11 @@ from __future__ import annotations
 import struct
 
 from ..judge.occupancy import Resources
-from .kernel_params import _headers, _section
+from .kernel_params import _headers, _section, info_records, symbol_entries
 
 REGCOUNT, FRAME_SIZE = 0x2F, 0x11
-FORMAT_SVAL = 4
-FIXED_LENGTH = {1: 4, 2: 4, 3: 4}
 RESERVED_SHARED = 1024  # the driver's reserve inside the kernel's shared section (sm_90 and later)
 RESERVED_SECTION = ".nv.shared.reserved."
-SHT_SYMTAB = 2
 
 
 def cubin_arch(cubin: bytes) -> str | None:
@@ -61,14 +58,10 @@ def _resources(elf: bytes, symbol: str) -> Resources | None:
 
 
 def _symbol_index(elf: bytes, headers: list, symbol: str) -> int | None:
-    for _, kind, offset, size, link in headers:
-        if kind != SHT_SYMTAB:
-            continue
-        strings = headers[link][2]
-        for number, at in enumerate(range(offset, offset + size - 23, 24)):
-            name = struct.unpack_from("<I", elf, at)[0]
-            if name and _equals(elf, strings + name, symbol):
-                return number
+    for number, at, strings in symbol_entries(elf, headers):
+        name = struct.unpack_from("<I", elf, at)[0]
+        if name and _equals(elf, strings + name, symbol):
+            return number
     return None
 
 
@@ -80,17 +73,7 @@ def _equals(elf: bytes, at: int, text: str) -> bool:
 def _per_function(info: bytes, index: int) -> dict[int, int]:
     """The `.nv.info` records (symbol index u32, value u32) of the function at `index`, by attribute."""
     found: dict[int, int] = {}
-    at = 0
-    while at + 4 <= len(info):
-        form, attribute = info[at], info[at + 1]
-        if form in FIXED_LENGTH:
-            at += FIXED_LENGTH[form]
-            continue
-        if form != FORMAT_SVAL:
-            break  # a format this reader does not know: what was read stands, nothing is guessed
-        length = struct.unpack_from("<H", info, at + 2)[0]
-        value = info[at + 4:at + 4 + length]
-        at += 4 + length
+    for attribute, value in info_records(info)[0]:  # what was read before anything unknown stands
         if len(value) == 8:
             owner, figure = struct.unpack_from("<II", value)
             if owner == index:
@@ -118,16 +101,12 @@ def _device_int(elf: bytes, name: str) -> int | None:
     headers = _headers(elf)
     if headers is None:
         return None
-    for _, kind, offset, size, link in headers:
-        if kind != SHT_SYMTAB:
+    for _, at, strings in symbol_entries(elf, headers):
+        label, _, _, section, value, length = struct.unpack_from("<IBBHQQ", elf, at)
+        if not label or length != 4 or not _equals(elf, strings + label, name) or section >= len(headers):
             continue
-        strings = headers[link][2]
-        for at in range(offset, offset + size - 23, 24):
-            label, _, _, section, value, length = struct.unpack_from("<IBBHQQ", elf, at)
-            if not label or length != 4 or not _equals(elf, strings + label, name) or section >= len(headers):
-                continue
-            _, section_kind, data, data_size, _ = headers[section]
-            if section_kind != 1 or value + 4 > data_size or data + value + 4 > len(elf):  # PROGBITS only
-                return None
-            return struct.unpack_from("<i", elf, data + value)[0]
+        _, section_kind, data, data_size, _ = headers[section]
+        if section_kind != 1 or value + 4 > data_size or data + value + 4 > len(elf):  # PROGBITS only
+            return None
+        return struct.unpack_from("<i", elf, data + value)[0]
     return None

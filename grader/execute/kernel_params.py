@@ -20,6 +20,7 @@ malformed reads as "unknown" (None), never as a verdict.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..contract import MATRICES, KernelContract
@@ -105,31 +106,45 @@ def _symbols(elf: bytes) -> list[Symbol] | None:
     if headers is None:
         return None
     found = []
-    for _, kind, offset, size, link in headers:
-        if kind != SHT_SYMTAB:
-            continue
-        strings = headers[link][2]
-        for at in range(offset, offset + size - 23, 24):  # Elf64_Sym: name u32, info u8, other u8, ...
-            name, info, other = struct.unpack_from("<IBB", elf, at)
-            if name:
-                found.append(Symbol(_string(elf, strings + name), info & 0xF == STT_FUNC,
-                                    bool(other & STO_CUDA_ENTRY)))
+    for _, at, strings in symbol_entries(elf, headers):
+        name, info, other = struct.unpack_from("<IBB", elf, at)
+        if name:
+            found.append(Symbol(_string(elf, strings + name), info & 0xF == STT_FUNC, bool(other & STO_CUDA_ENTRY)))
     return found
+
+
+def symbol_entries(elf: bytes, headers: list[tuple[str, int, int, int, int]]) -> Iterator[tuple[int, int, int]]:
+    """Each symbol table entry (Elf64_Sym: name u32, info u8, other u8, section u16, value u64, size u64) as
+    (its index in its table, its offset in the file, the offset of its table's strings)."""
+    for _, kind, offset, size, link in headers:
+        if kind == SHT_SYMTAB:
+            strings = headers[link][2]
+            yield from ((number, at, strings) for number, at in enumerate(range(offset, offset + size - 23, 24)))
+
+
+def info_records(section: bytes) -> tuple[list[tuple[int, bytes]], bool]:
+    """A `.nv.info` section's sized records as (attribute, value), in order, and whether the section was read to
+    its end (False: a format this reader does not know, or a record cut short, stopped it; nothing is guessed)."""
+    records, at = [], 0
+    while at + 2 <= len(section):
+        form, attribute = section[at], section[at + 1]
+        if form in FIXED_LENGTH:
+            at += FIXED_LENGTH[form]
+        elif form == FORMAT_SVAL and at + 4 <= len(section):
+            length = struct.unpack_from("<H", section, at + 2)[0]
+            records.append((attribute, section[at + 4:at + 4 + length]))
+            at += 4 + length
+        else:
+            return records, False
+    return records, True
 
 
 def _parameter_sizes(section: bytes) -> list[int] | None:
     sizes: dict[int, int] = {}
-    at = 0
-    while at + 2 <= len(section):
-        form, attribute = section[at], section[at + 1]
-        if form == FORMAT_SVAL:
-            length = struct.unpack_from("<H", section, at + 2)[0]
-            value, at = section[at + 4:at + 4 + length], at + 4 + length
-        elif form in FIXED_LENGTH:
-            at += FIXED_LENGTH[form]
-            continue
-        else:
-            return None  # a format this reader does not know: stop rather than guess
+    records, whole = info_records(section)
+    if not whole:
+        return None
+    for attribute, value in records:
         if attribute == KPARAM_INFO and len(value) >= 12:
             _, ordinal, _, flags = struct.unpack_from("<IHHI", value)
             sizes[ordinal] = (flags >> 18) & 0x3FFF
