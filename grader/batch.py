@@ -274,15 +274,16 @@ def _refused(refusal: Refusal, config: Config, cases: list[Case]) -> SubmissionR
 
 
 def _store(result: SubmissionResult, outdir: Path, key: str) -> None:
-    """The student's files, each replaced atomically; the JSON and its signature last, as the mark that the
-    result is whole."""
+    """The student's files, each replaced atomically; the JSON last, as the mark that the result is whole
+    (its signature goes first: a batch killed between the two left a JSON that --resume could not trust,
+    and graded again, though the batch had counted it done)."""
     folder = outdir / STUDENTS
     if result.log.strip():
         _atomic_write(folder / f"{key}.log", result.log)
     _atomic_write(folder / f"{key}.junit.xml", to_junit_xml([result]))
     text = to_json(result)
-    _atomic_write(folder / f"{key}.json", text)
     _atomic_write(folder / f"{key}.json.sig", _signature(outdir, text.encode()))
+    _atomic_write(folder / f"{key}.json", text)
 
 
 def _stored(outdir: Path, key: str, mark: str) -> SubmissionResult | None:
