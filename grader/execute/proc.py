@@ -5,6 +5,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 
 PR_SET_PDEATHSIG = 1
@@ -19,16 +20,17 @@ BACKGROUND_NICE = 10
 TURN_NICE = -15
 
 
-def set_tree_priority(pid: int, nice: int, session_nice: int | None = None) -> None:
-    """Every thread of `pid` and of its descendants at `nice`, and their session at `session_nice` (default
-    `nice`); quietly nothing where that is not allowed."""
-    for process in process_tree(pid):
+def set_tree_priority(root: int | ProcessTree, nice: int, session_nice: int | None = None) -> None:
+    """Every thread of a process and of its descendants (listed now, or as a ProcessTree last listed them) at
+    `nice`, and their session at `session_nice` (default `nice`); quietly nothing where that is not allowed."""
+    tree = root if isinstance(root, ProcessTree) else ProcessTree(root)
+    for process in tree.members():
         for thread in listdir(f"/proc/{process}/task"):
             try:
                 os.setpriority(os.PRIO_PROCESS, int(thread), nice)
             except (OSError, ValueError):
                 pass
-    set_session_priority(pid, nice if session_nice is None else session_nice)
+    set_session_priority(tree.root, nice if session_nice is None else session_nice)
 
 
 def set_session_priority(pid: int, nice: int) -> None:
@@ -65,6 +67,23 @@ def process_tree(root: int) -> list[int]:
         tree.append(pid)
         pending.extend(children.get(pid, ()))
     return tree
+
+
+class ProcessTree:
+    """A process and its descendants, listed from /proc again only when the last listing is older than
+    `refresh_s`: a child's priority changes twice a case (its turns), and one listing reads every process's
+    stat file, milliseconds on a busy host. A process started since the listing took its parent's priority
+    when it was forked."""
+
+    def __init__(self, root: int, refresh_s: float = 1.0):
+        self.root, self.refresh_s = root, refresh_s
+        self._listed: list[int] = []
+        self._listed_at = -float("inf")
+
+    def members(self) -> list[int]:
+        if time.monotonic() - self._listed_at > self.refresh_s:
+            self._listed, self._listed_at = process_tree(self.root), time.monotonic()
+        return self._listed
 
 
 def listdir(path) -> list[str]:

@@ -26,7 +26,16 @@ from .deadline import Deadline
 from .device_lock import DeviceLock, Turn
 from .event_pipe import TimedOut, read_events
 from .job import Job
-from .proc import BACKGROUND_NICE, TURN_NICE, cap, kill_group, own_priority, set_session_priority, set_tree_priority
+from .proc import (
+    BACKGROUND_NICE,
+    TURN_NICE,
+    ProcessTree,
+    cap,
+    kill_group,
+    own_priority,
+    set_session_priority,
+    set_tree_priority,
+)
 from .protocol import ProtocolError
 from .sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
 
@@ -152,7 +161,7 @@ class Child:
                 proc = self.program.sandbox.popen(argv, confinement, stdout=log, **options)
             else:
                 proc = subprocess.Popen(argv, stdout=log, start_new_session=True, cwd=self.workdir, **options)
-        self.pid = proc.pid
+        self.pid, self.tree = proc.pid, ProcessTree(proc.pid)
         self.timeline.enter("child_start")
         set_session_priority(self.pid, BACKGROUND_NICE)  # until it holds a turn: start-up, nvcc, waiting
         os.close(write_fd)
@@ -247,7 +256,7 @@ class Child:
         if timing:
             self.clocks = ClockWatch.open(self.pci_bus_id)
         if lock is not None:
-            set_tree_priority(self.pid, TURN_NICE)  # while it waits it sleeps; once given the turn it runs first
+            set_tree_priority(self.tree, TURN_NICE)  # while it waits it sleeps; once given the turn it runs first
             self.turn = lock.turn("timing" if timing else "case")
             event = {"event": "turn", "kind": self.turn.kind, "waited_s": round(self.turn.waited_s, 3)}
         if timing:
@@ -262,7 +271,7 @@ class Child:
             clocks.halt()
         if self.turn is not None:
             self.turn.release()  # first: NVML's shut-down and the bookkeeping need no GPU
-            set_tree_priority(self.pid, own_priority(), session_nice=BACKGROUND_NICE)  # back as before the turn
+            set_tree_priority(self.tree, own_priority(), session_nice=BACKGROUND_NICE)  # back as before the turn
             self.held_s[self.turn.kind] = self.held_s.get(self.turn.kind, 0.0) + self.turn.held_s
             self.turn = None
         return clocks.stop() if clocks is not None else {}
