@@ -12,7 +12,7 @@ pytest_plugins = ["skip_policy", "pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = ROOT / "tests" / "submissions"
-RUN_TIMEOUT_S = 3
+RUN_TIMEOUT_S = 2
 
 
 @pytest.fixture
@@ -143,6 +143,13 @@ LEFTOVER_GRACE_S = 5.0
 
 
 ORPHAN_REAP_INTERVAL_S = 0.5
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: two workers a core. Many tests wait (a timeout, a service, a killed batch), and a worker
+    waiting leaves its core to the other."""
+    return 2 * (len(os.sched_getaffinity(0)) or 1)
 
 
 def pytest_configure(config):
