@@ -147,9 +147,10 @@ ORPHAN_REAP_INTERVAL_S = 0.5
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: two workers a core. Many tests wait (a timeout, a service, a killed batch), and a worker
-    waiting leaves its core to the other."""
-    return 2 * (len(os.sched_getaffinity(0)) or 1)
+    """`-n auto`: a few more workers than cores (2 cores: 4). Many tests wait (a timeout, a service, a killed
+    batch), and a worker waiting leaves its core to another: on CI's 2 cores, 232 s against 250 s."""
+    cores = len(os.sched_getaffinity(0)) or 1
+    return cores + min(cores, 4)
 
 
 def pytest_configure(config):
