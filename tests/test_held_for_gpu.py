@@ -153,14 +153,14 @@ def emulator_log(source: str) -> str:
     from tempfile import TemporaryDirectory
 
     from grader.config import load_config
-    from grader.execute.cpu.build import FLAGS, HERE, compiler, emulator_sources
+    from grader.execute.cpu.build import FLAGS, HERE, STUDENT_UNIT, compiler, emulator_sources
 
     contract = load_config(ROOT / "config.yaml").kernel.contract()
     with TemporaryDirectory() as folder:
         for name, text in emulator_sources(source, contract).items():
             Path(folder, name).write_text(text)
         command = [compiler(), *FLAGS, "-fsyntax-only", "-I", folder, "-I", str(HERE), "-I", str(HERE / "include"),
-                   str(HERE / "harness.cpp")]
+                   str(HERE / STUDENT_UNIT)]
         finished = subprocess.run(command, capture_output=True, text=True, env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"})
     assert finished.returncode != 0
     return finished.stdout + finished.stderr

@@ -180,9 +180,13 @@ def toolkit_folders() -> tuple[str, ...]:
 
 @functools.cache
 def compiler_folders() -> tuple[str, ...]:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    found = _cxx_folders(_ask([cxx, "-xc++", "-E", "-v", os.devnull])) if cxx else []
-    return tuple(f for f in found if os.path.isdir(f))
+    """The system folders of the emulator's compiler ($CXX) and of nvcc's host compiler (g++ on PATH), both:
+    a $CXX that cannot run is the grader's fault, reported when the emulator is built, and must not make
+    <stdio.h> look like a header of no compiler here (a student's compile error)."""
+    found: list[str] = []
+    for cxx in dict.fromkeys(filter(None, (os.environ.get("CXX"), shutil.which("g++"), shutil.which("c++")))):
+        found += _cxx_folders(_ask([cxx, "-xc++", "-E", "-v", os.devnull]))
+    return tuple(f for f in dict.fromkeys(found) if os.path.isdir(f))
 
 
 def _ask(command: list[str]) -> str:

@@ -155,8 +155,10 @@ inline void report_thread_and_exit(const char *what, int code) {
 
 #if defined(__x86_64__)
 // Saves the callee-saved registers on the current stack, stores the stack pointer in *from, and resumes
-// the stack `to` the same way: a few nanoseconds, no system call (unlike swapcontext).
+// the stack `to` the same way: a few nanoseconds, no system call (unlike swapcontext). Defined in the
+// harness's own unit alone (CUDA_EMU_DEFINE_SWITCH): the student's unit, linked with it, only calls it.
 extern "C" void cuda_emu_switch(void **from, void *to);
+#ifdef CUDA_EMU_DEFINE_SWITCH
 asm(R"(
     .text
     .globl cuda_emu_switch
@@ -179,6 +181,7 @@ cuda_emu_switch:
     ret
     .size cuda_emu_switch, .-cuda_emu_switch
 )");
+#endif  // CUDA_EMU_DEFINE_SWITCH
 #endif
 
 inline void *scheduler_sp = nullptr;

@@ -7,6 +7,10 @@
 // (schedule: forward, reversed, or profile: forward with every access counted as the GPU would;
 // grid, block: three numbers each; dynamic_shared: bytes of `extern __shared__` memory; c_offset: floats
 // of guard band before C). Reports go to REPORT_FILE as JSON lines; printf goes to stdout.
+//
+// The student's kernel is not in this file: student_unit.cpp holds it, compiled per submission and linked
+// with this file's object, which is compiled once (build.py). None of the student's macros reach this file.
+#define CUDA_EMU_DEFINE_SWITCH
 #include "cuda_emu.h"
 
 #include <fcntl.h>
@@ -16,32 +20,13 @@
 
 #include <numeric>
 
-#include "student.cu"
-#line 1 "<grader harness>"
+#include "student_interface.h"
 
 namespace cuda_emu_harness {
 
 using cuda_emu::Fiber;
 
-// A pointer argument that converts to whatever pointer type the kernel's parameter has.
-struct AnyPointer {
-    void *address;
-    template <class T>
-    operator T *() const { return (T *)address; }
-};
-
-struct Arguments {
-    int m, n, k;
-    void *A, *B, *C;
-};
 Arguments args;
-
-}  // namespace cuda_emu_harness
-
-#include "launch.inc"  // defines cuda_emu_kernel_call(): the kernel called with args, in the config's order
-#line 1 "<grader harness, after the launch>"
-
-namespace cuda_emu_harness {
 
 // ---- A, B and C between inaccessible pages --------------------------------------------------------------
 
@@ -274,7 +259,7 @@ void launch(dim3 grid, dim3 block, bool reversed) {
     std::iota(order.begin(), order.end(), 0);
     if (reversed) std::reverse(order.begin(), order.end());
     make_warps(order);
-    cuda_emu::kernel_body = cuda_emu_kernel_call;
+    cuda_emu::kernel_body = cuda_emu_student_launch;
     if (cuda_emu::profiling) return profile_blocks(grid);
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
@@ -357,11 +342,11 @@ int run(const char *run_file, const char *report_file) {
 int main(int argc, char **argv) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the grader's child that started it
     if (argc == 2 && strcmp(argv[1], "--tile") == 0) {
-#ifdef SGEMM_GRADER_TILE  // the first of the configured tile size macros the file defines (build.py)
-        fprintf(stdout, "%d\n", (int)(SGEMM_GRADER_TILE));
-#else
-        fprintf(stdout, "none\n");
-#endif
+        int tile = cuda_emu_student_tile();  // the first configured tile size macro the file defines (build.py)
+        if (tile == CUDA_EMU_NO_TILE)
+            fprintf(stdout, "none\n");
+        else
+            fprintf(stdout, "%d\n", tile);
         return 0;
     }
     if (argc != 3) {
