@@ -28,6 +28,7 @@ DESCRIBED = {
     "feedback": "feedback from the cubin (registers, occupancy)",
     "sanitizer": "compute-sanitizer",
     "profile": "Nsight Compute profile (--profile)",
+    "access_profile": "access profile on the CPU emulator (advice)",
     "report": "report: files written, terminal output",
 }
 

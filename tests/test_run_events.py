@@ -79,3 +79,15 @@ def test_a_case_truth_is_computed_once_per_machine_and_read_back_the_same(tmp_pa
     truths._case_truth.cache_clear()
     _, _, recomputed = truths.case_truth(CASE, config)
     assert np.array_equal(recomputed.value, first.value)
+
+
+def test_a_hang_in_the_access_profile_costs_the_advice_and_nothing_else(tmp_path):
+    np.save(tmp_path / "square_16.student.npy", right_output())
+    events = RunEvents(Config(), [CASE], tmp_path)
+    events.tile_size = 16
+    events.handle({"event": "case", "case": "square_16", "seconds": 0.001, "a_changed": False, "b_changed": False,
+                   "launches": 1, "distinct_outputs": 1, "folder": str(tmp_path)})
+    events.handle({"event": "timeout", "phase": "profile", "case": None, "limit_s": 60})
+    checks = {c.name: c for c in events.made_checks()}
+    assert checks["square_16"].status == PASSED and not events.compile_timed_out
+    assert "no access profile (advice only): timed out after 60 s of its own time in the access profile" in events.log

@@ -471,3 +471,17 @@ def test_sanitizer_launches_share_the_gpu_but_not_with_a_case_and_cannot_starve_
     first.release(), second.release()
     case.join(), late.join()
     assert order == ["case", "sanitizer"]
+
+
+def test_the_access_profile_after_the_cases_has_a_build_s_limit_not_a_cases(tmp_path):
+    """The CPU emulator's access profile waits for the reference's build, then runs twice: under load that
+    took longer than one case may, and the advice was cut off. Its phase has the compile limit."""
+    body = """
+    send("phase", phase="case", case="one")
+    send_case("one")
+    send("phase", phase="profile")
+    time.sleep(1.5)  # longer than run_s, shorter than compile_s
+    send("done")
+    """
+    events = events_of(tmp_path, body, cases=("one",))
+    assert [e["event"] for e in events] == ["case", "done", "output"], events

@@ -41,7 +41,8 @@ ACCESSES = ("accesses",)  # a list of the harness's "access" reports (the access
 MAX_ACCESS_LINES = 256
 
 TARGET = one_of("student", "reference")
-PHASE = one_of("startup", "compile", "case", "timing")
+# "profile": the CPU emulator's access profile, advice only, after the cases (harness_driver.py)
+PHASE = one_of("startup", "compile", "case", "timing", "profile")
 
 # name -> (required fields, optional fields). Only a child sends these; "timeout", "crash", "restart",
 # "turn", "turns_held" and "output" are the parent's own, and a child that sends one breaks the protocol.

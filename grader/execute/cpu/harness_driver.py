@@ -94,6 +94,9 @@ def _run_cases(channel: Channel, answers, harness: Harness, job: Job, tile: int)
 def _send_profile(channel: Channel, answers, harness: Harness, tile: int, reference: Future) -> None:
     """The student's and the reference's access profiles on one shape; nothing when either launch faulted,
     raced or did not finish (no advice from a launch that went wrong)."""
+    # A phase of its own, with the reference's build in it: under load that wait ran past the last case's
+    # limit, and the advice was lost.
+    channel.send("phase", phase="profile")
     size, started = profile_size(tile), time.perf_counter()
     try:
         theirs = reference.result()
