@@ -8,6 +8,7 @@ be written costs the next grade the work again, nothing more.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 
@@ -15,7 +16,8 @@ def keep(path: Path, data: bytes | str) -> bool:
     """Write `data` to `path` whole; False (and nothing written) where the cache cannot be written."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        # Of this thread: a driver's threads (the student's build, the reference's) may keep one entry at once.
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         if isinstance(data, str):
             temporary.write_text(data, encoding="utf-8")
         else:

@@ -175,35 +175,37 @@ def ended_orphans() -> list[int]:
     """Our zombie children that nobody here started: a child we start keeps our session or begins its own
     (sid = its pid); an orphan is in the session of whoever started it. Reaping a child we started would
     steal the exit status its Popen waits for."""
-    me, session, found = os.getpid(), os.getsid(0), []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        state, parent, sid = fields[0], int(fields[1]), int(fields[3])
-        if state == b"Z" and parent == me and sid not in (int(entry.name), session):
-            found.append(int(entry.name))
-    return found
+    session = os.getsid(0)
+    return [pid for pid, state, sid in own_children() if state == "Z" and sid not in (pid, session)]
 
 
-def live_children() -> list[str]:
-    me, found = str(os.getpid()), []
+def own_children() -> list[tuple[int, str, int]]:
+    """(pid, state, session id) of each child of this process, from one listing of /proc."""
+    me, found = os.getpid(), []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            if fields[1] == me and fields[0] != "Z":
-                with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
-                    command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")[:200]
-                found.append(f"{entry.name}: {command}")
+                fields = stat.read().rsplit(")", 1)[1].split()  # the command may hold spaces and ")"
         except OSError:
             continue
+        if int(fields[1]) == me:
+            found.append((int(entry.name), fields[0], int(fields[3])))
+    return found
+
+
+def live_children() -> list[str]:
+    found = []
+    for pid, state, _ in own_children():
+        if state == "Z":
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+        except OSError:
+            continue
+        found.append(f"{pid}: {command}")
     return found
 
 

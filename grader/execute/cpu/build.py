@@ -12,10 +12,10 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...cache_file import keep
 from ...contract import DEFAULT_TILE, KernelContract, TileSource
 from ...source.device_side import device_side
 from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE, same_place
@@ -122,30 +122,27 @@ HARNESS_OWN = ("harness.cpp", "cuda_emu.h", "student_interface.h")
 STUDENT_UNIT = "student_unit.cpp"
 
 
-def harness_object(cxx: str, cache_dir: Path, timeout_s: float) -> Path:
-    """harness.cpp compiled, once per grader version and compiler, and kept in the cache: none of it is the
-    student's (their unit is compiled apart and linked with it), so it is compiled outside the sandbox, and a
-    submission's build compiles its own unit alone, about half of g++'s time when both were one. A failure
-    here is the grader's (OSError)."""
+def harness_object(cxx: str, cache_dir: Path, timeout_s: float, into: Path) -> None:
+    """harness.cpp compiled to `into`, from the cache where it was compiled before (once per grader version
+    and compiler): none of it is the student's (their unit is compiled apart and linked with it), so it is
+    compiled outside the sandbox, and a submission's build compiles its own unit alone, about half of g++'s
+    time when both were one. A failure here is the grader's (OSError)."""
     texts = [(HERE / name).read_text() for name in HARNESS_OWN]
     key = hashlib.sha256("\0".join([*texts, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
     cached = Path(cache_dir, "cpu", f"harness-{key}.o")
     if cached.is_file():
-        return cached
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    temporary = cached.with_name(f"{cached.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    command = [cxx, *FLAGS, "-c", "-I", str(HERE / "include"), str(HERE / "harness.cpp"), "-o", str(temporary)]
+        shutil.copyfile(cached, into)
+        return
+    command = [cxx, *FLAGS, "-c", "-I", str(HERE / "include"), str(HERE / "harness.cpp"), "-o", str(into)]
     try:
         finished = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
                                   check=False)
     except subprocess.TimeoutExpired as error:
         raise OSError(f"the harness did not compile within {timeout_s:g} s") from error
     if finished.returncode != 0:
-        temporary.unlink(missing_ok=True)
         said = finished.stdout.decode("utf-8", "replace") + finished.stderr.decode("utf-8", "replace")
         raise OSError(f"the harness did not compile: {said.strip()[:2000]}")
-    os.replace(temporary, cached)
-    return cached
+    keep(cached, into.read_bytes())
 
 
 def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Path,
@@ -160,12 +157,11 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
     cached = Path(cache_dir, "cpu", key)
     if cached.is_file():
         return Build(cached)
-    own_object = harness_object(cxx, Path(cache_dir), timeout_s)
     folder = Path(workdir, "emulator")
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in sources.items():
         (folder / name).write_text(text, encoding="utf-8")
-    shutil.copyfile(own_object, folder / "harness.o")  # where the sandbox's uid can read it
+    harness_object(cxx, Path(cache_dir), timeout_s, folder / "harness.o")  # where the sandbox's uid can read it
     binary = folder / "harness"
     command = [cxx, *FLAGS, "-I", str(folder), "-I", str(HERE), "-I", str(HERE / "include"),
                str(HERE / STUDENT_UNIT), str(folder / "harness.o"), "-o", str(binary)]
