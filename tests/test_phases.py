@@ -65,6 +65,9 @@ def test_gpu_grade_phases_add_up_and_the_child_says_what_its_start_took(tmp_path
     assert phases["compile"] < metrics["context_s"] + metrics["student_compile_s"] + 0.5
 
 
+READ_LATENESS_S = 0.02
+
+
 def test_a_childs_phases_follow_its_events_on_the_parents_clock(tmp_path):
     """A child that spends 0.4 s starting, 0.3 s in its case and asks to be timed: its phases say so,
     with the parent's verdict before timing and the child's exit apart."""
@@ -84,9 +87,13 @@ def test_a_childs_phases_follow_its_events_on_the_parents_clock(tmp_path):
     events = events_of(tmp_path, body, want_timing=lambda: time.sleep(0.25) or 0, cases=("one",))
     wall = time.monotonic() - started
     phases = next(e for e in events if e["event"] == "output")["phases"]
-    assert 0.4 <= phases["child_start"] < 0.4 + LIMITS.run_s
-    assert 0.3 <= phases["cases"] < 0.3 + LIMITS.run_s
-    assert 0.25 <= phases["judge"] < 0.25 + LIMITS.run_s
+    # A phase runs from the parent reading one event to reading the next: a parent busy when the first
+    # arrived reads it late and the phase looks shorter by that much (0.297 s for 0.3, under load as an
+    # unprivileged user).
+    late = READ_LATENESS_S
+    assert 0.4 - late <= phases["child_start"] < 0.4 + LIMITS.run_s
+    assert 0.3 - late <= phases["cases"] < 0.3 + LIMITS.run_s
+    assert 0.25 - late <= phases["judge"] < 0.25 + LIMITS.run_s
     assert phases["child_end"] >= 0.2
     # Back to back, they cover the child's life and never more than the wall (on a loaded machine, setting the job
     # up before the child starts can take more than a tenth of a second of the wall).
