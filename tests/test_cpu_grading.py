@@ -317,6 +317,18 @@ def test_a_read_before_the_start_of_a_is_caught(grade_one, tmp_path):
     assert "out-of-bounds read of A" in cases["square_16"].message and "before the start" in cases["square_16"].message
 
 
+def test_a_launch_that_exits_is_a_crash_with_its_exit_code_and_its_printf_is_shown_once(grade_one, tmp_path):
+    """A case's two thread orders run as two processes one harness forks: each one's end reaches the grade (here
+    exit(7), which only the emulator sees), and the kernel's printf output is the first order's alone."""
+    exits = ('\n#ifndef __NVCC__\n'
+             '    if (blockIdx.x + blockIdx.y + tx + ty == 0) { printf("thread zero was here\\n"); exit(7); }\n'
+             '#endif\n')
+    result = grade_one(submit(tmp_path, kernel(early_exit=exits)))
+    cases = emulated(result)
+    assert cases and all(c.status == ERROR and "crashed (exit code 7)" in c.message for c in cases.values())
+    assert result.log.count("thread zero was here") == len(cases)
+
+
 def test_host_code_that_does_not_compile_in_extern_c_is_left_out(grade_one, tmp_path):
     host = """
 #include <iostream>

@@ -282,7 +282,15 @@ struct Region {
     size_t row_elements;  // elements per row for 2-D arrays, 0 for 1-D
     size_t element_bytes;
     size_t first_cell;
+    int element_shift;  // log2(element_bytes) where it is a power of two, else -1: a shift, not a division
 };
+
+inline int shift_of(size_t bytes) { return bytes && (bytes & (bytes - 1)) == 0 ? __builtin_ctzl(bytes) : -1; }
+
+inline size_t element_of(const Region &region, const void *address) {
+    size_t offset = (const char *)address - region.base;
+    return region.element_shift >= 0 ? offset >> region.element_shift : offset / region.element_bytes;
+}
 
 inline std::vector<Region> regions;
 inline std::vector<Cell> cells;
@@ -331,7 +339,7 @@ inline void share(Array &array, const char *name) {
     using Element = std::remove_all_extents_t<Array>;
     size_t row = std::rank_v<Array> >= 2 ? std::extent_v<Array, std::rank_v<Array> - 1> : 0;
     size_t count = sizeof(Array) / sizeof(Element);
-    regions.push_back({base, sizeof(Array), name, row, sizeof(Element), cells.size()});
+    regions.push_back({base, sizeof(Array), name, row, sizeof(Element), cells.size(), shift_of(sizeof(Element))});
     cells.resize(cells.size() + count);
     poison(regions.back());  // before this block's first access: the first thread to reach the declaration
 }
@@ -352,7 +360,7 @@ inline void share_dynamic() {
     for (const Region &region : regions)
         if (region.base == (const char *)dynamic_shared) return;
     regions.push_back({(const char *)dynamic_shared, dynamic_shared_bytes, dynamic_name, 0, dynamic_element,
-                       cells.size()});
+                       cells.size(), shift_of(dynamic_element)});
     cells.resize(cells.size() + dynamic_shared_bytes / dynamic_element);
 }
 
@@ -522,7 +530,7 @@ inline Cell *cell_of(const void *address, const Region **found) {
     for (const Region &region : regions) {
         if (p >= region.base && p < region.base + region.bytes) {
             *found = &region;
-            return &cells[region.first_cell + (p - region.base) / region.element_bytes];
+            return &cells[region.first_cell + element_of(region, p)];
         }
     }
     return nullptr;
@@ -542,7 +550,7 @@ inline void race(const Region &region, const void *address, const char *kind, in
     ++races_found;
     if (reported[store_after_read]) return;
     reported[store_after_read] = true;
-    size_t element = ((const char *)address - region.base) / region.element_bytes;
+    size_t element = element_of(region, address);
     size_t row = region.row_elements ? element / region.row_elements : 0;
     size_t column = region.row_elements ? element % region.row_elements : element;
     uint3 s = thread_of(store_thread), o = thread_of(other_thread);
@@ -558,7 +566,7 @@ inline void unstored_read(const Region &region, const void *address, int line) {
     static bool reported = false;
     if (reported) return;
     reported = true;
-    size_t element = ((const char *)address - region.base) / region.element_bytes;
+    size_t element = element_of(region, address);
     size_t row = region.row_elements ? element / region.row_elements : 0;
     size_t column = region.row_elements ? element % region.row_elements : element;
     uint3 t = current->idx;

@@ -2,6 +2,9 @@
 //
 //   harness --tile                     prints TILE_SIZE (or "none")
 //   harness RUN_FILE REPORT_FILE       runs the launch RUN_FILE describes
+//   harness RUN_FILE REPORT_FILE RUN_FILE REPORT_FILE
+//                                      runs both at once, each in a process of its own (a case's two thread
+//                                      orders: one sandbox for both); the second one's printf is dropped
 //
 // RUN_FILE: "m n k grid block dynamic_shared schedule layout a.bin b.bin c.bin out.bin c_floats c_offset"
 // (schedule: forward, reversed, or profile: forward with every access counted as the GPU would;
@@ -14,9 +17,11 @@
 #include "cuda_emu.h"
 
 #include <fcntl.h>
+#include <cerrno>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <numeric>
 
@@ -337,6 +342,37 @@ int run(const char *run_file, const char *report_file) {
     return 0;
 }
 
+// Both launches of a case at once, each in a forked process of its own (the student's static
+// initializers ran once, before main, as in one launch). Each one's end is appended to its report as
+// {"event": "exit", "returncode": R}: R as Python gives it (the exit code, or minus the signal).
+int run_both(char **pairs) {
+    fflush(stdout);  // what static initializers printed is printed once
+    pid_t parent = getpid(), children[2];
+    for (int i = 0; i < 2; ++i) {
+        children[i] = fork();
+        if (children[i] < 0) return 3;
+        if (children[i] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(3);  // the parent died before PDEATHSIG was set
+            if (i == 1) {  // one copy of the kernel's printf output is enough: the first launch's
+                int null = open("/dev/null", O_WRONLY);
+                if (null >= 0) dup2(null, STDOUT_FILENO);
+            }
+            exit(run(pairs[2 * i], pairs[2 * i + 1]));
+        }
+    }
+    for (int i = 0; i < 2; ++i) {
+        int status = 0;
+        while (waitpid(children[i], &status, 0) < 0 && errno == EINTR) {
+        }
+        int returncode = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
+        cuda_emu::report_fd = open(pairs[2 * i + 1], O_WRONLY | O_CREAT | O_APPEND, 0600);
+        cuda_emu::report("{\"event\": \"exit\", \"returncode\": %d}", returncode);
+        close(cuda_emu::report_fd);
+    }
+    _exit(0);  // nothing of the parent's (its copy of stdout's buffer) is flushed again
+}
+
 }  // namespace cuda_emu_harness
 
 int main(int argc, char **argv) {
@@ -349,8 +385,9 @@ int main(int argc, char **argv) {
             fprintf(stdout, "%d\n", tile);
         return 0;
     }
+    if (argc == 5) return cuda_emu_harness::run_both(argv + 1);
     if (argc != 3) {
-        fprintf(stderr, "usage: harness --tile | harness RUN_FILE REPORT_FILE\n");
+        fprintf(stderr, "usage: harness --tile | harness RUN_FILE REPORT_FILE [RUN_FILE REPORT_FILE]\n");
         return 2;
     }
     return cuda_emu_harness::run(argv[1], argv[2]);

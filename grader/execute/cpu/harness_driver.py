@@ -7,9 +7,9 @@ initializers run first) runs in the job's sandbox, with a folder per case named 
 case's name never reaches student code). What the harness leaves behind is read as untrusted: plain
 files only, bounded, every report checked against the protocol.
 
-Each case runs twice, at the same time, in two harness processes: threads in forward order with
-A, B and C ending at an inaccessible page, and in reversed order with them starting after one, so an
-access just past either end faults in one of the two. A race shows up as a shadow-memory report, or
+Each case runs twice, at the same time, in two processes the harness forks in one sandbox: threads in
+forward order with A, B and C ending at an inaccessible page, and in reversed order with them starting
+after one, so an access just past either end faults in one of the two. A race shows up as a shadow-memory report, or
 as outputs that differ between the orders.
 
 With `job.access_profile`, once the cases ran, the kernel and the reference each run once more on the
@@ -193,22 +193,22 @@ class Harness:
         for name, array in (("a", a), ("b", b), ("c", c)):
             array.tofile(folder / f"{name}.bin")
         started = time.perf_counter()
-        processes = {schedule: self._start_schedule(folder, spec, tile, schedule, layout, c.size)
-                     for schedule, layout in SCHEDULES}
-        returncodes = {schedule: process.wait() for schedule, process in processes.items()}
+        process = self._start_both(folder, spec, tile, c.size)
+        process.wait()
         seconds = time.perf_counter() - started
-        reports = {schedule: _events(folder / f"report-{schedule}.jsonl") for schedule in processes}
+        reports = {schedule: _events(folder / f"report-{schedule}.jsonl") for schedule, _ in SCHEDULES}
 
         for schedule, events in reports.items():
+            returncode = _exit_code(events, process.returncode)
             problem = next((e for e in events if e["event"] in PROBLEMS), None)
-            finished = returncodes[schedule] == 0 and any(e["event"] == "done" for e in events)
+            finished = returncode == 0 and any(e["event"] == "done" for e in events)
             if problem is None and not finished:
-                problem = {"event": "fault", "what": "crashed", "returncode": returncodes[schedule]}
+                problem = {"event": "fault", "what": "crashed", "returncode": returncode}
             if problem is not None:
                 return {"event": "case_error", "case": spec.name, "schedule": schedule, "problem": problem}
         try:
             outputs = {schedule: np.frombuffer(read_untrusted(folder / f"out-{schedule}.bin", c.nbytes), np.float32)
-                       for schedule in processes}
+                       for schedule, _ in SCHEDULES}
         except OSError:
             return {"event": "case_error", "case": spec.name, "schedule": "forward",
                     "problem": {"event": "fault", "what": "crashed", "returncode": None}}
@@ -253,6 +253,20 @@ class Harness:
 
     def _start_schedule(self, folder: Path, spec: CaseSpec, tile: int, schedule: str, layout: str,
                         c_floats: int) -> subprocess.Popen:
+        # Its printf output was printed by the cases already.
+        return self.start(folder, self._launch_files(folder, spec, tile, schedule, layout, c_floats),
+                          subprocess.DEVNULL)
+
+    def _start_both(self, folder: Path, spec: CaseSpec, tile: int, c_floats: int) -> subprocess.Popen:
+        """Both thread orders of a case at once, in one sandbox: the harness forks one process for each, and
+        prints the first one's printf output alone."""
+        files = [path for schedule, layout in SCHEDULES
+                 for path in self._launch_files(folder, spec, tile, schedule, layout, c_floats)]
+        return self.start(folder, files, None)
+
+    def _launch_files(self, folder: Path, spec: CaseSpec, tile: int, schedule: str, layout: str,
+                      c_floats: int) -> list[str]:
+        """The run file of one launch, written, and the report file it is to write: the harness's arguments."""
         run_file = folder / f"run-{schedule}.txt"
         report = folder / f"report-{schedule}.jsonl"
         report.unlink(missing_ok=True)
@@ -261,15 +275,22 @@ class Harness:
             spec.m, spec.n, spec.k, *launch.grid, *launch.block, launch.shared_bytes, schedule, layout,
             folder / "a.bin", folder / "b.bin", folder / "c.bin",
             folder / f"out-{schedule}.bin", c_floats, GUARD_BEFORE])))
-        # One copy of the kernel's printf output is enough: the forward run's.
-        stdout = None if schedule == "forward" else subprocess.DEVNULL
-        return self.start(folder, [str(run_file), str(report)], stdout)
+        return [str(run_file), str(report)]
 
 
 def _first(reports: dict[str, list[dict]], name: str) -> list[dict]:
     """The first report called `name`, the forward order's before the reversed order's (none: [])."""
     found = [event for events in reports.values() for event in events if event["event"] == name]
     return found[:1]
+
+
+def _exit_code(events: list[dict], harness_code: int) -> int | None:
+    """How a launch's process ended, from the `exit` line the harness appended to its report; where there is
+    none, the harness itself did not end normally (its code, when not 0)."""
+    ends = [e.get("returncode") for e in events if e["event"] == "exit"]
+    if ends and isinstance(ends[-1], int):
+        return ends[-1]
+    return harness_code or None
 
 
 def _events(path: Path) -> list[dict]:
