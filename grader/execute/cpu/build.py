@@ -27,15 +27,16 @@ from .instrument import instrument
 HERE = Path(__file__).resolve().parent
 MAX_BINARY_BYTES = 256 << 20
 MAX_LOG = 32 << 10  # of the compiler's own output, sent to the parent as evidence
-FLAGS = [
+COMPILE_FLAGS = [
     "-std=c++17", "-O2", "-w", "-fmax-errors=10", "-fno-diagnostics-show-caret",
     # GPU semantics rather than C++'s: signed overflow wraps, and an empty spin loop is kept (C++ may
     # assume it ends and delete it, turning a kernel that hangs on the GPU into one that "works").
     "-fwrapv", "-fno-finite-loops", "-fno-strict-aliasing",
-    # The sandbox sees the system's libraries only: a compiler installed elsewhere (/opt/gcc) must not
-    # leave the harness needing its own libstdc++.
-    "-static-libstdc++", "-static-libgcc",
 ]
+# The sandbox sees the system's libraries only: a compiler installed elsewhere (/opt/gcc) must not leave the
+# harness needing its own libstdc++.
+LINK_FLAGS = ["-static-libstdc++", "-static-libgcc"]
+FLAGS = [*COMPILE_FLAGS, *LINK_FLAGS]
 
 
 @dataclass
@@ -145,6 +146,47 @@ def harness_object(cxx: str, cache_dir: Path, timeout_s: float, into: Path) -> N
     keep(cached, into.read_bytes())
 
 
+def precompiled_header(cxx: str, cache_dir: Path, timeout_s: float, into: Path) -> Path | None:
+    """cuda_emu.h in `into` with its precompiled form beside it (made once per grader version and compiler,
+    kept in the cache): a student's unit reads it first (`-include`), a quarter of its g++ time. g++ reads
+    the text copy where it cannot use the precompiled one; None (the header compiled as text, as the unit
+    includes it) where it could not be made: it changes how fast a build is, never what it builds."""
+    cached = _precompiled_entry(cxx, cache_dir)
+    into.mkdir(parents=True, exist_ok=True)
+    header = into / "cuda_emu.h"
+    shutil.copyfile(HERE / "cuda_emu.h", header)
+    if not cached.is_file():
+        made = into / "made.gch"
+        # Made from the header where it lies, so a diagnostic in it names the path it names without one.
+        command = [cxx, *COMPILE_FLAGS, "-I", str(HERE / "include"), "-x", "c++-header", str(HERE / "cuda_emu.h"),
+                   "-o", str(made)]
+        try:
+            finished = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
+                                      check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if finished.returncode != 0:
+            return None
+        keep(cached, made.read_bytes())  # a cache that cannot be written costs the next build this again
+        made.replace(into / "cuda_emu.h.gch")
+    else:
+        shutil.copyfile(cached, into / "cuda_emu.h.gch")
+    return header
+
+
+def _precompiled_entry(cxx: str, cache_dir: Path) -> Path:
+    text = (HERE / "cuda_emu.h").read_text()
+    key = hashlib.sha256("\0".join([text, *COMPILE_FLAGS, compiler_version(cxx)]).encode()).hexdigest()
+    return Path(cache_dir, "cpu", f"cuda_emu-{key}.gch")
+
+
+def _drop_precompiled(cxx: str, cache_dir: Path) -> None:
+    try:
+        _precompiled_entry(cxx, cache_dir).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Path,
           workdir: Path, sandbox: Sandbox, timeout_s: float, headers: dict[str, str] | None = None) -> Build:
     cxx = compiler()
@@ -162,8 +204,36 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
     for name, text in sources.items():
         (folder / name).write_text(text, encoding="utf-8")
     harness_object(cxx, Path(cache_dir), timeout_s, folder / "harness.o")  # where the sandbox's uid can read it
+    header = precompiled_header(cxx, Path(cache_dir), timeout_s, folder / "precompiled")
     binary = folder / "harness"
-    command = [cxx, *FLAGS, "-I", str(folder), "-I", str(HERE), "-I", str(HERE / "include"),
+    compiled = _compile_unit(cxx, folder, binary, header, sandbox, timeout_s)
+    if compiled is not None and compiled[0] != 0 and header is not None:
+        # Built again from the text: what the student sees never depends on the precompiled header, and one
+        # that only it broke (damaged in the cache) is dropped, to be made again.
+        compiled = _compile_unit(cxx, folder, binary, None, sandbox, timeout_s)
+        if compiled is not None and compiled[0] == 0:
+            _drop_precompiled(cxx, Path(cache_dir))
+    if compiled is None:
+        return Build(None, f"compile error: the C++ compiler ran past {timeout_s:g} s")
+    returncode, output = compiled
+    if returncode != 0:
+        log = output.decode("utf-8", "replace")[:1 << 20]
+        built = sources["student.cu"].split("\n", 1)[1]  # after its `#line 1 "kernel.cu"`
+        log = log.replace(f"{folder}/", "")  # a handed-in header's diagnostics name it alone: `tiling.cuh:5:3:`
+        return Build(None, compiler_message(log, source, built), log[:MAX_LOG])
+    try:
+        _store_atomically(binary, cached)
+    except OSError as error:
+        return Build(None, f"compile error: the compiler left no usable program ({error})")
+    return Build(cached)
+
+
+def _compile_unit(cxx: str, folder: Path, binary: Path, header: Path | None, sandbox: Sandbox,
+                  timeout_s: float) -> tuple[int, bytes] | None:
+    """g++ on the student's unit, linked with the harness's object, in the sandbox: (exit code, what it
+    printed), or None when it ran past the limit."""
+    command = [cxx, *FLAGS, *(["-include", str(header)] if header else []),
+               "-I", str(folder), "-I", str(HERE), "-I", str(HERE / "include"),
                str(HERE / STUDENT_UNIT), str(folder / "harness.o"), "-o", str(binary)]
     confinement = Confinement(folder, COMPILER_LIMITS, seccomp=True, readable=(HERE, *toolchain(cxx)),
                               nice=BACKGROUND_NICE)
@@ -174,17 +244,8 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
         output, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         kill_group(process)
-        return Build(None, f"compile error: the C++ compiler ran past {timeout_s:g} s")
-    if process.returncode != 0:
-        log = output.decode("utf-8", "replace")[:1 << 20]
-        built = sources["student.cu"].split("\n", 1)[1]  # after its `#line 1 "kernel.cu"`
-        log = log.replace(f"{folder}/", "")  # a handed-in header's diagnostics name it alone: `tiling.cuh:5:3:`
-        return Build(None, compiler_message(log, source, built), log[:MAX_LOG])
-    try:
-        _store_atomically(binary, cached)
-    except OSError as error:
-        return Build(None, f"compile error: the compiler left no usable program ({error})")
-    return Build(cached)
+        return None
+    return process.returncode, output
 
 
 _LOCATION = re.compile(r"^(?:[^\s:]*/)?kernel\.cu:(\d+):(?:\d+:)? ", re.MULTILINE)

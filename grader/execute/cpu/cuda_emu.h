@@ -10,7 +10,11 @@
 // poisoned at each block's start as on the GPU (late_warps.py), so a tile entry no thread stored reads
 // NaN, and its first such read is named; every store to C records its writer, so two threads storing
 // one element of C are named too.
-#pragma once
+//
+// A guard macro, not #pragma once: a student's unit includes a precompiled copy of this header first
+// (build.py), and then this file by its own name.
+#ifndef CUDA_EMU_H_
+#define CUDA_EMU_H_
 
 #include <cassert>
 #include <cmath>
@@ -1108,3 +1112,5 @@ inline T atomicOr(T *p, U v) { T old = *p; *p = old | (T)v; return old; }
 template <class T, class U>
 inline T atomicXor(T *p, U v) { T old = *p; *p = old ^ (T)v; return old; }
 inline unsigned atomicInc(unsigned *p, unsigned limit) { unsigned old = *p; *p = old >= limit ? 0 : old + 1; return old; }
+
+#endif  // CUDA_EMU_H_
