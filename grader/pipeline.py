@@ -20,7 +20,7 @@ from .cases import Case
 from .config import Config
 from .contract import KernelContract
 from .diagnose.profile import profile_submission
-from .diagnose.resources import add_compiler_feedback
+from .diagnose.resources import add_compiler_feedback, warm_reference
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import SanitizerRun, sanitize
 from .execute import check_cache
@@ -464,6 +464,9 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
         run = RunEvents(config, cases, Path(workdir), timed=job.timing is not None,
                         child="the CPU emulation process" if backend == CPU else "the GPU process")
         for event in run_job(job, limits, run.timing_turn, program, placement_of(plan, config)):
+            if event["event"] == "compiled" and backend == GPU:
+                warm_reference(config.reference_path.read_text(encoding="utf-8"), event["arch"],
+                               config.compile.options, config.timeouts.compile_s, sandbox, config.cache_dir)
             run.handle(event)
         return run
     finally:

@@ -193,3 +193,27 @@ def test_the_other_feedback_kernels_compile_and_read(sandbox, name, tile, shared
     student, found_tile = launched(cubin, CONTRACT, None)
     assert found_tile == tile and student.threads == tile * tile
     assert student.resources.static_shared == shared  # the A tile and the B tile (padded: 32 × 33 floats)
+
+
+@needs_nvcc
+def test_the_reference_built_ahead_on_a_thread_is_built_once_and_read_by_the_feedback(sandbox, tmp_path, monkeypatch):
+    """A GPU grade builds the reference's cubin on a thread while its cases run (warm_reference); the feedback
+    asking for it meanwhile waits for that build instead of starting a second nvcc."""
+    import threading
+
+    from grader.diagnose import resources
+
+    builds, real_build = [], resources.build_cubin
+
+    def counted(*args, **kwargs):
+        builds.append(threading.current_thread().name)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(resources, "build_cubin", counted)
+    source = (ROOT / "reference/kernel.cu").read_text()
+    resources.warm_reference(source, "sm_90", ["-lineinfo"], 120, sandbox, tmp_path)
+    asked = reference_launched(source, "sm_90", ["-lineinfo"], 120, sandbox, tmp_path)
+    assert asked is not None and asked.threads == 256
+    assert len(builds) == 1  # by whichever of the two asked first
+    assert reference_launched(source, "sm_90", ["-lineinfo"], 120, sandbox, tmp_path) == asked  # from the cache
+    assert len(builds) == 1

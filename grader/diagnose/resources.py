@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import traceback
+from concurrent.futures import Future
 from dataclasses import asdict
 from pathlib import Path
 
@@ -71,7 +73,44 @@ def reference_launched(reference_source: str, arch: str, options: list[str], tim
         return None
     prepared = prepare_source(reference_source, REFERENCE_FILE)
     key = hashlib.sha256("\0".join([prepared, *options, arch, os.path.realpath(nvcc)]).encode()).hexdigest()
-    stored = Path(cache_dir, "resources", f"{key}.json")
+    with _BUILDING_LOCK:  # one build of it at a time in this process: a later asker waits for the first's
+        building = _BUILDING.get(key)
+        first = building is None
+        if first:
+            building = _BUILDING[key] = Future()
+    if not first:
+        return building.result()
+    try:
+        kernel = _reference_kernel(prepared, arch, options, timeout, sandbox,
+                                   Path(cache_dir, "resources", f"{key}.json"))
+        building.set_result(kernel)
+        return kernel
+    except BaseException as error:
+        building.set_exception(error)
+        raise
+    finally:
+        with _BUILDING_LOCK:
+            del _BUILDING[key]
+
+
+_BUILDING: dict[str, Future] = {}
+_BUILDING_LOCK = threading.Lock()
+
+
+def warm_reference(reference_source: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox,
+                   cache_dir: Path) -> None:
+    """reference_launched on a thread: a GPU grade starts it once the child says which arch it built for, so
+    the reference's nvcc build (a cold cache's) runs beside the cases and the timing, not after them."""
+    def build() -> None:
+        try:
+            reference_launched(reference_source, arch, options, timeout, sandbox, cache_dir)
+        except Exception:
+            pass  # add_compiler_feedback asks again, and logs what went wrong
+    threading.Thread(target=build, name="reference-resources", daemon=True).start()
+
+
+def _reference_kernel(prepared: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox,
+                      stored: Path) -> Launched | None:
     try:
         data = json.loads(stored.read_text(encoding="utf-8"))  # written by this process's kind only
         return Launched(Resources(**data["resources"]), data["threads"], data["dynamic_shared"])

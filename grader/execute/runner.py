@@ -15,8 +15,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -133,6 +135,7 @@ class Child:
         self.pid: int | None = None  # the child's process (its sandbox's outermost one), once started
         self.held_s: dict[str, float] = {}  # per kind of turn, how long this child held the device
         self.clocks: ClockWatch | None = None
+        self.clocks_opening: Future | None = None  # NVML opened while the cases run (open_clocks_early)
         self.pci_bus_id = ""
         self.timeline = Timeline()  # where this child's time went, on the parent's clock (phases.py)
         # The child's own folder, the only one it can write; its log stays with the parent.
@@ -175,6 +178,7 @@ class Child:
             os.close(self.control_fd)
             kill_group(proc)  # also reaps stragglers the child left behind
             self._end_turn()
+            self._close_unused_clocks()
         if self.held_s:
             yield {"event": "turns_held", "held_s": {kind: round(s, 4) for kind, s in self.held_s.items()}}
         # With where the child's time went (phases.py), the parent's figure like its turns.
@@ -238,6 +242,7 @@ class Child:
         if event["event"] == "compiled":
             event["student_cubin"] = self.cubins.take(event.pop("cubins", {}))
             self.pci_bus_id = event.get("pci_bus_id", "")
+            self._open_clocks_early()
         elif event["event"] in ("case", "case_error"):
             event["folder"] = str(self.workdir)  # where this child left the case's outputs
         elif event["event"] == "timing":
@@ -256,7 +261,7 @@ class Child:
             return b"skip\n", None
         lock, event = self.placement.lock, None
         if timing:
-            self.clocks = ClockWatch.open(self.pci_bus_id)
+            self.clocks = self._opened_clocks()
         if lock is not None:
             set_tree_priority(self.tree, TURN_NICE)  # while it waits it sleeps; once given the turn it runs first
             self.turn = lock.turn("timing" if timing else "case")
@@ -265,6 +270,25 @@ class Child:
             self.clocks.start()
             return f"go {repetitions}\n".encode(), event
         return b"go\n", event
+
+    def _open_clocks_early(self) -> None:
+        """NVML's set-up for the first timing turn (about 60 ms), on a thread while the cases run: it is
+        the parent's work, and a warm grade waited for it between the cases and the timing."""
+        if self.pci_bus_id and self.clocks_opening is None:
+            opening, bus_id = Future(), self.pci_bus_id
+            threading.Thread(target=lambda: opening.set_result(ClockWatch.open(bus_id)), daemon=True).start()
+            self.clocks_opening = opening
+
+    def _opened_clocks(self) -> ClockWatch:
+        """The clock watch opened early, the first time; a new one for each later timing turn."""
+        opening, self.clocks_opening = self.clocks_opening, None
+        return opening.result() if opening is not None else ClockWatch.open(self.pci_bus_id)
+
+    def _close_unused_clocks(self) -> None:
+        """NVML opened early for a timing turn that never came (the cases failed) is shut down again."""
+        opening, self.clocks_opening = self.clocks_opening, None
+        if opening is not None:
+            opening.result().stop()
 
     def _end_turn(self) -> dict:
         """Give the device back; what the GPU's clocks did during a timing turn, when it was one."""
