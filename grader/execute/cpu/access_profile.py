@@ -16,11 +16,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from ...config import load_config
-from ...source.static_check import find_kernels
 from ..job import Job
 from ..protocol import MAX_ACCESS_LINES, access_ok
-from ..sandbox import detect
 from .build import build
 
 PROFILE_SEED = 26
@@ -50,6 +47,10 @@ def emulator_figures(kernel: Path, config_path: Path | None = None, size: int | 
     mem_shared_op_ld.sum), and the records per line. Compare per-request figures: the counts are of the two
     sampled blocks, ncu's of the whole grid. Raises RuntimeError when the kernel does not build or its
     launch goes wrong."""
+    # Here, not atop: the CPU driver, which imports this module, needs none of them (each child's start-up).
+    from ...config import load_config
+    from ...source.static_check import find_kernels
+    from ..sandbox import detect
     from .harness_driver import Harness  # which imports this module
 
     config = load_config(config_path)
