@@ -48,3 +48,12 @@ def test_a_students_compile_error_reads_the_same_with_the_precompiled_header(tmp
     assert first.binary is None and again.binary is None
     assert "error" in first.message and first.message == again.message
     assert precompiled(tmp_path / "cache")  # a student's error is theirs: the precompiled header is kept
+
+
+def test_a_build_where_the_precompiled_header_cannot_be_placed_is_built_from_the_text(tmp_path, contract):
+    source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
+    with scratch_folder("sgemm-test-") as work:
+        (work / "emulator").mkdir()
+        (work / "emulator" / "precompiled").write_text("a file where its folder goes")
+        built = build(source, contract, contract.tile_source(""), tmp_path / "cache", work, detect(), 120)
+    assert built.binary is not None, built.message

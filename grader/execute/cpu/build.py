@@ -151,26 +151,28 @@ def precompiled_header(cxx: str, cache_dir: Path, timeout_s: float, into: Path) 
     kept in the cache): a student's unit reads it first (`-include`), a quarter of its g++ time. g++ reads
     the text copy where it cannot use the precompiled one; None (the header compiled as text, as the unit
     includes it) where it could not be made: it changes how fast a build is, never what it builds."""
-    cached = _precompiled_entry(cxx, cache_dir)
+    try:
+        return _precompiled_into(cxx, _precompiled_entry(cxx, cache_dir), timeout_s, into)
+    except (OSError, subprocess.TimeoutExpired):  # no room, no compiler for it, a name taken: built from text
+        return None
+
+
+def _precompiled_into(cxx: str, cached: Path, timeout_s: float, into: Path) -> Path | None:
     into.mkdir(parents=True, exist_ok=True)
     header = into / "cuda_emu.h"
     shutil.copyfile(HERE / "cuda_emu.h", header)
-    if not cached.is_file():
-        made = into / "made.gch"
-        # Made from the header where it lies, so a diagnostic in it names the path it names without one.
-        command = [cxx, *COMPILE_FLAGS, "-I", str(HERE / "include"), "-x", "c++-header", str(HERE / "cuda_emu.h"),
-                   "-o", str(made)]
-        try:
-            finished = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
-                                      check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if finished.returncode != 0:
-            return None
-        keep(cached, made.read_bytes())  # a cache that cannot be written costs the next build this again
-        made.replace(into / "cuda_emu.h.gch")
-    else:
+    if cached.is_file():
         shutil.copyfile(cached, into / "cuda_emu.h.gch")
+        return header
+    made = into / "made.gch"
+    # Made from the header where it lies, so a diagnostic in it names the path it names without one.
+    command = [cxx, *COMPILE_FLAGS, "-I", str(HERE / "include"), "-x", "c++-header", str(HERE / "cuda_emu.h"),
+               "-o", str(made)]
+    finished = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False)
+    if finished.returncode != 0:
+        return None
+    keep(cached, made.read_bytes())  # a cache that cannot be written costs the next build this again
+    made.replace(into / "cuda_emu.h.gch")
     return header
 
 
