@@ -13,7 +13,6 @@ import json
 import os
 import threading
 import traceback
-from concurrent.futures import Future
 from dataclasses import asdict
 from pathlib import Path
 
@@ -73,28 +72,18 @@ def reference_launched(reference_source: str, arch: str, options: list[str], tim
         return None
     prepared = prepare_source(reference_source, REFERENCE_FILE)
     key = hashlib.sha256("\0".join([prepared, *options, arch, os.path.realpath(nvcc)]).encode()).hexdigest()
-    with _BUILDING_LOCK:  # one build of it at a time in this process: a later asker waits for the first's
-        building = _BUILDING.get(key)
-        first = building is None
-        if first:
-            building = _BUILDING[key] = Future()
-    if not first:
-        return building.result()
-    try:
-        kernel = _reference_kernel(prepared, arch, options, timeout, sandbox,
-                                   Path(cache_dir, "resources", f"{key}.json"))
-        building.set_result(kernel)
-        return kernel
-    except BaseException as error:
-        building.set_exception(error)
-        raise
-    finally:
-        with _BUILDING_LOCK:
-            del _BUILDING[key]
+    with _build_lock(key):  # one build of it at a time in this process: a later asker reads what it kept
+        return _reference_kernel(prepared, arch, options, timeout, sandbox,
+                                 Path(cache_dir, "resources", f"{key}.json"))
 
 
-_BUILDING: dict[str, Future] = {}
-_BUILDING_LOCK = threading.Lock()
+_BUILD_LOCKS: dict[str, threading.Lock] = {}
+_BUILD_LOCKS_GUARD = threading.Lock()
+
+
+def _build_lock(key: str) -> threading.Lock:
+    with _BUILD_LOCKS_GUARD:
+        return _BUILD_LOCKS.setdefault(key, threading.Lock())
 
 
 def warm_reference(reference_source: str, arch: str, options: list[str], timeout: float, sandbox: Sandbox,

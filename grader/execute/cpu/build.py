@@ -131,19 +131,25 @@ def harness_object(cxx: str, cache_dir: Path, timeout_s: float, into: Path) -> N
     texts = [(HERE / name).read_text() for name in HARNESS_OWN]
     key = hashlib.sha256("\0".join([*texts, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
     cached = Path(cache_dir, "cpu", f"harness-{key}.o")
+    command = [cxx, *FLAGS, "-c", "-I", str(HERE / "include"), str(HERE / "harness.cpp"), "-o", str(into)]
+    _kept_or_compiled(cached, into, command, timeout_s, "the harness")
+
+
+def _kept_or_compiled(cached: Path, into: Path, command: list[str], timeout_s: float, what: str) -> None:
+    """`into` copied from the cache, or made by `command` (grader's own code, unconfined; it writes `into`)
+    and kept there. OSError when it does not compile."""
     if cached.is_file():
         shutil.copyfile(cached, into)
         return
-    command = [cxx, *FLAGS, "-c", "-I", str(HERE / "include"), str(HERE / "harness.cpp"), "-o", str(into)]
     try:
         finished = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
                                   check=False)
     except subprocess.TimeoutExpired as error:
-        raise OSError(f"the harness did not compile within {timeout_s:g} s") from error
+        raise OSError(f"{what} did not compile within {timeout_s:g} s") from error
     if finished.returncode != 0:
         said = finished.stdout.decode("utf-8", "replace") + finished.stderr.decode("utf-8", "replace")
-        raise OSError(f"the harness did not compile: {said.strip()[:2000]}")
-    keep(cached, into.read_bytes())
+        raise OSError(f"{what} did not compile: {said.strip()[:2000]}")
+    keep(cached, into.read_bytes())  # a cache that cannot be written costs the next build this again
 
 
 def precompiled_header(cxx: str, cache_dir: Path, timeout_s: float, into: Path) -> Path | None:
@@ -152,28 +158,16 @@ def precompiled_header(cxx: str, cache_dir: Path, timeout_s: float, into: Path) 
     the text copy where it cannot use the precompiled one; None (the header compiled as text, as the unit
     includes it) where it could not be made: it changes how fast a build is, never what it builds."""
     try:
-        return _precompiled_into(cxx, _precompiled_entry(cxx, cache_dir), timeout_s, into)
-    except (OSError, subprocess.TimeoutExpired):  # no room, no compiler for it, a name taken: built from text
+        into.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(HERE / "cuda_emu.h", into / "cuda_emu.h")
+        # Made from the header where it lies, so a diagnostic in it names the path it names without one.
+        command = [cxx, *COMPILE_FLAGS, "-I", str(HERE / "include"), "-x", "c++-header", str(HERE / "cuda_emu.h"),
+                   "-o", str(into / "cuda_emu.h.gch")]
+        _kept_or_compiled(_precompiled_entry(cxx, cache_dir), into / "cuda_emu.h.gch", command, timeout_s,
+                          "cuda_emu.h")
+    except OSError:  # no room, no compiler for it, a name taken: the unit is built from the text
         return None
-
-
-def _precompiled_into(cxx: str, cached: Path, timeout_s: float, into: Path) -> Path | None:
-    into.mkdir(parents=True, exist_ok=True)
-    header = into / "cuda_emu.h"
-    shutil.copyfile(HERE / "cuda_emu.h", header)
-    if cached.is_file():
-        shutil.copyfile(cached, into / "cuda_emu.h.gch")
-        return header
-    made = into / "made.gch"
-    # Made from the header where it lies, so a diagnostic in it names the path it names without one.
-    command = [cxx, *COMPILE_FLAGS, "-I", str(HERE / "include"), "-x", "c++-header", str(HERE / "cuda_emu.h"),
-               "-o", str(made)]
-    finished = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False)
-    if finished.returncode != 0:
-        return None
-    keep(cached, made.read_bytes())  # a cache that cannot be written costs the next build this again
-    made.replace(into / "cuda_emu.h.gch")
-    return header
+    return into / "cuda_emu.h"
 
 
 def _precompiled_entry(cxx: str, cache_dir: Path) -> Path:
