@@ -381,3 +381,43 @@ def test_one_cause_is_said_once_with_the_cases_it_broke(grade_one):
         assert line == f"{fix} ({', '.join(visible)}{f' and {hidden} hidden' if hidden else ''})"
     assert all(c.fixes[0] not in student_message(c) and "out-of-bounds read" in student_message(c)
                for c in broken if c.visibility != "hidden")
+
+
+GOOD_BASIC = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
+# A thread's stack on the CPU is 256 KiB (a fiber's), each below a guard page: past it is another thread's.
+DEEPER = """__device__ float deeper(int depth, const float *A) {
+    float frame[256];
+    for (int i = 0; i < 256; ++i)
+        frame[i] = A[i % 4] + depth;
+    return depth < 0 ? frame[depth & 255] : deeper(depth + 1, A) + frame[depth & 255];
+}
+
+"""
+ENDLESS_RECURSION = GOOD_BASIC.replace("__global__ void mysgemm", DEEPER + "__global__ void mysgemm").replace(
+    "        C[row * n + col] = sum;", "        C[row * n + col] = sum + (row + col == 0 ? deeper(0, A) : 0.0f);")
+LOCAL_ARRAY_PAST_THE_STACK = GOOD_BASIC.replace("    float sum = 0.0f;\n", """    float sum = 0.0f;
+    volatile float scratch[80000];  // 320 KB
+    scratch[ty * TILE_SIZE + tx] = 0.0f;
+    sum += scratch[ty * TILE_SIZE + tx];
+""")
+
+
+@pytest.mark.parametrize("source", [ENDLESS_RECURSION, LOCAL_ARRAY_PAST_THE_STACK], ids=["recursion", "local_array"])
+def test_a_thread_that_overflows_its_stack_gets_a_stack_overflow_verdict(tmp_path, quick_config_file, source):
+    from conftest import make_grader
+
+    assert "deeper(0, A)" in source or "scratch[" in source  # the replacements took
+    result = make_grader(quick_config_file, "cpu")(submit(tmp_path, source))
+    cases = emulated(result)
+    assert cases and all(c.status == ERROR and c.message.startswith("stack overflow in ") for c in cases.values()), \
+        [c.message for c in cases.values()]
+
+
+def test_volatile_tiles_grade_like_plain_ones(tmp_path, quick_config_file):
+    """`volatile` shared memory (as in the classic warp-synchronous reductions) builds and is checked."""
+    from conftest import make_grader
+
+    source = GOOD_BASIC.replace("__shared__ float", "__shared__ volatile float")
+    assert source.count("__shared__ volatile float") == 2
+    cases = emulated(make_grader(quick_config_file, "cpu")(submit(tmp_path, source)))
+    assert cases and all(c.status == PASSED for c in cases.values()), [c.message for c in cases.values()]

@@ -32,6 +32,9 @@ COMPILE_FLAGS = [
     # GPU semantics rather than C++'s: signed overflow wraps, and an empty spin loop is kept (C++ may
     # assume it ends and delete it, turning a kernel that hangs on the GPU into one that "works").
     "-fwrapv", "-fno-finite-loops", "-fno-strict-aliasing",
+    # A frame larger than a page touches each of its pages as it grows: a local array bigger than a thread's
+    # stack meets the guard page below it (a stack overflow) instead of landing in another thread's stack.
+    "-fstack-clash-protection",
 ]
 # The sandbox sees the system's libraries only: a compiler installed elsewhere (/opt/gcc) must not leave the
 # harness needing its own libstdc++.

@@ -224,14 +224,26 @@ extern "C" inline void cuda_emu_fiber_entry() {
     __builtin_trap();  // a finished fiber is never resumed
 }
 
-inline void start_fiber(Fiber &fiber) {
-    if (fiber.stack == nullptr) {
-        long page = sysconf(_SC_PAGESIZE);
-        void *memory = mmap(nullptr, STACK_BYTES + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (memory == MAP_FAILED) report_thread_and_exit("out_of_memory", 5);
-        mprotect(memory, page, PROT_NONE);  // an overflowing stack faults instead of corrupting its neighbour
-        fiber.stack = (char *)memory;
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102  // Linux 6.13
+#endif
+
+// Every fiber's stack, in one mapping: each stack above a guard page, so an overflowing stack faults instead
+// of corrupting its neighbour. Where the kernel has guard regions the guards split no mapping; elsewhere they
+// are PROT_NONE pages. (A mapping and a protected page per fiber were most of a small case's time.)
+inline void allocate_stacks(Fiber *fibers, size_t count) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), each = STACK_BYTES + page;
+    char *memory = (char *)mmap(nullptr, each * count, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (memory == MAP_FAILED) report_thread_and_exit("out_of_memory", 5);
+    for (size_t i = 0; i < count; ++i) {
+        char *guard = memory + i * each;
+        if (madvise(guard, page, MADV_GUARD_INSTALL) != 0) mprotect(guard, page, PROT_NONE);
+        fibers[i].stack = guard;
     }
+}
+
+inline void start_fiber(Fiber &fiber) {
     fiber.state = READY;
     fiber.read_shared = false;
 #if defined(__x86_64__)
@@ -453,6 +465,8 @@ inline void profile_global(const void *address, size_t bytes, int line, AccessKi
             return record_access(line, kind, buffer.name, 0, 0, p - buffer.base, bytes);
 }
 
+// Out of line: the shared accesses inline their bookkeeping (shared_read), not these rare paths.
+[[gnu::noinline]]
 inline void profile_shared(const Region &region, const void *address, size_t bytes, int line, AccessKind kind) {
     size_t columns = region.row_elements, rows = columns ? region.bytes / (columns * region.element_bytes) : 0;
     record_access(line, kind, region.name, rows, columns, (const char *)address - region.base, bytes);
@@ -525,7 +539,7 @@ inline void report_profile() {
 // run, and otherwise the address itself.
 template <class T>
 inline T *global_read(T *address, int line) {
-    if (profiling && current != nullptr) profile_global(address, sizeof(T), line, GLOBAL_LOAD);
+    if (profiling && current != nullptr) profile_global((const void *)address, sizeof(T), line, GLOBAL_LOAD);
     return address;
 }
 
@@ -546,6 +560,7 @@ inline uint3 thread_of(int linear) {
 }
 
 // A store and a read (or two stores) of one shared element by different threads with no barrier between.
+[[gnu::cold, gnu::noinline]]
 inline void race(const Region &region, const void *address, const char *kind, int store_line,
                  int store_thread, int other_line, int other_thread, bool store_after_read) {
     // The first race of each kind explains the bug (a store before the phase's reads: the barrier after
@@ -566,6 +581,7 @@ inline void race(const Region &region, const void *address, const char *kind, in
 }
 
 // The first read of a shared entry that no thread of its block stored (reported once: it explains the NaN).
+[[gnu::cold, gnu::noinline]]
 inline void unstored_read(const Region &region, const void *address, int line) {
     static bool reported = false;
     if (reported) return;
@@ -580,17 +596,19 @@ inline void unstored_read(const Region &region, const void *address, int line) {
            blockIdx.y, blockIdx.z);
 }
 
+// Inlined at each read of a tile: the call was a quarter of an emulated SGEMM's time.
 template <class T>
-inline T *shared_read(T *address, int line) {
+[[gnu::always_inline]] inline T *shared_read(T *address, int line) {
+    const void *where = (const void *)address;  // drops a volatile of the element type
     const Region *region;
-    Cell *cell = cell_of(address, &region);
+    Cell *cell = cell_of(where, &region);
     if (cell == nullptr) return address;
-    if (profiling) profile_shared(*region, address, sizeof(T), line, SHARED_LOAD);
+    if (profiling) profile_shared(*region, where, sizeof(T), line, SHARED_LOAD);
     int me = current->linear;
-    if (cell->stored_block != block_serial && holds_poison(*region, address)) unstored_read(*region, address, line);
+    if (cell->stored_block != block_serial && holds_poison(*region, where)) unstored_read(*region, where, line);
     uint32_t sync = warp_syncs[me / WARP];
     if (cell->write_epoch == epoch && cell->writer != me && !ordered_by_syncwarp(cell->writer, cell->write_sync, me))
-        race(*region, address, "read_after_store", cell->write_line, cell->writer, line, me,
+        race(*region, where, "read_after_store", cell->write_line, cell->writer, line, me,
              cell->write_after_read);
     if (cell->read_epoch != epoch) {
         cell->read_epoch = epoch;
@@ -613,19 +631,20 @@ inline T *shared_read(T *address, int line) {
 
 template <class T>
 inline T *shared_write(T *address, int line) {
+    const void *where = (const void *)address;  // drops a volatile of the element type
     const Region *region;
-    Cell *cell = cell_of(address, &region);
+    Cell *cell = cell_of(where, &region);
     if (cell == nullptr) return address;
-    if (profiling) profile_shared(*region, address, sizeof(T), line, SHARED_STORE);
+    if (profiling) profile_shared(*region, where, sizeof(T), line, SHARED_STORE);
     int me = current->linear;
     bool after_read = current->read_shared;
     // Every other thread's read of this phase was in this warp, before a __syncwarp the writer passed.
     uint32_t foreign = cell->last_reader != me ? cell->read_sync : cell->foreign_sync;
     bool reads_ordered = cell->read_warp == me / WARP && foreign != warp_syncs[me / WARP];
     if (cell->write_epoch == epoch && cell->writer != me && !ordered_by_syncwarp(cell->writer, cell->write_sync, me))
-        race(*region, address, "store_after_store", line, me, cell->write_line, cell->writer, after_read);
+        race(*region, where, "store_after_store", line, me, cell->write_line, cell->writer, after_read);
     else if (cell->read_epoch == epoch && (cell->reader != me || cell->several_readers) && !reads_ordered)
-        race(*region, address, "store_after_read", line, me, cell->read_line,
+        race(*region, where, "store_after_read", line, me, cell->read_line,
              cell->reader != me ? cell->reader : -1, after_read);
     cell->write_sync = warp_syncs[me / WARP];
     cell->write_epoch = epoch;
@@ -681,7 +700,7 @@ inline void c_collision(size_t element, int line) {
 // Every store through a subscript outside shared memory (instrument.py); only those into C are recorded.
 template <class T>
 inline T *global_write(T *address, int line) {
-    if (profiling && current != nullptr) profile_global(address, sizeof(T), line, GLOBAL_STORE);
+    if (profiling && current != nullptr) profile_global((const void *)address, sizeof(T), line, GLOBAL_STORE);
     const char *p = (const char *)address;
     if (current == nullptr || p < c_begin || p >= c_end) return address;
     size_t element = (size_t)(p - c_begin) / sizeof(float);

@@ -256,6 +256,7 @@ void launch(dim3 grid, dim3 block, bool reversed) {
     gridDim = grid;
     int threads = block.x * block.y * block.z;
     fibers.assign(threads, Fiber{});
+    cuda_emu::allocate_stacks(fibers.data(), fibers.size());
     for (int linear = 0; linear < threads; ++linear) {
         fibers[linear].linear = linear;
         fibers[linear].idx = cuda_emu::thread_of(linear);
