@@ -46,8 +46,9 @@ def setup():
 
 
 def local_cluster(workers: int = 2, **options) -> distributed.LocalCluster:
+    # The scheduler's HTTP pages on a free loopback port, not 8787: tests on other workers run clusters too.
     return distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                                    **options)
+                                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}, **options)
 
 
 def a_class(tmp_path, names):

@@ -11,11 +11,11 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import SUBMISSIONS, make_grader
+from conftest import SUBMISSIONS, make_grader, once_per_run
 from hardware import needs_cxx
 
 from grader.execute.cpu.messages import WARP_RULE
-from grader.result import ERROR, FAILED, PASSED
+from grader.result import ERROR, FAILED, PASSED, SubmissionResult
 
 pytestmark = needs_cxx
 
@@ -94,17 +94,22 @@ def grade_one(graders):
 
 @pytest.fixture(scope="module")
 def without_nvcc(config_file, tmp_path_factory):
-    """name -> result, each graded where nvcc is not on PATH (as in a Gradescope container)."""
-    folder = tmp_path_factory.mktemp("cxx")
-    paths = {name: SUBMISSIONS / name for name in CXX_ONLY}
-    paths |= {name: submit(folder / name, source) for name, source in CG_VARIANTS.items()}
-    paths["early_return"] = submit(folder / "early_return", EARLY_RETURN)
-    paths["shfl_double"] = submit(folder / "shfl_double", SHFL_DOUBLE)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PATH", path_without_nvcc())
-        grade_cpu = make_grader(config_file, "cpu")
-        grade_cpu.prefetch(list(paths.values()))
-    return {name: grade_cpu(path) for name, path in paths.items()}
+    """name -> result, each graded where nvcc is not on PATH (as in a Gradescope container); once in the run."""
+    def grade_all() -> dict:
+        folder = tmp_path_factory.mktemp("cxx")
+        paths = {name: SUBMISSIONS / name for name in CXX_ONLY}
+        paths |= {name: submit(folder / name, source) for name, source in CG_VARIANTS.items()}
+        paths["early_return"] = submit(folder / "early_return", EARLY_RETURN)
+        paths["shfl_double"] = submit(folder / "shfl_double", SHFL_DOUBLE)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("PATH", path_without_nvcc())
+            grade_cpu = make_grader(config_file, "cpu")
+            grade_cpu.prefetch(list(paths.values()))
+        return {name: grade_cpu(path) for name, path in paths.items()}
+
+    return once_per_run(tmp_path_factory, "test_cpu_warp_emulation.without_nvcc", grade_all,
+                        lambda results: {name: r.to_dict(with_log=True) for name, r in results.items()},
+                        lambda stored: {name: SubmissionResult.from_dict(r) for name, r in stored.items()})
 
 
 @pytest.fixture(scope="module")

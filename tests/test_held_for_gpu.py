@@ -11,9 +11,10 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import ROOT, SUBMISSIONS
+from conftest import ROOT, SUBMISSIONS, once_per_run
 from hardware import needs_cxx, needs_gpu, needs_nvcc
 
 from grader.build_failure import classify
@@ -42,15 +43,19 @@ ASSEMBLER = "trap_in_asm"  # inline PTX g++ takes, which the assembler refuses (
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """The inline-PTX kernels through one `grade --fail-under 50`: (exit code, stdout, JSON by name)."""
-    out, folder = tmp_path_factory.mktemp("held"), tmp_path_factory.mktemp("assembler") / ASSEMBLER
-    folder.mkdir()
-    source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
-    (folder / "kernel.cu").write_text(source.replace("    float sum = 0.0f;\n",
-                                                     '    float sum = 0.0f;\n    asm volatile("trap;");\n'))
-    finished = grade_cli(SUBMISSIONS / WRONG, SUBMISSIONS / CORRECT, folder, "-o", out, "--fail-under", "50")
-    results = {name: json.loads((out / f"{name}.json").read_text()) for name in (WRONG, CORRECT, ASSEMBLER)}
-    return finished.returncode, finished.stdout, results
+    """The inline-PTX kernels through one `grade --fail-under 50`: (exit code, stdout, JSON by name); once in
+    the run."""
+    def grade_them() -> tuple:
+        out, folder = tmp_path_factory.mktemp("held"), tmp_path_factory.mktemp("assembler") / ASSEMBLER
+        folder.mkdir()
+        source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
+        (folder / "kernel.cu").write_text(source.replace("    float sum = 0.0f;\n",
+                                                         '    float sum = 0.0f;\n    asm volatile("trap;");\n'))
+        finished = grade_cli(SUBMISSIONS / WRONG, SUBMISSIONS / CORRECT, folder, "-o", out, "--fail-under", "50")
+        results = {name: json.loads((out / f"{name}.json").read_text()) for name in (WRONG, CORRECT, ASSEMBLER)}
+        return finished.returncode, finished.stdout, results
+
+    return once_per_run(tmp_path_factory, "test_held_for_gpu.graded", grade_them, decode=tuple)
 
 
 @pytest.mark.parametrize("name", [WRONG, CORRECT, ASSEMBLER])
@@ -115,14 +120,19 @@ def class_of(tmp_path, *names):
 def class_batch(tmp_path_factory):
     """One class batch (--without-gpu hold), then the same with --resume --without-gpu scale: the stored
     results are kept and the exports written again. canvas.csv and its notes of each, by option."""
-    tmp = tmp_path_factory.mktemp("class")
-    out, klass, exports = tmp / "out", class_of(tmp, WRONG, CORRECT), {}
-    for without_gpu, again in (("hold", ()), ("scale", ("--resume",))):
-        finished = grade_cli("batch", klass, "-o", out, "--jobs", "2", "--without-gpu", without_gpu, *again)
-        assert finished.returncode == 0, finished.stderr
-        exports[without_gpu] = (rows(out / "canvas.csv"), (out / "canvas-notes.txt").read_text())
-    assert "0 graded now" in " ".join(finished.stdout.split())
-    return out, exports
+    def grade_class() -> tuple:
+        tmp = tmp_path_factory.mktemp("class")
+        out, klass, exports = tmp / "out", class_of(tmp, WRONG, CORRECT), {}
+        for without_gpu, again in (("hold", ()), ("scale", ("--resume",))):
+            finished = grade_cli("batch", klass, "-o", out, "--jobs", "2", "--without-gpu", without_gpu, *again)
+            assert finished.returncode == 0, finished.stderr
+            exports[without_gpu] = (rows(out / "canvas.csv"), (out / "canvas-notes.txt").read_text())
+        assert "0 graded now" in " ".join(finished.stdout.split())
+        return out, exports
+
+    return once_per_run(tmp_path_factory, "test_held_for_gpu.class_batch", grade_class,
+                        lambda made: [str(made[0]), made[1]],
+                        lambda stored: (Path(stored[0]), {key: tuple(pair) for key, pair in stored[1].items()}))
 
 
 @pytest.mark.parametrize("without_gpu", ["hold", "scale"])
