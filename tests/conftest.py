@@ -1,6 +1,7 @@
 import ctypes
 import gc
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -17,9 +18,11 @@ SUBMISSIONS = ROOT / "tests" / "submissions"
 RUN_TIMEOUT_S = 2
 
 # Where the run's files go (pytest's folders, every grade's scratch, the sandbox's reachable copies), unless
-# TMPDIR says: a RAM-backed folder where the machine has a roomy one. The suite creates and deletes hundreds
-# of thousands of small files, and on ext4 that alone was about 5% of its CPU (15 CPU-s on 2 cores).
+# TMPDIR says: a folder of the run's own in RAM where the machine has a roomy tmpfs, removed when the run
+# ends (what a grade killed mid-way leaves would stay in RAM). The suite creates and deletes hundreds of
+# thousands of small files, and on ext4 that alone was about 5% of its CPU (15 CPU-s on 2 cores).
 RAM_TEMP, RAM_TEMP_MIN_FREE = Path("/dev/shm"), 4 << 30
+RAM_TEMP_OWNER = "SGEMM_TESTS_RAM_TEMP_OWNER"  # the pid of the run's first process, which removes it
 
 
 def _use_ram_backed_temp() -> None:
@@ -28,8 +31,16 @@ def _use_ram_backed_temp() -> None:
     found = os.statvfs(RAM_TEMP)
     if found.f_flag & os.ST_NOEXEC or found.f_bavail * found.f_frsize < RAM_TEMP_MIN_FREE:
         return  # the emulation runs programs from its scratch; Docker's /dev/shm is 64 MB
-    os.environ["TMPDIR"] = str(RAM_TEMP)  # for the grader processes the tests start, too
+    folder = tempfile.mkdtemp(prefix="sgemm-tests-", dir=RAM_TEMP)
+    os.chmod(folder, 0o711)  # the sandbox's uid passes through it to a grade's own folder
+    os.environ["TMPDIR"] = folder  # for the workers and the grader processes the tests start, too
+    os.environ[RAM_TEMP_OWNER] = str(os.getpid())
     tempfile.tempdir = None
+
+
+def _remove_ram_backed_temp() -> None:
+    if os.environ.get(RAM_TEMP_OWNER) == str(os.getpid()):
+        shutil.rmtree(os.environ["TMPDIR"], ignore_errors=True)
 
 
 _use_ram_backed_temp()
@@ -304,6 +315,7 @@ def pytest_sessionfinish(session, exitstatus):
         worker_output["leftovers"] = leftovers
         return
     _fail_on_leftovers(session, list(dict.fromkeys(leftovers + _WORKER_LEFTOVERS)))
+    _remove_ram_backed_temp()
 
 
 # What each pytest-xdist worker left running, sent to the controller when the worker ends.
