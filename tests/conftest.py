@@ -203,7 +203,7 @@ def pytest_xdist_auto_num_workers(config):
 # The order tests start in: the corpus's CPU grades first (the longest chain, and other modules wait for
 # its results), then the modules whose tests mostly wait (a service, a killed batch, a sandbox as another
 # user), so their waits overlap the CPU-bound grading instead of ending the run; then the rest, as
-# collected. (With --dist loadgroup a module marked xdist_group goes to one worker, first.)
+# collected.
 FIRST_MODULES = ("test_cpu_grading.py", "test_batch.py", "test_cluster.py", "test_serve.py",
                  "test_sandbox_reach.py", "test_escapes.py")
 

@@ -6,7 +6,7 @@ races (which barrier is missing), barrier divergence and out-of-bounds reads.
 import shutil
 
 import pytest
-from conftest import ROOT, RUN_TIMEOUT_S, SUBMISSIONS
+from conftest import ROOT, RUN_TIMEOUT_S, SUBMISSIONS, make_grader
 from hardware import needs_cxx
 
 from grader.execute.cpu.messages import LOAD_BARRIER
@@ -102,8 +102,6 @@ def test_barriers_in_comments_are_both_reported_missing(grade_one):
 
 def test_races_are_reported_identically_on_every_run(graders, config_file, tmp_path):
     """The schedule is the emulator's choice, not the OS's: a second run says exactly the same."""
-    from conftest import make_grader
-
     fresh = make_grader(config_file, "cpu")  # not the cached results of the other tests
     first = fresh(SUBMISSIONS / "missing_use_barrier")
     again = graders("cpu")(SUBMISSIONS / "missing_use_barrier")
@@ -404,8 +402,6 @@ LOCAL_ARRAY_PAST_THE_STACK = GOOD_BASIC.replace("    float sum = 0.0f;\n", """  
 
 @pytest.mark.parametrize("source", [ENDLESS_RECURSION, LOCAL_ARRAY_PAST_THE_STACK], ids=["recursion", "local_array"])
 def test_a_thread_that_overflows_its_stack_gets_a_stack_overflow_verdict(tmp_path, quick_config_file, source):
-    from conftest import make_grader
-
     assert "deeper(0, A)" in source or "scratch[" in source  # the replacements took
     result = make_grader(quick_config_file, "cpu")(submit(tmp_path, source))
     cases = emulated(result)
@@ -415,8 +411,6 @@ def test_a_thread_that_overflows_its_stack_gets_a_stack_overflow_verdict(tmp_pat
 
 def test_volatile_tiles_grade_like_plain_ones(tmp_path, quick_config_file):
     """`volatile` shared memory (as in the classic warp-synchronous reductions) builds and is checked."""
-    from conftest import make_grader
-
     source = GOOD_BASIC.replace("__shared__ float", "__shared__ volatile float")
     assert source.count("__shared__ volatile float") == 2
     cases = emulated(make_grader(quick_config_file, "cpu")(submit(tmp_path, source)))
