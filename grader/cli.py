@@ -25,6 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from . import blas_threads  # noqa: F401 - before numpy loads (blas_threads.py says why)
 from .cases import load_cases, mix_seed, with_secret
 from .cluster_tls import DEFAULT_DAYS, make_certificates
 from .config import load_config, preset_path
