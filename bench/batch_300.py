@@ -260,7 +260,8 @@ def report(results: list[SubmissionResult], wall: float, cores: int, busy: float
     print(f"{len(results)} submissions on {cores} cores, sanitizer {'on' if SANITIZE else 'OFF'}: wall {wall:.1f} s "
           f"({'meets' if meets(wall, len(results)) else 'MISSES'} the target of {TARGET_COUNT} in {TARGET_S:g} s: "
           f"{len(results) / wall:.2f}/s of {TARGET_COUNT / TARGET_S:.2f}/s); {dict(outcomes)}")
-    print(f"  compile CPU (child start-up, nvcc): {compile_cpu:.1f} s, {compile_cpu / cores:.1f} s per core")
+    print(f"  GPU children's CPU until their kernels loaded (start-up; nvcc only where a child compiled, not the "
+          f"parent's builds ahead): {compile_cpu:.1f} s, {compile_cpu / cores:.1f} s per core")
     print(f"  sanitizer tools: {sanitizer:.1f} s of tool runs; timing measurements: {timing:.1f} s "
           f"({retimed} timed again near the limit)")
     print(f"  GPU busy: {'n/a' if busy is None else f'{busy:.0%} of the wall'}; "

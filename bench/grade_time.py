@@ -48,7 +48,8 @@ def report(label: str, wall: float, result: dict) -> None:
     child = {key: compiled[key] for key in ("init_s", "context_s", "student_compile_s", "reference_compile_s")
              if key in compiled}
     if child:
-        print("  the child's own figures: " + ", ".join(f"{key} {value:.3f}" for key, value in child.items()))
+        print("  the child's own figures: " + ", ".join(f"{key} {value:.3f}" for key, value in child.items())
+              + f"; compiled ahead (while the child started) by: {compiled.get('compiled_ahead', 'no')}")
     if "timing" in checks and checks["timing"]["status"] != "skipped":
         print(f"  timing: {checks['timing']['message'].splitlines()[0]}")
 

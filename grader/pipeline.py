@@ -23,7 +23,7 @@ from .diagnose.profile import profile_submission
 from .diagnose.resources import add_compiler_feedback, warm_reference
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import SanitizerRun, sanitize
-from .execute import check_cache
+from .execute import check_cache, cubin_cache
 from .execute.compile import CompileOutcome, nvcc_path, prepare_source, reference_module_source
 from .execute.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
@@ -116,6 +116,8 @@ def device_lock(config: Config, gpu: int | str | None) -> DeviceLock:
 def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
     started = time.perf_counter()
     phases = Phases(started)
+    if plan.backend == GPU:  # where no child has reported this GPU's toolchain yet, the parent learns it meanwhile
+        cubin_cache.guess_soon(str(config.cache_dir), (plan.placement or Placement()).gpu_name())
     try:
         result = _grade(path, config, cases, plan, phases)
     except SubmissionError as exc:

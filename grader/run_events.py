@@ -378,6 +378,7 @@ class RunEvents:
 
 
 def _child_figures(event: dict) -> dict:
-    """What the GPU child says its start took: CUDA's initialisation, its context, each compile (side by side)."""
-    return {key: event[key] for key in ("init_s", "context_s", "student_compile_s", "reference_compile_s")
-            if key in event}
+    """What the GPU child says its start took: CUDA's initialisation, its context, each compile (side by side),
+    and whether they were compiled ahead, on the toolchain hint, while CUDA started."""
+    return {key: event[key] for key in ("init_s", "context_s", "student_compile_s", "reference_compile_s",
+                                        "compiled_ahead") if key in event}

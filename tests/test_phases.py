@@ -257,6 +257,39 @@ send("done")
     assert cubin_cache.read_hint(str(cache), "0") == []
 
 
+def test_the_parents_toolchain_guess_waits_a_bounded_time_and_a_stored_hint_comes_first(tmp_path, monkeypatch):
+    """A first grade on a GPU guesses its toolchain (NVML, nvcc --version) while it reads the submission. A
+    guess that does not come in time costs the head start only: the child is started without a hint. A hint a
+    child reported is taken over any guess."""
+    import threading
+
+    from grader.execute import cubin_cache
+
+    release = threading.Event()
+    monkeypatch.setattr(cubin_cache, "_arch_from_nvml", lambda gpu: "sm_90" if release.wait(30) else "")
+    monkeypatch.setattr(cubin_cache, "GUESS_WAIT_S", 0.3)
+    monkeypatch.setattr(cubin_cache, "_guesses", {})
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    nvcc = tmp_path / "nvcc"  # the toolchain's version, as `nvcc --version` prints it
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0'\n")
+    nvcc.chmod(0o755)
+    cache = str(tmp_path / "cache")
+    cubin_cache.guess_soon(cache, "3")
+    started = time.monotonic()
+    assert cubin_cache.hint(cache, "3") == []  # NVML hangs: no hint, after the bounded wait
+    assert time.monotonic() - started < 2
+    release.set()
+    cubin_cache._guesses["3"].result(timeout=10)
+    assert cubin_cache.hint(cache, "3") == ["sm_90", "Cuda compilation tools, release 13.0\n"]
+    cubin_cache.write_hint(cache, "3", "sm_100", "nvcc 13.1")
+    assert cubin_cache.hint(cache, "3") == ["sm_100", "nvcc 13.1"]
+    cubin_cache.guess_soon(cache, "4")
+    assert "4" in cubin_cache._guesses  # no hint stored for that GPU: guessed
+    cubin_cache.write_hint(cache, "5", "sm_90", "nvcc 13.0")
+    cubin_cache.guess_soon(cache, "5")
+    assert "5" not in cubin_cache._guesses  # a stored hint: nothing to guess
+
+
 @pytest.mark.gpu
 @needs_gpu
 def test_a_next_students_grade_compiles_on_the_hint_and_a_wrong_hint_changes_nothing(tmp_path):
@@ -282,12 +315,18 @@ def test_a_next_students_grade_compiles_on_the_hint_and_a_wrong_hint_changes_not
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
     arch, _ = cubin_cache.read_hint(str(cache), gpu)
     assert first["score"] == first["max_score"] and arch.startswith("sm_")
-    assert f"compiled for {arch}" in next(c for c in first["checks"] if c["kind"] == "compile")["message"]
+    compiled = next(c for c in first["checks"] if c["kind"] == "compile")
+    assert f"compiled for {arch}" in compiled["message"]
+    # No hint was stored: on its own guess (NVML, nvcc --version) the parent built both cubins as the child started.
+    assert compiled["metrics"]["compiled_ahead"] == "parent"
     hinted = graded("missing_use_barrier")  # its own cubin is not cached: compiled on the hint
+    assert next(c for c in hinted["checks"] if c["kind"] == "compile")["metrics"]["compiled_ahead"] == "parent"
     cubin_cache.write_hint(str(cache), gpu, "sm_50", "another nvcc")
     for cubin in cache.glob("*.cubin"):
         cubin.unlink()  # compiled again, on a hint that is wrong for this GPU
     stale = graded("missing_use_barrier")
+    # Built ahead for sm_50 by the parent, then dropped: the child compiled for its own GPU.
+    assert next(c for c in stale["checks"] if c["kind"] == "compile")["metrics"]["compiled_ahead"] == "no"
     for result in (hinted, stale):
         assert [(c["name"], c["status"]) for c in result["checks"]] == [(c["name"], c["status"])
                                                                         for c in hinted["checks"]]

@@ -168,8 +168,8 @@ def compile_check(source: str, arch: str, options: list[str], timeout: float, sa
         confinement = Confinement(work, COMPILER_LIMITS, cuda=True, seccomp=True, nice=BACKGROUND_NICE)
         env = child_environment(str(work), {})
         try:
-            finished = run_killable([nvcc, "--cubin", *options, "-arch", arch, STUDENT_FILE, "-o", CUBIN_FILE],
-                                    timeout, env=env, start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
+            finished = run_killable(cubin_command(nvcc, options, arch, bool(headers)), timeout, env=env,
+                                    start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
         # nvcc or the sandbox could not be started at all (an OSError from exec, or the sandbox's own refusal to
         # start, a RuntimeError, when its uid cannot reach nvcc): the grader's fault, never the file's.
         except (OSError, RuntimeError) as error:
@@ -183,6 +183,12 @@ def compile_check(source: str, arch: str, options: list[str], timeout: float, sa
     if declared:
         return CompileOutcome(False, declared, mismatch=True)
     return CompileOutcome(True, warnings_of(finished.output, source), cubin=cubin)
+
+
+def cubin_command(nvcc: str, options: list[str], arch: str, headers: bool) -> list[str]:
+    """nvcc's command line for kernel.cu's cubin in the current folder, as pycuda's compile runs it for the GPU
+    child: the handed-in headers beside the file are on the include path (-I), found by <name> too."""
+    return [nvcc, "--cubin", *options, "-arch", arch, *(["-I."] if headers else []), STUDENT_FILE, "-o", CUBIN_FILE]
 
 
 def write_sources(folder: Path, prepared: str, headers: dict[str, str] | None) -> None:

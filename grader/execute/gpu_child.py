@@ -99,7 +99,8 @@ def main(argv: list[str]) -> int:
     with ThreadPoolExecutor(4) as pool:  # two compiles ahead (on a hint), the toolchain, two compiles
         # A cold grade's compiles need only the GPU's architecture: with the last child's (the hint) they
         # start now, while CUDA initialises; they are kept only if this GPU's toolchain turns out the same.
-        ahead = pool.submit(Worker.compile_ahead, job, pool) if job.toolchain_hint else None
+        # Where the parent builds them (compile_ahead.py), its toolchain answer brings them.
+        ahead = pool.submit(Worker.compile_ahead, job, pool) if job.toolchain_hint and not job.parent_compiles else None
         if EARLY is not None:
             EARLY.wait_for_init()
         started = time.perf_counter()
@@ -161,6 +162,7 @@ class Worker:
         self.student: bytes | str = b""  # what compile_ahead compiled (a cubin, or the compiler's message)
         self.reference: bytes | str = b""
         self.compile_s: dict[str, float] = {}  # per source, how long its cubin took (offered or compiled)
+        self.compiled_ahead = False  # both cubins came from compile_ahead (the toolchain hint was right)
 
     def run(self, cubins: dict[str, bytes | str]) -> None:
         loaded = self.load_modules(cubins)
@@ -212,6 +214,7 @@ class Worker:
         if ahead is not None and [self.arch, self.nvcc_version] == self.job.toolchain_hint:
             early = ahead.result()
             self.adopt(early)
+            self.compiled_ahead = True
             return {"student": early.student, "reference": early.reference}
         student = pool.submit(self.compile_student)
         reference = self.compile(self.job.reference_source)
@@ -257,6 +260,7 @@ class Worker:
                           init_s=round(self.init_s, 4),
                           student_compile_s=round(self.compile_s.get(self.student_compiled, 0.0), 4),
                           reference_compile_s=round(self.compile_s.get(self.job.reference_source, 0.0), 4),
+                          compiled_ahead=self.compiled_ahead,
                           tile_size=kernels["student"].tile, reference_tile=kernels["reference"].tile,
                           host_code_left_out=self.host_code_left_out,
                           cubins={"student": self.keys.get(self.student_compiled, "")})

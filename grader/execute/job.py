@@ -65,6 +65,9 @@ class Job:
     # [arch, nvcc version] the last GPU child on this GPU reported (cubin_cache.py), or []: the GPU child
     # compiles with it before CUDA is initialised, and keeps what it compiled only if its own toolchain matches.
     toolchain_hint: list[str] = field(default_factory=list)
+    # The parent builds the cubins the cache lacks on that hint while the child starts (compile_ahead.py): the
+    # child then waits for them instead of compiling ahead itself.
+    parent_compiles: bool = False
     # The CPU driver's access profile of the student's kernel and the reference's (issue 26: feedback only),
     # and the reference's file as written, which the emulator builds.
     access_profile: bool = False

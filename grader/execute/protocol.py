@@ -52,7 +52,7 @@ EVENTS: dict[str, tuple[dict, dict]] = {
     "compiled": ({"device": str, "arch": str, "tile_size": OPTIONAL_INT},
                  {"reference_tile": OPTIONAL_INT, "cpu_s": NUMBER, "host_code_left_out": bool, "cubins": dict,
                   "pci_bus_id": str, "context_s": NUMBER, "init_s": NUMBER, "student_compile_s": NUMBER,
-                  "reference_compile_s": NUMBER}),
+                  "reference_compile_s": NUMBER, "compiled_ahead": bool}),
     # log: the CPU emulator's compiler output as printed, whose diagnostics say whose failure it was;
     # mismatch: the compiled declaration is not what the lab launches (a submission error)
     "compile_error": ({"target": TARGET, "message": str}, {"emulator": bool, "log": str, "mismatch": bool}),

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from . import bytecode, cubin_cache, reachable
 from .clocks import ClockWatch
+from .compile_ahead import CompilesAhead
 from .deadline import Deadline
 from .device_lock import DeviceLock, Turn
 from .event_pipe import TimedOut, read_events
@@ -97,6 +98,13 @@ class Placement:
         visible = {} if self.gpu is None else {"CUDA_VISIBLE_DEVICES": str(self.gpu)}
         return {**visible, "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
+    def gpu_name(self) -> str:
+        """The GPU a child started here sees, as the toolchain hint names it: this placement's, or the first
+        visible."""
+        if self.gpu is not None:
+            return str(self.gpu)
+        return os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
+
 
 def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
             placement: Placement | None = None) -> Iterator[dict]:
@@ -142,24 +150,28 @@ class Child:
         self.workdir = Path(job.workdir, f"child-{time.monotonic_ns()}")
         self.log_path = Path(job.workdir, f"{self.workdir.name}.log")
         self.cubins = cubin_cache.Exchange(job, self.workdir)
+        self.ahead: CompilesAhead | None = None  # the parent's own builds of the cubins the cache lacks
+        self.built_ahead: set[str] = set()  # the keys of those it kept
 
     def events(self) -> Iterator[dict]:
         self.workdir.mkdir()
         job_file = self.workdir / "job.json"
         # The child sees its own folder only; the compile cache stays with the parent (cubin_cache).
         cache_dir = "" if self.program.sandbox is not None else self.job.cache_dir
-        hint = cubin_cache.read_hint(self.job.cache_dir, self.gpu_name()) if self.program.gpu else []
+        hint = cubin_cache.hint(self.job.cache_dir, self.placement.gpu_name()) if self.program.gpu else []
         if hint:
             self.cubins.offer(*hint)  # what was compiled before is in place before the child starts
-        replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint).save(job_file)
+            if self.program.sandbox is not None:
+                self.ahead = CompilesAhead.start(self.cubins, hint, self.program.sandbox, self.limits.compile_s,
+                                                 Path(self.job.workdir))
+        replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint,
+                parent_compiles=self.ahead is not None).save(job_file)
         read_fd, write_fd = os.pipe()
         control_read, self.control_fd = os.pipe()
         argv = [*self.program.argv, str(job_file), str(write_fd), str(control_read)]
         options = dict(pass_fds=(write_fd, control_read), stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                        env=child_environment(str(self.workdir), self.placement.environment()))
         self.timeline.enter("sandbox")  # the confinement's set-up: reachable copies, the command line
-        if self.program.gpu and self.job.cache_dir:
-            bytecode.ensure(reachable.child_distributions(), Path(self.job.cache_dir))
         with open(self.log_path, "wb") as log:
             if self.program.sandbox is not None:
                 confinement = self.program.confinement(self.workdir)
@@ -167,6 +179,8 @@ class Child:
             else:
                 proc = subprocess.Popen(argv, stdout=log, start_new_session=True, cwd=self.workdir, **options)
         self.pid, self.tree = proc.pid, ProcessTree(proc.pid)
+        if self.program.gpu and self.job.cache_dir:
+            bytecode.ensure_soon(reachable.child_distributions, Path(self.job.cache_dir))
         self.timeline.enter("child_start")
         set_session_priority(self.pid, BACKGROUND_NICE)  # until it holds a turn: start-up, nvcc, waiting
         os.close(write_fd)
@@ -177,6 +191,8 @@ class Child:
             os.close(read_fd)
             os.close(self.control_fd)
             kill_group(proc)  # also reaps stragglers the child left behind
+            if self.ahead is not None:
+                self.ahead.cancel()  # the child ended before it reported its toolchain
             self._end_turn()
             self._close_unused_clocks()
         if self.held_s:
@@ -206,8 +222,14 @@ class Child:
                         yield turn
                     continue
                 if event["event"] == "toolchain":
+                    if self._finish_ahead(event["arch"], event["nvcc"]):
+                        kill_group(proc)
+                        yield {"event": "timeout", "phase": "compile", "case": None,
+                               "limit_s": self.limits.for_phase("compile")}
+                        return
+                    deadline.restart(self.limits.for_phase(phase))  # the parent's compiles were not its time
                     self.cubins.offer(event["arch"], event["nvcc"])
-                    cubin_cache.write_hint(self.job.cache_dir, self.gpu_name(), event["arch"], event["nvcc"])
+                    cubin_cache.write_hint(self.job.cache_dir, self.placement.gpu_name(), event["arch"], event["nvcc"])
                     self._answer(b"ready\n")
                     continue
                 self._annotate(event, case, phase)
@@ -225,21 +247,28 @@ class Child:
             proc.wait()
             yield {"event": "crash", "phase": phase, "case": case, "returncode": proc.returncode}
 
-    def gpu_name(self) -> str:
-        """The GPU this child sees, as the toolchain hint names it: its placement's, or the first visible."""
-        if self.placement.gpu is not None:
-            return str(self.placement.gpu)
-        return os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
-
     def _answer(self, line: bytes) -> None:
         try:
             os.write(self.control_fd, line)
         except BrokenPipeError:
             pass  # the child is gone: its pipe's end tells the rest
 
+    def _finish_ahead(self, arch: str, nvcc_version: str) -> bool:
+        """Keep what the parent built ahead for the child's toolchain; True if the student's build timed out."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is None:
+            return False
+        timed_out = ahead.finish(self.cubins, arch, nvcc_version)
+        self.built_ahead = ahead.kept
+        return timed_out
+
     def _annotate(self, event: dict, case: str | None, phase: str) -> None:
         """What only the parent knows, added to a child's event before it is passed on."""
         if event["event"] == "compiled":
+            used = event.get("cubins", {}).get("student", "")
+            # Whose compiles, if any, ran while the child started: the parent's builds, or the child's on the hint.
+            event["compiled_ahead"] = ("parent" if used in self.built_ahead
+                                       else "child" if event.get("compiled_ahead") else "no")
             event["student_cubin"] = self.cubins.take(event.pop("cubins", {}))
             self.pci_bus_id = event.get("pci_bus_id", "")
             self._open_clocks_early()
