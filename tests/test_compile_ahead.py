@@ -4,21 +4,27 @@ Real nvcc in the real sandbox, no GPU: what is built for the child's toolchain l
 key the parent computes, and is offered to the child as a cached cubin; a build for another toolchain, a
 compile error and a build past the compile limit leave nothing behind for the child to take.
 """
+import json
 import shutil
 import subprocess
+import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, SUBMISSIONS
 from hardware import needs_nvcc
+from test_runner import CHILD_PRELUDE
 
 from grader.contract import KernelContract
+from grader.execute import cubin_cache
 from grader.execute.compile import cubin_key, nvcc_path, prepare_source, reference_module_source
 from grader.execute.compile_ahead import CompilesAhead
 from grader.execute.cubin_cache import OFFERED, Exchange
 from grader.execute.job import Job
 from grader.execute.kernel_params import find_kernel
+from grader.execute.runner import ChildProgram, Limits, run_job
 from grader.execute.sandbox import detect
 
 pytestmark = needs_nvcc
@@ -114,3 +120,47 @@ def test_a_student_build_past_the_compile_limit_is_the_compiles_time_out(tmp_pat
     exchange, ahead = started(job, nvcc_version, limit_s=0.01)
     assert ahead.finish(exchange, ARCH, nvcc_version) is True
     assert ahead.kept == set() and no_builds_left(ahead)
+
+
+# A stand-in GPU child in the real sandbox: it reports the hinted toolchain, waits for the parent's answer and
+# notes what it was offered. Everything before the child's CUDA (the parent's part) is the grader's own.
+CHILD_ON_THE_HINT = """
+send("toolchain", arch=job["toolchain_hint"][0], nvcc=job["toolchain_hint"][1])
+os.fdopen(control).readline()
+seen = {"parent_compiles": job["parent_compiles"],
+        "offered": sorted(os.listdir(os.path.join(job["workdir"], "cubins")))}
+open(os.path.join(job["workdir"], "seen.json"), "w").write(json.dumps(seen))
+send("done")
+"""
+
+
+def sandboxed_child() -> ChildProgram:
+    """Its code on the command line: the sandbox shows the child its own folder only."""
+    return ChildProgram((sys.executable, "-c", CHILD_PRELUDE + textwrap.dedent(CHILD_ON_THE_HINT)), detect(), gpu=True)
+
+
+def hinted_run(job: Job, nvcc_version: str, compile_s: float, monkeypatch) -> list[dict]:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cubin_cache.write_hint(job.cache_dir, "0", ARCH, nvcc_version)
+    limits = Limits(startup_s=60, compile_s=compile_s, run_s=5, max_restarts=0)
+    return list(run_job(job, limits, lambda: 0, sandboxed_child()))
+
+
+def test_a_child_on_the_hinted_toolchain_is_offered_what_the_parent_built_meanwhile(tmp_path, grade_folder,
+                                                                                    nvcc_version, monkeypatch):
+    job = job_of(tmp_path, grade_folder, (SUBMISSIONS / "good_basic" / "kernel.cu").read_text())
+    events = hinted_run(job, nvcc_version, COMPILE_LIMIT_S, monkeypatch)
+    assert [e["event"] for e in events][-2:] == ["done", "output"], events
+    seen = json.loads(next(grade_folder.glob("child-*/seen.json")).read_text())
+    built = sorted(f"{key_of(job, role, nvcc_version)}.cubin" for role in ("student", "reference"))
+    assert seen == {"parent_compiles": True, "offered": built}  # nothing left for the child to compile
+    assert not list(grade_folder.glob("ahead-*"))  # the builds' folders are gone
+
+
+def test_a_student_build_past_the_limit_is_the_grades_compile_time_out(tmp_path, grade_folder, nvcc_version,
+                                                                       monkeypatch):
+    job = job_of(tmp_path, grade_folder, (SUBMISSIONS / "good_basic" / "kernel.cu").read_text())
+    events = hinted_run(job, nvcc_version, 0.01, monkeypatch)
+    timeouts = [e for e in events if e["event"] == "timeout"]
+    assert [(e["phase"], e["limit_s"]) for e in timeouts] == [("compile", 0.01)], events
+    assert not list(grade_folder.glob("child-*/seen.json"))  # the child was stopped before it went on

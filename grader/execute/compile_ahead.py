@@ -7,24 +7,26 @@ those compiles as the child is spawned, each in a sandbox of its own, with the f
 same text. When the child reports its toolchain and it is the hint's, each cubin that was built is kept in the
 cache under the key the parent computed from the text it sent, and offered as any cached cubin. What did not
 build, or was built for another toolchain, the child compiles itself, as without this: a compile error's
-message comes from there. A student compile that outlives the compile limit here is the compile's time-out.
+message comes from there. A student compile that outlives the compile limit here (counted as a child's phase
+is, deadline.py) is the compile's time-out.
 """
 from __future__ import annotations
 
 import shutil
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .compile import CUBIN_FILE, cubin_command, nvcc_path, write_sources
 from .cubin_cache import Exchange
+from .deadline import Deadline
 from .proc import BACKGROUND_NICE, kill_group
 from .protocol import read_untrusted
 from .sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment
 
 MAX_CUBIN_BYTES = 64 << 20
+DEADLINE_CHECK_S = 0.5  # how often a build's deadline is looked at while it runs
 
 
 @dataclass
@@ -32,11 +34,24 @@ class Build:
     role: str  # "student", "device_side" or "reference"
     folder: Path
     process: subprocess.Popen
+    deadline: Deadline  # the compile limit, counted as the child's is: its waits for a CPU are not its time
+
+    def wait(self) -> bool:
+        """Wait for nvcc to end; False if it ran past its deadline first."""
+        while self.process.poll() is None:
+            left = self.deadline.remaining()
+            if left <= 0:
+                return False
+            try:
+                self.process.wait(timeout=min(left, DEADLINE_CHECK_S))
+            except subprocess.TimeoutExpired:
+                continue
+        return True
 
 
 class CompilesAhead:
-    def __init__(self, toolchain: list[str], builds: dict[str, Build], started: float, limit_s: float):
-        self.toolchain, self.builds, self.started, self.limit_s = toolchain, builds, started, limit_s
+    def __init__(self, toolchain: list[str], builds: dict[str, Build]):
+        self.toolchain, self.builds = toolchain, builds
         self.kept: set[str] = set()  # the keys of the cubins built and kept in the cache
 
     @classmethod
@@ -50,7 +65,7 @@ class CompilesAhead:
         missing = {key: role for key, role in exchange.missing(arch, nvcc_version).items() if role != "device_side"}
         if nvcc is None or not missing:
             return None
-        builds, started = {}, time.monotonic()
+        builds = {}
         for key, role in missing.items():
             work = Path(tempfile.mkdtemp(prefix=f"ahead-{role}-", dir=folder))
             work.chmod(0o711)  # the sandbox's uid must reach it
@@ -63,8 +78,8 @@ class CompilesAhead:
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             except (OSError, RuntimeError):
                 continue  # the child compiles it, and says what went wrong
-            builds[key] = Build(role, work, process)
-        return cls(toolchain, builds, started, limit_s) if builds else None
+            builds[key] = Build(role, work, process, Deadline(process.pid, limit_s))
+        return cls(toolchain, builds) if builds else None
 
     def finish(self, exchange: Exchange, arch: str, nvcc_version: str) -> bool:
         """Once the child reported its toolchain: keep what was built for it. True if the student's own build
@@ -74,14 +89,11 @@ class CompilesAhead:
             return False
         timed_out = False
         for key, build in self.builds.items():
-            try:
-                build.process.wait(timeout=max(0.0, self.started + self.limit_s - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            finished = build.wait()
+            kill_group(build.process)  # also what it left behind
+            if not finished:
                 timed_out = timed_out or build.role == "student"
-                continue
-            finally:
-                kill_group(build.process)
-            if build.process.returncode == 0:
+            elif build.process.returncode == 0:
                 try:
                     exchange.keep(key, read_untrusted(build.folder / CUBIN_FILE, MAX_CUBIN_BYTES))
                     self.kept.add(key)
