@@ -103,8 +103,7 @@ def device_lock(config: Config, gpu: int | str | None) -> DeviceLock:
     """The lock of one GPU (by its index among the visible ones), of the GPU a child sees by default
     (None), or of "cpu" for the emulator."""
     if gpu is None:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-        gpu = visible or "0"
+        gpu = Placement().gpu_name()
     # Per host: cluster workers whose cache sits in one shared home folder (NFS) must not queue for each
     # other's "gpu0".
     turns = config.cache_dir / "turns" / socket.gethostname()
