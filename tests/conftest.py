@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# The tests grade in this process as `grade` does in its own: the same BLAS settings, before numpy loads.
+import grader.blas_threads  # noqa: F401, E402
+
 # Fails the run when a test skips for any reason but missing hardware; pytester runs it on toy suites.
 pytest_plugins = ["skip_policy", "pytester"]
 
