@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from .startup import grade
 
-sys.exit(main())
+sys.exit(grade())

@@ -144,3 +144,19 @@ def test_secret_file_that_cannot_be_read_is_misuse(tmp_path, capsys):
     code = main([str(SUBMISSIONS / "good_basic"), "--no-run", "--secret-file", str(tmp_path / "missing"),
                  "-o", str(tmp_path)])
     assert code == 2 and "--secret-file" in capsys.readouterr().err
+
+
+def test_an_entry_points_imports_pause_the_collector_and_leave_it_running():
+    """`grade` and the CPU driver import with the garbage collector paused (grader/startup.py): it must run again
+    after, or a long-lived process that imports through it would never collect."""
+    import gc
+
+    from grader.startup import paused_collection
+
+    assert gc.isenabled()
+    with paused_collection():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ImportError), paused_collection():
+        import grader.no_such_module  # noqa: F401
+    assert gc.isenabled()  # also after imports that failed

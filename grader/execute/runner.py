@@ -62,7 +62,7 @@ class ChildProgram:
 
     @classmethod
     def cpu_driver(cls) -> ChildProgram:
-        return cls((sys.executable, "-m", "grader.execute.cpu.harness_driver"))
+        return cls((sys.executable, "-m", "grader.execute.cpu"))
 
     def confinement(self, workdir: Path) -> Confinement:
         return Confinement(workdir, GPU_LIMITS, python=True, cuda=True, gpu=self.gpu)

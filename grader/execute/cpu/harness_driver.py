@@ -1,6 +1,6 @@
 """The CPU child: builds the emulation of one submission and runs every case under two thread orders.
 
-Runs as `python -m grader.execute.cpu.harness_driver JOB_FILE EVENT_FD CONTROL_FD`, with the same events
+Runs as `python -m grader.execute.cpu JOB_FILE EVENT_FD CONTROL_FD` (__main__.py), with the same events
 as the GPU child. It is the grader's own code and runs unconfined; everything that runs student code
 (g++ on their source, the harness with their kernel linked in, `--tile` included, since static
 initializers run first) runs in the job's sandbox, with a folder per case named by its index (a hidden
@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -301,6 +300,3 @@ def _events(path: Path) -> list[dict]:
         return []
     return [event for event in map(harness_report, text.splitlines()) if event is not None]
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
