@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .compile import CUBIN_FILE, cubin_command, nvcc_path, write_sources
-from .cubin_cache import Exchange
+from .cubin_cache import MAX_CUBIN_BYTES, Exchange
 from .deadline import Deadline
 from .proc import BACKGROUND_NICE, kill_group
 from .protocol import read_untrusted
 from .sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment
 
-MAX_CUBIN_BYTES = 64 << 20
 DEADLINE_CHECK_S = 0.5  # how often a build's deadline is looked at while it runs
 
 
@@ -50,6 +49,8 @@ class Build:
 
 
 class CompilesAhead:
+    """One job's builds ahead, for the toolchain they were started for."""
+
     def __init__(self, toolchain: list[str], builds: dict[str, Build]):
         self.toolchain, self.builds = toolchain, builds
         self.kept: set[str] = set()  # the keys of the cubins built and kept in the cache
@@ -77,6 +78,7 @@ class CompilesAhead:
                                         env=child_environment(str(work), {}), stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             except (OSError, RuntimeError):
+                shutil.rmtree(work, ignore_errors=True)
                 continue  # the child compiles it, and says what went wrong
             builds[key] = Build(role, work, process, Deadline(process.pid, limit_s))
         return cls(toolchain, builds) if builds else None
