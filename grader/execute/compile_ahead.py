@@ -18,8 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .compile import CUBIN_FILE, cubin_command, nvcc_path, write_sources
-from .cubin_cache import MAX_CUBIN_BYTES, Exchange
+from .compile import CUBIN_FILE, MAX_CUBIN_BYTES, cubin_command, nvcc_path, write_sources
+from .cubin_cache import Exchange
 from .deadline import Deadline
 from .proc import BACKGROUND_NICE, kill_group
 from .protocol import read_untrusted
@@ -97,8 +97,8 @@ class CompilesAhead:
                 timed_out = timed_out or build.role == "student"
             elif build.process.returncode == 0:
                 try:
-                    exchange.keep(key, read_untrusted(build.folder / CUBIN_FILE, MAX_CUBIN_BYTES))
-                    self.kept.add(key)
+                    if exchange.keep(key, read_untrusted(build.folder / CUBIN_FILE, MAX_CUBIN_BYTES)):
+                        self.kept.add(key)
                 except OSError:
                     pass  # no cubin to read after all: the child compiles it
         self._clean()

@@ -19,12 +19,11 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from ..cache_file import keep
-from .compile import cubin_key
+from .compile import MAX_CUBIN_BYTES, cubin_key
 from .job import Job
 from .protocol import read_untrusted
 
 OFFERED, BUILT = "cubins", "new-cubins"
-MAX_CUBIN_BYTES = 64 << 20
 ARCH = re.compile(r"sm_\d{2,3}[a-z]?")
 MAX_NVCC_VERSION = 4096
 
@@ -87,13 +86,10 @@ class Exchange:
             return  # not compiled (an error), or not a plain file: nothing to keep
         self.keep(key, data)
 
-    def keep(self, key: str, data: bytes) -> None:
-        """A cubin under a key computed here, from a text this parent sent; never a name a child chose."""
-        target = self.cached(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{key}.{os.getpid()}.tmp")
-        temporary.write_bytes(data)
-        os.replace(temporary, target)
+    def keep(self, key: str, data: bytes) -> bool:
+        """A cubin under a key computed here, from a text this parent sent; never a name a child chose. False
+        where the cache cannot be written (cache_file.keep)."""
+        return keep(self.cached(key), data)
 
 
 def _cacheable(source: str, headers: dict[str, str]) -> bool:
