@@ -19,6 +19,7 @@ import json
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,12 +33,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__
 from .cases import Case
 from .config import Config
+from .diagnose.groups import SanitizerGroups
 from .execute.gpu_detect import local_gpus
 from .execute.runner import Placement
 from .execute.sandbox import ONE_BLAS_THREAD
 from .intake.intake import Entry, Intake, Refusal, discover
 from .judge import truths
-from .pipeline import CPU, GPU, RunPlan, device_lock, not_graded
+from .pipeline import CPU, GPU, RunPlan, device_lock, not_graded, sandbox_of
 from .report.exports import ExportOptions, class_files
 from .report.json_report import to_json
 from .report.junit_report import to_junit_xml
@@ -140,7 +142,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     counts = {"pass": 0, "fail": 0, "held": 0, "error": 0}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
-    workers = Workers()
+    workers = Workers(_sanitizer_groups(plan, config, placements, options))
     pool, client = _executor(options, plan, jobs)
     from .cluster import grade_task, remote_task, task_result  # cluster.py grades with this module's Workers
 
@@ -198,23 +200,41 @@ def _worker_environment() -> dict[str, str]:
     return {**os.environ, **ONE_BLAS_THREAD}
 
 
+def _sanitizer_groups(plan: RunPlan, config: Config, placements: list[Placement],
+                      options: BatchOptions) -> SanitizerGroups | None:
+    """Where this host's workers check clean kernels under the sanitizer in groups (diagnose/groups.py)."""
+    if plan.backend != GPU or not plan.sanitize or options.cluster:
+        return None
+    return SanitizerGroups(placements, sandbox_of(plan), config.cache_dir)
+
+
 class Workers:
     """Starts one batch_worker per student and turns whatever becomes of it into a result."""
 
-    def __init__(self):
+    def __init__(self, groups: SanitizerGroups | None = None):
         self.running: set[subprocess.Popen] = set()
         self.stopping = False
         self.lock = threading.Lock()
+        self.groups = groups
 
     def grade(self, entry: Entry, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
+        ours, theirs = socket.socketpair() if self.groups is not None else (None, None)
+        if theirs is not None:
+            plan = replace(plan, sanitizer_channel=theirs.fileno())
         task = pickle.dumps((entry.path, config, cases, plan))
-        with self.lock:
-            if self.stopping:
-                raise KeyboardInterrupt
-            process = subprocess.Popen([sys.executable, "-m", "grader.batch_worker"], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       env=_worker_environment())
-            self.running.add(process)
+        try:
+            with self.lock:
+                if self.stopping:
+                    raise KeyboardInterrupt
+                process = subprocess.Popen([sys.executable, "-m", "grader.batch_worker"], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           env=_worker_environment(), pass_fds=_fds(theirs))
+                self.running.add(process)
+        finally:
+            if theirs is not None:
+                theirs.close()  # the worker holds its end now; its exit closes the channel
+        if ours is not None:
+            threading.Thread(target=self.groups.serve, args=(ours,), daemon=True).start()
         try:
             output, errors = process.communicate(task)
         finally:
@@ -232,6 +252,10 @@ class Workers:
             self.stopping = True
             for process in self.running:
                 process.kill()
+
+
+def _fds(channel: socket.socket | None) -> tuple[int, ...]:
+    return () if channel is None else (channel.fileno(),)
 
 
 def _worker_died(entry: Entry, config: Config, cases: list[Case], returncode: int, errors: str) -> SubmissionResult:

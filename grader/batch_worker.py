@@ -7,6 +7,7 @@ JSON on stdout; only the parent stores it. A worker that dies, however it dies, 
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import sys
 
@@ -17,6 +18,8 @@ from .pipeline import grade
 def main() -> int:
     die_with_parent()  # a kill -9 of the batch takes every worker with it
     path, config, cases, plan = pickle.loads(sys.stdin.buffer.read())
+    if plan.sanitizer_channel is not None:
+        os.set_inheritable(plan.sanitizer_channel, False)  # the parent's channel is this process's alone
     result = grade(path, config, cases, plan)
     sys.stdout.write(json.dumps(result.to_dict(with_log=True)))
     return 0

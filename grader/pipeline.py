@@ -19,6 +19,7 @@ from .build_failure import BuildFailure, classify
 from .cases import Case
 from .config import Config
 from .contract import KernelContract
+from .diagnose.groups import check_in_group
 from .diagnose.profile import profile_submission
 from .diagnose.resources import add_compiler_feedback, warm_reference
 from .diagnose.run import NAME as SANITIZER_NAME
@@ -80,6 +81,9 @@ class RunPlan:
     sanitize: bool = False  # also run compute-sanitizer's diagnosis (GPU backend)
     profile: bool = False  # also measure the kernel and the reference with Nsight Compute (GPU backend, advice)
     sandbox: Sandbox | None = None  # where student code runs; None: the strongest this machine allows
+    # In a batch worker: its socket to the batch parent, which checks clean kernels' sanitizer runs in
+    # groups (diagnose/groups.py); None grades alone.
+    sanitizer_channel: int | None = None
 
 
 @functools.cache
@@ -211,7 +215,7 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     phases.mark("feedback")
     made = [*run.made_checks(), *statics]
     phases.mark("judge")
-    diagnosis = _sanitizer_check(submission, config, run, plan) if rubric.has(SANITIZER_NAME) else None
+    diagnosis = _sanitizer_check(submission, config, run, plan, made) if rubric.has(SANITIZER_NAME) else None
     phases.mark("sanitizer")
     if diagnosis is not None:
         made.append(diagnosis)
@@ -318,14 +322,26 @@ def _take_run(result: SubmissionResult, run: RunEvents) -> None:
         result.message = run.grader_error
 
 
-def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan) -> CheckResult | None:
-    """compute-sanitizer's diagnosis; None when the kernel did not compile (the rubric says so)."""
+def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan,
+                     made: list[CheckResult]) -> CheckResult | None:
+    """compute-sanitizer's diagnosis; None when the kernel did not compile (the rubric says so). In a batch,
+    a kernel that passed everything is first offered to a group, which can only ever say it is clean."""
     if not run.compile_check.passed or not run.tile_size:
         return None
     timeouts = config.timeouts
-    return sanitize(SanitizerRun(run.student_cubin, config.kernel.contract(), run.tile_size,
-                                 submission.source, timeouts.sanitizer_s, timeouts.sanitizer_launch_s),
-                    placement_of(plan, config), sandbox_of(plan), config.cache_dir)
+    sanitizer_run = SanitizerRun(run.student_cubin, config.kernel.contract(), run.tile_size, submission.source,
+                                 timeouts.sanitizer_s, timeouts.sanitizer_launch_s)
+    placement = placement_of(plan, config)
+    if plan.sanitizer_channel is not None and _likely_clean(made):
+        grouped = check_in_group(sanitizer_run, placement.gpu, plan.sanitizer_channel)
+        if grouped is not None:
+            return grouped
+    return sanitize(sanitizer_run, placement, sandbox_of(plan), config.cache_dir)
+
+
+def _likely_clean(made: list[CheckResult]) -> bool:
+    """Whether the sanitizer will likely find nothing: compiled, every case right, every barrier in place."""
+    return all(check.passed for check in made if check.kind in (COMPILE, CASE, STATIC))
 
 
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,

@@ -1,20 +1,27 @@
-/* The program compute-sanitizer watches: one launch of the student's kernel on a small, ragged shape.
+/* The program compute-sanitizer watches: launches of students' kernels, one after another, each on a small,
+   ragged shape.
 
-   launch_kernel CUBIN KERNEL ARGS GRID BLOCK M N K EVENT_FD CONTROL_FD
+   launch_kernel JOB [JOB ...] EVENT_FD CONTROL_FD
+     JOB: CUBIN KERNEL ARGS GRID BLOCK M N K
      ARGS: the kernel's parameters in the configured order, comma separated, each one of m n k A B C;
      GRID, BLOCK: X,Y,Z each, as the kernel contract launches it (contract.py).
 
    A plain C program on the CUDA driver API (libcuda.so.1, opened at run time): no interpreter to start
-   under the sanitizer, which makes one tool run several times cheaper than a Python one. It loads the
-   module the GPU run built, allocates A, B and C at exactly their sizes (memcheck's padding then makes any
-   overrun hit no other buffer), and speaks the grader's protocol on EVENT_FD:
-     {"event": "buffers", ...}   where A, B and C are, so the parent can name the buffer of an address;
-     {"event": "await_device"}   then waits for "go" on CONTROL_FD before the launch: the GPU is never
-                                 used by this while a timing measurement has it;
-     {"event": "launched", "status": "..."}   the launch happened, and how the synchronize ended.
-   Exit status: 0 after a launch (whatever the kernel did), 2 for a usage error, 3 if the launch never
-   happened (no driver, no GPU, the module or kernel missing). The grader trusts a sanitizer's silence
-   only after a "launched" event and a zero exit status. */
+   under the sanitizer, which makes one tool run several times cheaper than a Python one. For each job in
+   turn it loads the module the GPU run built, allocates A, B and C at exactly their sizes (memcheck's
+   padding then makes any overrun hit no other buffer), and speaks the grader's protocol on EVENT_FD, each
+   event with the job's index:
+     {"event": "buffers", "job": i, ...}   where A, B and C are, so the parent can name the buffer of an address;
+     {"event": "await_device", "job": i}   then waits for "go" on CONTROL_FD before the launch: the GPU is
+                                           never used by this while a timing measurement has it;
+     {"event": "launched", "job": i, "status": "..."}   the launch happened, and how the synchronize ended.
+   A job that did not end "ok" is the last: after a failed launch the context may be lost. Between jobs,
+   the finished job's buffers are overwritten with zeros before they are freed and its module is unloaded,
+   so the next kernel finds nothing of the last one (several jobs in one process are several students, see
+   diagnose/groups.py).
+   Exit status: 0 after the last launch (whatever the kernels did), 2 for a usage error, 3 if a launch never
+   happened (no driver, no GPU, a module or kernel missing). The grader trusts a sanitizer's silence only
+   after a "launched" event for each job and a zero exit status. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <stdio.h>
@@ -37,6 +44,8 @@ static struct {
     CUresult (*alloc)(CUdeviceptr *, size_t);
     CUresult (*upload)(CUdeviceptr, const void *, size_t);
     CUresult (*memset32)(CUdeviceptr, unsigned, size_t);
+    CUresult (*free)(CUdeviceptr);
+    CUresult (*unload)(CUmodule);
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                        void **, void **);
     CUresult (*synchronize)(void);
@@ -44,6 +53,7 @@ static struct {
 } cu;
 
 static FILE *events;
+static int job;  /* the index of the job being run, in every event */
 
 static const char *error_name(CUresult status) {
     const char *name = NULL;
@@ -52,7 +62,8 @@ static const char *error_name(CUresult status) {
 }
 
 static void not_launched(const char *what, CUresult status) {
-    fprintf(events, "{\"event\": \"not_launched\", \"reason\": \"%s: %s\"}\n", what, error_name(status));
+    fprintf(events, "{\"event\": \"not_launched\", \"job\": %d, \"reason\": \"%s: %s\"}\n", job, what,
+            error_name(status));
     fflush(events);
     exit(3);
 }
@@ -69,7 +80,8 @@ static int open_driver(void) {
         {(void **)&cu.primary_retain, "cuDevicePrimaryCtxRetain"}, {(void **)&cu.set_current, "cuCtxSetCurrent"},
         {(void **)&cu.load, "cuModuleLoadData"}, {(void **)&cu.get_function, "cuModuleGetFunction"},
         {(void **)&cu.alloc, "cuMemAlloc_v2"}, {(void **)&cu.upload, "cuMemcpyHtoD_v2"},
-        {(void **)&cu.memset32, "cuMemsetD32_v2"}, {(void **)&cu.launch, "cuLaunchKernel"},
+        {(void **)&cu.memset32, "cuMemsetD32_v2"}, {(void **)&cu.free, "cuMemFree_v2"},
+        {(void **)&cu.unload, "cuModuleUnload"}, {(void **)&cu.launch, "cuLaunchKernel"},
         {(void **)&cu.synchronize, "cuCtxSynchronize"}, {(void **)&cu.error_name, "cuGetErrorName"},
     };
     for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
@@ -113,25 +125,84 @@ static CUdeviceptr device_copy(const float *host, size_t count) {
     return pointer;
 }
 
-int main(int argc, char **argv) {
+enum { JOB_ARGS = 8 };
+
+/* One job: argv[0..7] are CUBIN KERNEL ARGS GRID BLOCK M N K. Returns the synchronize's status (0: ok). */
+static CUresult run_job(char **argv, FILE *control) {
     unsigned grid[3], block[3];
-    if (argc != 11 || sscanf(argv[4], "%u,%u,%u", &grid[0], &grid[1], &grid[2]) != 3 ||
-        sscanf(argv[5], "%u,%u,%u", &block[0], &block[1], &block[2]) != 3) {
-        fprintf(stderr, "usage: launch_kernel CUBIN KERNEL ARGS GRID BLOCK M N K EVENT_FD CONTROL_FD\n");
+    int m = atoi(argv[5]), n = atoi(argv[6]), k = atoi(argv[7]);
+    if (sscanf(argv[3], "%u,%u,%u", &grid[0], &grid[1], &grid[2]) != 3 ||
+        sscanf(argv[4], "%u,%u,%u", &block[0], &block[1], &block[2]) != 3 || m <= 0 || n <= 0 || k <= 0) exit(2);
+    void *image = read_file(argv[0]);
+    if (image == NULL) {
+        fprintf(events, "{\"event\": \"not_launched\", \"job\": %d, \"reason\": \"the compiled module could not be read\"}\n",
+                job);
+        fflush(events);
+        exit(3);
+    }
+    CUmodule module;
+    CUfunction function;
+    check(cu.load(&module, image), "cuModuleLoadData");
+    free(image);
+    check(cu.get_function(&function, module, argv[1]), "cuModuleGetFunction");
+    size_t sizes[3] = {sizeof(float) * (size_t)m * k, sizeof(float) * (size_t)k * n, sizeof(float) * (size_t)m * n};
+    float *a = malloc(sizes[0]), *b = malloc(sizes[1]);
+    if (a == NULL || b == NULL) exit(3);
+    fill(a, (size_t)m * k, 0x5EED5EEDULL);
+    fill(b, (size_t)k * n, 0xB0B0B0B0ULL);
+    CUdeviceptr buffers[3] = {device_copy(a, (size_t)m * k), device_copy(b, (size_t)k * n), 0};
+    free(a);
+    free(b);
+    check(cu.alloc(&buffers[2], sizes[2]), "cuMemAlloc");
+    check(cu.memset32(buffers[2], 0x7FC00000u, (size_t)m * n), "cuMemsetD32");
+    fprintf(events, "{\"event\": \"buffers\", \"job\": %d, \"buffers\": {\"A\": [%llu, %zu], \"B\": [%llu, %zu], "
+            "\"C\": [%llu, %zu]}}\n", job, buffers[0], sizes[0], buffers[1], sizes[1], buffers[2], sizes[2]);
+    fflush(events);
+
+    int dims[3] = {m, n, k};
+    void *parameters[16];
+    int count = 0;
+    for (char *name = strtok(argv[2], ","); name != NULL && count < 16; name = strtok(NULL, ",")) {
+        const char *known = "mnkABC", *at = strchr(known, name[0]);
+        if (at == NULL || name[0] == 0 || name[1] != 0) exit(2);
+        int index = (int)(at - known);
+        parameters[count++] = index < 3 ? (void *)&dims[index] : (void *)&buffers[index - 3];
+    }
+    /* The turn covers the launch alone: loading the module (which the tool instruments) and the copies
+       come first, so a timing measurement waits for the GPU to empty for as short a time as can be. */
+    fprintf(events, "{\"event\": \"await_device\", \"job\": %d}\n", job);
+    fflush(events);
+    char answer[16] = {0};
+    if (fgets(answer, sizeof answer, control) == NULL || strncmp(answer, "go", 2) != 0) exit(3);
+    /* Dynamic shared memory as every backend gives it: two tiles of floats (contract.py dynamic_shared_bytes) */
+    unsigned int dynamic_shared = 2u * block[0] * block[1] * block[2] * (unsigned int)sizeof(float);
+    check(cu.launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], dynamic_shared, NULL,
+                    parameters, NULL),
+          "cuLaunchKernel");
+    CUresult status = cu.synchronize();
+    fprintf(events, "{\"event\": \"launched\", \"job\": %d, \"status\": \"%s\"}\n", job,
+            status == 0 ? "ok" : error_name(status));
+    fflush(events);
+    if (status == 0) {
+        for (int i = 0; i < 3; i++) check(cu.memset32(buffers[i], 0, sizes[i] / sizeof(float)), "cuMemsetD32");
+        check(cu.synchronize(), "cuCtxSynchronize");
+        for (int i = 0; i < 3; i++) check(cu.free(buffers[i]), "cuMemFree");
+        check(cu.unload(module), "cuModuleUnload");
+    }
+    return status;
+}
+
+int main(int argc, char **argv) {
+    int jobs = (argc - 3) / JOB_ARGS;
+    if (argc < 3 + JOB_ARGS || (argc - 3) % JOB_ARGS != 0) {
+        fprintf(stderr, "usage: launch_kernel CUBIN KERNEL ARGS GRID BLOCK M N K [CUBIN ...] EVENT_FD CONTROL_FD\n");
         return 2;
     }
-    int m = atoi(argv[6]), n = atoi(argv[7]), k = atoi(argv[8]);
-    events = fdopen(atoi(argv[9]), "w");
-    FILE *control = fdopen(atoi(argv[10]), "r");
-    if (events == NULL || control == NULL || m <= 0 || n <= 0 || k <= 0) return 2;
+    events = fdopen(atoi(argv[argc - 2]), "w");
+    FILE *control = fdopen(atoi(argv[argc - 1]), "r");
+    if (events == NULL || control == NULL) return 2;
     if (!open_driver()) {
-        fprintf(events, "{\"event\": \"not_launched\", \"reason\": \"the CUDA driver (libcuda.so.1) is not here\"}\n");
-        fflush(events);
-        return 3;
-    }
-    void *image = read_file(argv[1]);
-    if (image == NULL) {
-        fprintf(events, "{\"event\": \"not_launched\", \"reason\": \"the compiled module could not be read\"}\n");
+        fprintf(events, "{\"event\": \"not_launched\", \"job\": 0, \"reason\": \"the CUDA driver (libcuda.so.1) is not here\"}\n");
         fflush(events);
         return 3;
     }
@@ -141,45 +212,8 @@ int main(int argc, char **argv) {
     check(cu.device_get(&device, 0), "cuDeviceGet");
     check(cu.primary_retain(&context, device), "cuDevicePrimaryCtxRetain");
     check(cu.set_current(context), "cuCtxSetCurrent");
-
-    CUmodule module;
-    CUfunction function;
-    check(cu.load(&module, image), "cuModuleLoadData");
-    check(cu.get_function(&function, module, argv[2]), "cuModuleGetFunction");
-    float *a = malloc(sizeof(float) * (size_t)m * k), *b = malloc(sizeof(float) * (size_t)k * n);
-    if (a == NULL || b == NULL) return 3;
-    fill(a, (size_t)m * k, 0x5EED5EEDULL);
-    fill(b, (size_t)k * n, 0xB0B0B0B0ULL);
-    CUdeviceptr buffers[3] = {device_copy(a, (size_t)m * k), device_copy(b, (size_t)k * n), 0};
-    check(cu.alloc(&buffers[2], sizeof(float) * (size_t)m * n), "cuMemAlloc");
-    check(cu.memset32(buffers[2], 0x7FC00000u, (size_t)m * n), "cuMemsetD32");
-    fprintf(events, "{\"event\": \"buffers\", \"buffers\": {\"A\": [%llu, %zu], \"B\": [%llu, %zu], \"C\": [%llu, %zu]}}\n",
-            buffers[0], sizeof(float) * (size_t)m * k, buffers[1], sizeof(float) * (size_t)k * n, buffers[2],
-            sizeof(float) * (size_t)m * n);
-    fflush(events);
-
-    int dims[3] = {m, n, k};
-    void *parameters[16];
-    int count = 0;
-    for (char *name = strtok(argv[3], ","); name != NULL && count < 16; name = strtok(NULL, ",")) {
-        const char *known = "mnkABC", *at = strchr(known, name[0]);
-        if (at == NULL || name[0] == 0 || name[1] != 0) return 2;
-        int index = (int)(at - known);
-        parameters[count++] = index < 3 ? (void *)&dims[index] : (void *)&buffers[index - 3];
+    for (job = 0; job < jobs; job++) {
+        if (run_job(argv + 1 + job * JOB_ARGS, control) != 0) break;
     }
-    /* The turn covers the launch alone: loading the module (which the tool instruments) and the copies
-       come first, so a timing measurement waits for the GPU to empty for as short a time as can be. */
-    fprintf(events, "{\"event\": \"await_device\"}\n");
-    fflush(events);
-    char answer[16] = {0};
-    if (fgets(answer, sizeof answer, control) == NULL || strncmp(answer, "go", 2) != 0) return 3;
-    /* Dynamic shared memory as every backend gives it: two tiles of floats (contract.py dynamic_shared_bytes) */
-    unsigned int dynamic_shared = 2u * block[0] * block[1] * block[2] * (unsigned int)sizeof(float);
-    check(cu.launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], dynamic_shared, NULL,
-                    parameters, NULL),
-          "cuLaunchKernel");
-    CUresult status = cu.synchronize();
-    fprintf(events, "{\"event\": \"launched\", \"status\": \"%s\"}\n", status == 0 ? "ok" : error_name(status));
-    fflush(events);
     return 0;
 }

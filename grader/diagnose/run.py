@@ -137,9 +137,15 @@ def launch_command(program: Path, cubin: Path, contract: KernelContract, tile: i
                    shape: tuple[int, int, int], symbol: str = "") -> list[str]:
     """launch_kernel's command line (before its two pipes) for one launch of the contract's kernel, looked up
     by its symbol in the cubin (kernel_params.kernel_symbol: mangled, or the contract's name)."""
+    return [str(program), *job_arguments(cubin, contract, tile, shape, symbol)]
+
+
+def job_arguments(cubin: Path | str, contract: KernelContract, tile: int, shape: tuple[int, int, int],
+                  symbol: str = "") -> list[str]:
+    """One job of launch_kernel's command line: CUBIN KERNEL ARGS GRID BLOCK M N K."""
     m, n, k = shape
     geometry = contract.launch(m, n, tile)
-    return [str(program), str(cubin), symbol or contract.name, ",".join(contract.launch_roles),
+    return [str(cubin), symbol or contract.name, ",".join(contract.launch_roles),
             ",".join(map(str, geometry.grid)), ",".join(map(str, geometry.block)), str(m), str(n), str(k)]
 
 

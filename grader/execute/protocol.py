@@ -61,15 +61,17 @@ EVENTS: dict[str, tuple[dict, dict]] = {
              {"races": RECORDS, "schedules_differ": int, "launches": int, "distinct_outputs": int,
               "unstored_reads": RECORDS, "collisions": RECORDS, "c_collisions": int}),
     "case_error": ({"case": str, "schedule": str, "problem": RECORD}, {}),
-    "await_device": ({}, {}),  # a turn on the device for the cases (or a sanitizer launch): answered "go"
+    # A turn on the device for the cases, or for a sanitizer launch (job: which of launch_kernel's): "go"
+    "await_device": ({}, {"job": int}),
     "await_timing": ({}, {}),  # a turn for one measurement: answered "go REPETITIONS" or "skip"
     "timing": ({"student_ms": NUMBERS, "reference_ms": NUMBERS, "launches": int, "wrong_launches": int,
                 "first_wrong_launch": OPTIONAL_INT, "m": int, "n": int, "k": int, "phase_s": NUMBER,
                 "peak_gflops": NUMBER}, {}),
     "fault": ({"error": str}, {}),
-    "buffers": ({"buffers": BUFFER_MAP}, {}),
-    "launched": ({"status": str}, {}),  # the sanitizer's launch happened; how the synchronize ended
-    "not_launched": ({"reason": str}, {}),
+    # launch_kernel's, per job: where its buffers are, that its launch happened (how the synchronize ended)
+    "buffers": ({"buffers": BUFFER_MAP}, {"job": int}),
+    "launched": ({"status": str}, {"job": int}),
+    "not_launched": ({"reason": str}, {"job": int}),
     # The CPU emulator's access profile of the student's kernel and the reference's on one shape (size³), and
     # the seconds it added after the last case.
     "access_profile": ({"size": int, "student": ACCESSES, "reference": ACCESSES}, {"seconds": NUMBER}),

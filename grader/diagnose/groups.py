@@ -1,0 +1,262 @@
+"""A batch's sanitizer runs of several students in one process per tool, where that can only say "clean".
+
+Why: every CUDA program a batch starts makes and ends a context, which the driver does one process at a
+time, host-wide, and a context under a sanitizer tool is dear (racecheck: 0.75 s alone on an H100). A
+class of 300 started 900 of them, one per tool per student, and that queue, not the GPU, set the batch's
+pace (bench/cuda_start.py). Here one tool process launches the kernels of up to GROUP_SIZE students in
+turn (launch_kernel.c takes several jobs), so a group pays for one start per tool.
+
+What a group may say is only that every kernel in it was found clean. It is believed when, for each tool,
+the process ended with status 0, its summary was read and counts no error and no warning, and every job
+was launched and synchronized "ok", in order. Then each student gets what checking them alone says of a
+clean kernel (run._verdict, with the group's times). Anything else (a finding, a fault, a hang, a tool
+that broke, a worker that asked twice) and every student of the group is checked alone, in their own
+worker, as if the group had never run. So the only thing a kernel's run in a group can ever tell a
+student, its own or another's, is "found nothing", which says nothing of the others' data; and one
+student's fault costs the rest of the group only the group's time. Between jobs the launch program zeroes
+and frees the last job's buffers and unloads its module, so no kernel even finds another's inputs.
+
+Workers offer only kernels that passed every case and static check (pipeline.py): those are likely clean,
+so a group seldom has to be checked again one by one. The channel to the batch parent is a socket pair
+made for each worker (batch.py); a sandboxed child never holds it.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..execute.compile import MAX_CUBIN_BYTES
+from ..execute.proc import BACKGROUND_NICE
+from ..execute.protocol import read_untrusted
+from ..execute.runner import Placement
+from ..execute.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
+from ..result import CheckResult
+from .launcher import LauncherUnavailable, launcher
+from .run import (
+    TOOLS,
+    SanitizerRun,
+    ToolRun,
+    _kernel_symbol,
+    _read,
+    _verdict,
+    _watch,
+    job_arguments,
+    sanitizer_path,
+    shape_for,
+    tool_command,
+)
+from .sanitizer_log import parse
+
+GROUP_SIZE = 8  # students per tool process
+# How long a request waits for others to join it before its group runs as it is. A waiting worker holds
+# its batch slot but no CPU or GPU; 300 students on an H100 (half of them clean) took 161.9 s with 1 s
+# (groups of 2-3) and 154.8 s with 3 s (groups of 5-6).
+GATHER_S = 3.0
+JOB_ARGUMENTS = 7  # a job after its cubin: KERNEL ARGS GRID BLOCK M N K (launch_kernel.c)
+MAX_REQUEST_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class Request:
+    """One student's sanitizer runs, as a worker asks for them: its module and, per tool, its launch."""
+
+    gpu: int | None
+    cubin: str  # the GPU run's module, in the worker's folder (read by the parent, which copies it)
+    jobs: dict[str, list[str]]  # tool -> KERNEL ARGS GRID BLOCK M N K (run.job_arguments, cubin left out)
+    timeout_s: float
+    launch_s: float
+
+    def to_json(self) -> bytes:
+        return json.dumps(vars(self)).encode() + b"\n"
+
+    @classmethod
+    def from_json(cls, line: bytes) -> Request:
+        """A worker's request, checked field by field (ValueError names what is wrong)."""
+        data = json.loads(line)
+        if not isinstance(data, dict) or set(data) != {"gpu", "cubin", "jobs", "timeout_s", "launch_s"}:
+            raise ValueError("a request has exactly the fields gpu, cubin, jobs, timeout_s, launch_s")
+        jobs = data["jobs"]
+        if not isinstance(jobs, dict) or set(jobs) != set(TOOLS) or not all(
+                isinstance(args, list) and len(args) == JOB_ARGUMENTS and all(isinstance(a, str) for a in args)
+                for args in jobs.values()):
+            raise ValueError(f"jobs: one launch of {JOB_ARGUMENTS} strings for each of {', '.join(TOOLS)}")
+        if not (data["gpu"] is None or isinstance(data["gpu"], int)) or not isinstance(data["cubin"], str):
+            raise ValueError("gpu is a number or null, cubin a path")
+        limits = [data["timeout_s"], data["launch_s"]]
+        if not all(isinstance(v, (int, float)) and 0 < v <= 3600 for v in limits):
+            raise ValueError("timeout_s and launch_s are seconds, more than 0 and at most an hour")
+        return cls(data["gpu"], data["cubin"], jobs, float(data["timeout_s"]), float(data["launch_s"]))
+
+
+@dataclass
+class ToolTogether:
+    tool: str
+    seconds: float
+    waited_s: float = 0.0
+    held_s: float = 0.0
+    why_not: str = ""  # why this tool's silence does not vouch for every kernel of the group
+
+
+def run_group(requests: list[Request], placement: Placement, sandbox: Sandbox, cache_dir: Path) -> dict:
+    """Each tool once over every request's kernel: the reply every requester of the group gets."""
+    tool_path = sanitizer_path()
+    if tool_path is None:
+        return _not_clean(requests, "compute-sanitizer is not installed")
+    try:
+        program = launcher(cache_dir)
+    except LauncherUnavailable as error:
+        return _not_clean(requests, str(error))
+    with scratch_folder("sgemm-sanitize-group-") as root:
+        inputs = root / "inputs"  # read-only for the tools: each writes only into a folder of its own
+        inputs.mkdir(mode=0o755)
+        shutil.copy(program, inputs / "launch_kernel")
+        (inputs / "launch_kernel").chmod(0o755)
+        for index, request in enumerate(requests):
+            try:
+                (inputs / f"kernel{index}.cubin").write_bytes(read_untrusted(Path(request.cubin), MAX_CUBIN_BYTES))
+            except OSError as error:
+                return _not_clean(requests, f"a module could not be read ({error.strerror or error})")
+            (inputs / f"kernel{index}.cubin").chmod(0o644)
+
+        def one(tool: str) -> ToolTogether:
+            launch = [str(inputs / "launch_kernel")]
+            for index, request in enumerate(requests):
+                launch += [str(inputs / f"kernel{index}.cubin"), *request.jobs[tool]]
+            return _tool_together(tool, tool_path, launch, root, inputs, requests, placement, sandbox)
+
+        with ThreadPoolExecutor(len(TOOLS)) as pool:
+            tools = list(pool.map(one, TOOLS))
+    reasons = [f"{t.tool}: {t.why_not}" for t in tools if t.why_not]
+    return {"clean": not reasons, "why_not": "; ".join(reasons), "group": len(requests),
+            "tools": {t.tool: {"seconds": round(t.seconds, 3), "waited_s": round(t.waited_s, 3),
+                               "held_s": round(t.held_s, 3)} for t in tools}}
+
+
+def _not_clean(requests: list[Request], why: str) -> dict:
+    return {"clean": False, "why_not": why, "group": len(requests), "tools": {}}
+
+
+def _tool_together(tool: str, tool_path: str, launch: list[str], root: Path, inputs: Path,
+                   requests: list[Request], placement: Placement, sandbox: Sandbox) -> ToolTogether:
+    started = time.perf_counter()
+    work = root / tool
+    work.mkdir()
+    log = work / f"{tool}.log"
+    confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True, readable=(inputs,), nice=BACKGROUND_NICE)
+    timeout_s, launch_s = max(r.timeout_s for r in requests), max(r.launch_s for r in requests)
+    watched = _watch(tool_command(tool_path, tool, log, launch), confinement, sandbox,
+                     child_environment(str(work), placement.environment()), timeout_s, launch_s, placement)
+    result = ToolTogether(tool, time.perf_counter() - started, watched.waited_s, watched.held_s)
+    launched = [(e.get("job"), e.get("status")) for e in watched.events if e["event"] == "launched"]
+    report = parse(tool, _read(log))
+    if watched.timed_out:
+        result.why_not = "timed out"
+    elif watched.protocol_error:
+        result.why_not = f"protocol: {watched.protocol_error}"
+    elif launched != [(index, "ok") for index in range(len(requests))]:
+        result.why_not = "not every kernel was launched and ended ok"
+    elif watched.returncode != 0:
+        result.why_not = f"the tool ended with status {watched.returncode}"
+    elif not report.complete or report.hazards or report.error_count or report.warning_count:
+        result.why_not = "it reported something"
+    return result
+
+
+class SanitizerGroups:
+    """The batch parent's side: gathers workers' requests per GPU into groups and runs each group once.
+
+    A request waits up to gather_s for others; a group runs as soon as it has `size` requests, or when its
+    first request's wait is over, in the thread of whoever completes or ends it. Every requester of a group
+    gets the group's reply."""
+
+    def __init__(self, placements: list[Placement], sandbox: Sandbox, cache_dir: Path, size: int = GROUP_SIZE,
+                 gather_s: float = GATHER_S, run=run_group):
+        self.placements = {p.gpu: p for p in placements}
+        self.sandbox, self.cache_dir, self.size, self.gather_s, self.run = sandbox, cache_dir, size, gather_s, run
+        self.lock = threading.Lock()
+        self.pending: dict[int | None, list[tuple[Request, Future]]] = {}
+
+    def check(self, request: Request) -> dict:
+        placement = self.placements.get(request.gpu)
+        if placement is None:
+            return _not_clean([request], f"no GPU {request.gpu} in this batch")
+        mine: Future = Future()
+        with self.lock:
+            waiting = self.pending.setdefault(request.gpu, [])
+            waiting.append((request, mine))
+            group = self._take(request.gpu) if len(waiting) >= self.size else None
+        if group is None:
+            try:
+                return mine.result(timeout=self.gather_s)
+            except TimeoutError:
+                with self.lock:  # still nobody's: run what has gathered, ours among it
+                    group = self._take(request.gpu) if any(f is mine for _, f in self.pending[request.gpu]) else None
+            if group is None:
+                return mine.result()  # taken meanwhile by another requester, who runs it
+        self._run(group, placement)
+        return mine.result()
+
+    def _take(self, gpu: int | None) -> list[tuple[Request, Future]]:
+        group, self.pending[gpu] = self.pending[gpu][:self.size], self.pending[gpu][self.size:]
+        return group
+
+    def _run(self, group: list[tuple[Request, Future]], placement: Placement) -> None:
+        try:
+            reply = self.run([request for request, _ in group], placement, self.sandbox, self.cache_dir)
+        except Exception as error:  # a grader bug here costs the group its grouping, never a grade
+            reply = _not_clean([request for request, _ in group], f"{type(error).__name__}: {error}")
+        for _, future in group:
+            future.set_result(reply)
+
+    def serve(self, channel: socket.socket) -> None:
+        """One worker's channel, until the worker closes it: a request per line, a reply per line."""
+        with channel, channel.makefile("rb") as lines:
+            for line in lines:
+                try:
+                    reply = self.check(Request.from_json(line[:MAX_REQUEST_BYTES]))
+                except (ValueError, TypeError) as error:
+                    reply = {"clean": False, "why_not": f"a bad request: {error}", "group": 0, "tools": {}}
+                try:
+                    channel.sendall(json.dumps(reply).encode() + b"\n")
+                except OSError:
+                    return
+
+
+def ask(channel_fd: int, request: Request, timeout_s: float) -> dict | None:
+    """A worker's side: the group's reply to this request, or None when there was none to be had."""
+    try:
+        with socket.socket(fileno=channel_fd) as channel:
+            channel.settimeout(timeout_s)
+            channel.sendall(request.to_json())
+            with channel.makefile("rb") as lines:
+                reply = json.loads(lines.readline(MAX_REQUEST_BYTES))
+    except (OSError, ValueError):
+        return None
+    return reply if isinstance(reply, dict) and isinstance(reply.get("clean"), bool) else None
+
+
+def check_in_group(run: SanitizerRun, gpu: int | None, channel_fd: int) -> CheckResult | None:
+    """A worker's clean kernel checked in a group: what checking it alone says of a clean kernel, or None
+    when the group could not vouch for it (then it is checked alone)."""
+    symbol = _kernel_symbol(Path(run.cubin), run.contract)
+    jobs = {tool: job_arguments(run.cubin, run.contract, run.tile, shape_for(tool, run.tile, run.contract),
+                                symbol)[1:] for tool in TOOLS}
+    # However the group went, the worker waits no longer than a group could take (each launch and each tool's
+    # own time), then checks the kernel alone.
+    reply = ask(channel_fd, Request(gpu, run.cubin, jobs, run.timeout_s, run.launch_s),
+                GATHER_S + (GROUP_SIZE + 1) * (run.timeout_s + run.launch_s))
+    if reply is None or reply["clean"] is not True:
+        return None
+    times = reply.get("tools") if isinstance(reply.get("tools"), dict) else {}
+    tools = [ToolRun(tool, **{key: float(value) for key, value in times.get(tool, {}).items()
+                              if key in ("seconds", "waited_s", "held_s") and isinstance(value, (int, float))})
+             for tool in TOOLS]
+    check = _verdict(tools, run.tile, run.contract)
+    check.metrics["sanitizer_group"] = reply.get("group")
+    return check

@@ -1,0 +1,215 @@
+"""Several students' kernels under one sanitizer process per tool (diagnose/groups.py): a group can only ever
+say "clean", and a batch gives every student what grading them alone gives."""
+import json
+import shutil
+import socket
+import threading
+import time
+
+import pytest
+from conftest import SUBMISSIONS
+from hardware import needs_gpu, needs_sanitizer
+
+from grader.diagnose.groups import GROUP_SIZE, Request, SanitizerGroups, ask
+from grader.diagnose.run import TOOLS
+from grader.execute.runner import Placement
+
+# A kernel that computes every case right and has both barriers, with a shared-memory race that changes
+# nothing: every thread of a block writes its own index to one shared int, and nobody waits before reading
+# it. Its workers offer it to a group (it looks clean), and racecheck finds the race.
+HIDDEN_RACE = ("    volatile __shared__ int last;\n    last = tx;\n    if (last > 4096) C[0] = 0.0f;\n"
+               "    float sum = 0.0f;\n")
+
+
+def request(gpu=0, cubin="/nonexistent/kernel.cubin") -> Request:
+    job = ["mysgemm", "m,n,k,A,B,C", "2,2,1", "16,16,1", "19", "21", "50"]
+    return Request(gpu, cubin, {tool: list(job) for tool in TOOLS}, 15.0, 5.0)
+
+
+# --- the parent's side, without a GPU: how requests gather and what a bad one gets ---------------------------
+
+
+def test_requests_gather_into_one_group_of_at_most_the_group_size():
+    ran = []
+
+    def run(requests, placement, sandbox, cache_dir):
+        ran.append(len(requests))
+        return {"clean": True, "why_not": "", "group": len(requests), "tools": {}}
+
+    groups = SanitizerGroups([Placement(gpu=0)], None, None, size=3, gather_s=5.0, run=run)
+    replies = []
+    threads = [threading.Thread(target=lambda: replies.append(groups.check(request()))) for _ in range(3)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert ran == [3] and [r["group"] for r in replies] == [3, 3, 3]
+    assert time.monotonic() - started < 4.0  # a full group does not wait for the gathering time
+
+
+def test_a_lone_request_runs_alone_once_its_wait_is_over():
+    groups = SanitizerGroups([Placement(gpu=0)], None, None, size=GROUP_SIZE, gather_s=0.2,
+                             run=lambda requests, *_: {"clean": True, "group": len(requests), "tools": {}})
+    assert groups.check(request())["group"] == 1
+
+
+def test_requests_for_different_gpus_never_share_a_group():
+    seen = []
+
+    def run(requests, placement, *_):
+        seen.append((placement.gpu, {r.gpu for r in requests}))
+        return {"clean": True, "group": len(requests), "tools": {}}
+
+    groups = SanitizerGroups([Placement(gpu=0), Placement(gpu=1)], None, None, size=2, gather_s=0.3, run=run)
+    threads = [threading.Thread(target=groups.check, args=(request(gpu),)) for gpu in (0, 1, 0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(seen) == [(0, {0}), (1, {1})]
+
+
+def test_a_group_that_raised_is_not_clean_for_anyone():
+    def run(*_):
+        raise RuntimeError("the grader's bug")
+
+    groups = SanitizerGroups([Placement(gpu=0)], None, None, size=1, run=run)
+    reply = groups.check(request())
+    assert reply["clean"] is False and "the grader's bug" in reply["why_not"]
+    assert groups.check(request(gpu=7))["clean"] is False  # a GPU this batch does not have
+
+
+@pytest.mark.parametrize("line", [b"not json\n", b"[]\n", b'{"gpu": 0}\n',
+                                  json.dumps({**vars(request()), "jobs": {"racecheck": []}}).encode() + b"\n",
+                                  json.dumps({**vars(request()), "timeout_s": -1}).encode() + b"\n"])
+def test_a_bad_request_on_the_channel_gets_a_reply_that_is_not_clean(line):
+    groups = SanitizerGroups([Placement(gpu=0)], None, None, size=1,
+                             run=lambda requests, *_: {"clean": True, "group": 1, "tools": {}})
+    ours, theirs = socket.socketpair()
+    server = threading.Thread(target=groups.serve, args=(ours,))
+    server.start()
+    theirs.sendall(line)
+    reply = json.loads(theirs.makefile("rb").readline())
+    theirs.close()
+    server.join(5)
+    assert reply["clean"] is False and reply["why_not"].startswith("a bad request") and not server.is_alive()
+
+
+def test_a_worker_asks_over_its_channel_and_gets_the_groups_reply():
+    groups = SanitizerGroups([Placement(gpu=0)], None, None, size=1,
+                             run=lambda requests, *_: {"clean": True, "group": 1, "tools": {}})
+    ours, theirs = socket.socketpair()
+    threading.Thread(target=groups.serve, args=(ours,), daemon=True).start()
+    assert ask(theirs.detach(), request(), 5.0) == {"clean": True, "group": 1, "tools": {}}
+
+
+def test_a_parent_that_never_answers_leaves_the_worker_to_check_alone():
+    ours, theirs = socket.socketpair()
+    started = time.monotonic()
+    assert ask(theirs.detach(), request(), 0.3) is None
+    assert time.monotonic() - started < 3
+    ours.close()
+
+
+# --- on a GPU: the tools, the batch --------------------------------------------------------------------------
+
+
+def a_class(tmp_path, names: list[str]):
+    folder = tmp_path / "class"
+    for name in names:
+        shutil.copytree(SUBMISSIONS / name, folder / name)
+    hidden = folder / "hidden_race"
+    hidden.mkdir()
+    source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
+    (hidden / "kernel.cu").write_text(source.replace("    float sum = 0.0f;\n", HIDDEN_RACE, 1))
+    return folder
+
+
+@pytest.mark.gpu
+@needs_gpu
+@needs_sanitizer
+def test_run_group_vouches_only_for_a_group_where_every_tool_found_nothing(tmp_path, config_file):
+    """Clean kernels together: clean. One racy kernel among them: not clean, for every one of them."""
+    from grader.config import load_config
+    from grader.diagnose.groups import run_group
+    from grader.pipeline import GPU, RunPlan, sandbox_of
+
+    config = load_config(config_file)
+    cubins = {name: _cubin(name, tmp_path) for name in ("good_basic", "good_tile8_renamed", "hidden_race")}
+    sandbox = sandbox_of(RunPlan(GPU))
+    clean = [_request(cubins[name], tile) for name, tile in (("good_basic", 16), ("good_tile8_renamed", 8))]
+    reply = run_group(clean * 2, Placement(), sandbox, config.cache_dir)
+    assert reply["clean"] is True and reply["group"] == 4, reply
+    racy = [clean[0], _request(cubins["hidden_race"], 16), clean[1]]
+    reply = run_group(racy, Placement(), sandbox, config.cache_dir)
+    assert reply["clean"] is False and "racecheck" in reply["why_not"], reply
+
+
+@pytest.mark.gpu
+@needs_gpu
+@needs_sanitizer
+def test_a_batch_checks_clean_kernels_together_and_gives_everyone_what_grading_alone_gives(tmp_path, config_file):
+    from rich.console import Console
+
+    from grader.batch import BatchOptions, run_batch
+    from grader.cases import load_cases
+    from grader.config import load_config
+    from grader.judge.verdicts import differences
+    from grader.pipeline import GPU, RunPlan, grade
+    from grader.result import FAILED, PASSED, SANITIZER
+
+    config = load_config(config_file)
+    cases = [case for case in load_cases(config.testcases_dir) if not case.gpu_only][:2]
+    names = ["good_basic", "good_tile8_renamed", "tile_width_named", "template_helper", "missing_load_barrier",
+             "no_bounds_checks", "conditional_barrier"]
+    folder = a_class(tmp_path, names)
+    outcome = run_batch([folder], config, cases, RunPlan(GPU, sanitize=True), BatchOptions(tmp_path / "out", jobs=8),
+                        Console(quiet=True))
+    batch = {result.submission: result for result in outcome.results}
+    assert len(batch) == len(names) + 1
+    grouped = set()
+    for name in [*names, "hidden_race"]:
+        alone = grade(folder / name, config, cases, RunPlan(GPU, sanitize=True))
+        together = batch[name]
+        assert differences(together, alone, config.timing.max_ratio) == [], name
+        mine, theirs = (next(c for c in r.checks if c.kind == SANITIZER) for r in (together, alone))
+        assert (mine.status, mine.message) == (theirs.status, theirs.message), name
+        if "sanitizer_group" in mine.metrics:
+            grouped.add(name)
+            assert mine.status == PASSED
+    assert grouped <= {"good_basic", "good_tile8_renamed", "tile_width_named", "template_helper"}, grouped
+    # offered to a group as it looked clean, the group was not: checked alone, the race is found
+    hidden = next(c for c in batch["hidden_race"].checks if c.kind == SANITIZER)
+    assert hidden.status == FAILED and "race" in hidden.message and "hidden_race" not in grouped
+
+    # A class of clean kernels only: each is checked in a group, and some groups hold several students.
+    clean = a_class(tmp_path / "clean", ["good_basic", "good_tile8_renamed", "tile_width_named", "template_helper"])
+    shutil.rmtree(clean / "hidden_race")
+    outcome = run_batch([clean], config, cases, RunPlan(GPU, sanitize=True), BatchOptions(tmp_path / "out2", jobs=8),
+                        Console(quiet=True))
+    sizes = [next(c for c in r.checks if c.kind == SANITIZER).metrics.get("sanitizer_group") for r in outcome.results]
+    assert None not in sizes and max(sizes) >= 2, sizes
+
+
+def _cubin(name, tmp_path):
+    """A corpus kernel (or the hidden race) built as the GPU run builds it, for this machine's GPU."""
+    import subprocess
+
+    source = (SUBMISSIONS / ("good_basic" if name == "hidden_race" else name) / "kernel.cu").read_text()
+    if name == "hidden_race":
+        source = source.replace("    float sum = 0.0f;\n", HIDDEN_RACE, 1)
+    work, target = tmp_path / f"{name}.cu", tmp_path / f"{name}.cubin"
+    work.write_text(f'#line 1 "kernel.cu"\n{source}')
+    subprocess.run(["nvcc", "--cubin", "-arch=native", "-lineinfo", "-o", str(target), str(work)], check=True)
+    return target
+
+
+def _request(cubin, tile):
+    from grader.contract import KernelContract
+    from grader.diagnose.run import _kernel_symbol, job_arguments, shape_for
+
+    contract = KernelContract()
+    symbol = _kernel_symbol(cubin, contract)
+    return Request(None, str(cubin), {tool: job_arguments(cubin, contract, tile, shape_for(tool, tile, contract),
+                                                          symbol)[1:] for tool in TOOLS}, 15.0, 5.0)
