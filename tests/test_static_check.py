@@ -1,6 +1,8 @@
 """Static checks of the tiled SGEMM kernel on small inline CUDA sources."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 
 from grader.result import FAILED, PASSED, SKIPPED, STATIC
@@ -515,6 +517,8 @@ def test_a_submission_is_parsed_once_and_the_tree_shared_by_every_stage(monkeypa
     parsed = []
     real = cs.parse_text
     monkeypatch.setattr(cs, "parse_text", lambda text: parsed.append(text) or real(text))
+    # an earlier test on this worker may have left the file's tree in the thread's cache
+    monkeypatch.setattr(cs._LOCAL, "trees", OrderedDict(), raising=False)
     config = load_config()
     cases = load_cases(config.testcases_dir)
     grade(SUBMISSIONS / "ece408_mp3", config, cases, RunPlan(None, "no backend"))
