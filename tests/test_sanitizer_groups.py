@@ -174,7 +174,9 @@ def test_a_batch_checks_clean_kernels_together_and_gives_everyone_what_grading_a
         together = batch[name]
         assert differences(together, alone, config.timing.max_ratio) == [], name
         mine, theirs = (next(c for c in r.checks if c.kind == SANITIZER) for r in (together, alone))
-        assert (mine.status, mine.message) == (theirs.status, theirs.message), name
+        assert mine.status == theirs.status, name
+        if mine.status == PASSED:  # a race's report names whichever racing store the tool saw first
+            assert mine.message == theirs.message, name
         if "sanitizer_group" in mine.metrics:
             grouped.add(name)
             assert mine.status == PASSED
