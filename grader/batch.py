@@ -33,7 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__
 from .cases import Case
 from .config import Config
-from .diagnose.groups import SanitizerGroups
+from .diagnose.groups import GROUP_SIZE, SanitizerGroups
 from .execute.gpu_detect import local_gpus
 from .execute.runner import Placement
 from .execute.sandbox import ONE_BLAS_THREAD
@@ -142,7 +142,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     counts = {"pass": 0, "fail": 0, "held": 0, "error": 0}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
-    workers = Workers(_sanitizer_groups(plan, config, placements, options))
+    workers = Workers(_sanitizer_groups(plan, config, placements, options, jobs))
     pool, client = _executor(options, plan, jobs)
     from .cluster import grade_task, remote_task, task_result  # cluster.py grades with this module's Workers
 
@@ -200,12 +200,14 @@ def _worker_environment() -> dict[str, str]:
     return {**os.environ, **ONE_BLAS_THREAD}
 
 
-def _sanitizer_groups(plan: RunPlan, config: Config, placements: list[Placement],
-                      options: BatchOptions) -> SanitizerGroups | None:
-    """Where this host's workers check clean kernels under the sanitizer in groups (diagnose/groups.py)."""
+def _sanitizer_groups(plan: RunPlan, config: Config, placements: list[Placement], options: BatchOptions,
+                      jobs: int) -> SanitizerGroups | None:
+    """Where this host's workers check clean kernels under the sanitizer in groups (diagnose/groups.py). A
+    group holds no more students than are graded at once on one GPU: nobody waits for one who cannot come."""
     if plan.backend != GPU or not plan.sanitize or options.cluster:
         return None
-    return SanitizerGroups(placements, sandbox_of(plan), config.cache_dir)
+    per_gpu = max(1, jobs // len(placements))
+    return SanitizerGroups(placements, sandbox_of(plan), config.cache_dir, size=min(GROUP_SIZE, per_gpu))
 
 
 class Workers:

@@ -17,7 +17,7 @@ from hardware import needs_cxx, needs_gpu, needs_nvcc
 from grader.cases import load_cases
 from grader.config import load_config
 from grader.contract import KernelContract
-from grader.diagnose.run import _kernel_symbol, launch_command
+from grader.diagnose.run import kernel_symbol_of, launch_command
 from grader.diagnose.sanitizer_log import describe, parse
 from grader.execute.compile import TILE_PROBE_SYMBOL, compile_check, prepare_source
 from grader.execute.cpu.build import emulator_sources
@@ -192,11 +192,11 @@ def test_the_tile_probe_and_the_late_warps_switch_keep_their_plain_names(cubin_o
 @needs_nvcc
 def test_the_sanitizer_launches_the_kernel_by_its_mangled_name(cubin_of, submission_source, tmp_path):
     (tmp_path / "kernel.cubin").write_bytes(cubin_of(submission_source("overloaded_kernel")))
-    symbol = _kernel_symbol(tmp_path / "kernel.cubin", KernelContract())
+    symbol = kernel_symbol_of(tmp_path / "kernel.cubin", KernelContract())
     command = launch_command(tmp_path / "launch_kernel", tmp_path / "kernel.cubin", KernelContract(), 16,
                              (19, 21, 50), symbol)
     assert command[2] == LAB
-    assert _kernel_symbol(tmp_path / "missing.cubin", KernelContract()) == "mysgemm"
+    assert kernel_symbol_of(tmp_path / "missing.cubin", KernelContract()) == "mysgemm"
 
 
 CAPTURED = Path(__file__).parent / "sanitizer_logs" / "captured"

@@ -401,14 +401,14 @@ def test_the_launch_program_builds_and_says_when_it_did_not_launch(tmp_path):
 
 
 def test_a_tool_that_could_not_check_makes_the_diagnosis_an_error_not_a_pass():
-    from grader.diagnose.run import ToolRun, _verdict
+    from grader.diagnose.run import ToolRun, verdict
     from grader.result import ERROR, FAILED, PASSED
 
     clean = [ToolRun(tool) for tool in ("racecheck", "memcheck", "synccheck")]
-    assert _verdict(clean, 16).status == PASSED
+    assert verdict(clean, 16).status == PASSED
     found = [ToolRun("racecheck", ["shared-memory race ..."]), *clean[1:]]
-    assert _verdict(found, 16).status == FAILED
+    assert verdict(found, 16).status == FAILED
     broken = [*clean[:2], ToolRun("synccheck", problem="the kernel was not launched (cuModuleGetFunction)")]
-    check = _verdict(broken, 16)
+    check = verdict(broken, 16)
     assert check.status == ERROR and "found nothing" not in check.message
     assert "synccheck: the kernel was not launched" in check.message

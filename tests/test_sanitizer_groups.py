@@ -8,7 +8,7 @@ import time
 
 import pytest
 from conftest import SUBMISSIONS
-from hardware import needs_gpu, needs_sanitizer
+from hardware import needs_cxx, needs_gpu, needs_sanitizer
 
 from grader.diagnose.groups import GROUP_SIZE, Request, SanitizerGroups, ask
 from grader.diagnose.run import TOOLS
@@ -112,6 +112,42 @@ def test_a_parent_that_never_answers_leaves_the_worker_to_check_alone():
     ours.close()
 
 
+@needs_cxx
+def test_the_launch_program_takes_whole_jobs_only_and_names_the_job_it_could_not_launch(tmp_path):
+    """Two jobs: without a driver (CI) it says so for the first, and never launches; a job cut short is a
+    usage error (exit 2), before anything is opened."""
+    import os
+    import subprocess
+
+    from grader.contract import KernelContract
+    from grader.diagnose.launcher import launcher
+    from grader.diagnose.run import job_arguments
+    from grader.execute.protocol import decode
+
+    program = launcher(tmp_path / "cache")
+    job = job_arguments(tmp_path / "kernel.cubin", KernelContract(), 16, (19, 21, 50))
+
+    def run(arguments):
+        events_read, events_write = os.pipe()
+        control_read, control_write = os.pipe()
+        finished = subprocess.run([str(program), *arguments, str(events_write), str(control_read)],
+                                  pass_fds=(events_write, control_read), stderr=subprocess.DEVNULL, timeout=60)
+        os.close(events_write)
+        with os.fdopen(events_read, "rb") as events:
+            said = [decode(line) for line in events.read().splitlines()]
+        os.close(control_read)
+        os.close(control_write)
+        return finished.returncode, said
+
+    assert run([*job, *job[:-1]]) == (2, [])
+    code, said = run([*job, *job])
+    if code == 3 and said and "driver" in said[0]["reason"]:  # CI: no driver
+        assert said == [{"event": "not_launched", "job": 0, "reason": said[0]["reason"]}]
+    else:  # a GPU host: the module does not exist
+        assert code == 3 and said[0] == {"event": "not_launched", "job": 0,
+                                         "reason": "the compiled module could not be read"}
+
+
 # --- on a GPU: the tools, the batch --------------------------------------------------------------------------
 
 
@@ -209,9 +245,9 @@ def _cubin(name, tmp_path):
 
 def _request(cubin, tile):
     from grader.contract import KernelContract
-    from grader.diagnose.run import _kernel_symbol, job_arguments, shape_for
+    from grader.diagnose.run import job_arguments, kernel_symbol_of, shape_for
 
     contract = KernelContract()
-    symbol = _kernel_symbol(cubin, contract)
+    symbol = kernel_symbol_of(cubin, contract)
     return Request(None, str(cubin), {tool: job_arguments(cubin, contract, tile, shape_for(tool, tile, contract),
                                                           symbol)[1:] for tool in TOOLS}, 15.0, 5.0)

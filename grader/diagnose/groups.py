@@ -9,7 +9,7 @@ turn (launch_kernel.c takes several jobs), so a group pays for one start per too
 What a group may say is only that every kernel in it was found clean. It is believed when, for each tool,
 the process ended with status 0, its summary was read and counts no error and no warning, and every job
 was launched and synchronized "ok", in order. Then each student gets what checking them alone says of a
-clean kernel (run._verdict, with the group's times). Anything else (a finding, a fault, a hang, a tool
+clean kernel (run.verdict, with the group's times). Anything else (a finding, a fault, a hang, a tool
 that broke, a worker that asked twice) and every student of the group is checked alone, in their own
 worker, as if the group had never run. So the only thing a kernel's run in a group can ever tell a
 student, its own or another's, is "found nothing", which says nothing of the others' data; and one
@@ -23,7 +23,6 @@ made for each worker (batch.py); a sandboxed child never holds it.
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import threading
 import time
@@ -37,19 +36,19 @@ from ..execute.protocol import read_untrusted
 from ..execute.runner import Placement
 from ..execute.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 from ..result import CheckResult
-from .launcher import LauncherUnavailable, launcher
+from .launcher import LauncherUnavailable, launcher, staged_inputs
 from .run import (
     TOOLS,
     SanitizerRun,
     ToolRun,
-    _kernel_symbol,
-    _read,
-    _verdict,
-    _watch,
     job_arguments,
+    kernel_symbol_of,
+    read_log,
     sanitizer_path,
     shape_for,
     tool_command,
+    verdict,
+    watch,
 )
 from .sanitizer_log import parse
 
@@ -112,17 +111,14 @@ def run_group(requests: list[Request], placement: Placement, sandbox: Sandbox, c
         program = launcher(cache_dir)
     except LauncherUnavailable as error:
         return _not_clean(requests, str(error))
+    modules = {}
+    for index, request in enumerate(requests):
+        try:
+            modules[f"kernel{index}.cubin"] = read_untrusted(Path(request.cubin), MAX_CUBIN_BYTES)
+        except OSError as error:
+            return _not_clean(requests, f"a module could not be read ({error.strerror or error})")
     with scratch_folder("sgemm-sanitize-group-") as root:
-        inputs = root / "inputs"  # read-only for the tools: each writes only into a folder of its own
-        inputs.mkdir(mode=0o755)
-        shutil.copy(program, inputs / "launch_kernel")
-        (inputs / "launch_kernel").chmod(0o755)
-        for index, request in enumerate(requests):
-            try:
-                (inputs / f"kernel{index}.cubin").write_bytes(read_untrusted(Path(request.cubin), MAX_CUBIN_BYTES))
-            except OSError as error:
-                return _not_clean(requests, f"a module could not be read ({error.strerror or error})")
-            (inputs / f"kernel{index}.cubin").chmod(0o644)
+        inputs = staged_inputs(root, program, modules)
 
         def one(tool: str) -> ToolTogether:
             launch = [str(inputs / "launch_kernel")]
@@ -150,11 +146,11 @@ def _tool_together(tool: str, tool_path: str, launch: list[str], root: Path, inp
     log = work / f"{tool}.log"
     confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True, readable=(inputs,), nice=BACKGROUND_NICE)
     timeout_s, launch_s = max(r.timeout_s for r in requests), max(r.launch_s for r in requests)
-    watched = _watch(tool_command(tool_path, tool, log, launch), confinement, sandbox,
-                     child_environment(str(work), placement.environment()), timeout_s, launch_s, placement)
+    watched = watch(tool_command(tool_path, tool, log, launch), confinement, sandbox,
+                    child_environment(str(work), placement.environment()), timeout_s, launch_s, placement)
     result = ToolTogether(tool, time.perf_counter() - started, watched.waited_s, watched.held_s)
     launched = [(e.get("job"), e.get("status")) for e in watched.events if e["event"] == "launched"]
-    report = parse(tool, _read(log))
+    report = parse(tool, read_log(log))
     if watched.timed_out:
         result.why_not = "timed out"
     elif watched.protocol_error:
@@ -244,7 +240,7 @@ def ask(channel_fd: int, request: Request, timeout_s: float) -> dict | None:
 def check_in_group(run: SanitizerRun, gpu: int | None, channel_fd: int) -> CheckResult | None:
     """A worker's clean kernel checked in a group: what checking it alone says of a clean kernel, or None
     when the group could not vouch for it (then it is checked alone)."""
-    symbol = _kernel_symbol(Path(run.cubin), run.contract)
+    symbol = kernel_symbol_of(Path(run.cubin), run.contract)
     jobs = {tool: job_arguments(run.cubin, run.contract, run.tile, shape_for(tool, run.tile, run.contract),
                                 symbol)[1:] for tool in TOOLS}
     # However the group went, the worker waits no longer than a group could take (each launch and each tool's
@@ -257,6 +253,6 @@ def check_in_group(run: SanitizerRun, gpu: int | None, channel_fd: int) -> Check
     tools = [ToolRun(tool, **{key: float(value) for key, value in times.get(tool, {}).items()
                               if key in ("seconds", "waited_s", "held_s") and isinstance(value, (int, float))})
              for tool in TOOLS]
-    check = _verdict(tools, run.tile, run.contract)
+    check = verdict(tools, run.tile, run.contract)
     check.metrics["sanitizer_group"] = reply.get("group")
     return check

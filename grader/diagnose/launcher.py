@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -38,3 +39,19 @@ def launcher(cache_dir: Path) -> Path:
     temporary.chmod(0o755)
     os.replace(temporary, binary)  # whole or not at all: another grader may be building it too
     return binary
+
+
+def staged_inputs(root: Path, program: Path, modules: dict[str, Path | bytes]) -> Path:
+    """root/inputs, the folder a tool's runs may read but not write (each writes only into a folder of its
+    own): the launch program and the modules, by name (a file copied, or the bytes already read)."""
+    inputs = root / "inputs"
+    inputs.mkdir(mode=0o755)
+    shutil.copy(program, inputs / "launch_kernel")
+    (inputs / "launch_kernel").chmod(0o755)
+    for name, module in modules.items():
+        if isinstance(module, bytes):
+            (inputs / name).write_bytes(module)
+        else:
+            shutil.copy(module, inputs / name)
+        (inputs / name).chmod(0o644)
+    return inputs

@@ -30,7 +30,7 @@ from ..execute.runner import Placement
 from ..execute.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 from ..result import BANK_CONFLICT, THROUGHPUT, UNCOALESCED_LOAD, UNCOALESCED_STORE, Feedback
 from . import run as sanitizer_run
-from .launcher import LauncherUnavailable, launcher
+from .launcher import LauncherUnavailable, launcher, staged_inputs
 from .ncu_csv import MAX_CSV_BYTES, METRICS, KernelProfile, parse
 from .resources import REFERENCE_FILE, build_cubin
 
@@ -82,13 +82,8 @@ def profile_cubin(cubin: str | Path, contract: KernelContract, tile: int, shape:
     except LauncherUnavailable as error:
         return Profiled(None, str(error))
     with scratch_folder("sgemm-profile-") as root:
-        inputs = root / "inputs"
-        inputs.mkdir(mode=0o755)
-        shutil.copy(cubin, inputs / "kernel.cubin")
-        shutil.copy(program, inputs / "launch_kernel")
-        (inputs / "kernel.cubin").chmod(0o644)
-        (inputs / "launch_kernel").chmod(0o755)
-        symbol = sanitizer_run._kernel_symbol(inputs / "kernel.cubin", contract)
+        inputs = staged_inputs(root, program, {"kernel.cubin": Path(cubin)})
+        symbol = sanitizer_run.kernel_symbol_of(inputs / "kernel.cubin", contract)
         launch = sanitizer_run.launch_command(inputs / "launch_kernel", inputs / "kernel.cubin", contract, tile,
                                               shape, symbol)
         work = root / "ncu"
@@ -96,9 +91,9 @@ def profile_cubin(cubin: str | Path, contract: KernelContract, tile: int, shape:
         report = work / "ncu.csv"
         confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True,
                                   readable=(inputs, Path(tool).resolve().parent), nice=BACKGROUND_NICE)
-        watched = sanitizer_run._watch(ncu_command(tool, symbol, report, launch), confinement, sandbox,
-                                       child_environment(str(work), placement.environment()), PROFILE_TIMEOUT_S,
-                                       PROFILE_LAUNCH_S, placement, TURN)
+        watched = sanitizer_run.watch(ncu_command(tool, symbol, report, launch), confinement, sandbox,
+                                      child_environment(str(work), placement.environment()), PROFILE_TIMEOUT_S,
+                                      PROFILE_LAUNCH_S, placement, TURN)
         text = _read(report)
     seconds = time.perf_counter() - started
     launched = next((e for e in watched.events if e["event"] == "launched"), None)

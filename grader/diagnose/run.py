@@ -8,7 +8,8 @@ GPU with it; its time limit counts its own work only, and the launch, which hold
 one of its own (config: sanitizer_launch_s). Their text summaries are parsed (sanitizer_log.py). A
 tool's silence is trusted only when the launch demonstrably happened under it, it ended with status 0
 and its summary was read; anything less is an error with its reason, never "found nothing". Worth no
-points; it says what to fix.
+points; it says what to fix. In a batch, kernels that passed everything are first checked several to a
+tool process (groups.py), which may only ever say "clean".
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from ..execute.protocol import ProtocolError, read_untrusted
 from ..execute.runner import Placement
 from ..execute.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 from ..result import SANITIZER, CheckResult, errored, failed, passed, skipped
-from .launcher import LauncherUnavailable, launcher
+from .launcher import LauncherUnavailable, launcher, staged_inputs
 from .sanitizer_log import describe, parse, syncthreads_lines
 
 NAME = "compute-sanitizer"
@@ -114,14 +115,9 @@ def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_di
     except LauncherUnavailable as error:
         return errored(NAME, SANITIZER, 0, f"grader error: {error}")
     with scratch_folder("sgemm-sanitize-") as root:
-        inputs = root / "inputs"  # read-only for the tools: each writes only into a folder of its own
-        inputs.mkdir(mode=0o755)
-        shutil.copy(run.cubin, inputs / "kernel.cubin")
-        shutil.copy(program, inputs / "launch_kernel")
-        (inputs / "kernel.cubin").chmod(0o644)
-        (inputs / "launch_kernel").chmod(0o755)
+        inputs = staged_inputs(root, program, {"kernel.cubin": Path(run.cubin)})
         barriers = syncthreads_lines(run.source)
-        symbol = _kernel_symbol(inputs / "kernel.cubin", run.contract)
+        symbol = kernel_symbol_of(inputs / "kernel.cubin", run.contract)
 
         def one(tool: str) -> ToolRun:
             launch = launch_command(inputs / "launch_kernel", inputs / "kernel.cubin", run.contract, run.tile,
@@ -130,7 +126,7 @@ def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_di
 
         with ThreadPoolExecutor(len(TOOLS)) as pool:
             tools = list(pool.map(one, TOOLS))
-    return _verdict(tools, run.tile, run.contract)
+    return verdict(tools, run.tile, run.contract)
 
 
 def launch_command(program: Path, cubin: Path, contract: KernelContract, tile: int,
@@ -149,7 +145,7 @@ def job_arguments(cubin: Path | str, contract: KernelContract, tile: int, shape:
             ",".join(map(str, geometry.grid)), ",".join(map(str, geometry.block)), str(m), str(n), str(k)]
 
 
-def _kernel_symbol(cubin: Path, contract: KernelContract) -> str:
+def kernel_symbol_of(cubin: Path, contract: KernelContract) -> str:
     """The symbol the GPU run launched the kernel by (the same cubin, the same lookup)."""
     try:
         return kernel_symbol(read_untrusted(cubin, MAX_CUBIN_BYTES), contract)
@@ -164,7 +160,7 @@ def tool_command(tool_path: str, tool: str, log: Path | str, launch: list[str],
             "--error-exitcode", str(FOUND_ERRORS_EXIT), "--log-file", str(log), *extra, *launch]
 
 
-def _verdict(tools: list[ToolRun], tile: int, contract: KernelContract = REFERENCE) -> CheckResult:
+def verdict(tools: list[ToolRun], tile: int, contract: KernelContract = REFERENCE) -> CheckResult:
     m, n, k = shape_for("memcheck", tile, contract)
     metrics = {f"{t.tool}_s": round(t.seconds, 2) for t in tools}
     metrics |= {"m": m, "n": n, "k": k, "racecheck_shape": "×".join(map(str, shape_for("racecheck", tile, contract))),
@@ -192,11 +188,11 @@ def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: 
     log = work / f"{tool}.log"
     command = tool_command(tool_path, tool, log, launch)
     confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True, readable=(inputs,), nice=BACKGROUND_NICE)
-    watched = _watch(command, confinement, sandbox, child_environment(str(work), placement.environment()),
-                     run.timeout_s, run.launch_s, placement)
+    watched = watch(command, confinement, sandbox, child_environment(str(work), placement.environment()),
+                    run.timeout_s, run.launch_s, placement)
     result = ToolRun(tool, seconds=time.perf_counter() - started, waited_s=watched.waited_s,
                      held_s=watched.held_s)
-    report = parse(tool, _read(log))
+    report = parse(tool, read_log(log))
     buffers = next((e["buffers"] for e in watched.events if e["event"] == "buffers"), None)
     shape = tuple(int(size) for size in launch[-3:])  # the launch's m, n, k (launch_command)
     found = describe(report, buffers, barrier_lines=barriers, shape=shape)
@@ -238,8 +234,8 @@ class Watched:
     held_s: float = 0.0
 
 
-def _watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: dict[str, str], timeout_s: float,
-           launch_s: float, placement: Placement, kind: str = "sanitizer") -> Watched:
+def watch(command: list[str], confinement: Confinement, sandbox: Sandbox, env: dict[str, str], timeout_s: float,
+          launch_s: float, placement: Placement, kind: str = "sanitizer") -> Watched:
     """Run the tool over the launch program, which speaks the protocol on a pipe (its last two arguments):
     its events, its exit status, and whether its own time ran out: timeout_s in all, but launch_s from the
     GPU turn to the launch's end (a hung kernel holds the GPU that long, and nobody else can use it)."""
@@ -297,7 +293,7 @@ def _turn(placement: Placement, kind: str = "sanitizer") -> Turn | None:
     return placement.lock.turn(kind) if placement.lock is not None else None
 
 
-def _read(path: Path) -> str:
+def read_log(path: Path) -> str:
     try:
         return read_untrusted(path, LOG_BYTES).decode("utf-8", "replace")
     except OSError:
