@@ -20,6 +20,11 @@ from grader.execute.runner import Placement
 HIDDEN_RACE = ("    volatile __shared__ int last;\n    last = tx;\n    if (last > 4096) C[0] = 0.0f;\n"
                "    float sum = 0.0f;\n")
 
+# Right on every case, and clean on memcheck's ragged shape; on racecheck's one-block shape it writes past C,
+# where racecheck would not look. Its group's memcheck launches it on that shape too, and sees the write.
+ONE_BLOCK_SCRIBBLE = ("    if (gridDim.x == 1 && gridDim.y == 1 && tx == 0 && ty == 0) C[m * n] = 1.0f;\n"
+                      "    float sum = 0.0f;\n")
+
 
 def request(gpu=0, cubin="/nonexistent/kernel.cubin") -> Request:
     job = ["mysgemm", "m,n,k,A,B,C", "2,2,1", "16,16,1", "19", "21", "50"]
@@ -166,13 +171,15 @@ def a_class(tmp_path, names: list[str]):
 @needs_gpu
 @needs_sanitizer
 def test_run_group_vouches_only_for_a_group_where_every_tool_found_nothing(tmp_path, config_file):
-    """Clean kernels together: clean. One racy kernel among them: not clean, for every one of them."""
+    """Clean kernels together: clean. One racy kernel among them, or one that writes past its output on
+    racecheck's shape only: not clean, for every one of them."""
     from grader.config import load_config
     from grader.diagnose.groups import run_group
     from grader.pipeline import GPU, RunPlan, sandbox_of
 
     config = load_config(config_file)
-    cubins = {name: _cubin(name, tmp_path) for name in ("good_basic", "good_tile8_renamed", "hidden_race")}
+    cubins = {name: _cubin(name, tmp_path)
+              for name in ("good_basic", "good_tile8_renamed", "hidden_race", "one_block_scribble")}
     sandbox = sandbox_of(RunPlan(GPU))
     clean = [_request(cubins[name], tile) for name, tile in (("good_basic", 16), ("good_tile8_renamed", 8))]
     reply = run_group(clean * 2, Placement(), sandbox, config.cache_dir)
@@ -180,6 +187,9 @@ def test_run_group_vouches_only_for_a_group_where_every_tool_found_nothing(tmp_p
     racy = [clean[0], _request(cubins["hidden_race"], 16), clean[1]]
     reply = run_group(racy, Placement(), sandbox, config.cache_dir)
     assert reply["clean"] is False and "racecheck" in reply["why_not"], reply
+    scribbling = [clean[0], _request(cubins["one_block_scribble"], 16), clean[1]]
+    reply = run_group(scribbling, Placement(), sandbox, config.cache_dir)
+    assert reply["clean"] is False and "memcheck" in reply["why_not"], reply
 
 
 @pytest.mark.gpu
@@ -234,9 +244,10 @@ def _cubin(name, tmp_path):
     """A corpus kernel (or the hidden race) built as the GPU run builds it, for this machine's GPU."""
     import subprocess
 
-    source = (SUBMISSIONS / ("good_basic" if name == "hidden_race" else name) / "kernel.cu").read_text()
-    if name == "hidden_race":
-        source = source.replace("    float sum = 0.0f;\n", HIDDEN_RACE, 1)
+    inserted = {"hidden_race": HIDDEN_RACE, "one_block_scribble": ONE_BLOCK_SCRIBBLE}
+    source = (SUBMISSIONS / ("good_basic" if name in inserted else name) / "kernel.cu").read_text()
+    if name in inserted:
+        source = source.replace("    float sum = 0.0f;\n", inserted[name], 1)
     work, target = tmp_path / f"{name}.cu", tmp_path / f"{name}.cubin"
     work.write_text(f'#line 1 "kernel.cu"\n{source}')
     subprocess.run(["nvcc", "--cubin", "-arch=native", "-lineinfo", "-o", str(target), str(work)], check=True)

@@ -14,7 +14,11 @@ that broke, a worker that asked twice) and every student of the group is checked
 worker, as if the group had never run. So the only thing a kernel's run in a group can ever tell a
 student, its own or another's, is "found nothing", which says nothing of the others' data; and one
 student's fault costs the rest of the group only the group's time. Between jobs the launch program zeroes
-and frees the last job's buffers and unloads its module, so no kernel even finds another's inputs.
+and frees the last job's buffers and unloads its module, so no kernel even finds another's inputs. What
+a kernel could still do is write outside its buffers onto a tool's own memory and so hide a later
+kernel's finding in that process: memcheck launches every kernel of its group on every shape the group's
+tools use (ALSO_ON_SHAPES_OF), so such a write makes the whole group be checked again alone (a kernel that
+wrote only when it is not under memcheck would escape this).
 
 Workers offer only kernels that passed every case and static check (pipeline.py): those are likely clean,
 so a group seldom has to be checked again one by one. The channel to the batch parent is a socket pair
@@ -59,6 +63,12 @@ GROUP_SIZE = 8  # students per tool process
 GATHER_S = 3.0
 JOB_ARGUMENTS = 7  # a job after its cubin: KERNEL ARGS GRID BLOCK M N K (launch_kernel.c)
 MAX_REQUEST_BYTES = 64 << 10
+# memcheck also launches each kernel on racecheck's shape. racecheck and synccheck do not check where a kernel
+# writes, so a kernel that wrote outside its buffers on the one-block shape alone could scribble on the tool's
+# own memory and hide a later kernel's finding; memcheck sees that write, and then nobody's group is believed.
+# (Alone, memcheck checks the ragged shape only; a group that is stricter than alone only sends its students
+# to be checked alone.)
+ALSO_ON_SHAPES_OF = {"memcheck": ("racecheck",)}
 
 
 @dataclass(frozen=True)
@@ -121,10 +131,12 @@ def run_group(requests: list[Request], placement: Placement, sandbox: Sandbox, c
         inputs = staged_inputs(root, program, modules)
 
         def one(tool: str) -> ToolTogether:
-            launch = [str(inputs / "launch_kernel")]
+            launch, jobs = [str(inputs / "launch_kernel")], 0
             for index, request in enumerate(requests):
-                launch += [str(inputs / f"kernel{index}.cubin"), *request.jobs[tool]]
-            return _tool_together(tool, tool_path, launch, root, inputs, requests, placement, sandbox)
+                for shape_of in (tool, *ALSO_ON_SHAPES_OF.get(tool, ())):
+                    launch += [str(inputs / f"kernel{index}.cubin"), *request.jobs[shape_of]]
+                    jobs += 1
+            return _tool_together(tool, tool_path, launch, jobs, root, inputs, requests, placement, sandbox)
 
         with ThreadPoolExecutor(len(TOOLS)) as pool:
             tools = list(pool.map(one, TOOLS))
@@ -138,7 +150,7 @@ def _not_clean(requests: list[Request], why: str) -> dict:
     return {"clean": False, "why_not": why, "group": len(requests), "tools": {}}
 
 
-def _tool_together(tool: str, tool_path: str, launch: list[str], root: Path, inputs: Path,
+def _tool_together(tool: str, tool_path: str, launch: list[str], jobs: int, root: Path, inputs: Path,
                    requests: list[Request], placement: Placement, sandbox: Sandbox) -> ToolTogether:
     started = time.perf_counter()
     work = root / tool
@@ -155,7 +167,7 @@ def _tool_together(tool: str, tool_path: str, launch: list[str], root: Path, inp
         result.why_not = "timed out"
     elif watched.protocol_error:
         result.why_not = f"protocol: {watched.protocol_error}"
-    elif launched != [(index, "ok") for index in range(len(requests))]:
+    elif launched != [(index, "ok") for index in range(jobs)]:
         result.why_not = "not every kernel was launched and ended ok"
     elif watched.returncode != 0:
         result.why_not = f"the tool ended with status {watched.returncode}"
