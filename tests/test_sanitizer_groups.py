@@ -117,6 +117,19 @@ def test_a_parent_that_never_answers_leaves_the_worker_to_check_alone():
     ours.close()
 
 
+def test_a_tools_inputs_are_staged_readable_and_not_writable_by_the_tool(tmp_path):
+    from grader.diagnose.launcher import staged_inputs
+
+    program, module = tmp_path / "launch_kernel", tmp_path / "kernel.cubin"
+    program.write_bytes(b"#!")
+    module.write_bytes(b"a module")
+    (tmp_path / "root").mkdir()
+    inputs = staged_inputs(tmp_path / "root", program, {"kernel0.cubin": module, "kernel1.cubin": b"bytes read"})
+    modes = {path.name: path.stat().st_mode & 0o777 for path in inputs.iterdir()}
+    assert modes == {"launch_kernel": 0o755, "kernel0.cubin": 0o644, "kernel1.cubin": 0o644}
+    assert inputs.stat().st_mode & 0o777 == 0o755 and (inputs / "kernel1.cubin").read_bytes() == b"bytes read"
+
+
 @needs_cxx
 def test_the_launch_program_takes_whole_jobs_only_and_names_the_job_it_could_not_launch(tmp_path):
     """Two jobs: without a driver (CI) it says so for the first, and never launches; a job cut short is a

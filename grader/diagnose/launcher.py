@@ -45,7 +45,8 @@ def staged_inputs(root: Path, program: Path, modules: dict[str, Path | bytes]) -
     """root/inputs, the folder a tool's runs may read but not write (each writes only into a folder of its
     own): the launch program and the modules, by name (a file copied, or the bytes already read)."""
     inputs = root / "inputs"
-    inputs.mkdir(mode=0o755)
+    inputs.mkdir()
+    inputs.chmod(0o755)  # whatever the umask: the tools may run as another uid
     shutil.copy(program, inputs / "launch_kernel")
     (inputs / "launch_kernel").chmod(0o755)
     for name, module in modules.items():
