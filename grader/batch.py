@@ -74,7 +74,7 @@ def grader_digest() -> str:
     digest = hashlib.sha256(__version__.encode())
     package = Path(__file__).resolve().parent
     for path in sorted(package.rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".h", ".cpp"):
+        if path.is_file() and path.suffix in (".py", ".h", ".cpp", ".c"):
             digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -232,6 +232,10 @@ class Workers:
                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                            env=_worker_environment(), pass_fds=_fds(theirs))
                 self.running.add(process)
+        except BaseException:
+            if ours is not None:
+                ours.close()
+            raise
         finally:
             if theirs is not None:
                 theirs.close()  # the worker holds its end now; its exit closes the channel
