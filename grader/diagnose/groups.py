@@ -10,7 +10,7 @@ What a group may say is only that every kernel in it was found clean. It is beli
 the process ended with status 0, its summary was read and counts no error and no warning, and every job
 was launched and synchronized "ok", in order. Then each student gets what checking them alone says of a
 clean kernel (run.verdict, with the group's times). Anything else (a finding, a fault, a hang, a tool
-that broke, a worker that asked twice) and every student of the group is checked alone, in their own
+that broke) and every student of the group is checked alone, in their own
 worker, as if the group had never run. So the only thing a kernel's run in a group can ever tell a
 student, its own or another's, is "found nothing", which says nothing of the others' data; and one
 student's fault costs the rest of the group only the group's time. Between jobs the launch program zeroes
@@ -179,8 +179,8 @@ def _tool_together(tool: str, tool_path: str, launch: list[str], jobs: int, root
 class SanitizerGroups:
     """The batch parent's side: gathers workers' requests per GPU into groups and runs each group once.
 
-    A request waits up to gather_s for others; a group runs as soon as it has `size` requests, or when its
-    first request's wait is over, in the thread of whoever completes or ends it. Every requester of a group
+    A request waits up to gather_s for others; a group runs as soon as it has `size` requests, or when a
+    waiting request's time is up, in the thread of whoever completes or ends it. Every requester of a group
     gets the group's reply."""
 
     def __init__(self, placements: list[Placement], sandbox: Sandbox, cache_dir: Path, size: int = GROUP_SIZE,
