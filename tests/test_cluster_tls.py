@@ -29,6 +29,7 @@ from grader.cluster_tls import CA, ROLES, cert_file, checked_files, key_file
 LOOPBACK = "127.0.0.1"  # tests talk to this host's loopback only
 START_S = 60  # for a scheduler or a worker to come up on a busy 2-core machine
 GONE_S = 10  # for a killed worker's processes to end and the scheduler to notice
+STOP_S = 5  # for a stopped scheduler's or worker's processes to end on SIGTERM
 
 
 def grade(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -44,11 +45,25 @@ def start(*args: str, log: Path) -> subprocess.Popen:
 
 
 def stop(process: subprocess.Popen) -> None:
+    """SIGTERM first: multiprocessing's resource tracker (which ignores it) then outlives the others and
+    unlinks their named semaphores, which a SIGKILL of the whole group left in /dev/shm, six a cluster.
+    Whatever is left after that gets SIGKILL."""
+    _signal_group(process.pid, signal.SIGTERM)
     try:
-        os.killpg(process.pid, signal.SIGKILL)  # the session's leader may be gone; its group is not
-    except ProcessLookupError:
+        process.wait(timeout=STOP_S)
+    except subprocess.TimeoutExpired:
         pass
+    _signal_group(process.pid, signal.SIGKILL)  # the session's leader may be gone; its group is not
     process.wait(timeout=30)
+
+
+def _signal_group(group: int, number: int) -> bool:
+    """Whether the group still had a process to signal."""
+    try:
+        os.killpg(group, number)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def client_security(certs: Path) -> Security:
