@@ -29,16 +29,14 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..execute.compile import MAX_CUBIN_BYTES
-from ..execute.proc import BACKGROUND_NICE
 from ..execute.protocol import read_untrusted
 from ..execute.runner import Placement
-from ..execute.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
+from ..execute.sandbox import Sandbox, scratch_folder
 from ..result import CheckResult
 from .launcher import LauncherUnavailable, launcher, staged_inputs
 from .run import (
@@ -47,14 +45,11 @@ from .run import (
     ToolRun,
     job_arguments,
     kernel_symbol_of,
-    read_log,
     sanitizer_path,
     shape_for,
-    tool_command,
     verdict,
-    watch,
+    watch_tool,
 )
-from .sanitizer_log import parse
 
 GROUP_SIZE = 8  # students per tool process
 # How long a request waits for others to join it before its group runs as it is. A waiting worker holds
@@ -103,15 +98,6 @@ class Request:
         return cls(data["gpu"], data["cubin"], jobs, float(data["timeout_s"]), float(data["launch_s"]))
 
 
-@dataclass
-class ToolTogether:
-    tool: str
-    seconds: float
-    waited_s: float = 0.0
-    held_s: float = 0.0
-    why_not: str = ""  # why this tool's silence does not vouch for every kernel of the group
-
-
 def run_group(requests: list[Request], placement: Placement, sandbox: Sandbox, cache_dir: Path) -> dict:
     """Each tool once over every request's kernel: the reply every requester of the group gets."""
     tool_path = sanitizer_path()
@@ -130,7 +116,7 @@ def run_group(requests: list[Request], placement: Placement, sandbox: Sandbox, c
     with scratch_folder("sgemm-sanitize-group-") as root:
         inputs = staged_inputs(root, program, modules)
 
-        def one(tool: str) -> ToolTogether:
+        def one(tool: str) -> ToolRun:
             launch, jobs = [str(inputs / "launch_kernel")], 0
             for index, request in enumerate(requests):
                 for shape_of in (tool, *ALSO_ON_SHAPES_OF.get(tool, ())):
@@ -140,7 +126,7 @@ def run_group(requests: list[Request], placement: Placement, sandbox: Sandbox, c
 
         with ThreadPoolExecutor(len(TOOLS)) as pool:
             tools = list(pool.map(one, TOOLS))
-    reasons = [f"{t.tool}: {t.why_not}" for t in tools if t.why_not]
+    reasons = [f"{t.tool}: {t.problem}" for t in tools if t.problem]
     return {"clean": not reasons, "why_not": "; ".join(reasons), "group": len(requests),
             "tools": {t.tool: {"seconds": round(t.seconds, 3), "waited_s": round(t.waited_s, 3),
                                "held_s": round(t.held_s, 3)} for t in tools}}
@@ -151,28 +137,22 @@ def _not_clean(requests: list[Request], why: str) -> dict:
 
 
 def _tool_together(tool: str, tool_path: str, launch: list[str], jobs: int, root: Path, inputs: Path,
-                   requests: list[Request], placement: Placement, sandbox: Sandbox) -> ToolTogether:
-    started = time.perf_counter()
-    work = root / tool
-    work.mkdir()
-    log = work / f"{tool}.log"
-    confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True, readable=(inputs,), nice=BACKGROUND_NICE)
+                   requests: list[Request], placement: Placement, sandbox: Sandbox) -> ToolRun:
+    """One tool over the group's jobs; its problem says why its silence does not vouch for every kernel."""
     timeout_s, launch_s = max(r.timeout_s for r in requests), max(r.launch_s for r in requests)
-    watched = watch(tool_command(tool_path, tool, log, launch), confinement, sandbox,
-                    child_environment(str(work), placement.environment()), timeout_s, launch_s, placement)
-    result = ToolTogether(tool, time.perf_counter() - started, watched.waited_s, watched.held_s)
+    result, watched, report = watch_tool(tool, tool_path, launch, root, inputs, placement, sandbox, timeout_s,
+                                         launch_s)
     launched = [(e.get("job"), e.get("status")) for e in watched.events if e["event"] == "launched"]
-    report = parse(tool, read_log(log))
     if watched.timed_out:
-        result.why_not = "timed out"
+        result.problem = "timed out"
     elif watched.protocol_error:
-        result.why_not = f"protocol: {watched.protocol_error}"
+        result.problem = f"protocol: {watched.protocol_error}"
     elif launched != [(index, "ok") for index in range(jobs)]:
-        result.why_not = "not every kernel was launched and ended ok"
+        result.problem = "not every kernel was launched and ended ok"
     elif watched.returncode != 0:
-        result.why_not = f"the tool ended with status {watched.returncode}"
+        result.problem = f"the tool ended with status {watched.returncode}"
     elif not report.complete or report.hazards or report.error_count or report.warning_count:
-        result.why_not = "it reported something"
+        result.problem = "it reported something"
     return result
 
 

@@ -34,7 +34,7 @@ from ..execute.runner import Placement
 from ..execute.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 from ..result import SANITIZER, CheckResult, errored, failed, passed, skipped
 from .launcher import LauncherUnavailable, launcher, staged_inputs
-from .sanitizer_log import describe, parse, syncthreads_lines
+from .sanitizer_log import SanitizerReport, describe, parse, syncthreads_lines
 
 NAME = "compute-sanitizer"
 
@@ -179,8 +179,10 @@ def verdict(tools: list[ToolRun], tile: int, contract: KernelContract = REFERENC
                   f"({m}×{n}×{k}) found nothing", metrics=metrics)
 
 
-def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: Path, run: SanitizerRun,
-              placement: Placement, sandbox: Sandbox, barriers: list[int]) -> ToolRun:
+def watch_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: Path, placement: Placement,
+               sandbox: Sandbox, timeout_s: float, launch_s: float) -> tuple[ToolRun, Watched, SanitizerReport]:
+    """One tool over the launch program, in the sandbox, in a folder of its own under root (inputs readable):
+    its run (timed, what it waited and held the GPU for), what was watched, and its report as parsed."""
     started = time.perf_counter()
     work = root / tool
     work.mkdir()
@@ -189,10 +191,16 @@ def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: 
     command = tool_command(tool_path, tool, log, launch)
     confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True, readable=(inputs,), nice=BACKGROUND_NICE)
     watched = watch(command, confinement, sandbox, child_environment(str(work), placement.environment()),
-                    run.timeout_s, run.launch_s, placement)
+                    timeout_s, launch_s, placement)
     result = ToolRun(tool, seconds=time.perf_counter() - started, waited_s=watched.waited_s,
                      held_s=watched.held_s)
-    report = parse(tool, read_log(log))
+    return result, watched, parse(tool, read_log(log))
+
+
+def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: Path, run: SanitizerRun,
+              placement: Placement, sandbox: Sandbox, barriers: list[int]) -> ToolRun:
+    result, watched, report = watch_tool(tool, tool_path, launch, root, inputs, placement, sandbox, run.timeout_s,
+                                         run.launch_s)
     buffers = next((e["buffers"] for e in watched.events if e["event"] == "buffers"), None)
     shape = tuple(int(size) for size in launch[-3:])  # the launch's m, n, k (launch_command)
     found = describe(report, buffers, barrier_lines=barriers, shape=shape)
