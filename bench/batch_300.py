@@ -28,6 +28,7 @@ from pathlib import Path
 from benchlib import ROOT, config_with_cache, generate, grade_alone
 
 from grader.config import load_config
+from grader.diagnose.run import TOOLS
 from grader.judge.verdicts import differences
 from grader.result import SubmissionResult
 
@@ -251,12 +252,13 @@ def report(results: list[SubmissionResult], wall: float, cores: int, busy: float
         if c.kind == "compile":
             held.update(c.metrics.get("turn_held_s") or {})
         elif c.kind == "sanitizer":
-            held["sanitizer"] += (c.metrics.get("turn_held_s") or 0) * _share(c)
+            held["sanitizer"] += (c.metrics.get("turn_held_s") or 0) * _share(c, *TOOLS)
     timing = sum(c.metrics.get("phase_s") or 0 for c in checks if c.kind == "timing")
-    sanitizer = sum((c.metrics.get(f"{tool}_s") or 0) * _share(c) for c in checks if c.kind == "sanitizer"
-                    for tool in ("racecheck", "memcheck", "synccheck"))
+    sanitizer = sum((c.metrics.get(f"{tool}_s") or 0) * _share(c, tool) for c in checks if c.kind == "sanitizer"
+                    for tool in TOOLS)
     groups = Counter(c.metrics["sanitizer_group"] for c in checks if c.kind == "sanitizer" and
                      c.metrics.get("sanitizer_group"))
+    vouched = Counter(tool for c in checks if c.kind == "sanitizer" for tool in c.metrics.get("sanitizer_grouped", ()))
     retimed = sum(1 for c in checks if c.kind == "timing" and c.metrics.get("measurements", 1) > 1)
     outcomes = Counter(r.outcome for r in results)
     print(f"{len(results)} submissions on {cores} cores, sanitizer {'on' if SANITIZE else 'OFF'}: wall {wall:.1f} s "
@@ -267,16 +269,19 @@ def report(results: list[SubmissionResult], wall: float, cores: int, busy: float
     print(f"  sanitizer tools: {sanitizer:.1f} s of tool runs; timing measurements: {timing:.1f} s "
           f"({retimed} timed again near the limit)")
     print(f"  sanitizer checked in groups: {sum(groups.values())} students (group size: students "
-          f"{dict(sorted(groups.items()))}); the rest alone")
+          f"{dict(sorted(groups.items()))}); tools vouched for by a group, students: {dict(vouched)}; the rest alone")
     print(f"  GPU busy: {'n/a' if busy is None else f'{busy:.0%} of the wall'}; "
           f"runs waited {waits:.1f} s in all for a turn on the GPU (not counted against anyone)")
     print("  GPU held (s) by " + ", ".join(f"{kind} turns {seconds:.1f}" for kind, seconds in sorted(held.items())))
     print("  a student's mean seconds: " + ", ".join(f"{what} {value:.2f}" for what, value in phases(results)))
 
 
-def _share(check) -> float:
-    """A student's share of a sanitizer check's times: a group's times are the whole group's."""
-    return 1 / (check.metrics.get("sanitizer_group") or 1)
+def _share(check, *tools: str) -> float:
+    """A student's share of a sanitizer check's times for these tools: where a group vouched for them all, its
+    times are the whole group's; where the student was checked alone for any of them, its own (for the GPU
+    time held, summed over the tools, an over-count where a group vouched for some only)."""
+    grouped = set(check.metrics.get("sanitizer_grouped", ()))
+    return 1 / (check.metrics.get("sanitizer_group") or 1) if grouped >= set(tools) else 1.0
 
 
 def phases(results: list[SubmissionResult]) -> list[tuple[str, float]]:

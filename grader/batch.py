@@ -202,7 +202,7 @@ def _worker_environment() -> dict[str, str]:
 
 def _sanitizer_groups(plan: RunPlan, config: Config, placements: list[Placement], options: BatchOptions,
                       jobs: int) -> SanitizerGroups | None:
-    """Where this host's workers check clean kernels under the sanitizer in groups (diagnose/groups.py). A
+    """Where this host's workers check kernels under the sanitizer in groups (diagnose/groups.py). A
     group holds no more students than are graded at once on one GPU: nobody waits for one who cannot come."""
     if plan.backend != GPU or not plan.sanitize or options.cluster:
         return None

@@ -19,11 +19,11 @@ from .build_failure import BuildFailure, classify
 from .cases import Case
 from .config import Config
 from .contract import KernelContract
-from .diagnose.groups import check_in_group
+from .diagnose.groups import GUARD, Vouched, check_in_group
 from .diagnose.profile import profile_submission
 from .diagnose.resources import add_compiler_feedback, warm_reference
 from .diagnose.run import NAME as SANITIZER_NAME
-from .diagnose.run import SanitizerRun, sanitize
+from .diagnose.run import TOOLS, SanitizerRun, sanitize
 from .execute import check_cache, cubin_cache
 from .execute.compile import CompileOutcome, nvcc_path, prepare_source, reference_module_source
 from .execute.device_lock import DeviceLock
@@ -81,8 +81,8 @@ class RunPlan:
     sanitize: bool = False  # also run compute-sanitizer's diagnosis (GPU backend)
     profile: bool = False  # also measure the kernel and the reference with Nsight Compute (GPU backend, advice)
     sandbox: Sandbox | None = None  # where student code runs; None: the strongest this machine allows
-    # In a batch worker: its socket to the batch parent, which checks clean kernels' sanitizer runs in
-    # groups (diagnose/groups.py); None grades alone.
+    # In a batch worker: its socket to the batch parent, which checks kernels under the sanitizer in groups
+    # (diagnose/groups.py); None grades alone.
     sanitizer_channel: int | None = None
 
 
@@ -325,23 +325,34 @@ def _take_run(result: SubmissionResult, run: RunEvents) -> None:
 def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan,
                      made: list[CheckResult]) -> CheckResult | None:
     """compute-sanitizer's diagnosis; None when the kernel did not compile (the rubric says so). In a batch,
-    a kernel that passed everything is first offered to a group, which can only ever say it is clean."""
+    a kernel is first offered to a group for the tools it gives no reason to expect a finding from; the
+    group can only ever vouch that a tool found nothing, and the kernel is checked alone for the rest."""
     if not run.compile_check.passed or not run.tile_size:
         return None
     timeouts = config.timeouts
     sanitizer_run = SanitizerRun(run.student_cubin, config.kernel.contract(), run.tile_size, submission.source,
                                  timeouts.sanitizer_s, timeouts.sanitizer_launch_s)
     placement = placement_of(plan, config)
-    if plan.sanitizer_channel is not None and _likely_clean(made):
-        grouped = check_in_group(sanitizer_run, placement.gpu, plan.sanitizer_channel)
-        if grouped is not None:
-            return grouped
-    return sanitize(sanitizer_run, placement, sandbox_of(plan), config.cache_dir)
+    offered = groupable_tools(made)
+    vouched = Vouched({})
+    if plan.sanitizer_channel is not None and offered:
+        vouched = check_in_group(sanitizer_run, placement.gpu, plan.sanitizer_channel, offered)
+    check = sanitize(sanitizer_run, placement, sandbox_of(plan), config.cache_dir, vouched.tools)
+    if vouched.tools:
+        check.metrics |= {"sanitizer_group": vouched.group, "sanitizer_grouped": sorted(vouched.tools)}
+    return check
 
 
-def _likely_clean(made: list[CheckResult]) -> bool:
-    """Whether the sanitizer will likely find nothing: compiled, every case right, every barrier in place."""
-    return all(check.passed for check in made if check.kind in (COMPILE, CASE, STATIC))
+def groupable_tools(made: list[CheckResult]) -> tuple[str, ...]:
+    """The sanitizer tools a kernel is offered to a group for, on the GPU run's evidence: none unless it
+    compiled and got every case right (a kernel that may reach outside its buffers must not share a tool
+    process, and memcheck, GUARD, holds every student of a group); racecheck and synccheck too only where
+    every static check passed (a barrier missing or under a condition is what they find)."""
+    if not all(check.passed for check in made if check.kind in (COMPILE, CASE)):
+        return ()
+    if all(check.passed for check in made if check.kind == STATIC):
+        return tuple(TOOLS)
+    return (GUARD,)
 
 
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,

@@ -26,9 +26,9 @@ ONE_BLOCK_SCRIBBLE = ("    if (gridDim.x == 1 && gridDim.y == 1 && tx == 0 && ty
                       "    float sum = 0.0f;\n")
 
 
-def request(gpu=0, cubin="/nonexistent/kernel.cubin") -> Request:
+def request(gpu=0, cubin="/nonexistent/kernel.cubin", tools=TOOLS) -> Request:
     job = ["mysgemm", "m,n,k,A,B,C", "2,2,1", "16,16,1", "19", "21", "50"]
-    return Request(gpu, cubin, {tool: list(job) for tool in TOOLS}, 15.0, 5.0)
+    return Request(gpu, cubin, {tool: list(job) for tool in TOOLS}, 15.0, 5.0, tuple(tools))
 
 
 # --- the parent's side, without a GPU: how requests gather and what a bad one gets ---------------------------
@@ -39,7 +39,7 @@ def test_requests_gather_into_one_group_of_at_most_the_group_size():
 
     def run(requests, placement, sandbox, cache_dir):
         ran.append(len(requests))
-        return {"clean": True, "why_not": "", "group": len(requests), "tools": {}}
+        return {"vouched": list(TOOLS), "why_not": {}, "group": len(requests), "tools": {}}
 
     groups = SanitizerGroups([Placement(gpu=0)], None, None, size=3, gather_s=5.0, run=run)
     replies = []
@@ -55,7 +55,7 @@ def test_requests_gather_into_one_group_of_at_most_the_group_size():
 
 def test_a_lone_request_runs_alone_once_its_wait_is_over():
     groups = SanitizerGroups([Placement(gpu=0)], None, None, size=GROUP_SIZE, gather_s=0.2,
-                             run=lambda requests, *_: {"clean": True, "group": len(requests), "tools": {}})
+                             run=lambda requests, *_: {"vouched": list(TOOLS), "group": len(requests), "tools": {}})
     assert groups.check(request())["group"] == 1
 
 
@@ -64,7 +64,7 @@ def test_requests_for_different_gpus_never_share_a_group():
 
     def run(requests, placement, *_):
         seen.append((placement.gpu, {r.gpu for r in requests}))
-        return {"clean": True, "group": len(requests), "tools": {}}
+        return {"vouched": list(TOOLS), "group": len(requests), "tools": {}}
 
     groups = SanitizerGroups([Placement(gpu=0), Placement(gpu=1)], None, None, size=2, gather_s=0.3, run=run)
     threads = [threading.Thread(target=groups.check, args=(request(gpu),)) for gpu in (0, 1, 0, 1)]
@@ -81,16 +81,19 @@ def test_a_group_that_raised_is_not_clean_for_anyone():
 
     groups = SanitizerGroups([Placement(gpu=0)], None, None, size=1, run=run)
     reply = groups.check(request())
-    assert reply["clean"] is False and "the grader's bug" in reply["why_not"]
-    assert groups.check(request(gpu=7))["clean"] is False  # a GPU this batch does not have
+    assert reply["vouched"] == [] and "the grader's bug" in reply["why_not"]["group"]
+    assert groups.check(request(gpu=7))["vouched"] == []  # a GPU this batch does not have
 
 
 @pytest.mark.parametrize("line", [b"not json\n", b"[]\n", b'{"gpu": 0}\n',
                                   json.dumps({**vars(request()), "jobs": {"racecheck": []}}).encode() + b"\n",
-                                  json.dumps({**vars(request()), "timeout_s": -1}).encode() + b"\n"])
-def test_a_bad_request_on_the_channel_gets_a_reply_that_is_not_clean(line):
+                                  json.dumps({**vars(request()), "timeout_s": -1}).encode() + b"\n",
+                                  request(tools=["racecheck"]).to_json(),
+                                  request(tools=["memcheck", "initcheck"]).to_json(),
+                                  request(tools=["memcheck", "memcheck"]).to_json()])
+def test_a_bad_request_on_the_channel_gets_a_reply_that_vouches_for_nothing(line):
     groups = SanitizerGroups([Placement(gpu=0)], None, None, size=1,
-                             run=lambda requests, *_: {"clean": True, "group": 1, "tools": {}})
+                             run=lambda requests, *_: {"vouched": list(TOOLS), "group": 1, "tools": {}})
     ours, theirs = socket.socketpair()
     server = threading.Thread(target=groups.serve, args=(ours,))
     server.start()
@@ -98,15 +101,23 @@ def test_a_bad_request_on_the_channel_gets_a_reply_that_is_not_clean(line):
     reply = json.loads(theirs.makefile("rb").readline())
     theirs.close()
     server.join(5)
-    assert reply["clean"] is False and reply["why_not"].startswith("a bad request") and not server.is_alive()
+    assert reply["vouched"] == [] and reply["why_not"]["request"].startswith("a bad request")
+    assert not server.is_alive()
 
 
 def test_a_worker_asks_over_its_channel_and_gets_the_groups_reply():
-    groups = SanitizerGroups([Placement(gpu=0)], None, None, size=1,
-                             run=lambda requests, *_: {"clean": True, "group": 1, "tools": {}})
+    asked = []
+
+    def run(requests, *_):
+        asked.append(requests)
+        return {"vouched": list(TOOLS), "group": 1, "tools": {}}
+
+    groups = SanitizerGroups([Placement(gpu=0)], None, None, size=1, run=run)
     ours, theirs = socket.socketpair()
     threading.Thread(target=groups.serve, args=(ours,), daemon=True).start()
-    assert ask(theirs.detach(), request(), 5.0) == {"clean": True, "group": 1, "tools": {}}
+    mine = request(tools=["memcheck", "synccheck"])
+    assert ask(theirs.detach(), mine, 5.0) == {"vouched": list(TOOLS), "group": 1, "tools": {}}
+    assert asked == [[mine]]  # the request as it was sent, the tools it was offered for among it
 
 
 def test_a_parent_that_never_answers_leaves_the_worker_to_check_alone():
@@ -166,6 +177,44 @@ def test_the_launch_program_takes_whole_jobs_only_and_names_the_job_it_could_not
                                          "reason": "the compiled module could not be read"}
 
 
+# --- the worker's side, without a GPU: what it offers, and what it makes of what a group vouched for ---------
+
+
+def test_a_kernel_is_offered_only_for_the_tools_its_gpu_run_gives_no_reason_to_expect_a_finding_from():
+    from grader.pipeline import groupable_tools
+    from grader.result import CASE, COMPILE, STATIC, TIMING, errored, failed, passed
+
+    compiled = passed("compile", COMPILE, 10, "compiled")
+    cases = [passed("square_64", CASE, 5, "correct"), passed("ragged_all", CASE, 5, "correct")]
+    statics = [passed(name, STATIC, 5, "found") for name in ("shared tiles", "load barrier", "use barrier")]
+    slow = failed("speed vs reference", TIMING, 10, "3× the reference's time")
+    assert groupable_tools([compiled, *cases, *statics, slow]) == tuple(TOOLS)
+    # a barrier missing or under a condition: what racecheck and synccheck find, so they check it alone
+    barrier_missing = [*statics[:2], failed("use barrier", STATIC, 5, "no __syncthreads() after the use")]
+    assert groupable_tools([compiled, *cases, *barrier_missing]) == ("memcheck",)
+    # a wrong case or a fault may be a store outside C: such a kernel never shares a tool process
+    for case in (failed("ragged_all", CASE, 5, "12 of 400 elements of C are wrong"),
+                 errored("ragged_all", CASE, 5, "kernel fault: illegal memory access")):
+        assert groupable_tools([compiled, cases[0], case, *statics]) == ()
+    assert groupable_tools([errored("compile", COMPILE, 10, "error"), *statics]) == ()
+
+
+def test_a_diagnosis_of_tools_a_group_vouched_for_is_what_checking_the_kernel_alone_says_of_a_clean_one(tmp_path):
+    """Every tool vouched for: the clean verdict, with nothing run here (this machine has no sanitizer); some
+    only: the rest run alone, and where they cannot, the check says so as it would alone."""
+    from grader.contract import KernelContract
+    from grader.diagnose.run import SanitizerRun, ToolRun, sanitize, verdict
+    from grader.result import PASSED
+
+    run = SanitizerRun(str(tmp_path / "kernel.cubin"), KernelContract(), 16, "", 15.0, 5.0)
+    everything = {tool: ToolRun(tool, seconds=1.5) for tool in TOOLS}
+    check = sanitize(run, Placement(), None, tmp_path, everything)
+    assert check.status == PASSED and check.message == verdict([ToolRun(t) for t in TOOLS], 16).message
+    partly = sanitize(run, Placement(), None, tmp_path, {"memcheck": everything["memcheck"]})
+    alone = sanitize(run, Placement(), None, tmp_path)
+    assert (partly.status, partly.message) == (alone.status, alone.message)
+
+
 # --- on a GPU: the tools, the batch --------------------------------------------------------------------------
 
 
@@ -183,9 +232,11 @@ def a_class(tmp_path, names: list[str]):
 @pytest.mark.gpu
 @needs_gpu
 @needs_sanitizer
-def test_run_group_vouches_only_for_a_group_where_every_tool_found_nothing(tmp_path, config_file):
-    """Clean kernels together: clean. One racy kernel among them, or one that writes past its output on
-    racecheck's shape only: not clean, for every one of them."""
+def test_run_group_vouches_only_for_the_tools_that_found_nothing_in_any_kernel_offered_to_them(tmp_path,
+                                                                                               config_file):
+    """Clean kernels together: every tool vouches. One racy kernel among them: racecheck does not, the others
+    do; offered for memcheck and synccheck only, racecheck never sees it and vouches for the rest. One that
+    writes past its output on racecheck's shape only: memcheck does not vouch, and so no tool does."""
     from grader.config import load_config
     from grader.diagnose.groups import run_group
     from grader.pipeline import GPU, RunPlan, sandbox_of
@@ -196,13 +247,16 @@ def test_run_group_vouches_only_for_a_group_where_every_tool_found_nothing(tmp_p
     sandbox = sandbox_of(RunPlan(GPU))
     clean = [_request(cubins[name], tile) for name, tile in (("good_basic", 16), ("good_tile8_renamed", 8))]
     reply = run_group(clean * 2, Placement(), sandbox, config.cache_dir)
-    assert reply["clean"] is True and reply["group"] == 4, reply
+    assert reply["vouched"] == list(TOOLS) and reply["group"] == 4, reply
     racy = [clean[0], _request(cubins["hidden_race"], 16), clean[1]]
     reply = run_group(racy, Placement(), sandbox, config.cache_dir)
-    assert reply["clean"] is False and "racecheck" in reply["why_not"], reply
+    assert sorted(reply["vouched"]) == ["memcheck", "synccheck"] and list(reply["why_not"]) == ["racecheck"], reply
+    racy[1] = _request(cubins["hidden_race"], 16, tools=("memcheck", "synccheck"))
+    reply = run_group(racy, Placement(), sandbox, config.cache_dir)
+    assert reply["vouched"] == list(TOOLS), reply
     scribbling = [clean[0], _request(cubins["one_block_scribble"], 16), clean[1]]
     reply = run_group(scribbling, Placement(), sandbox, config.cache_dir)
-    assert reply["clean"] is False and "memcheck" in reply["why_not"], reply
+    assert reply["vouched"] == [] and "memcheck" in reply["why_not"], reply
 
 
 @pytest.mark.gpu
@@ -227,7 +281,7 @@ def test_a_batch_checks_clean_kernels_together_and_gives_everyone_what_grading_a
                         Console(quiet=True))
     batch = {result.submission: result for result in outcome.results}
     assert len(batch) == len(names) + 1
-    grouped = set()
+    grouped: dict[str, set[str]] = {}
     for name in [*names, "hidden_race"]:
         alone = grade(folder / name, config, cases, RunPlan(GPU, sanitize=True))
         together = batch[name]
@@ -237,12 +291,14 @@ def test_a_batch_checks_clean_kernels_together_and_gives_everyone_what_grading_a
         if mine.status == PASSED:  # a race's report names whichever racing store the tool saw first
             assert mine.message == theirs.message, name
         if "sanitizer_group" in mine.metrics:
-            grouped.add(name)
-            assert mine.status == PASSED
-    assert grouped <= {"good_basic", "good_tile8_renamed", "tile_width_named", "template_helper"}, grouped
+            grouped[name] = set(mine.metrics["sanitizer_grouped"])
+    clean = {"good_basic", "good_tile8_renamed", "tile_width_named", "template_helper"}
+    # a missing barrier: memcheck and synccheck at most in a group, racecheck alone (it finds the race)
+    assert set(grouped) <= clean | {"missing_load_barrier"}, grouped
+    assert grouped.get("missing_load_barrier", {"memcheck"}) <= {"memcheck", "synccheck"}, grouped
     # offered to a group as it looked clean, the group was not: checked alone, the race is found
     hidden = next(c for c in batch["hidden_race"].checks if c.kind == SANITIZER)
-    assert hidden.status == FAILED and "race" in hidden.message and "hidden_race" not in grouped
+    assert hidden.status == FAILED and "race" in hidden.message and "racecheck" not in grouped.get("hidden_race", ())
 
     # A class of clean kernels only: each is checked in a group, and some groups hold several students.
     clean = a_class(tmp_path / "clean", ["good_basic", "good_tile8_renamed", "tile_width_named", "template_helper"])
@@ -267,11 +323,11 @@ def _cubin(name, tmp_path):
     return target
 
 
-def _request(cubin, tile):
+def _request(cubin, tile, tools=TOOLS):
     from grader.contract import KernelContract
     from grader.diagnose.run import job_arguments, kernel_symbol_of, shape_for
 
     contract = KernelContract()
     symbol = kernel_symbol_of(cubin, contract)
     return Request(None, str(cubin), {tool: job_arguments(cubin, contract, tile, shape_for(tool, tile, contract),
-                                                          symbol)[1:] for tool in TOOLS}, 15.0, 5.0)
+                                                          symbol)[1:] for tool in TOOLS}, 15.0, 5.0, tuple(tools))

@@ -6,23 +6,26 @@ class of 300 started 900 of them, one per tool per student, and that queue, not 
 pace (bench/cuda_start.py). Here one tool process launches the kernels of up to GROUP_SIZE students in
 turn (launch_kernel.c takes several jobs), so a group pays for one start per tool.
 
-What a group may say is only that every kernel in it was found clean. It is believed when, for each tool,
-the process ended with status 0, its summary was read and counts no error and no warning, and every job
-was launched and synchronized "ok", in order. Then each student gets what checking them alone says of a
-clean kernel (run.verdict, with the group's times). Anything else (a finding, a fault, a hang, a tool
-that broke) and every student of the group is checked alone, in their own
-worker, as if the group had never run. So the only thing a kernel's run in a group can ever tell a
+A student is offered to a group for the tools the GPU run gives no reason to expect a finding from
+(pipeline.py): memcheck always, racecheck and synccheck only where every barrier is in place. A group may
+only ever vouch that a tool found nothing in any of the kernels it checked there. A tool vouches when its
+process ended with status 0, its summary was read and counts no error and no warning, and every job was
+launched and synchronized "ok", in order; and memcheck's run over the whole group vouches too (below).
+Each student then gets, for each tool vouched for, what checking it alone says of a clean kernel, and is
+checked alone, in its own worker, for every other tool, as if the group had never run: run.verdict over
+both is what checking the student alone gives. So the only thing a kernel's run in a group can ever tell a
 student, its own or another's, is "found nothing", which says nothing of the others' data; and one
-student's fault costs the rest of the group only the group's time. Between jobs the launch program zeroes
-and frees the last job's buffers and unloads its module, so no kernel even finds another's inputs. What
-a kernel could still do is write outside its buffers onto a tool's own memory and so hide a later
-kernel's finding in that process: memcheck launches every kernel of its group on every shape the group's
-tools use (ALSO_ON_SHAPES_OF), so such a write makes the whole group be checked again alone (a kernel that
-wrote only when it is not under memcheck would escape this).
+student's finding or fault costs the rest of the group only the group's time for that tool.
 
-Workers offer only kernels that passed every case and static check (pipeline.py): those are likely clean,
-so a group seldom has to be checked again one by one. The channel to the batch parent is a socket pair
-made for each worker (batch.py); a sandboxed child never holds it.
+Between jobs the launch program zeroes and frees the last job's buffers and unloads its module, so no kernel
+even finds another's inputs. What a kernel could still do is write outside its buffers onto a tool's own
+memory and so hide a later kernel's finding in that process. So every student of a group is in memcheck's
+run, which launches each kernel on every shape the group's tools use (ALSO_ON_SHAPES_OF): such a write
+makes memcheck report, and then the group vouches for no tool at all (a kernel that wrote only when it is
+not under memcheck would escape this).
+
+The channel to the batch parent is a socket pair made for each worker (batch.py); a sandboxed child never
+holds it.
 """
 from __future__ import annotations
 
@@ -37,7 +40,6 @@ from ..execute.compile import MAX_CUBIN_BYTES
 from ..execute.protocol import read_untrusted
 from ..execute.runner import Placement
 from ..execute.sandbox import Sandbox, scratch_folder
-from ..result import CheckResult
 from .launcher import LauncherUnavailable, launcher, staged_inputs
 from .run import (
     TOOLS,
@@ -47,7 +49,6 @@ from .run import (
     kernel_symbol_of,
     sanitizer_path,
     shape_for,
-    verdict,
     watch_tool,
 )
 
@@ -64,27 +65,31 @@ MAX_REQUEST_BYTES = 64 << 10
 # (Alone, memcheck checks the ragged shape only; a group that is stricter than alone only sends its students
 # to be checked alone.)
 ALSO_ON_SHAPES_OF = {"memcheck": ("racecheck",)}
+GUARD = "memcheck"  # the tool every student of a group is in, whose word every other tool's needs
 
 
 @dataclass(frozen=True)
 class Request:
-    """One student's sanitizer runs, as a worker asks for them: its module and, per tool, its launch."""
+    """One student's sanitizer runs, as a worker asks for them: its module, per tool its launch, and the tools
+    it is offered to the group for (memcheck always)."""
 
     gpu: int | None
     cubin: str  # the GPU run's module, in the worker's folder (read by the parent, which copies it)
     jobs: dict[str, list[str]]  # tool -> KERNEL ARGS GRID BLOCK M N K (run.job_arguments, cubin left out)
     timeout_s: float
     launch_s: float
+    tools: tuple[str, ...] = tuple(TOOLS)
 
     def to_json(self) -> bytes:
-        return json.dumps(vars(self)).encode() + b"\n"
+        return json.dumps({**vars(self), "tools": list(self.tools)}).encode() + b"\n"
 
     @classmethod
     def from_json(cls, line: bytes) -> Request:
         """A worker's request, checked field by field (ValueError names what is wrong)."""
         data = json.loads(line)
-        if not isinstance(data, dict) or set(data) != {"gpu", "cubin", "jobs", "timeout_s", "launch_s"}:
-            raise ValueError("a request has exactly the fields gpu, cubin, jobs, timeout_s, launch_s")
+        fields = {"gpu", "cubin", "jobs", "timeout_s", "launch_s", "tools"}
+        if not isinstance(data, dict) or set(data) != fields:
+            raise ValueError(f"a request has exactly the fields {', '.join(sorted(fields))}")
         jobs = data["jobs"]
         if not isinstance(jobs, dict) or set(jobs) != set(TOOLS) or not all(
                 isinstance(args, list) and len(args) == JOB_ARGUMENTS and all(isinstance(a, str) for a in args)
@@ -95,45 +100,56 @@ class Request:
         limits = [data["timeout_s"], data["launch_s"]]
         if not all(isinstance(v, (int, float)) and 0 < v <= 3600 for v in limits):
             raise ValueError("timeout_s and launch_s are seconds, more than 0 and at most an hour")
-        return cls(data["gpu"], data["cubin"], jobs, float(data["timeout_s"]), float(data["launch_s"]))
+        tools = data["tools"]
+        if not isinstance(tools, list) or GUARD not in tools or not set(tools) <= set(TOOLS) or \
+                len(set(tools)) != len(tools):
+            raise ValueError(f"tools: some of {', '.join(TOOLS)}, each once, {GUARD} among them")
+        return cls(data["gpu"], data["cubin"], jobs, float(data["timeout_s"]), float(data["launch_s"]),
+                   tuple(tools))
 
 
 def run_group(requests: list[Request], placement: Placement, sandbox: Sandbox, cache_dir: Path) -> dict:
-    """Each tool once over every request's kernel: the reply every requester of the group gets."""
+    """Each tool once over the kernels offered to it: the reply every requester of the group gets, which
+    names the tools it vouches for ("vouched") and why each other one does not ("why_not")."""
     tool_path = sanitizer_path()
     if tool_path is None:
-        return _not_clean(requests, "compute-sanitizer is not installed")
+        return _vouching_for_none(requests, "compute-sanitizer is not installed")
     try:
         program = launcher(cache_dir)
     except LauncherUnavailable as error:
-        return _not_clean(requests, str(error))
+        return _vouching_for_none(requests, str(error))
     modules = {}
     for index, request in enumerate(requests):
         try:
             modules[f"kernel{index}.cubin"] = read_untrusted(Path(request.cubin), MAX_CUBIN_BYTES)
         except OSError as error:
-            return _not_clean(requests, f"a module could not be read ({error.strerror or error})")
+            return _vouching_for_none(requests, f"a module could not be read ({error.strerror or error})")
     with scratch_folder("sgemm-sanitize-group-") as root:
         inputs = staged_inputs(root, program, modules)
 
         def one(tool: str) -> ToolRun:
             launch, jobs = [str(inputs / "launch_kernel")], 0
             for index, request in enumerate(requests):
+                if tool not in request.tools:
+                    continue
                 for shape_of in (tool, *ALSO_ON_SHAPES_OF.get(tool, ())):
                     launch += [str(inputs / f"kernel{index}.cubin"), *request.jobs[shape_of]]
                     jobs += 1
             return _tool_together(tool, tool_path, launch, jobs, root, inputs, requests, placement, sandbox)
 
-        with ThreadPoolExecutor(len(TOOLS)) as pool:
-            tools = list(pool.map(one, TOOLS))
-    reasons = [f"{t.tool}: {t.problem}" for t in tools if t.problem]
-    return {"clean": not reasons, "why_not": "; ".join(reasons), "group": len(requests),
-            "tools": {t.tool: {"seconds": round(t.seconds, 3), "waited_s": round(t.waited_s, 3),
-                               "held_s": round(t.held_s, 3)} for t in tools}}
+        asked = [tool for tool in TOOLS if any(tool in request.tools for request in requests)]
+        with ThreadPoolExecutor(len(asked)) as pool:
+            tools = list(pool.map(one, asked))
+    why_not = {t.tool: t.problem for t in tools if t.problem}
+    if GUARD in why_not:  # a kernel may have written onto the other tools' memory: none of them vouches
+        why_not |= {t.tool: f"{GUARD} did not vouch for the group" for t in tools if t.tool != GUARD}
+    return {"vouched": [t.tool for t in tools if t.tool not in why_not], "why_not": why_not,
+            "group": len(requests), "tools": {t.tool: {"seconds": round(t.seconds, 3), "waited_s": round(t.waited_s, 3),
+                                                        "held_s": round(t.held_s, 3)} for t in tools}}
 
 
-def _not_clean(requests: list[Request], why: str) -> dict:
-    return {"clean": False, "why_not": why, "group": len(requests), "tools": {}}
+def _vouching_for_none(requests: list[Request], why: str) -> dict:
+    return {"vouched": [], "why_not": {"group": why}, "group": len(requests), "tools": {}}
 
 
 def _tool_together(tool: str, tool_path: str, launch: list[str], jobs: int, root: Path, inputs: Path,
@@ -173,7 +189,7 @@ class SanitizerGroups:
     def check(self, request: Request) -> dict:
         placement = self.placements.get(request.gpu)
         if placement is None:
-            return _not_clean([request], f"no GPU {request.gpu} in this batch")
+            return _vouching_for_none([request], f"no GPU {request.gpu} in this batch")
         mine: Future = Future()
         with self.lock:
             waiting = self.pending.setdefault(request.gpu, [])
@@ -198,7 +214,7 @@ class SanitizerGroups:
         try:
             reply = self.run([request for request, _ in group], placement, self.sandbox, self.cache_dir)
         except Exception as error:  # a grader bug here costs the group its grouping, never a grade
-            reply = _not_clean([request for request, _ in group], f"{type(error).__name__}: {error}")
+            reply = _vouching_for_none([request for request, _ in group], f"{type(error).__name__}: {error}")
         for _, future in group:
             future.set_result(reply)
 
@@ -209,7 +225,8 @@ class SanitizerGroups:
                 try:
                     reply = self.check(Request.from_json(line[:MAX_REQUEST_BYTES]))
                 except (ValueError, TypeError) as error:
-                    reply = {"clean": False, "why_not": f"a bad request: {error}", "group": 0, "tools": {}}
+                    reply = {"vouched": [], "why_not": {"request": f"a bad request: {error}"}, "group": 0,
+                             "tools": {}}
                 try:
                     channel.sendall(json.dumps(reply).encode() + b"\n")
                 except OSError:
@@ -226,25 +243,33 @@ def ask(channel_fd: int, request: Request, timeout_s: float) -> dict | None:
                 reply = json.loads(lines.readline(MAX_REQUEST_BYTES))
     except (OSError, ValueError):
         return None
-    return reply if isinstance(reply, dict) and isinstance(reply.get("clean"), bool) else None
+    return reply if isinstance(reply, dict) and isinstance(reply.get("vouched"), list) else None
 
 
-def check_in_group(run: SanitizerRun, gpu: int | None, channel_fd: int) -> CheckResult | None:
-    """A worker's clean kernel checked in a group: what checking it alone says of a clean kernel, or None
-    when the group could not vouch for it (then it is checked alone)."""
+@dataclass
+class Vouched:
+    """What a group said of one student: the tools that found nothing there (their times are the group's),
+    and how many students the group held."""
+
+    tools: dict[str, ToolRun]
+    group: int = 0
+
+
+def check_in_group(run: SanitizerRun, gpu: int | None, channel_fd: int, offered: tuple[str, ...]) -> Vouched:
+    """A worker's kernel offered to a group for some tools (GUARD among them): the tools the group vouches
+    for; the worker checks the kernel alone for the rest."""
     symbol = kernel_symbol_of(Path(run.cubin), run.contract)
     jobs = {tool: job_arguments(run.cubin, run.contract, run.tile, shape_for(tool, run.tile, run.contract),
                                 symbol)[1:] for tool in TOOLS}
     # However the group went, the worker waits no longer than a group could take (each launch and each tool's
     # own time), then checks the kernel alone.
-    reply = ask(channel_fd, Request(gpu, run.cubin, jobs, run.timeout_s, run.launch_s),
+    reply = ask(channel_fd, Request(gpu, run.cubin, jobs, run.timeout_s, run.launch_s, offered),
                 GATHER_S + (GROUP_SIZE + 1) * (run.timeout_s + run.launch_s))
-    if reply is None or reply["clean"] is not True:
-        return None
+    if reply is None:
+        return Vouched({})
     times = reply.get("tools") if isinstance(reply.get("tools"), dict) else {}
-    tools = [ToolRun(tool, **{key: float(value) for key, value in times.get(tool, {}).items()
-                              if key in ("seconds", "waited_s", "held_s") and isinstance(value, (int, float))})
-             for tool in TOOLS]
-    check = verdict(tools, run.tile, run.contract)
-    check.metrics["sanitizer_group"] = reply.get("group")
-    return check
+    vouched = {tool: ToolRun(tool, **{key: float(value) for key, value in times.get(tool, {}).items()
+                                      if key in ("seconds", "waited_s", "held_s") and isinstance(value, (int, float))})
+               for tool in offered if tool in reply["vouched"]}
+    group = reply.get("group")
+    return Vouched(vouched, group if isinstance(group, int) else 0)

@@ -8,8 +8,8 @@ GPU with it; its time limit counts its own work only, and the launch, which hold
 one of its own (config: sanitizer_launch_s). Their text summaries are parsed (sanitizer_log.py). A
 tool's silence is trusted only when the launch demonstrably happened under it, it ended with status 0
 and its summary was read; anything less is an error with its reason, never "found nothing". Worth no
-points; it says what to fix. In a batch, kernels that passed everything are first checked several to a
-tool process (groups.py), which may only ever say "clean".
+points; it says what to fix. In a batch, a kernel is first checked several to a tool process, for the tools
+its GPU run gives no reason to expect a finding from (groups.py), which may only ever say "clean".
 """
 from __future__ import annotations
 
@@ -104,7 +104,22 @@ def sanitizer_path() -> str | None:
         (p for p in ("/usr/local/cuda/bin/compute-sanitizer",) if Path(p).is_file()), None)
 
 
-def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_dir: Path) -> CheckResult:
+def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_dir: Path,
+             vouched: dict[str, ToolRun] | None = None) -> CheckResult:
+    """The diagnosis: each tool run alone over the kernel, but for those a group vouched for (groups.py), whose
+    clean runs count as they are; one verdict over all of them, as if each had run here."""
+    vouched = vouched or {}
+    left = [tool for tool in TOOLS if tool not in vouched]
+    ran = _run_alone(run, left, placement, sandbox, cache_dir) if left else []
+    if isinstance(ran, CheckResult):
+        return ran
+    runs = {**vouched, **{tool.tool: tool for tool in ran}}
+    return verdict([runs[tool] for tool in TOOLS], run.tile, run.contract)
+
+
+def _run_alone(run: SanitizerRun, tools: list[str], placement: Placement, sandbox: Sandbox,
+               cache_dir: Path) -> list[ToolRun] | CheckResult:
+    """Each of `tools` over the kernel, side by side; or why none could run, as the check."""
     tool_path = sanitizer_path()
     if tool_path is None:
         return skipped(NAME, SANITIZER, 0, "not run: compute-sanitizer is not installed")
@@ -124,9 +139,8 @@ def sanitize(run: SanitizerRun, placement: Placement, sandbox: Sandbox, cache_di
                                     shape_for(tool, run.tile, run.contract), symbol)
             return _run_tool(tool, tool_path, launch, root, inputs, run, placement, sandbox, barriers)
 
-        with ThreadPoolExecutor(len(TOOLS)) as pool:
-            tools = list(pool.map(one, TOOLS))
-    return verdict(tools, run.tile, run.contract)
+        with ThreadPoolExecutor(len(tools)) as pool:
+            return list(pool.map(one, tools))
 
 
 def launch_command(program: Path, cubin: Path, contract: KernelContract, tile: int,
