@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .config import SEED_LIMIT
 from .errors import ConfigError
-from .judge.inputs import DISTRIBUTIONS
+from .judge.layout import DISTRIBUTIONS
 from .result import HIDDEN, PUBLIC
 from .schema import build, load_yaml
 

@@ -6,6 +6,7 @@ in a child process: the GPU worker, or the CPU emulator when no GPU is at hand.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import shutil
 import socket
@@ -14,6 +15,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .build_failure import BuildFailure, classify
 from .cases import Case
@@ -31,9 +33,9 @@ from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
 from .execute.sandbox import Sandbox, detect
 from .intake.submission import KERNEL_FILE, Submission, SubmissionError, locate, missing_headers, read_submission
-from .judge import truths
 from .judge.access import access_feedback
 from .judge.timing import NAME as TIMING_NAME
+from .judge.warming import Warming
 from .phases import Phases
 from .result import (
     CASE,
@@ -55,13 +57,15 @@ from .result import (
     skipped,
 )
 from .rubric import Rubric
-from .run_events import RunEvents
 from .source.device_side import HOST_CODE_LEFT_OUT, device_side
 from .source.include_policy import check_source, drop_host_headers
 from .source.include_policy import describe as describe_violations
 from .source.signature import hip_problem, kernel_parameters, signature_problem
 from .source.static_check import find_kernels, static_checks
 from .source.tile_size import launched_without_tile_size, tile_constant
+
+if TYPE_CHECKING:
+    from .run_events import RunEvents
 
 GPU, CPU = "gpu", "cpu"
 CPU_NOTE = "CPU emulation: correctness checked, timing skipped"
@@ -482,16 +486,17 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     workdir = tempfile.mkdtemp(prefix="sgemm-grade-")
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
     sandbox = sandbox_of(plan)
-    warming = truths.warm_in_background(cases, config)  # ready by the time the first outputs are judged
+    warming = Warming(cases, config)  # the judge ready by the time the first outputs are judged
     try:
         job = _job(submission, config, cases, workdir, sandbox, timed=backend == GPU)
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
                         case_s=config.timeouts.gpu_hang_s if backend == GPU else None)
         program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
-        run = RunEvents(config, cases, Path(workdir), timed=job.timing is not None,
-                        child="the CPU emulation process" if backend == CPU else "the GPU process")
-        for event in run_job(job, limits, run.timing_turn, program, placement_of(plan, config)):
+        events = run_job(job, limits, lambda: run.timing_turn(), program, placement_of(plan, config))
+        first = next(events)  # the child has started meanwhile, and the judge's import with it (warming.py)
+        run = _run_events(config, cases, Path(workdir), timed=job.timing is not None, backend=backend)
+        for event in itertools.chain([first], events):
             if event["event"] == "compiled" and backend == GPU:
                 warm_reference(config.reference_path.read_text(encoding="utf-8"), event["arch"],
                                config.compile.options, config.timeouts.compile_s, sandbox, config.cache_dir)
@@ -500,6 +505,13 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     finally:
         warming.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_events(config: Config, cases: list[Case], workdir: Path, timed: bool, backend: str) -> RunEvents:
+    from .run_events import RunEvents  # the judge, numpy among it: imported once the child has started
+
+    return RunEvents(config, cases, workdir, timed=timed,
+                     child="the CPU emulation process" if backend == CPU else "the GPU process")
 
 
 def _job(submission: Submission, config: Config, cases: list[Case], workdir: str, sandbox: Sandbox,

@@ -17,7 +17,8 @@ from .execute.job import student_output
 from .execute.protocol import read_untrusted
 from .judge.compare import CaseRun, judge_case
 from .judge.findings import Finding
-from .judge.inputs import guarded_size, split_guarded
+from .judge.inputs import split_guarded
+from .judge.layout import guarded_size
 from .judge.locate import stored_over
 from .judge.timing import NAME as TIMING_NAME
 from .judge.timing import RETIME_FACTOR, judge_timing, needs_retime

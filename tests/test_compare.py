@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from grader.judge.compare import CaseRun, Truth, judge_case, truth_of
-from grader.judge.inputs import GUARD_BEFORE, GUARD_BITS, guarded_c, make_inputs, split_guarded
+from grader.judge.inputs import guarded_c, make_inputs, split_guarded
+from grader.judge.layout import GUARD_BEFORE, GUARD_BITS
 from grader.judge.locate import STORE_INDEX_FIX, stored_over
 from grader.judge.tolerance import EPS32, error_bound
 from grader.result import ERROR, FAILED, PASSED

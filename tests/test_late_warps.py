@@ -139,7 +139,7 @@ def test_each_block_finds_every_shared_array_poisoned_whatever_ran_before():
     import numpy as np
     from pycuda.compiler import SourceModule
 
-    from grader.judge.inputs import POISON_BITS
+    from grader.judge.layout import POISON_BITS
 
     module = SourceModule(prepare_source(STALE_READER))
     kernel, switch = module.get_function("read_stale"), module.get_global(SKEW_SYMBOL)[0]

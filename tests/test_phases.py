@@ -144,12 +144,13 @@ def test_truths_warmed_in_the_background_are_the_ones_judging_reads(tmp_path):
     from grader.cases import Case
     from grader.config import Config
     from grader.judge import truths
+    from grader.judge.warming import Warming
 
     config = Config()
     config.compile.cache_dir = str(tmp_path)
     cases = [Case(f"c{i}", 200 + i, 150, 170, seed=i, points=1) for i in range(4)]
     truths._case_truth.cache_clear()
-    warming = truths.warm_in_background(cases, config)
+    warming = Warming(cases, config)
     judged = [truths.case_truth(case, config)[2] for case in reversed(cases)]
     warming.stop()
     assert truths._case_truth.cache_info().misses == len(cases)

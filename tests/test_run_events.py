@@ -5,7 +5,8 @@ import pytest
 
 from grader.cases import Case
 from grader.config import Config
-from grader.judge.inputs import GUARD_BEFORE, guarded_c, make_inputs
+from grader.judge.inputs import guarded_c, make_inputs
+from grader.judge.layout import GUARD_BEFORE
 from grader.result import ERROR, FAILED, PASSED
 from grader.run_events import RunEvents
 

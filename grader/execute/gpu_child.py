@@ -58,7 +58,8 @@ from pathlib import Path
 import numpy as np
 
 from ..contract import REFERENCE, KernelContract
-from ..judge.inputs import GUARD_BEFORE, POISON_BITS, guard_after, guarded_layout, guarded_size, make_inputs
+from ..judge.inputs import make_inputs
+from ..judge.layout import GUARD_BEFORE, POISON_BITS, guard_after, guarded_layout, guarded_size
 from ..judge.tolerance import uniform_bound
 from .compile import (
     COUNT_KERNEL,

@@ -27,7 +27,7 @@ Only text is inserted, never a newline, so every line keeps the student's number
 """
 from __future__ import annotations
 
-from ..judge.inputs import POISON_BITS
+from ..judge.layout import POISON_BITS
 from ..source import cuda_syntax as cs
 
 SKEW_SYMBOL = "sgemm_grader_late_warps_"

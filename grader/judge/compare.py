@@ -12,7 +12,8 @@ import numpy as np
 
 from ..result import CASE, CheckResult, errored, failed, passed
 from .findings import Finding, facts_and_fixes
-from .inputs import GUARD_BEFORE, GUARD_BITS, POISON_BITS, split_guarded
+from .inputs import split_guarded
+from .layout import GUARD_BEFORE, GUARD_BITS, POISON_BITS
 from .locate import locate_errors
 from .tolerance import error_bound, within
 

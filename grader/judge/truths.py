@@ -4,7 +4,7 @@ A batch grades every student in a process of its own; without this each would re
 products (two 1000³ matmuls for a large case), all at once, on cores the students' compilers need. The
 files live in the grader's cache, which no sandboxed process can write; a file that cannot be read, or
 whose arrays do not match the digest stored with them, is computed again. One grade computes (or reads)
-them in a thread while its child starts and compiles (`warm_in_background`), so judging never waits on them.
+them in a thread while its child starts and compiles (warming.py), so judging never waits on them.
 """
 from __future__ import annotations
 
@@ -40,25 +40,6 @@ def warm(cases: list[Case], config: Config, stop: threading.Event | None = None)
         if stop is not None and stop.is_set():
             return
         case_truth(case, config)
-
-
-class Warming:
-    """The cases' truths computed in a thread of their own while the child starts and compiles; `stop()` ends
-    it after the case at hand (a grade that ends early does not wait for the rest)."""
-
-    def __init__(self, cases: list[Case], config: Config):
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=warm, args=(cases, config, self.stopping), daemon=True,
-                                       name="truths")
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join()
-
-
-def warm_in_background(cases: list[Case], config: Config) -> Warming:
-    return Warming(cases, config)
 
 
 @lru_cache(maxsize=64)

@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from ...contract import REFERENCE, KernelContract
-from ...judge.inputs import GUARD_BEFORE, guarded_c, make_inputs
+from ...judge.inputs import guarded_c, make_inputs
+from ...judge.layout import GUARD_BEFORE
 from ..job import CaseSpec, Job
 from ..proc import die_with_parent
 from ..protocol import Channel, harness_report, read_untrusted

@@ -8,7 +8,7 @@ no barrier between them.
 from __future__ import annotations
 
 from ...judge.findings import Finding
-from ...judge.inputs import GUARD_BEFORE, guard_after
+from ...judge.layout import GUARD_BEFORE, guard_after
 
 LOAD_BARRIER = ("the barrier after loading the tiles is missing: add __syncthreads() after the loads, "
                 "before any thread reads the tiles")
