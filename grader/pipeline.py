@@ -42,6 +42,7 @@ from .result import (
     COMPILE,
     COMPILE_ERROR,
     ERROR,
+    FAILED,
     GRADED,
     GRADER_ERROR,
     NEEDS_GPU_GRADE,
@@ -348,15 +349,28 @@ def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, pla
 
 
 def groupable_tools(made: list[CheckResult]) -> tuple[str, ...]:
-    """The sanitizer tools a kernel is offered to a group for, on the GPU run's evidence: none unless it
-    compiled and got every case right (a kernel that may reach outside its buffers must not share a tool
-    process, and memcheck, GUARD, holds every student of a group); racecheck and synccheck too only where
-    every static check passed (a barrier missing or under a condition is what they find)."""
-    if not all(check.passed for check in made if check.kind in (COMPILE, CASE)):
+    """The sanitizer tools a kernel is offered to a group for, on the GPU run's evidence. None where it did not
+    compile, or where a case gives a sign of it reaching outside its buffers (a fault or hang, a store outside
+    C, a changed input): memcheck (GUARD) holds every student of a group, and one finding there costs the
+    whole group its word. Where a barrier is missing or under a condition, memcheck alone: racecheck and
+    synccheck find that, and the wrong values a race makes say nothing of where the kernel reads. Where every
+    static check passed, every tool, unless a wrong value is a NaN or inf the kernel stored (the poison the
+    grader puts past A and B, read)."""
+    compiled = [check for check in made if check.kind == COMPILE]
+    cases = [check for check in made if check.kind == CASE]
+    if not compiled or not all(check.passed for check in compiled) or not cases \
+            or not all(_kept_inside(case) for case in cases):
         return ()
-    if all(check.passed for check in made if check.kind == STATIC):
-        return tuple(TOOLS)
-    return (GUARD,)
+    if not all(check.passed for check in made if check.kind == STATIC):
+        return (GUARD,)
+    return tuple(TOOLS) if all(case.metrics.get("stored_nonfinite", 0) == 0 for case in cases) else ()
+
+
+def _kept_inside(case: CheckResult) -> bool:
+    """A case that gives no sign of the kernel reaching outside its buffers: it ran to its end and judged,
+    nothing stored outside C, neither input changed."""
+    return case.passed or (case.status == FAILED and case.metrics.get("stray_stores") == 0
+                           and case.metrics.get("inputs_changed") is False)
 
 
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,

@@ -60,7 +60,8 @@ def test_headline_counts_unwritten_computed_nan_and_off_apart():
     result = judge(a, b, c)
     assert ("8 of 1024 elements of C are wrong: 4 never written (they still hold the NaN the grader fills C with); "
             "3 NaN or infinite, stored by the kernel; 1 off by 2.5 (relative") in result.message
-    assert result.metrics["never_written"] == 4
+    assert result.metrics["never_written"] == 4 and result.metrics["stored_nonfinite"] == 3
+    assert result.metrics["stray_stores"] == 0 and result.metrics["inputs_changed"] is False
 
 
 def test_kernel_storing_nothing_is_told_so():
@@ -142,6 +143,7 @@ def test_store_past_the_end_of_c_is_an_out_of_bounds_write():
     assert result.status == FAILED
     assert "out-of-bounds write: 1 stores past the end of C" in result.message
     assert "C[20][3]" in result.message
+    assert result.metrics["stray_stores"] == 1 and result.metrics["stored_nonfinite"] == 0
 
 
 def test_store_before_c_is_reported():
@@ -149,7 +151,7 @@ def test_store_before_c_is_reported():
     run = run_with(product(a, b), 16, 16)
     run.buffer[GUARD_BEFORE - 2] = 0.0
     result = judge_case("case", 4, a, b, run, TILE, 1.0, 1e-6)
-    assert "stores before the start of C" in result.message
+    assert "stores before the start of C" in result.message and result.metrics["stray_stores"] == 1
 
 
 def test_untouched_guards_hold_the_guard_pattern():
@@ -162,7 +164,7 @@ def test_untouched_guards_hold_the_guard_pattern():
 def test_writing_into_b_fails_even_with_a_correct_c():
     a, b = make_inputs(16, 16, 16, seed=9, distribution="uniform")
     result = judge(a, b, product(a, b), b_changed=True)
-    assert result.status == FAILED and "wrote into B" in result.message
+    assert result.status == FAILED and "wrote into B" in result.message and result.metrics["inputs_changed"] is True
 
 
 def test_tolerance_scales_with_k():

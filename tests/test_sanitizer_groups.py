@@ -184,19 +184,31 @@ def test_a_kernel_is_offered_only_for_the_tools_its_gpu_run_gives_no_reason_to_e
     from grader.pipeline import groupable_tools
     from grader.result import CASE, COMPILE, STATIC, TIMING, errored, failed, passed
 
+    inside = {"stray_stores": 0, "inputs_changed": False, "stored_nonfinite": 0}
+
+    def wrong(**metrics):
+        return failed("ragged_all", CASE, 5, "12 of 400 elements of C are wrong", metrics={**inside, **metrics})
+
     compiled = passed("compile", COMPILE, 10, "compiled")
-    cases = [passed("square_64", CASE, 5, "correct"), passed("ragged_all", CASE, 5, "correct")]
+    right = passed("square_64", CASE, 5, "correct", metrics=dict(inside))
     statics = [passed(name, STATIC, 5, "found") for name in ("shared tiles", "load barrier", "use barrier")]
-    slow = failed("speed vs reference", TIMING, 10, "3× the reference's time")
-    assert groupable_tools([compiled, *cases, *statics, slow]) == tuple(TOOLS)
-    # a barrier missing or under a condition: what racecheck and synccheck find, so they check it alone
     barrier_missing = [*statics[:2], failed("use barrier", STATIC, 5, "no __syncthreads() after the use")]
-    assert groupable_tools([compiled, *cases, *barrier_missing]) == ("memcheck",)
-    # a wrong case or a fault may be a store outside C: such a kernel never shares a tool process
-    for case in (failed("ragged_all", CASE, 5, "12 of 400 elements of C are wrong"),
+    slow = failed("speed vs reference", TIMING, 10, "3× the reference's time")
+    assert groupable_tools([compiled, right, *statics, slow]) == tuple(TOOLS)
+    # every barrier in place and values wrong, but none a NaN it stored (a read of the poison past A or B)
+    assert groupable_tools([compiled, right, wrong(), *statics]) == tuple(TOOLS)
+    assert groupable_tools([compiled, right, wrong(stored_nonfinite=3), *statics]) == ()
+    # a barrier missing or under a condition: what racecheck and synccheck find, so they check it alone, and
+    # the values a race spoils (poisoned tile entries among them) say nothing of where the kernel reads
+    assert groupable_tools([compiled, right, *barrier_missing]) == ("memcheck",)
+    assert groupable_tools([compiled, wrong(stored_nonfinite=40), *barrier_missing]) == ("memcheck",)
+    # a sign of reaching outside its buffers, in any case: such a kernel never shares a tool process
+    for case in (wrong(stray_stores=1), wrong(inputs_changed=True),
                  errored("ragged_all", CASE, 5, "kernel fault: illegal memory access")):
-        assert groupable_tools([compiled, cases[0], case, *statics]) == ()
+        assert groupable_tools([compiled, right, case, *statics]) == ()
+        assert groupable_tools([compiled, right, case, *barrier_missing]) == ()
     assert groupable_tools([errored("compile", COMPILE, 10, "error"), *statics]) == ()
+    assert groupable_tools([compiled, *statics]) == ()  # no case ran
 
 
 def test_a_diagnosis_of_tools_a_group_vouched_for_is_what_checking_the_kernel_alone_says_of_a_clean_one(tmp_path):
@@ -275,7 +287,7 @@ def test_a_batch_checks_clean_kernels_together_and_gives_everyone_what_grading_a
     config = load_config(config_file)
     cases = [case for case in load_cases(config.testcases_dir) if not case.gpu_only][:2]
     names = ["good_basic", "good_tile8_renamed", "tile_width_named", "template_helper", "missing_load_barrier",
-             "no_bounds_checks", "conditional_barrier"]
+             "no_bounds_checks", "conditional_barrier", "truncated_phases"]
     folder = a_class(tmp_path, names)
     outcome = run_batch([folder], config, cases, RunPlan(GPU, sanitize=True), BatchOptions(tmp_path / "out", jobs=8),
                         Console(quiet=True))
@@ -292,10 +304,11 @@ def test_a_batch_checks_clean_kernels_together_and_gives_everyone_what_grading_a
             assert mine.message == theirs.message, name
         if "sanitizer_group" in mine.metrics:
             grouped[name] = set(mine.metrics["sanitizer_grouped"])
-    clean = {"good_basic", "good_tile8_renamed", "tile_width_named", "template_helper"}
-    # a missing barrier: memcheck and synccheck at most in a group, racecheck alone (it finds the race)
-    assert set(grouped) <= clean | {"missing_load_barrier"}, grouped
-    assert grouped.get("missing_load_barrier", {"memcheck"}) <= {"memcheck", "synccheck"}, grouped
+    # stores outside C: memcheck's finding, so no group vouches for it (on these two square cases it looks
+    # clean and is offered); a barrier missing or under a condition: memcheck at most
+    assert "no_bounds_checks" not in grouped, grouped
+    for name in ("missing_load_barrier", "conditional_barrier"):
+        assert grouped.get(name, set()) <= {"memcheck"}, grouped
     # offered to a group as it looked clean, the group was not: checked alone, the race is found
     hidden = next(c for c in batch["hidden_race"].checks if c.kind == SANITIZER)
     assert hidden.status == FAILED and "race" in hidden.message and "racecheck" not in grouped.get("hidden_race", ())

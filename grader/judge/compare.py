@@ -83,6 +83,9 @@ def judge_case(
     problems = [*run.races, *_stray_stores(before, after, m, n), *_changed_inputs(run)]
     wrong = wrong_mask(c, truth)
     metrics.update(_error_figures(c, truth, wrong))
+    # Where the kernel may have reached outside its buffers, as figures (pipeline.groupable_tools reads them)
+    strays = sum(int((band.view(np.uint32) != GUARD_BITS).sum()) for band in (before, after))
+    metrics.update(stray_stores=strays, inputs_changed=bool(run.a_changed or run.b_changed))
     if run.reference is not None:
         metrics["max_diff_vs_reference"] = _finite_max(np.abs(c.astype(np.float64) - run.reference))
     if wrong.any():
@@ -169,6 +172,8 @@ def _error_figures(c: np.ndarray, truth: Truth, wrong: np.ndarray) -> dict:
     return {
         "wrong_elements": int(wrong.sum()),
         "never_written": int((wrong & (c.view(np.uint32) == POISON_BITS)).sum()),
+        # NaN or inf the kernel stored: read from a poisoned word (past A or B, an unset tile entry) or made
+        "stored_nonfinite": int((wrong & ~np.isfinite(c) & (c.view(np.uint32) != POISON_BITS)).sum()),
         "max_abs_error": _finite_max(diff),
         "max_rel_error": _finite_max(rel),
     }
