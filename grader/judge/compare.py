@@ -169,11 +169,13 @@ def _error_figures(c: np.ndarray, truth: Truth, wrong: np.ndarray) -> dict:
     diff = np.abs(c.astype(np.float64) - truth.value)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = diff / np.maximum(np.abs(truth.value), 1e-30)
+    bad = c[wrong]  # the wrong elements only: none, for a right C
+    unwritten = bad.view(np.uint32) == POISON_BITS
     return {
-        "wrong_elements": int(wrong.sum()),
-        "never_written": int((wrong & (c.view(np.uint32) == POISON_BITS)).sum()),
+        "wrong_elements": int(bad.size),
+        "never_written": int(unwritten.sum()),
         # NaN or inf the kernel stored: read from a poisoned word (past A or B, an unset tile entry) or made
-        "stored_nonfinite": int((wrong & ~np.isfinite(c) & (c.view(np.uint32) != POISON_BITS)).sum()),
+        "stored_nonfinite": int((~np.isfinite(bad) & ~unwritten).sum()),
         "max_abs_error": _finite_max(diff),
         "max_rel_error": _finite_max(rel),
     }
