@@ -333,3 +333,12 @@ def test_a_next_students_grade_compiles_on_the_hint_and_a_wrong_hint_changes_not
                                                                         for c in hinted["checks"]]
     assert hinted["score"] < hinted["max_score"]  # its race is caught either way
     assert cubin_cache.read_hint(str(cache), gpu)[0] == arch  # the stale hint was replaced by the truth
+
+
+def test_the_grade_command_imports_no_numpy_before_its_child_starts():
+    """numpy and the judge (0.13 s to import on an H100 host) load on the truths' thread while a grade's child
+    starts (judge/warming.py): the command's own imports hold none of it."""
+    judge = ("numpy", "grader.run_events", "grader.judge.compare", "grader.judge.truths")
+    program = f"import sys, grader.cli; print(sorted(set(sys.modules) & {set(judge)}))"
+    loaded = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout
