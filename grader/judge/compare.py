@@ -80,12 +80,13 @@ def judge_case(
         return errored(name, CASE, points, "grader error: the reference kernel fails this case; "
                        "tell your instructor (the tolerance or the reference is wrong)", **extra)
 
-    problems = [*run.races, *_stray_stores(before, after, m, n), *_changed_inputs(run)]
+    hit_before, hit_after = (np.nonzero(band.view(np.uint32) != GUARD_BITS)[0] for band in (before, after))
+    problems = [*run.races, *_stray_stores(hit_before, hit_after, m, n), *_changed_inputs(run)]
     wrong = wrong_mask(c, truth)
     metrics.update(_error_figures(c, truth, wrong))
     # Where the kernel may have reached outside its buffers, as figures (pipeline.groupable_tools reads them)
-    strays = sum(int((band.view(np.uint32) != GUARD_BITS).sum()) for band in (before, after))
-    metrics.update(stray_stores=strays, inputs_changed=bool(run.a_changed or run.b_changed))
+    metrics.update(stray_stores=int(hit_before.size + hit_after.size),
+                   inputs_changed=bool(run.a_changed or run.b_changed))
     if run.reference is not None:
         metrics["max_diff_vs_reference"] = _finite_max(np.abs(c.astype(np.float64) - run.reference))
     if wrong.any():
@@ -142,10 +143,9 @@ def _count(part: np.ndarray, wrong: np.ndarray) -> str:
     return "all" if count == int(wrong.sum()) and count > 1 else str(count)
 
 
-def _stray_stores(before: np.ndarray, after: np.ndarray, m: int, n: int) -> list[Finding]:
+def _stray_stores(hit_before: np.ndarray, hit_after: np.ndarray, m: int, n: int) -> list[Finding]:
+    """The stores into C's guard bands (the indices of the words hit before C and after it), told."""
     problems = []
-    hit_before = np.nonzero(before.view(np.uint32) != GUARD_BITS)[0]
-    hit_after = np.nonzero(after.view(np.uint32) != GUARD_BITS)[0]
     if hit_after.size:
         first = int(hit_after[0])
         problems.append(Finding(
