@@ -203,11 +203,10 @@ def _worker_environment() -> dict[str, str]:
 def _sanitizer_groups(plan: RunPlan, config: Config, placements: list[Placement], options: BatchOptions,
                       jobs: int) -> SanitizerGroups | None:
     """Where this host's workers check kernels under the sanitizer in groups (diagnose/groups.py). A
-    group holds no more students than are graded at once on one GPU: nobody waits for one who cannot come."""
+    group holds no more students than are graded at once: nobody waits for one who cannot come."""
     if plan.backend != GPU or not plan.sanitize or options.cluster:
         return None
-    per_gpu = max(1, jobs // len(placements))
-    return SanitizerGroups(placements, sandbox_of(plan), config.cache_dir, size=min(GROUP_SIZE, per_gpu))
+    return SanitizerGroups(placements, sandbox_of(plan), config.cache_dir, size=min(GROUP_SIZE, max(1, jobs)))
 
 
 class Workers:

@@ -353,7 +353,8 @@ def groupable_tools(made: list[CheckResult]) -> tuple[str, ...]:
     compile, or where a case gives a sign of it reaching outside its buffers (a fault or hang, a store outside
     C, a changed input): memcheck (GUARD) holds every student of a group, and one finding there costs the
     whole group its word. Where a barrier is missing or under a condition, memcheck alone: racecheck and
-    synccheck find that, and the wrong values a race makes say nothing of where the kernel reads. Where every
+    synccheck find that, and the wrong values a race makes say nothing of where the kernel reads; synccheck too
+    where no barrier is under a condition (a missing one races, which synccheck does not report). Where every
     static check passed, every tool, unless a wrong value is a NaN or inf the kernel stored (the poison the
     grader puts past A and B, read)."""
     compiled = [check for check in made if check.kind == COMPILE]
@@ -361,9 +362,18 @@ def groupable_tools(made: list[CheckResult]) -> tuple[str, ...]:
     if not compiled or not all(check.passed for check in compiled) or not cases \
             or not all(_kept_inside(case) for case in cases):
         return ()
-    if not all(check.passed for check in made if check.kind == STATIC):
-        return (GUARD,)
+    statics = [check for check in made if check.kind == STATIC]
+    if not all(check.passed for check in statics):
+        return (GUARD, "synccheck") if _barriers_only_missing(statics) else (GUARD,)
     return tuple(TOOLS) if all(case.metrics.get("stored_nonfinite", 0) == 0 for case in cases) else ()
+
+
+def _barriers_only_missing(statics: list[CheckResult]) -> bool:
+    """Every static check that did not pass failed for a barrier (or tile loop) that is not there, none for a
+    barrier under a thread-dependent condition: a missing barrier races, which is racecheck's finding, not
+    synccheck's; a barrier some threads skip is synccheck's. A check that could not run says neither."""
+    return all(check.passed or (check.status == FAILED and "condition_line" not in check.metrics)
+               for check in statics)
 
 
 def _kept_inside(case: CheckResult) -> bool:

@@ -59,20 +59,44 @@ def test_a_lone_request_runs_alone_once_its_wait_is_over():
     assert groups.check(request())["group"] == 1
 
 
-def test_requests_for_different_gpus_never_share_a_group():
+def elf_header(path, flags: int):
+    """The start of a cubin: an ELF64 header for CUDA (machine 190) with these architecture flags."""
+    header = bytearray(64)
+    header[:5] = b"\x7fELF\x02"
+    header[18:20] = (190).to_bytes(2, "little")
+    header[48:52] = flags.to_bytes(4, "little")
+    path.write_bytes(bytes(header) + b"\0" * 64)
+    return str(path)
+
+
+def test_modules_for_one_architecture_share_a_group_whichever_gpu_ran_them(tmp_path):
+    """On a host with several GPUs of one kind, groups fill as fast as on one GPU; a module built for another
+    architecture never shares a tool process with them, nor does one whose header cannot be read."""
     seen = []
 
     def run(requests, placement, *_):
-        seen.append((placement.gpu, {r.gpu for r in requests}))
+        seen.append((placement.gpu, sorted(r.gpu for r in requests)))
         return {"vouched": list(TOOLS), "group": len(requests), "tools": {}}
 
-    groups = SanitizerGroups([Placement(gpu=0), Placement(gpu=1)], None, None, size=2, gather_s=0.3, run=run)
-    threads = [threading.Thread(target=groups.check, args=(request(gpu),)) for gpu in (0, 1, 0, 1)]
+    hopper, ampere = elf_header(tmp_path / "a.cubin", 0x5a05a), elf_header(tmp_path / "b.cubin", 0x500550)
+    groups = SanitizerGroups([Placement(gpu=0), Placement(gpu=1)], None, None, size=4, gather_s=1.0, run=run)
+    asked = [request(0, hopper), request(1, hopper), request(0, hopper), request(1, hopper)]
+    threads = [threading.Thread(target=groups.check, args=(r,)) for r in asked]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(seen) == [(0, {0}), (1, {1})]
+    assert len(seen) == 1 and seen[0][1] == [0, 0, 1, 1] and seen[0][0] in (0, 1)
+
+    seen.clear()
+    groups = SanitizerGroups([Placement(gpu=0), Placement(gpu=1)], None, None, size=2, gather_s=0.3, run=run)
+    asked = [request(0, hopper), request(1, ampere), request(0, str(tmp_path / "missing.cubin"))]
+    threads = [threading.Thread(target=groups.check, args=(r,)) for r in asked]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(seen) == [(0, [0]), (0, [0]), (1, [1])]
 
 
 def test_a_group_that_raised_is_not_clean_for_anyone():
@@ -182,7 +206,7 @@ def test_the_launch_program_takes_whole_jobs_only_and_names_the_job_it_could_not
 
 def test_a_kernel_is_offered_only_for_the_tools_its_gpu_run_gives_no_reason_to_expect_a_finding_from():
     from grader.pipeline import groupable_tools
-    from grader.result import CASE, COMPILE, STATIC, TIMING, errored, failed, passed
+    from grader.result import CASE, COMPILE, STATIC, TIMING, errored, failed, passed, skipped
 
     inside = {"stray_stores": 0, "inputs_changed": False, "stored_nonfinite": 0}
 
@@ -192,16 +216,27 @@ def test_a_kernel_is_offered_only_for_the_tools_its_gpu_run_gives_no_reason_to_e
     compiled = passed("compile", COMPILE, 10, "compiled")
     right = passed("square_64", CASE, 5, "correct", metrics=dict(inside))
     statics = [passed(name, STATIC, 5, "found") for name in ("shared tiles", "load barrier", "use barrier")]
-    barrier_missing = [*statics[:2], failed("use barrier", STATIC, 5, "no __syncthreads() after the use")]
+    barrier_missing = [*statics[:2], failed("use barrier", STATIC, 5, "no __syncthreads() after the use",
+                                            metrics={"line": 17})]
+    barrier_skipped = [*statics[:2], failed("use barrier", STATIC, 5, "__syncthreads() under a condition",
+                                            metrics={"line": 17, "condition_line": 12, "exit_line": None})]
+    untiled = [failed(name, STATIC, 5, "no tile loop found", metrics={"line": 3})
+               for name in ("shared tiles", "load barrier", "use barrier")]
+    not_checked = [*statics[:2], skipped("use barrier", STATIC, 5, "the kernel could not be parsed")]
     slow = failed("speed vs reference", TIMING, 10, "3× the reference's time")
     assert groupable_tools([compiled, right, *statics, slow]) == tuple(TOOLS)
     # every barrier in place and values wrong, but none a NaN it stored (a read of the poison past A or B)
     assert groupable_tools([compiled, right, wrong(), *statics]) == tuple(TOOLS)
     assert groupable_tools([compiled, right, wrong(stored_nonfinite=3), *statics]) == ()
-    # a barrier missing or under a condition: what racecheck and synccheck find, so they check it alone, and
-    # the values a race spoils (poisoned tile entries among them) say nothing of where the kernel reads
-    assert groupable_tools([compiled, right, *barrier_missing]) == ("memcheck",)
-    assert groupable_tools([compiled, wrong(stored_nonfinite=40), *barrier_missing]) == ("memcheck",)
+    # a barrier missing: a race, racecheck's finding, so racecheck checks it alone; the values a race spoils
+    # (poisoned tile entries among them) say nothing of where the kernel reads. synccheck reports no missing
+    # barrier: it checks such a kernel with the others
+    assert groupable_tools([compiled, right, *barrier_missing]) == ("memcheck", "synccheck")
+    assert groupable_tools([compiled, wrong(stored_nonfinite=40), *barrier_missing]) == ("memcheck", "synccheck")
+    assert groupable_tools([compiled, right, *untiled]) == ("memcheck", "synccheck")
+    # a barrier some threads skip is what synccheck reports; a static check that did not run says nothing
+    assert groupable_tools([compiled, right, *barrier_skipped]) == ("memcheck",)
+    assert groupable_tools([compiled, right, *not_checked]) == ("memcheck",)
     # a sign of reaching outside its buffers, in any case: such a kernel never shares a tool process
     for case in (wrong(stray_stores=1), wrong(inputs_changed=True),
                  errored("ragged_all", CASE, 5, "kernel fault: illegal memory access")):

@@ -7,7 +7,9 @@ pace (bench/cuda_start.py). Here one tool process launches the kernels of up to 
 turn (launch_kernel.c takes several jobs), so a group pays for one start per tool.
 
 A student is offered to a group for the tools the GPU run gives no reason to expect a finding from
-(pipeline.py): memcheck always, racecheck and synccheck only where every barrier is in place. A group may
+(pipeline.py): memcheck always; synccheck where no barrier is under a condition; racecheck only where every
+barrier is in place. Students of all the host's GPUs gather together where their modules are built for one
+architecture (module_kind), so on several GPUs groups fill as fast as on one. A group may
 only ever vouch that a tool found nothing in any of the kernels it checked there. A tool vouches when its
 process ended with status 0, its summary was read and counts no error and no warning, and every job was
 launched and synchronized "ok", in order; and memcheck's run over the whole group vouches too (below).
@@ -59,6 +61,7 @@ GROUP_SIZE = 8  # students per tool process
 GATHER_S = 3.0
 JOB_ARGUMENTS = 7  # a job after its cubin: KERNEL ARGS GRID BLOCK M N K (launch_kernel.c)
 MAX_REQUEST_BYTES = 64 << 10
+ELF64_HEADER_BYTES = 64
 # memcheck also launches each kernel on racecheck's shape. racecheck and synccheck do not check where a kernel
 # writes, so a kernel that wrote outside its buffers on the one-block shape alone could scribble on the tool's
 # own memory and hide a later kernel's finding; memcheck sees that write, and then nobody's group is believed.
@@ -173,41 +176,43 @@ def _tool_together(tool: str, tool_path: str, launch: list[str], jobs: int, root
 
 
 class SanitizerGroups:
-    """The batch parent's side: gathers workers' requests per GPU into groups and runs each group once.
+    """The batch parent's side: gathers workers' requests into groups and runs each group once.
 
-    A request waits up to gather_s for others; a group runs as soon as it has `size` requests, or when a
-    waiting request's time is up, in the thread of whoever completes or ends it. Every requester of a group
-    gets the group's reply."""
+    Requests whose modules were built for the same GPU architecture gather together, whichever of the host's
+    GPUs ran them: a group runs on the GPU of whoever completes or ends it, and on several GPUs groups fill
+    as fast as on one. A request waits up to gather_s for others; a group runs as soon as it has `size`
+    requests, or when a waiting request's time is up, in the thread of whoever completes or ends it. Every
+    requester of a group gets the group's reply."""
 
     def __init__(self, placements: list[Placement], sandbox: Sandbox, cache_dir: Path, size: int = GROUP_SIZE,
                  gather_s: float = GATHER_S, run=run_group):
         self.placements = {p.gpu: p for p in placements}
         self.sandbox, self.cache_dir, self.size, self.gather_s, self.run = sandbox, cache_dir, size, gather_s, run
         self.lock = threading.Lock()
-        self.pending: dict[int | None, list[tuple[Request, Future]]] = {}
+        self.pending: dict[str, list[tuple[Request, Future]]] = {}  # per kind of module (module_kind)
 
     def check(self, request: Request) -> dict:
         placement = self.placements.get(request.gpu)
         if placement is None:
             return _vouching_for_none([request], f"no GPU {request.gpu} in this batch")
-        mine: Future = Future()
+        kind, mine = module_kind(request), Future()
         with self.lock:
-            waiting = self.pending.setdefault(request.gpu, [])
+            waiting = self.pending.setdefault(kind, [])
             waiting.append((request, mine))
-            group = self._take(request.gpu) if len(waiting) >= self.size else None
+            group = self._take(kind) if len(waiting) >= self.size else None
         if group is None:
             try:
                 return mine.result(timeout=self.gather_s)
             except TimeoutError:
                 with self.lock:  # still nobody's: run what has gathered, ours among it
-                    group = self._take(request.gpu) if any(f is mine for _, f in self.pending[request.gpu]) else None
+                    group = self._take(kind) if any(f is mine for _, f in self.pending[kind]) else None
             if group is None:
                 return mine.result()  # taken meanwhile by another requester, who runs it
         self._run(group, placement)
         return mine.result()
 
-    def _take(self, gpu: int | None) -> list[tuple[Request, Future]]:
-        group, self.pending[gpu] = self.pending[gpu][:self.size], self.pending[gpu][self.size:]
+    def _take(self, kind: str) -> list[tuple[Request, Future]]:
+        group, self.pending[kind] = self.pending[kind][:self.size], self.pending[kind][self.size:]
         return group
 
     def _run(self, group: list[tuple[Request, Future]], placement: Placement) -> None:
@@ -231,6 +236,21 @@ class SanitizerGroups:
                     channel.sendall(json.dumps(reply).encode() + b"\n")
                 except OSError:
                     return
+
+
+def module_kind(request: Request) -> str:
+    """Which requests may share a tool process: modules for one GPU architecture, as the cubin's ELF header
+    (machine and flags) says. A module whose header cannot be read stays with its own GPU's requests, where
+    it is sure to load."""
+    try:
+        with open(request.cubin, "rb") as cubin:
+            header = cubin.read(ELF64_HEADER_BYTES)
+    except OSError:
+        header = b""
+    if len(header) < ELF64_HEADER_BYTES or header[:5] != b"\x7fELF\x02":
+        return f"gpu {request.gpu}"
+    machine, flags = int.from_bytes(header[18:20], "little"), int.from_bytes(header[48:52], "little")
+    return f"elf machine {machine} flags {flags:#x}"
 
 
 def ask(channel_fd: int, request: Request, timeout_s: float) -> dict | None:
