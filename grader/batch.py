@@ -53,7 +53,7 @@ class BatchOptions:
     outdir: Path
     resume: bool = False
     force: bool = False
-    jobs: int = 0  # 0: worker_count's default
+    jobs: int = 0  # 0: one per CPU core
     cluster: str = ""  # a Dask scheduler's address: each submission a task there (cluster.py); "" grades here
     security: object | None = None  # distributed.Security for a TLS cluster
     exports: ExportOptions = field(default_factory=ExportOptions)
@@ -135,7 +135,7 @@ def _add_intake(intake: Intake, rows: dict[str, SubmissionResult], outdir: Path)
 def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, bool]:
     """Each submission in a worker process of its own (the judging of outputs is numpy work that threads
     would serialise); this process only waits, and stores each result the moment it arrives."""
-    jobs = worker_count(options, plan)
+    jobs = options.jobs or os.cpu_count() or 2
     placements = _placements(plan, config)
     if plan.backend is not None:  # once, here, rather than in every worker at once; only the cases that run
         truths.warm([case for case in cases if plan.backend == GPU or not case.gpu_only], config)
@@ -180,20 +180,6 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     if client is None:
         pool.shutdown()
     return len(todo), False
-
-
-# A GPU batch's workers each start CUDA programs (the GPU child, sanitizer tools), whose contexts a host makes
-# one at a time whatever its GPUs: past this many workers they only wait longer for them (bench/batch_300.py,
-# two H100s of a 32-core host: 115.5 s with 24 workers, 124.7 s with 32).
-GPU_BATCH_WORKERS = 24
-
-
-def worker_count(options: BatchOptions, plan: RunPlan) -> int:
-    """Students graded at once on this host: --jobs, else one per core, and on a GPU at most GPU_BATCH_WORKERS."""
-    if options.jobs:
-        return options.jobs
-    cores = os.cpu_count() or 2
-    return min(cores, GPU_BATCH_WORKERS) if plan.backend == GPU else cores
 
 
 def _executor(options: BatchOptions, plan: RunPlan, jobs: int):

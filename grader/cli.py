@@ -240,7 +240,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                            help="grade only students with no stored result for this kernel and configuration")
         again.add_argument("--force", action="store_true", help="grade everyone again")
         parser.add_argument("--jobs", type=int, default=0, metavar="N",
-                            help="submissions graded at once (default: one per CPU core, at most 24 on a GPU)")
+                            help="submissions graded at once (default: one per CPU core)")
         cluster = parser.add_argument_group("cluster")
         cluster.add_argument("--cluster", default="", metavar="ADDRESS",
                              help="a Dask scheduler (tls://HOST:8786, with --certs DIR): each submission is graded "

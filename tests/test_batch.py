@@ -253,17 +253,3 @@ def test_a_run_queued_behind_a_timing_turn_longer_than_its_limit_gets_its_verdic
         compiled = next(c for c in result.checks if c.kind == "compile")
         assert compiled.metrics["turn_wait_s"] > 2, "the run did not wait behind the held turn"
     assert stored(out, "good_basic").score == stored(out, "good_basic").checkable_max  # full marks
-
-
-def test_a_gpu_batch_grades_no_more_students_at_once_than_a_host_makes_contexts_for(monkeypatch, tmp_path):
-    """One worker per core, except on a GPU, where past GPU_BATCH_WORKERS they only queue for CUDA contexts;
-    --jobs always wins."""
-    from grader.batch import GPU_BATCH_WORKERS, BatchOptions, worker_count
-    from grader.pipeline import CPU, GPU, RunPlan
-
-    monkeypatch.setattr(os, "cpu_count", lambda: 32)
-    assert worker_count(BatchOptions(tmp_path), RunPlan(GPU)) == GPU_BATCH_WORKERS == 24
-    assert worker_count(BatchOptions(tmp_path), RunPlan(CPU)) == 32
-    assert worker_count(BatchOptions(tmp_path, jobs=40), RunPlan(GPU)) == 40
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert worker_count(BatchOptions(tmp_path), RunPlan(GPU)) == 16
