@@ -11,15 +11,12 @@
      would cost in a process that is already running. CUBIN holds peek(src, dst) and poke(dst). */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-typedef int CUresult;
+#include "cuda_bench.h"
+
 typedef int CUdevice;
-typedef void *CUcontext, *CUmodule, *CUfunction;
-typedef unsigned long long CUdeviceptr;
 enum { PAGEABLE_MEMORY_ACCESS = 88, ILLEGAL_ADDRESS = 700 };
 
 static struct {
@@ -44,18 +41,6 @@ static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static void *image_of(const char *path) {
-    FILE *file = fopen(path, "rb");
-    if (file == NULL) return NULL;
-    fseek(file, 0, SEEK_END);
-    long size = ftell(file);
-    fseek(file, 0, SEEK_SET);
-    char *data = malloc((size_t)size + 1);
-    if (data == NULL || fread(data, 1, (size_t)size, file) != (size_t)size) return NULL;
-    fclose(file);
-    return data;
 }
 
 static int bind(void) {

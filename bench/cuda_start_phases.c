@@ -6,30 +6,14 @@
    program then returns from main, and the parent times the exit (the driver's teardown of the context). */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <time.h>
 
-typedef int CUresult;
-typedef void *CUcontext, *CUmodule, *CUfunction;
-typedef unsigned long long CUdeviceptr;
+#include "cuda_bench.h"
 
 static long long now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
-static void *image_of(const char *path) {
-    FILE *file = fopen(path, "rb");
-    if (file == NULL) return NULL;
-    fseek(file, 0, SEEK_END);
-    long size = ftell(file);
-    fseek(file, 0, SEEK_SET);
-    char *data = malloc((size_t)size + 1);
-    if (data == NULL || fread(data, 1, (size_t)size, file) != (size_t)size) return NULL;
-    fclose(file);
-    return data;
 }
 
 #define NEED(call) do { if ((call) != 0) { fprintf(stderr, "%s failed\n", #call); return 3; } } while (0)
