@@ -352,11 +352,10 @@ def groupable_tools(made: list[CheckResult]) -> tuple[str, ...]:
     """The sanitizer tools a kernel is offered to a group for, on the GPU run's evidence. None where it did not
     compile, or where a case gives a sign of it reaching outside its buffers (a fault or hang, a store outside
     C, a changed input): memcheck (GUARD) holds every student of a group, and one finding there costs the
-    whole group its word. Where a barrier is missing or under a condition, memcheck alone: racecheck and
-    synccheck find that, and the wrong values a race makes say nothing of where the kernel reads; synccheck too
-    where no barrier is under a condition (a missing one races, which synccheck does not report). Where every
-    static check passed, every tool, unless a wrong value is a NaN or inf the kernel stored (the poison the
-    grader puts past A and B, read)."""
+    whole group its word. Where a static check failed: never racecheck, since a missing barrier races and the
+    wrong values a race makes say nothing of where the kernel reads; synccheck unless a barrier is under a
+    thread-dependent condition (what synccheck reports); memcheck. Where every static check passed, every tool,
+    unless a wrong value is a NaN or inf the kernel stored (the poison the grader puts past A and B, read)."""
     compiled = [check for check in made if check.kind == COMPILE]
     cases = [check for check in made if check.kind == CASE]
     if not compiled or not all(check.passed for check in compiled) or not cases \
