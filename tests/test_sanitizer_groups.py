@@ -1,6 +1,7 @@
 """Several students' kernels under one sanitizer process per tool (diagnose/groups.py): a group can only ever
 say "clean", and a batch gives every student what grading them alone gives."""
 import json
+import os
 import shutil
 import socket
 import threading
@@ -90,13 +91,15 @@ def test_modules_for_one_architecture_share_a_group_whichever_gpu_ran_them(tmp_p
 
     seen.clear()
     groups = SanitizerGroups([Placement(gpu=0), Placement(gpu=1)], None, None, size=2, gather_s=0.3, run=run)
-    asked = [request(0, hopper), request(1, ampere), request(0, str(tmp_path / "missing.cubin"))]
+    os.mkfifo(tmp_path / "pipe.cubin")  # a pipe where a module should be: never waited on
+    asked = [request(0, hopper), request(1, ampere), request(0, str(tmp_path / "missing.cubin")),
+             request(1, str(tmp_path / "pipe.cubin"))]
     threads = [threading.Thread(target=groups.check, args=(r,)) for r in asked]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(seen) == [(0, [0]), (0, [0]), (1, [1])]
+    assert sorted(seen) == [(0, [0]), (0, [0]), (1, [1]), (1, [1])]
 
 
 def test_a_group_that_raised_is_not_clean_for_anyone():

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..execute.compile import MAX_CUBIN_BYTES
-from ..execute.protocol import read_untrusted
+from ..execute.protocol import read_untrusted, read_untrusted_head
 from ..execute.runner import Placement
 from ..execute.sandbox import Sandbox, scratch_folder
 from .launcher import LauncherUnavailable, launcher, staged_inputs
@@ -243,8 +243,7 @@ def module_kind(request: Request) -> str:
     (machine and flags) says. A module whose header cannot be read stays with its own GPU's requests, where
     it is sure to load."""
     try:
-        with open(request.cubin, "rb") as cubin:
-            header = cubin.read(ELF64_HEADER_BYTES)
+        header = read_untrusted_head(Path(request.cubin), ELF64_HEADER_BYTES)
     except OSError:
         header = b""
     if len(header) < ELF64_HEADER_BYTES or header[:5] != b"\x7fELF\x02":

@@ -229,12 +229,9 @@ class Channel:
 def read_untrusted(path: Path, max_bytes: int) -> bytes:
     """A file a sandboxed process may have written: only a regular file, never through a symlink, at most
     max_bytes. Raises OSError otherwise (the caller treats it as the submission's fault)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = _open_regular(path)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{Path(path).name} is not a regular file")
-        if info.st_size > max_bytes:
+        if os.fstat(fd).st_size > max_bytes:
             raise OSError(f"{Path(path).name} is larger than {max_bytes} bytes")
         chunks, left = [], max_bytes + 1
         while left > 0:
@@ -249,3 +246,21 @@ def read_untrusted(path: Path, max_bytes: int) -> bytes:
         return data
     finally:
         os.close(fd)
+
+
+def read_untrusted_head(path: Path, count: int) -> bytes:
+    """The first `count` bytes (or fewer) of a file a sandboxed process may have written, as read_untrusted
+    opens it: a regular file, never through a symlink, never waiting on a pipe."""
+    fd = _open_regular(path)
+    try:
+        return os.read(fd, count)
+    finally:
+        os.close(fd)
+
+
+def _open_regular(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{Path(path).name} is not a regular file")
+    return fd
