@@ -1,0 +1,73 @@
+"""A grader process killed in the moment it starts a sandbox leaves nothing running.
+
+bubblewrap's --die-with-parent sets the kernel's parent-death signal only once bwrap has set itself up, and
+never asks whether its parent is still there: a driver killed before then (kill -9 of `grade serve` or of a
+batch takes its workers and their drivers at once) left the emulation running, a hung kernel until its CPU
+limit. The harness now first checks that whoever started it still holds its stdin's other end.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+from conftest import ROOT, SUBMISSIONS, live_children
+from hardware import needs_cxx
+
+from grader.config import load_config
+from grader.execute.cpu.build import build
+from grader.execute.job import Job
+from grader.execute.sandbox import detect, scratch_folder
+
+# The spawner: a CPU driver's Harness that dies the moment the sandbox with the hung kernel is started.
+SPAWNER = textwrap.dedent("""
+    import json, os, sys
+    from pathlib import Path
+    from grader.execute.cpu.harness_driver import Harness
+    from grader.execute.job import CaseSpec, Job
+
+    class DyingHarness(Harness):
+        def start(self, *args, **kwargs):
+            super().start(*args, **kwargs)
+            os._exit(0)  # as a driver killed by its parent's death would, before bwrap set its own signal
+
+    job = Job.load(Path(sys.argv[1]))
+    harness = DyingHarness(Path(sys.argv[2]), job, __import__("grader.execute.sandbox").execute.sandbox.detect())
+    harness.run_case(CaseSpec("hang", 64, 64, 64, 1, "uniform"), 0, 16)
+""")
+
+
+@needs_cxx
+def test_a_driver_killed_as_it_starts_the_harness_leaves_no_emulation_running(tmp_path):
+    config = load_config(ROOT / "config.yaml")
+    with scratch_folder("sgemm-orphan-test-") as root:  # where the sandbox's uid can reach
+        _start_and_die(root, config.kernel.contract(), tmp_path)
+
+
+def _start_and_die(root, contract, tmp_path):
+    work, cache = root / "work", root / "cache"
+    work.mkdir()
+    cache.mkdir()
+    work.chmod(0o755)
+    job = Job("", "", contract, [], str(cache), str(work))
+    built = build((SUBMISSIONS / "hang" / "kernel.cu").read_text(), contract, job.tile, cache, work, detect(), 120)
+    assert built.binary is not None, built.message
+    job.save(tmp_path / "job.json")
+    before = set(live_children())
+    for attempt in range(3):
+        with open(tmp_path / "spawner.log", "w+") as log:  # a file: a pipe would stay open in what is left
+            spawner = subprocess.run([sys.executable, "-c", SPAWNER, str(tmp_path / "job.json"), str(built.binary)],
+                                     cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=60)
+        assert spawner.returncode == 0, (tmp_path / "spawner.log").read_text()
+        deadline = time.monotonic() + 3.0
+        while (left := set(live_children()) - before) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            while True:  # the orphans come to pytest (a subreaper): reap those that ended
+                try:
+                    if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                        break
+                except ChildProcessError:
+                    break
+        for line in left:  # leave nothing behind for the rest of the suite, whatever the verdict
+            os.kill(int(line.split(":")[0]), 9)
+        assert not left, f"attempt {attempt + 1}: still running after the driver died: {left}"
