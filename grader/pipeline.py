@@ -338,9 +338,9 @@ def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, pla
     sanitizer_run = SanitizerRun(run.student_cubin, config.kernel.contract(), run.tile_size, submission.source,
                                  timeouts.sanitizer_s, timeouts.sanitizer_launch_s)
     placement = placement_of(plan, config)
-    offered = groupable_tools(made)
+    offered = groupable_tools(made) if plan.sanitizer_channel is not None else ()  # groups are a batch's
     vouched = Vouched({})
-    if plan.sanitizer_channel is not None and offered:
+    if offered:
         vouched = check_in_group(sanitizer_run, placement.gpu, plan.sanitizer_channel, offered)
     check = sanitize(sanitizer_run, placement, sandbox_of(plan), config.cache_dir, vouched.tools)
     if vouched.tools:
