@@ -21,10 +21,11 @@ from grader.execute.sandbox import detect, scratch_folder
 
 # The spawner: a CPU driver's Harness that dies the moment the sandbox with the hung kernel is started.
 SPAWNER = textwrap.dedent("""
-    import json, os, sys
+    import os, sys
     from pathlib import Path
     from grader.execute.cpu.harness_driver import Harness
     from grader.execute.job import CaseSpec, Job
+    from grader.execute.sandbox import detect
 
     class DyingHarness(Harness):
         def start(self, *args, **kwargs):
@@ -32,7 +33,7 @@ SPAWNER = textwrap.dedent("""
             os._exit(0)  # as a driver killed by its parent's death would, before bwrap set its own signal
 
     job = Job.load(Path(sys.argv[1]))
-    harness = DyingHarness(Path(sys.argv[2]), job, __import__("grader.execute.sandbox").execute.sandbox.detect())
+    harness = DyingHarness(Path(sys.argv[2]), job, detect())
     harness.run_case(CaseSpec("hang", 64, 64, 64, 1, "uniform"), 0, 16)
 """)
 
