@@ -1,6 +1,6 @@
 """What one compute-sanitizer tool run costs in CPU, next to what else a batch spends per student (GPU host).
 
-Usage: python3 bench/sanitizer_cost.py [RUNS] [--side-by-side N,N,...] [--gpus G,G,...] [--only NAME]
+Usage: python3 bench/sanitizer_cost.py [RUNS] [--side-by-side N,N,...] [--gpus G,G,...] [--own-node] [--only NAME]
                                       [--kernel SUBMISSION]
                                       [--shape M,N,K] [NAME=VALUE ...] [-- EXTRA TOOL OPTIONS ...]
 One at a time on a quiet machine, outside the sandbox (only the grader's reference kernel runs, never a
@@ -10,7 +10,8 @@ user + system time of the process and everything it waited for (RUSAGE_CHILDREN)
 up to what a 16-core host can do per second. --side-by-side runs N copies of each tool run (and of the
 launch program alone) at once, RUNS times each, and prints runs per second: whether tool runs on one GPU
 scale with the cores or queue on something else; --only keeps one of those runs (launch, racecheck, …);
---gpus 0,1 spreads the side-by-side runs over those GPUs (whether a second GPU adds throughput).
+--gpus 0,1 spreads the side-by-side runs over those GPUs (whether a second GPU adds throughput); with
+--own-node each of those runs sees only its GPU's device node (/dev/nvidiaN), as a container given one GPU.
 NAME=VALUE sets an environment variable for every measured run (e.g. CUDA_DEVICE_MAX_CONNECTIONS=1).
 --kernel runs a corpus submission's kernel (tile 16) instead of the reference's, --shape on another shape
 than the grader's; an extra option replaces the grader's own of that name.
@@ -33,9 +34,10 @@ from benchlib import ROOT, corpus_cubin, gpu_arch, reference_cubin
 from grader.contract import REFERENCE
 from grader.diagnose.launcher import launcher
 from grader.diagnose.run import TOOLS, launch_command, ragged_shape, sanitizer_path
+from grader.execute import gpu_nodes
 from grader.execute.compile import prepare_source
 from grader.execute.kernel_params import kernel_symbol
-from grader.execute.sandbox import ONE_BLAS_THREAD
+from grader.execute.sandbox import ONE_BLAS_THREAD, bwrap_binary, nvidia_device_nodes
 
 
 def cpu_children() -> float:
@@ -43,10 +45,23 @@ def cpu_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+OWN_NODE: list[str] = []  # bwrap, when --own-node: each run sees only its GPU's device node
+
+
+def own_node(command: list[str], gpu: str) -> list[str]:
+    """command in a bubblewrap mount namespace whose /dev holds the NVIDIA nodes the grader's sandbox gives a
+    run placed on `gpu`: the driver's shared ones and that GPU's alone (execute/gpu_nodes.py)."""
+    minor = gpu_nodes.own_node({"CUDA_VISIBLE_DEVICES": gpu})
+    binds = [arg for node in nvidia_device_nodes(minor) for arg in ("--dev-bind", node, node)]
+    return [OWN_NODE[0], "--dev-bind", "/", "/", "--dev", "/dev", *binds, "--", *command]
+
+
 def measured(command: list[str], protocol: bool = False, cwd: str | None = None,
              gpu: str | None = None) -> tuple[float, float, bool]:
     """(wall s, CPU s, whether the kernel launched) of one run of command, on `gpu` if given."""
     fds: tuple[int, ...] = ()
+    if gpu is not None and OWN_NODE:
+        command, gpu = own_node(command, gpu), None
     if protocol:  # the launch program's event and control pipes, answered in advance
         read_fd, write_fd = os.pipe()
         control_read, control_write = os.pipe()
@@ -84,7 +99,7 @@ def side_by_side(label: str, command: list[str], copies: int, runs: int, gpus: l
                                 range(copies * runs)))
     wall, cpu = time.perf_counter() - started, cpu_children() - before
     per_run = median(r[0] for r in results)
-    where = f" on GPUs {','.join(gpus)}" if gpus else ""
+    where = (f" on GPUs {','.join(gpus)}" if gpus else "") + (" (own node)" if OWN_NODE else "")
     print(f"{label + where:40s} x{copies:<3d} {len(results) / wall:6.2f} runs/s, median run {per_run:6.2f} s,"
           f" CPU {cpu / len(results):5.2f} s per run, launched {sum(r[2] for r in results)}/{len(results)}", flush=True)
 
@@ -97,6 +112,8 @@ def main() -> None:
     runs = int(args[0]) if args and args[0].isdigit() else 3
     only = args[args.index("--only") + 1] if "--only" in args else ""
     gpus = args[args.index("--gpus") + 1].split(",") if "--gpus" in args else []
+    if "--own-node" in args:
+        OWN_NODE.append(bwrap_binary() or sys.exit("--own-node needs bubblewrap"))
     kernel = args[args.index("--kernel") + 1] if "--kernel" in args else ""
     shape = args[args.index("--shape") + 1].split(",") if "--shape" in args else [str(x) for x in ragged_shape(16)]
     os.environ.update(arg.split("=", 1) for arg in args if "=" in arg)

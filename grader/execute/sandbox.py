@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import reachable, seccomp
+from . import gpu_nodes, reachable, seccomp
 from .proc import IN_PID_NAMESPACE, set_session_priority
 
 NAMESPACES_AND_UID = "namespaces+uid"
@@ -112,6 +112,7 @@ class Confinement:
     python: bool = False  # the interpreter, its packages and the grader package
     cuda: bool = False  # the CUDA toolkit (nvcc, headers, compute-sanitizer)
     gpu: bool = False  # the NVIDIA device nodes and driver files
+    gpu_minor: int | None = None  # with gpu: the one GPU whose node it sees (/dev/nvidiaN); None: every GPU
     seccomp: bool = False
     readable: tuple[Path, ...] = ()  # anything else, read-only
     # Raised for work that holds no turn on a device (compilers, sanitizer tools): when the CPUs are
@@ -146,6 +147,8 @@ class Sandbox:
         """Start argv confined; kwargs go to Popen (stdout, env, pass_fds, ...). Raises SandboxFailed when
         the sandbox's uid could not reach what the command needs."""
         argv, confinement, env = self.within_reach(argv, confinement, kwargs.get("env"))
+        if confinement.gpu and self.level in (NAMESPACES_AND_UID, NAMESPACES):
+            confinement, env = _own_gpu_only(confinement, env)
         if env is not None:
             kwargs["env"] = env
         prepare_workdir(confinement.workdir, self.uid)
@@ -218,6 +221,17 @@ class Sandbox:
         if self.level in (NAMESPACES_AND_UID, NAMESPACES):
             command += [self.bwrap, *bwrap_arguments(confinement, filter_fd), "--"]
         return command + _prlimit([(resource.RLIMIT_NPROC, limits.processes)]) + argv
+
+
+def _own_gpu_only(confinement: Confinement,
+                  env: dict[str, str] | None) -> tuple[Confinement, dict[str, str] | None]:
+    """A run placed on one GPU sees that GPU's node and no other (gpu_nodes.py); it then sees one device,
+    so its environment names device 0."""
+    seen = os.environ if env is None else env
+    minor = gpu_nodes.own_node(seen)
+    if minor is None:
+        return confinement, env
+    return replace(confinement, gpu_minor=minor), {**seen, "CUDA_VISIBLE_DEVICES": "0"}
 
 
 def _mover(old: Path, new: Path):
@@ -294,7 +308,7 @@ def bwrap_arguments(confinement: Confinement, filter_fd: int | None) -> list[str
         readable += cuda_paths()
     if confinement.gpu:
         readable += driver_paths()
-        args += [arg for node in nvidia_device_nodes() for arg in ("--dev-bind", node, node)]
+        args += [arg for node in nvidia_device_nodes(confinement.gpu_minor) for arg in ("--dev-bind", node, node)]
     for path in _outermost(readable):
         args += ["--ro-bind", str(path), str(path)]
     args += ["--bind", str(confinement.workdir), str(confinement.workdir), "--chdir", str(confinement.workdir)]
@@ -353,10 +367,11 @@ def driver_paths() -> list[Path]:
     return [p for p in entries if p.is_dir()]
 
 
-def nvidia_device_nodes() -> list[str]:
-    """Every NVIDIA node: the driver finds a GPU through nvidiactl and its own node; CUDA_VISIBLE_DEVICES
-    picks the one a child uses."""
-    nodes = sorted(str(p) for p in Path("/dev").glob("nvidia*") if p.is_char_device())
+def nvidia_device_nodes(gpu_minor: int | None = None) -> list[str]:
+    """The driver's shared NVIDIA nodes, and every GPU's own node or, given its minor, that GPU's alone: the
+    driver finds a GPU through nvidiactl and the GPU's node."""
+    nodes = sorted(str(p) for p in Path("/dev").glob("nvidia*") if p.is_char_device()
+                   and (gpu_minor is None or not gpu_nodes.is_gpu_node(p.name) or p.name == f"nvidia{gpu_minor}"))
     return nodes + sorted(str(p) for p in Path("/dev/nvidia-caps").glob("*") if p.is_char_device())
 
 
