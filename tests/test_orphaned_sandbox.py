@@ -1,9 +1,11 @@
 """A grader process killed in the moment it starts a sandbox leaves nothing running.
 
 bubblewrap's --die-with-parent sets the kernel's parent-death signal only once bwrap has set itself up, and
-never asks whether its parent is still there: a driver killed before then (kill -9 of `grade serve` or of a
-batch takes its workers and their drivers at once) left the emulation running, a hung kernel until its CPU
-limit. The harness now first checks that whoever started it still holds its stdin's other end.
+never asks whether its parent is still there; the uid drop before it clears any signal set earlier. A
+grader killed before then (kill -9 of `grade serve` or of a batch takes its workers and their drivers at
+once) left the run going: the emulation of a hung kernel until its CPU limit, or nvcc. Every run now starts
+under a guard (execute/parent_death.py), and the harness also checks that whoever started it still holds
+its stdin's other end.
 """
 import os
 import subprocess
@@ -11,6 +13,7 @@ import sys
 import textwrap
 import time
 
+import pytest
 from conftest import ROOT, SUBMISSIONS, live_children
 from hardware import needs_cxx
 
@@ -60,15 +63,48 @@ def _start_and_die(root, contract, tmp_path):
             spawner = subprocess.run([sys.executable, "-c", SPAWNER, str(tmp_path / "job.json"), str(built.binary)],
                                      cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=60)
         assert spawner.returncode == 0, (tmp_path / "spawner.log").read_text()
-        deadline = time.monotonic() + 3.0
-        while (left := set(live_children()) - before) and time.monotonic() < deadline:
-            time.sleep(0.1)
-            while True:  # the orphans come to pytest (a subreaper): reap those that ended
-                try:
-                    if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                        break
-                except ChildProcessError:
+        _assert_nothing_left(before, f"attempt {attempt + 1}")
+
+
+def _assert_nothing_left(before: set[str], attempt: str) -> None:
+    deadline = time.monotonic() + 3.0
+    while (left := set(live_children()) - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        while True:  # the orphans come to pytest (a subreaper): reap those that ended
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
                     break
-        for line in left:  # leave nothing behind for the rest of the suite, whatever the verdict
-            os.kill(int(line.split(":")[0]), 9)
-        assert not left, f"attempt {attempt + 1}: still running after the driver died: {left}"
+            except ChildProcessError:
+                break
+    for line in left:  # leave nothing behind for the rest of the suite, whatever the verdict
+        os.kill(int(line.split(":")[0]), 9)
+    assert not left, f"{attempt}: still running after the process that started it died: {left}"
+
+
+# The spawner: any process that starts a sandboxed run and dies at once, before bwrap could set its signal.
+BARE_SPAWNER = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from grader.execute.sandbox import UID_ONLY, Confinement, ResourceLimits, Sandbox, detect
+
+    sandbox = Sandbox(UID_ONLY, drop_uid=True) if sys.argv[2] == "uid-only" else detect()
+    sandbox.popen(["/bin/sleep", "30"], Confinement(Path(sys.argv[1]), ResourceLimits(cpu_s=30, processes=64)))
+    os._exit(0)
+""")
+
+LEVELS = ["strongest", pytest.param("uid-only", marks=pytest.mark.skipif(
+    os.geteuid() != 0, reason="hardware: only a root grader drops to another uid"))]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_grader_killed_as_it_starts_any_sandboxed_run_leaves_nothing_running(tmp_path, level):
+    """No help from the program inside (a plain sleep): the guard alone ends it, ten times of ten."""
+    with scratch_folder("sgemm-orphan-test-") as root:
+        before = set(live_children())
+        for attempt in range(10):
+            workdir = root / f"run{attempt}"
+            with open(tmp_path / "spawner.log", "w+") as log:  # a file: a pipe would stay open in what is left
+                spawner = subprocess.run([sys.executable, "-c", BARE_SPAWNER, str(workdir), level], cwd=ROOT,
+                                         stdout=log, stderr=subprocess.STDOUT, timeout=60)
+            assert spawner.returncode == 0, (tmp_path / "spawner.log").read_text()
+            _assert_nothing_left(before, f"attempt {attempt + 1}")

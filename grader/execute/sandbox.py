@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import gpu_nodes, reachable, seccomp
+from . import gpu_nodes, parent_death, reachable, seccomp
 from .proc import IN_PID_NAMESPACE, set_session_priority
 
 NAMESPACES_AND_UID = "namespaces+uid"
@@ -216,8 +216,10 @@ class Sandbox:
         command = _prlimit(limits.pairs())
         if confinement.nice:
             command = ["nice", "-n", str(confinement.nice), *command]
+        command = [*parent_death.guard(os.getpid()), *command]
         if self.uid is not None:
-            command += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
+            command += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
+                        *parent_death.kept_through_the_uid_drop(), "--"]
         if self.level in (NAMESPACES_AND_UID, NAMESPACES):
             command += [self.bwrap, *bwrap_arguments(confinement, filter_fd), "--"]
         return command + _prlimit([(resource.RLIMIT_NPROC, limits.processes)]) + argv
