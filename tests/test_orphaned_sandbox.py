@@ -3,9 +3,9 @@
 bubblewrap's --die-with-parent sets the kernel's parent-death signal only once bwrap has set itself up, and
 never asks whether its parent is still there; the uid drop before it clears any signal set earlier. A
 grader killed before then (kill -9 of `grade serve` or of a batch takes its workers and their drivers at
-once) left the run going: the emulation of a hung kernel until its CPU limit, or nvcc. Every run now starts
-under a guard (execute/parent_death.py), and the harness also checks that whoever started it still holds
-its stdin's other end.
+once) left the run going: the emulation of a hung kernel until its CPU limit, or nvcc. A run now checks its
+lifeline before its command starts, or at uid-only starts under a guard (execute/parent_death.py); the
+harness also checks that whoever started it still holds its stdin's other end.
 """
 import os
 import subprocess

@@ -157,8 +157,10 @@ class Sandbox:
         if confinement.seccomp and self.level in (NAMESPACES_AND_UID, NAMESPACES) and seccomp.supported():
             filter_fd = _filter_fd()
             pass_fds += (filter_fd,)
-        if self.level in (NAMESPACES_AND_UID, NAMESPACES) and kwargs.get("env") is not None:
-            kwargs["env"] = {**kwargs["env"], IN_PID_NAMESPACE: "1"}
+        if self.level in (NAMESPACES_AND_UID, NAMESPACES):
+            pass_fds += (parent_death.lifeline(),)
+            if kwargs.get("env") is not None:
+                kwargs["env"] = {**kwargs["env"], IN_PID_NAMESPACE: "1"}
         try:
             command = self.command(argv, confinement, filter_fd)
             # A session of its own, so no controlling terminal to push input into (bwrap's --new-session
@@ -216,12 +218,14 @@ class Sandbox:
         command = _prlimit(limits.pairs())
         if confinement.nice:
             command = ["nice", "-n", str(confinement.nice), *command]
-        command = [*parent_death.guard(os.getpid()), *command]
+        if self.level not in (NAMESPACES_AND_UID, NAMESPACES):  # bwrap's runs check their lifeline inside
+            command = [*parent_death.guard(os.getpid()), *command]
         if self.uid is not None:
             command += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
                         *parent_death.kept_through_the_uid_drop(), "--"]
         if self.level in (NAMESPACES_AND_UID, NAMESPACES):
-            command += [self.bwrap, *bwrap_arguments(confinement, filter_fd), "--"]
+            command += [self.bwrap, *bwrap_arguments(confinement, filter_fd), "--",
+                        *parent_death.inside(parent_death.lifeline())]
         return command + _prlimit([(resource.RLIMIT_NPROC, limits.processes)]) + argv
 
 
