@@ -4,8 +4,7 @@ bubblewrap's --die-with-parent sets the kernel's parent-death signal only once b
 never asks whether its parent is still there; the uid drop before it clears any signal set earlier. A
 grader killed before then (kill -9 of `grade serve` or of a batch takes its workers and their drivers at
 once) left the run going: the emulation of a hung kernel until its CPU limit, or nvcc. A run now checks its
-lifeline before its command starts, or at uid-only starts under a guard (execute/parent_death.py); the
-harness also checks that whoever started it still holds its stdin's other end.
+lifeline before its command starts, or at uid-only starts under a guard (execute/parent_death.py).
 """
 import os
 import subprocess

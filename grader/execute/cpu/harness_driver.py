@@ -162,11 +162,8 @@ class Harness:
         self.binary.chmod(0o755)
 
     def start(self, folder: Path, argv: list[str], stdout, stderr=None) -> subprocess.Popen:
-        """The harness, its stdin a pipe this process holds open until it ends: a harness that finds the
-        other end closed as it starts (this process died before the sandbox's death signal took hold) ends
-        at once (harness.cpp)."""
         confinement = Confinement(folder, HARNESS_LIMITS, seccomp=True, readable=(self.binary,))
-        return self.sandbox.popen([str(self.binary), *argv], confinement, stdin=subprocess.PIPE, stdout=stdout,
+        return self.sandbox.popen([str(self.binary), *argv], confinement, stdin=subprocess.DEVNULL, stdout=stdout,
                                   stderr=stderr, env={"PATH": "/usr/bin:/bin"})
 
     def tile_size(self) -> int | None:
@@ -176,14 +173,11 @@ class Harness:
         except (OSError, SandboxFailed) as error:
             self.not_started = f"the CPU emulation could not be started: {error}"
             return None
-        starter, process.stdin = process.stdin, None  # held, not closed, while it answers (start says why)
         try:
             answer, said = process.communicate(timeout=HARNESS_LIMITS.cpu_s)
         except subprocess.TimeoutExpired:
             process.kill()
             return None
-        finally:
-            starter.close()
         answer = answer[:64].decode("ascii", "replace").strip()
         if not answer and process.returncode != 0:
             said = said[:2000].decode("utf-8", "replace").strip()
@@ -200,8 +194,7 @@ class Harness:
             array.tofile(folder / f"{name}.bin")
         started = time.perf_counter()
         process = self._start_both(folder, spec, tile, c.size)
-        with process.stdin:  # closed once it ended (start says why it is open)
-            process.wait()
+        process.wait()
         seconds = time.perf_counter() - started
         reports = {schedule: _events(folder / f"report-{schedule}.jsonl") for schedule, _ in SCHEDULES}
 
@@ -250,13 +243,12 @@ class Harness:
         for name, array in (("a", a), ("b", b), ("c", c)):
             array.tofile(folder / f"{name}.bin")
         process = self._start_schedule(folder, spec, tile, "profile", "start", c.size)
-        with process.stdin:  # closed once it ended (start says why it is open)
-            try:
-                returncode = process.wait(timeout=HARNESS_LIMITS.cpu_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                return None
+        try:
+            returncode = process.wait(timeout=HARNESS_LIMITS.cpu_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            return None
         return access_records(_events(folder / "report-profile.jsonl")) if returncode == 0 else None
 
     def _start_schedule(self, folder: Path, spec: CaseSpec, tile: int, schedule: str, layout: str,
