@@ -30,8 +30,8 @@ SYSTEM_BASH = ("/usr/bin/bash", "/bin/bash")
 
 
 def guard(grader_pid: int) -> list[str]:
-    """The command's first words: SIGKILL when the thread that started it ends, then the parent check. []
-    where setpriv cannot set the signal (util-linux before 2.33); bwrap's own then stands alone."""
+    """A run's first words outside bwrap: SIGKILL when the thread that started it ends, then the parent
+    check. [] where setpriv cannot set the signal (util-linux before 2.33)."""
     setpriv = _setpriv_setting_the_signal()
     if setpriv is None:
         return []

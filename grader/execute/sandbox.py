@@ -218,12 +218,13 @@ class Sandbox:
         command = _prlimit(limits.pairs())
         if confinement.nice:
             command = ["nice", "-n", str(confinement.nice), *command]
-        if self.level not in (NAMESPACES_AND_UID, NAMESPACES):  # bwrap's runs check their lifeline inside
+        in_bwrap = self.level in (NAMESPACES_AND_UID, NAMESPACES)
+        if not in_bwrap:  # a bwrap run checks its lifeline inside instead (parent_death.py)
             command = [*parent_death.guard(os.getpid()), *command]
         if self.uid is not None:
             command += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
-                        *parent_death.kept_through_the_uid_drop(), "--"]
-        if self.level in (NAMESPACES_AND_UID, NAMESPACES):
+                        *([] if in_bwrap else parent_death.kept_through_the_uid_drop()), "--"]
+        if in_bwrap:
             command += [self.bwrap, *bwrap_arguments(confinement, filter_fd), "--",
                         *parent_death.inside(parent_death.lifeline())]
         return command + _prlimit([(resource.RLIMIT_NPROC, limits.processes)]) + argv
