@@ -136,6 +136,11 @@ class Sandbox:
         return UID_BASE + os.getpid() if self.drop_uid else None
 
     @property
+    def in_bwrap(self) -> bool:
+        """Whether runs start in bubblewrap's namespaces (its mounts, its pid namespace, its seccomp)."""
+        return self.level in (NAMESPACES_AND_UID, NAMESPACES)
+
+    @property
     def note(self) -> str:
         if self.level == NONE:
             return UNSAFE_NOTE
@@ -147,22 +152,23 @@ class Sandbox:
         """Start argv confined; kwargs go to Popen (stdout, env, pass_fds, ...). Raises SandboxFailed when
         the sandbox's uid could not reach what the command needs."""
         argv, confinement, env = self.within_reach(argv, confinement, kwargs.get("env"))
-        if confinement.gpu and self.level in (NAMESPACES_AND_UID, NAMESPACES):
+        if confinement.gpu and self.in_bwrap:
             confinement, env = _own_gpu_only(confinement, env)
         if env is not None:
             kwargs["env"] = env
         prepare_workdir(confinement.workdir, self.uid)
         pass_fds = tuple(kwargs.pop("pass_fds", ()))
-        filter_fd = None
-        if confinement.seccomp and self.level in (NAMESPACES_AND_UID, NAMESPACES) and seccomp.supported():
+        filter_fd = lifeline_fd = None
+        if confinement.seccomp and self.in_bwrap and seccomp.supported():
             filter_fd = _filter_fd()
             pass_fds += (filter_fd,)
-        if self.level in (NAMESPACES_AND_UID, NAMESPACES):
-            pass_fds += (parent_death.lifeline(),)
+        if self.in_bwrap:
+            lifeline_fd = parent_death.lifeline()
+            pass_fds += (lifeline_fd,)
             if kwargs.get("env") is not None:
                 kwargs["env"] = {**kwargs["env"], IN_PID_NAMESPACE: "1"}
         try:
-            command = self.command(argv, confinement, filter_fd)
+            command = self.command(argv, confinement, filter_fd, lifeline_fd)
             # A session of its own, so no controlling terminal to push input into (bwrap's --new-session
             # would start a second one); and its CPU weight is set here, for everything it will start.
             proc = subprocess.Popen(command, pass_fds=pass_fds, start_new_session=True,
@@ -211,22 +217,22 @@ class Sandbox:
             raise SandboxFailed(f"the sandbox's uid cannot run the grader's Python, and it could not be copied "
                                 f"where it can: {error}") from error
 
-    def command(self, argv: list[str], confinement: Confinement, filter_fd: int | None = None) -> list[str]:
+    def command(self, argv: list[str], confinement: Confinement, filter_fd: int | None = None,
+                lifeline_fd: int | None = None) -> list[str]:
         limits = confinement.limits
         # RLIMIT_NPROC is set inside, after bwrap has made its namespaces: processes of a uid are released
         # a moment after they are reaped, so a tight count set outside makes bwrap's own forks fail.
         command = _prlimit(limits.pairs())
         if confinement.nice:
             command = ["nice", "-n", str(confinement.nice), *command]
-        in_bwrap = self.level in (NAMESPACES_AND_UID, NAMESPACES)
-        if not in_bwrap:  # a bwrap run checks its lifeline inside instead (parent_death.py)
+        if not self.in_bwrap:  # a bwrap run checks its lifeline inside instead (parent_death.py)
             command = [*parent_death.guard(os.getpid()), *command]
         if self.uid is not None:
             command += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
-                        *([] if in_bwrap else parent_death.kept_through_the_uid_drop()), "--"]
-        if in_bwrap:
-            command += [self.bwrap, *bwrap_arguments(confinement, filter_fd), "--",
-                        *parent_death.inside(parent_death.lifeline())]
+                        *([] if self.in_bwrap else parent_death.kept_through_the_uid_drop()), "--"]
+        if self.in_bwrap:
+            lifeline = [] if lifeline_fd is None else parent_death.inside(lifeline_fd)
+            command += [self.bwrap, *bwrap_arguments(confinement, filter_fd), "--", *lifeline]
         return command + _prlimit([(resource.RLIMIT_NPROC, limits.processes)]) + argv
 
 
