@@ -55,6 +55,10 @@ class CheckResult:
     # What to change, each in words that hold for every case it shows in: reports say each fix once, with
     # the list of checks it explains (report/student_view.py); the message keeps this check's facts.
     fixes: list[str] = field(default_factory=list)
+    # What the kernel did in this case that is unsafe whatever its values (judge/findings.py's kinds: an
+    # out-of-bounds access, a shared-memory race, a read of a shared entry never written, a divergent barrier
+    # or warp collective): a case with any is not passed, on every engine.
+    unsafe: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:

@@ -11,7 +11,7 @@ from functools import cached_property
 import numpy as np
 
 from ..result import CASE, CheckResult, errored, failed, passed
-from .findings import Finding, facts_and_fixes
+from .findings import OUT_OF_BOUNDS_WRITE, Finding, facts_and_fixes, unsafe_kinds
 from .inputs import split_guarded
 from .layout import GUARD_BEFORE, GUARD_BITS, POISON_BITS
 from .locate import locate_errors
@@ -59,9 +59,12 @@ class CaseRun:
     b_changed: bool = False
     seconds: float = 0.0
     races: list[Finding] = field(default_factory=list)  # what the CPU emulator saw; the GPU backend cannot tell
-    # What the emulator saw that explains wrong elements (two threads storing one element of C, a tile entry
-    # read before any thread stored it): told only when C is wrong, in place of the guess from the pattern.
+    # What the emulator saw that explains wrong elements (two threads storing one element of C): told only
+    # when C is wrong, in place of the guess from the pattern.
     evidence: list[Finding] = field(default_factory=list)
+    # What the emulator saw that fails the case whatever C holds (a tile entry read before any thread of its
+    # block stored it): the kernel computed from poison, and only luck kept it out of C.
+    unsafe_reads: list[Finding] = field(default_factory=list)
 
 
 def judge_case(
@@ -81,7 +84,7 @@ def judge_case(
                        "tell your instructor (the tolerance or the reference is wrong)", **extra)
 
     hit_before, hit_after = (np.nonzero(band.view(np.uint32) != GUARD_BITS)[0] for band in (before, after))
-    problems = [*run.races, *_stray_stores(hit_before, hit_after, m, n), *_changed_inputs(run)]
+    problems = [*run.races, *run.unsafe_reads, *_stray_stores(hit_before, hit_after, m, n), *_changed_inputs(run)]
     wrong = wrong_mask(c, truth)
     metrics.update(_error_figures(c, truth, wrong))
     # Where the kernel may have reached outside its buffers, as figures (pipeline.groupable_tools reads them)
@@ -92,15 +95,15 @@ def judge_case(
     if wrong.any():
         # After a race the pattern of wrong elements says nothing about indexing, and what the emulator saw
         # says more than the pattern: no location hint then.
-        hint = None if run.races or run.evidence else (a, b, tile, k_factor, abs_tol)
+        hint = None if run.races or run.evidence or run.unsafe_reads else (a, b, tile, k_factor, abs_tol)
         at = len(run.races)
         problems[at:at] = [_wrong_elements(c, truth, wrong, hint), *run.evidence]
     if problems:
         facts, fixes = facts_and_fixes(problems)
         return failed(name, CASE, points, f"C = A×B with m={m}, n={n}, k={k}: " + "\n".join(facts), fixes=fixes,
-                      **extra)
-    return passed(name, CASE, points, f"correct ({m}×{n}×{k}, max abs error {metrics['max_abs_error']:.3g})",
-                  **extra)
+                      unsafe=unsafe_kinds(problems), **extra)
+    # The error figure stays in the metrics: the words of a right case are the same whichever engine ran it.
+    return passed(name, CASE, points, f"correct ({m}×{n}×{k})", **extra)
 
 
 def _wrong_elements(c, truth, wrong, hint) -> Finding:
@@ -151,11 +154,12 @@ def _stray_stores(hit_before: np.ndarray, hit_after: np.ndarray, m: int, n: int)
         problems.append(Finding(
             f"out-of-bounds write: {hit_after.size} stores past the end of C (the first lands where "
             f"C[{m + first // n}][{first % n}] would be, but C has {m} row{'s' if m != 1 else ''})",
-            "check the bounds row < m and col < n before storing to C"))
+            "check the bounds row < m and col < n before storing to C", OUT_OF_BOUNDS_WRITE))
     if hit_before.size:
         first = GUARD_BEFORE - int(hit_before[0])
         problems.append(Finding(f"out-of-bounds write: {hit_before.size} stores before the start of C "
-                                f"(the furthest {first} elements before C[0][0])", "check the index computation of C"))
+                                f"(the furthest {first} elements before C[0][0])", "check the index computation of C",
+                                OUT_OF_BOUNDS_WRITE))
     return problems
 
 

@@ -1,15 +1,33 @@
 """A finding: what went wrong in one case, and what to change. Kept apart because a report says each fix
 once, with the cases it explains, where the facts (which elements, which thread, which line) are said
-per case."""
+per case.
+
+A finding may also say the kernel did something unsafe (`unsafe`, one of the kinds below): the rule for a
+case's verdict, on every engine, is that it passes only when its values are right and nothing unsafe was seen
+computing them. Values are what the GPU decides; these are what the CPU emulator (or, where it cannot run the
+kernel, compute-sanitizer) sees.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# What the kernel did that makes a case fail whatever its values.
+OUT_OF_BOUNDS_READ = "out-of-bounds read"
+OUT_OF_BOUNDS_WRITE = "out-of-bounds write"
+INVALID_ADDRESS = "invalid address"
+SHARED_RACE = "shared-memory race"
+UNWRITTEN_READ = "read of a shared entry never written"
+DIVERGENT_BARRIER = "divergent barrier"
+DIVERGENT_WARP = "divergent warp collective"
+UNSAFE_KINDS = (OUT_OF_BOUNDS_READ, OUT_OF_BOUNDS_WRITE, INVALID_ADDRESS, SHARED_RACE, UNWRITTEN_READ,
+                DIVERGENT_BARRIER, DIVERGENT_WARP)
 
 
 @dataclass(frozen=True)
 class Finding:
     fact: str  # what happened, in this case
     fix: str = ""  # what to change, in words that hold for every case it shows in
+    unsafe: str = ""  # one of UNSAFE_KINDS when what happened is unsafe whatever the values
 
 
 def facts_and_fixes(findings: list[Finding]) -> tuple[list[str], list[str]]:
@@ -19,3 +37,8 @@ def facts_and_fixes(findings: list[Finding]) -> tuple[list[str], list[str]]:
         if finding.fix and finding.fix not in fixes:
             fixes.append(finding.fix)
     return [finding.fact for finding in findings], fixes
+
+
+def unsafe_kinds(findings: list[Finding]) -> list[str]:
+    """The unsafe kinds among the findings, each once, in order."""
+    return list(dict.fromkeys(finding.unsafe for finding in findings if finding.unsafe))

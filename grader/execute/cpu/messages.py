@@ -7,7 +7,16 @@ no barrier between them.
 """
 from __future__ import annotations
 
-from ...judge.findings import Finding
+from ...judge.findings import (
+    DIVERGENT_BARRIER,
+    DIVERGENT_WARP,
+    INVALID_ADDRESS,
+    OUT_OF_BOUNDS_READ,
+    OUT_OF_BOUNDS_WRITE,
+    SHARED_RACE,
+    UNWRITTEN_READ,
+    Finding,
+)
 from ...judge.layout import GUARD_BEFORE, guard_after
 
 LOAD_BARRIER = ("the barrier after loading the tiles is missing: add __syncthreads() after the loads, "
@@ -39,7 +48,8 @@ def describe_race(race: dict) -> Finding:
                 f"(block {block}, no __syncthreads() between them)")
     else:
         return _two_stores(race, element, block)
-    return Finding(f"shared-memory race: {what}", USE_BARRIER if race["store_after_read"] else LOAD_BARRIER)
+    return Finding(f"shared-memory race: {what}", USE_BARRIER if race["store_after_read"] else LOAD_BARRIER,
+                   SHARED_RACE)
 
 
 def _two_stores(race: dict, element: str, block: str) -> Finding:
@@ -49,7 +59,7 @@ def _two_stores(race: dict, element: str, block: str) -> Finding:
     return Finding(f"threads {_xy(race['other_thread'])} and {_xy(race['store_thread'])} of block {block} both store "
                    f"{element} ({at}) in the same phase",
                    f"check the index of your store to {race['array']} at {at}: each thread of a block must store "
-                   "its own entry of the tile")
+                   "its own entry of the tile", SHARED_RACE)
 
 
 def describe_races(races: list[dict], differing: int, elements: int, collisions: int = 0) -> list[Finding]:
@@ -108,7 +118,7 @@ def describe_unstored_read(read: dict) -> Finding:
                    f"{_xy(read['block'])}) before any thread of the block stored it: it holds the NaN the grader "
                    "fills shared memory with at each block's start (on a GPU, whatever was there before)",
                    f"check the loads into {read['array']}: every entry the tile loop reads must be stored by a "
-                   "thread of the block before the barrier that comes before the reads")
+                   "thread of the block before the barrier that comes before the reads", UNWRITTEN_READ)
 
 
 def describe_problem(problem: dict, shape: tuple[int, int, int] | None = None) -> Finding:
@@ -127,7 +137,7 @@ def describe_problem(problem: dict, shape: tuple[int, int, int] | None = None) -
         return _out_of_bounds(problem, where)
     if what == "invalid_address":
         return Finding(f"invalid memory {problem['access']}{_at_line(problem)}: {where} accessed an address "
-                       "outside A, B and C", "check the index arithmetic of every load and store")
+                       "outside A, B and C", "check the index arithmetic of every load and store", INVALID_ADDRESS)
     if what == "trap":
         return Finding(f"kernel aborted: __trap() at line {problem['line']} ({where})")
     if what == "abort":
@@ -151,7 +161,8 @@ def _out_of_bounds(problem: dict, where: str) -> Finding:
     access = {"read": "read", "write": "write"}.get(problem["access"], "access")
     return Finding(f"out-of-bounds {access} of {buffer}{_at_line(problem)}: {where} touched {buffer} {position} "
                    f"({buffer} is {shape})",
-                   "check the bounds on the row, the column and the k index of every load and store")
+                   "check the bounds on the row, the column and the k index of every load and store",
+                   _out_of_bounds_kind(problem))
 
 
 # Each buffer's (rows, columns) of (m, n, k), and the names of its row and column index.
@@ -180,7 +191,13 @@ def _outside_input(problem: dict, where: str, shape: tuple[int, int, int]) -> Fi
     line = problem.get("line", 0)
     read = f"the {noun} of {buffer} at line {line}" if line > 0 else f"every {noun} of {buffer}"
     return Finding(fact, f"check the index of {read}: {buffer} is {rows_name}×{columns_name}, so its element [r][c] "
-                   f"is {buffer}[r * {columns_name} + c], with r < {rows_name} and c < {columns_name}")
+                   f"is {buffer}[r * {columns_name} + c], with r < {rows_name} and c < {columns_name}",
+                   _out_of_bounds_kind(problem))
+
+
+def _out_of_bounds_kind(problem: dict) -> str:
+    """A store outside a buffer is a write; a load, or an access the fault did not tell, a read."""
+    return OUT_OF_BOUNDS_WRITE if problem.get("access") == "write" else OUT_OF_BOUNDS_READ
 
 
 def _at_line(problem: dict) -> str:
@@ -194,9 +211,10 @@ def _divergence(problem: dict) -> Finding:
             "early, on a condition only some threads meet")
     if problem["kind"] == "exited":
         return Finding(f"barrier divergence in block {block}: thread {waiting} waits at the __syncthreads() on "
-                       f"line {problem['line']}, but thread {other} has already returned", rule)
+                       f"line {problem['line']}, but thread {other} has already returned", rule, DIVERGENT_BARRIER)
     return Finding(f"barrier divergence in block {block}: thread {waiting} waits at the __syncthreads() on line "
-                   f"{problem['line']} while thread {other} waits at the one on line {problem['other_line']}", rule)
+                   f"{problem['line']} while thread {other} waits at the one on line {problem['other_line']}", rule,
+                   DIVERGENT_BARRIER)
 
 
 WARP_RULE = ("every thread a warp primitive's mask names must call it: with a full mask (0xffffffff) all 32 threads "
@@ -220,4 +238,4 @@ def _warp_divergence(problem: dict) -> Finding:
         where = f"waits at {problem['other_primitive']} on line {problem['other_line']}"
     return Finding(f"warp divergence in block {block}: thread {waiting}{company} calls {problem['primitive']} at "
                    f"line {problem['line']} with mask {mask:#010x}, naming {named}, but thread {other} of that "
-                   f"warp {where}", WARP_RULE)
+                   f"warp {where}", WARP_RULE, DIVERGENT_WARP)
