@@ -95,17 +95,18 @@ def _shape(case: Case) -> str:
     return f"case: m={case.m}, n={case.n}, k={case.k}"
 
 
-def _emulator_findings(event: dict, case: Case) -> tuple[list[Finding], list[Finding]]:
-    """What the CPU emulator saw in a case (the GPU child reports none of it): the races, and what explains
-    wrong elements of C. A tile entry read before it was stored is not told after a store and a read raced,
-    which explains it (two stores of one entry do not)."""
+def _emulator_findings(event: dict, case: Case) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """What the CPU emulator saw in a case (the GPU child reports none of it): the races, what explains wrong
+    elements of C, and the reads of tile entries no thread of the block stored. Such a read is not told after
+    a store and a read raced, which explains it (two stores of one entry do not)."""
     collisions = event.get("collisions", [])
     races = describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n,
                            len(collisions))
     evidence = [describe_collision(collision, event.get("c_collisions", 1)) for collision in collisions]
+    unsafe_reads = []
     if all(race["kind"] == "store_after_store" for race in event.get("races", [])):
-        evidence += [describe_unstored_read(read) for read in event.get("unstored_reads", [])]
-    return races, evidence
+        unsafe_reads = [describe_unstored_read(read) for read in event.get("unstored_reads", [])]
+    return races, evidence, unsafe_reads
 
 
 def describe_fault(error: str) -> str:
@@ -249,7 +250,7 @@ class RunEvents:
             return
         if reference is not None:
             reference = reference.reshape(case.m, case.n)
-        races, evidence = _emulator_findings(event, case)
+        races, evidence, unsafe_reads = _emulator_findings(event, case)
 
         def judge() -> CheckResult:
             tolerance = self.config.tolerance
@@ -259,7 +260,7 @@ class RunEvents:
                     case.name, case.points, a, b,
                     CaseRun(buffer=buffer.ravel(), reference=reference, a_changed=event["a_changed"],
                             b_changed=event["b_changed"], seconds=event["seconds"], races=races,
-                            evidence=evidence),
+                            evidence=evidence, unsafe_reads=unsafe_reads),
                     self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth),
                 buffers, launches)
             if len(buffers) > 1 and check.status != PASSED:
@@ -274,6 +275,11 @@ class RunEvents:
             self.case_results[name] = judge()
             del self.unjudged[name]
 
+    def made_cases(self) -> dict[str, CheckResult]:
+        """Each case this run judged, by name."""
+        self.judge_outputs()
+        return dict(self.case_results)
+
     def on_case_error(self, event: dict) -> None:
         """The CPU emulator stopped one case (fault, divergence); the next case runs as usual."""
         case = self.cases.get(event["case"])
@@ -283,7 +289,8 @@ class RunEvents:
         problem = describe_problem(event["problem"], (case.m, case.n, case.k))
         self.case_results[case.name] = errored(
             case.name, CASE, case.points, f"{problem.fact}\n({_shape(case)}; thread order: {event['schedule']})",
-            visibility=case.visibility, fixes=[problem.fix] if problem.fix else [])
+            visibility=case.visibility, fixes=[problem.fix] if problem.fix else [],
+            unsafe=[problem.unsafe] if problem.unsafe else [])
 
     def on_fault(self, event: dict) -> None:
         self._broken(event, describe_fault(event.get("error", "")))
