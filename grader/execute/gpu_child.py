@@ -72,7 +72,7 @@ from .compile import (
     cubin_key,
     student_compile_message,
 )
-from .cubin_cache import BUILT, OFFERED
+from .cubin_cache import BUILT, GRADED, OFFERED
 from .job import CaseSpec, Job, TimingSpec, student_output
 from .kernel_params import kernel_symbol, parameter_problem
 from .late_warps import OFF, SKEW_SYMBOL, skew_for
@@ -256,6 +256,8 @@ class Worker:
                 self.channel.send("kernel_missing", target=who, message=kernel)
                 return None
             kernels[who] = kernel
+        # The module graded, for the parent to keep whatever the cache keeps: the sanitizer's launch uses it.
+        _write_atomically(Path(self.job.workdir, GRADED), cubins["student"])
         self.channel.send("compiled", device=self.device.name(), arch=self.arch, cpu_s=cpu_seconds(),
                           pci_bus_id=self.device.pci_bus_id(), context_s=round(self.context_s, 4),
                           init_s=round(self.init_s, 4),
