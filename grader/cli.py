@@ -66,8 +66,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="where no sandbox can be built (no user namespaces and not root), run student code "
                              "with your own powers anyway; every report then says so. Only for your own code")
     parser.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=None,
-                        help="also run compute-sanitizer (racecheck, memcheck, synccheck) on a small shape and "
-                             "explain what it finds (GPU only; default: on in batch, off otherwise)")
+                        help="compute-sanitizer's diagnosis (racecheck, memcheck, synccheck; GPU only, worth no "
+                             "points). Default: where it sees what the CPU emulator cannot (a case that faulted on "
+                             "the GPU, a kernel the emulator cannot build); --sanitize: on every kernel; "
+                             "--no-sanitize: no diagnosis (the tools still judge the cases of a kernel the emulator "
+                             "cannot build)")
     parser.add_argument("--profile", action="store_true",
                         help="also measure the kernel and the reference with Nsight Compute (ncu) on the timing "
                              "shape and say how to make it faster (GPU only; a second or two per submission)")
@@ -296,8 +299,8 @@ def _backend_plan(args: argparse.Namespace) -> RunPlan:
     if args.backend == GPU or (args.backend == "auto" and gpu_missing is None):
         if gpu_missing is not None:
             raise UsageError(f"--backend gpu: {gpu_missing}")
-        sanitize = args.command in ("batch", "serve") if args.sanitize is None else args.sanitize
-        return RunPlan(GPU, sanitize=sanitize, profile=getattr(args, "profile", False))
+        return RunPlan(GPU, sanitize=args.sanitize is not False, sanitize_always=args.sanitize is True,
+                       profile=getattr(args, "profile", False))
     if not cluster and compiler() is None:  # a cluster's workers compile with their own
         reason = "the CPU emulator needs a C++ compiler (g++), and none is on PATH"
         if args.backend == CPU:

@@ -50,12 +50,13 @@ class RemoteTask:
     skip_reason: str
     headers: dict[str, bytes] = field(default_factory=dict)  # handed in beside the kernel (config's names)
     profile: bool = False  # grade --profile: Nsight Compute on the worker's GPU (issue 26)
+    sanitize_always: bool = False  # --sanitize: the diagnosis on every kernel, not only where it is needed
 
 
 def remote_task(entry: Entry, config: Config, cases: list[Case], plan: RunPlan) -> RemoteTask:
     return RemoteTask(entry.key, entry.kernel.read_bytes(), config.reference_path.read_text(encoding="utf-8"),
                       config, cases, plan.backend, plan.sanitize, plan.note, plan.skip_reason,
-                      entry.headers(config.compile.handed_in_headers), plan.profile)
+                      entry.headers(config.compile.handed_in_headers), plan.profile, plan.sanitize_always)
 
 
 def task_resources(plan: RunPlan) -> dict[str, int]:
@@ -77,7 +78,7 @@ def grade_task(task: RemoteTask) -> dict:
         reference.write_text(task.reference, encoding="utf-8")
         config.reference, config.source = str(reference), ""
         plan = RunPlan(task.backend, skip_reason=task.skip_reason, note=task.note, sanitize=task.sanitize,
-                       profile=task.profile)
+                       sanitize_always=task.sanitize_always, profile=task.profile)
         entry = Entry(task.key, "", "", folder, task.key, "kernel.cu")
         return Workers().grade(entry, config, task.cases, plan).to_dict(with_log=True)
 

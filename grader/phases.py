@@ -26,6 +26,7 @@ DESCRIBED = {
     "child_end": "child exit",
     "grading_other": "job set-up and result assembly",
     "feedback": "feedback from the cubin (registers, occupancy)",
+    "emulator_wait": "waiting for the CPU emulator's run beside the GPU's (safety, explanations)",
     "sanitizer": "compute-sanitizer",
     "profile": "Nsight Compute profile (--profile)",
     "access_profile": "access profile on the CPU emulator (advice)",

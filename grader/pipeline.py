@@ -13,7 +13,8 @@ import socket
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,9 +26,12 @@ from .diagnose.groups import GUARD, Vouched, check_in_group
 from .diagnose.profile import profile_submission
 from .diagnose.resources import add_compiler_feedback, warm_reference
 from .diagnose.run import NAME as SANITIZER_NAME
-from .diagnose.run import TOOLS, SanitizerRun, sanitize
+from .diagnose.run import TOOLS, SanitizerRun, sanitize, sanitizer_path
+from .diagnose.safety import CaseSafety, case_safety
+from .emulation import Emulation, emulation_of, merged, start_beside, with_tool_findings
 from .execute import check_cache, cubin_cache
 from .execute.compile import CompileOutcome, nvcc_path, prepare_source, reference_module_source
+from .execute.cpu.build import compiler
 from .execute.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
@@ -46,6 +50,7 @@ from .result import (
     GRADED,
     GRADER_ERROR,
     NEEDS_GPU_GRADE,
+    SANITIZER,
     SKIPPED,
     STATIC,
     SUBMISSION_ERROR,
@@ -83,7 +88,10 @@ class RunPlan:
     skip_reason: str = ""  # shown on each skipped check when backend is None
     note: str = ""  # why this backend, shown with the result
     placement: Placement | None = None  # which GPU, and its timing lock, in a batch
-    sanitize: bool = False  # also run compute-sanitizer's diagnosis (GPU backend)
+    # compute-sanitizer's diagnosis is a check (GPU backend): run where it sees what the CPU emulator cannot (a
+    # GPU fault, a kernel the emulator cannot build), or on every kernel with sanitize_always (--sanitize).
+    sanitize: bool = False
+    sanitize_always: bool = False
     profile: bool = False  # also measure the kernel and the reference with Nsight Compute (GPU backend, advice)
     sandbox: Sandbox | None = None  # where student code runs; None: the strongest this machine allows
     # In a batch worker: its socket to the batch parent, which checks kernels under the sanitizer in groups
@@ -212,15 +220,19 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         result.checks = rubric.results([*_checks_on_cpu(submission, config, cases, result, plan, phases),
                                         *statics])
         return _settled(result, config)
-    run = run_child(submission, config, cases, GPU, plan)
+    beside = _emulate_beside(submission, config, cases, plan)
+    run = run_child(submission, config, _emulated_first(cases), GPU, plan)
     phases.mark_split(run.phases, "grading_other")
     _take_run(result, run)
     if run.compile_check.passed:
         add_compiler_feedback(result, run.compile_check, run.student_cubin, config, sandbox, run.tile_size)
     phases.mark("feedback")
-    made = [*run.made_checks(), *statics]
+    emulation = emulation_of(beside, submission, "no C++ compiler (g++) for the CPU emulator on this host")
+    phases.mark("emulator_wait")
+    judged, safety = _judged_by_both(submission, config, cases, result, plan, run, emulation)
+    made = [*judged, *statics]
     phases.mark("judge")
-    diagnosis = _sanitizer_check(submission, config, run, plan, made) if rubric.has(SANITIZER_NAME) else None
+    diagnosis = _diagnosis(submission, config, run, plan, made, safety) if rubric.has(SANITIZER_NAME) else None
     phases.mark("sanitizer")
     if diagnosis is not None:
         made.append(diagnosis)
@@ -231,6 +243,54 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         phases.mark("profile")
     result.checks = rubric.results(made, run.not_run_reason)
     return _settled(result, config)
+
+
+def _emulated_first(cases: list[Case]) -> list[Case]:
+    """The GPU child's order: the cases the emulator also runs first, in the config's order, then the large
+    ones. Both engines then launch the kernel in the same sequence, so a kernel that counts its launches in
+    a device global behaves the same on both (execute/cpu: launches per case)."""
+    return [case for case in cases if not case.gpu_only] + [case for case in cases if case.gpu_only]
+
+
+def _emulate_beside(submission: Submission, config: Config, cases: list[Case], plan: RunPlan) -> Future | None:
+    """The emulator's run of every case it can run, started now, beside the GPU child: None where this host
+    has no C++ compiler for it (the tools then judge safety)."""
+    emulated = [case for case in cases if not case.gpu_only]
+    if not emulated or compiler() is None:
+        return None
+    on_cpu = replace(plan, backend=CPU, placement=Placement(lock=device_lock(config, CPU)), sanitizer_channel=None)
+    return start_beside(functools.partial(run_child, submission, config, emulated, CPU, on_cpu))
+
+
+def _judged_by_both(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
+                    plan: RunPlan, run: RunEvents, emulation: Emulation) -> tuple[list[CheckResult],
+                                                                                    CaseSafety | None]:
+    """The GPU run's checks, each case decided by the rule for every engine: right values (the GPU's) and
+    nothing unsafe (the emulator's view; where it cannot judge, compute-sanitizer's on the same cases, whose
+    run is returned too)."""
+    made = run.made_checks()
+    if not run.compile_check.passed or not run.tile_size:
+        return made, None
+    if emulation.judged:
+        _emulator_feedback(result, emulation.run, submission, config)
+        return merged(made, emulation), None
+    if emulation.log:
+        result.log += f"\n[grader] the CPU emulator could not judge this kernel:\n{emulation.log}\n"
+    emulated = [case for case in cases if not case.gpu_only]
+    safety = case_safety(_sanitizer_run(submission, config, run), emulated, placement_of(plan, config),
+                         sandbox_of(plan), config.cache_dir) if emulated else CaseSafety()
+    run.compile_check.metrics["safety_tools_s"] = round(safety.tools_s, 3)
+    if safety.problem:
+        result.message = _joined(result.message, f"Not checked for out-of-bounds accesses, races or divergent "
+                                 f"barriers: {emulation.why_not}, and compute-sanitizer could not check it "
+                                 f"({safety.problem})")
+        if result.outcome == GRADED and sanitizer_path() is not None:
+            result.outcome = GRADER_ERROR  # the tools could not run here this time: graded again by --resume
+    return with_tool_findings(made, safety.findings), safety
+
+
+def _joined(*parts: str) -> str:
+    return ". ".join(part for part in parts if part)
 
 
 def _profile(result: SubmissionResult, made: list[CheckResult], config: Config, run: RunEvents,
@@ -327,16 +387,36 @@ def _take_run(result: SubmissionResult, run: RunEvents) -> None:
         result.message = run.grader_error
 
 
-def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan,
-                     made: list[CheckResult]) -> CheckResult | None:
-    """compute-sanitizer's diagnosis; None when the kernel did not compile (the rubric says so). In a batch,
-    a kernel is first offered to a group for the tools it gives no reason to expect a finding from; the
-    group can only ever vouch that a tool found nothing, and the kernel is checked alone for the rest."""
+def _sanitizer_run(submission: Submission, config: Config, run: RunEvents) -> SanitizerRun:
+    """What the tools check: the module the GPU child graded, launched as the lab launches it."""
+    timeouts = config.timeouts
+    return SanitizerRun(run.student_cubin, config.kernel.contract(), run.tile_size, submission.source,
+                        timeouts.sanitizer_s, timeouts.sanitizer_launch_s)
+
+
+def _diagnosis(submission: Submission, config: Config, run: RunEvents, plan: RunPlan, made: list[CheckResult],
+               safety: CaseSafety | None) -> CheckResult | None:
+    """compute-sanitizer's diagnosis (worth no points), where it sees what the emulator cannot: what the tools
+    found in the cases of a kernel the emulator could not judge (`safety`), or their run over a kernel a case
+    of which faulted on the GPU; over every kernel where asked (--sanitize). None when the kernel did not
+    compile (the rubric says so)."""
     if not run.compile_check.passed or not run.tile_size:
         return None
-    timeouts = config.timeouts
-    sanitizer_run = SanitizerRun(run.student_cubin, config.kernel.contract(), run.tile_size, submission.source,
-                                 timeouts.sanitizer_s, timeouts.sanitizer_launch_s)
+    if safety is not None:
+        return safety.check()
+    faulted = any(check.kind == CASE and check.status == ERROR for check in made)
+    if plan.sanitize_always or faulted:
+        return _sanitizer_check(submission, config, run, plan, made)
+    return skipped(SANITIZER_NAME, SANITIZER, 0, "not run: the CPU emulator watched every access, barrier and "
+                   "shared-memory read of the cases it ran, and no case faulted on the GPU")
+
+
+def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan,
+                     made: list[CheckResult]) -> CheckResult:
+    """compute-sanitizer's diagnosis. In a batch, a kernel is first offered to a group for the tools it gives
+    no reason to expect a finding from; the group can only ever vouch that a tool found nothing, and the
+    kernel is checked alone for the rest."""
+    sanitizer_run = _sanitizer_run(submission, config, run)
     placement = placement_of(plan, config)
     offered = groupable_tools(made) if plan.sanitizer_channel is not None else ()  # groups are a batch's
     vouched = Vouched({})
@@ -415,15 +495,20 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
             made = _held_for_gpu(result, nvcc, emulated, failure, run)
     elif run.compile_check.passed and nvcc.passed:
         run.compile_check.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
+    _emulator_feedback(result, run, submission, config)
+    shown = next((check for check in made if check.kind == COMPILE), nvcc)
+    add_compiler_feedback(result, shown, compiled.cubin, config, sandbox_of(plan), run.tile_size)
+    phases.mark("feedback")
+    return [*made, *needs_gpu]
+
+
+def _emulator_feedback(result: SubmissionResult, run: RunEvents, submission: Submission, config: Config) -> None:
+    """How to make it faster, from the emulator's access profile of the kernel beside the reference's."""
     if run.access_profile and run.compile_check.passed and result.outcome == GRADED:
         profile = run.access_profile
         run.compile_check.metrics["feedback_s"] = profile.get("seconds")  # what the advice cost (bench)
         result.feedback += access_feedback(profile["student"], profile["reference"], profile["size"],
                                            _matrix_names(submission.source, config.kernel.contract()))
-    shown = next((check for check in made if check.kind == COMPILE), nvcc)
-    add_compiler_feedback(result, shown, compiled.cubin, config, sandbox_of(plan), run.tile_size)
-    phases.mark("feedback")
-    return [*made, *needs_gpu]
 
 
 def _matrix_names(source: str, contract: KernelContract) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""On a real GPU: a class graded in one batch (sanitizer on, as batch defaults) gets, check by check, the
-verdicts each student gets graded alone; the timing of a slow kernel is never lost to the batch."""
+"""On a real GPU: a class graded in one batch gets, check by check, the verdicts each student gets graded
+alone; the timing of a slow kernel is never lost to the batch; a libwb file whose host code does not compile
+is graded in a batch as alone, its kernel alone, under the sanitizer too."""
 import json
 import shutil
 import subprocess
@@ -35,7 +36,7 @@ def test_a_batch_grades_each_student_as_grading_them_alone(config_file, tmp_path
     for name in CLASS:
         stored = tmp_path / "batch" / "students" / f"{name}.json"
         in_batch = SubmissionResult.from_dict(json.loads(stored.read_text()))
-        grade_cli(config_file, folder / name, "--sanitize", "-o", tmp_path / "alone")
+        grade_cli(config_file, folder / name, "-o", tmp_path / "alone")
         alone = SubmissionResult.from_dict(json.loads((tmp_path / "alone" / f"{name}.json").read_text()))
         assert differences(in_batch, alone, max_ratio) == [], name
         assert in_batch.outcome == GRADED, (name, in_batch.message)
@@ -43,3 +44,19 @@ def test_a_batch_grades_each_student_as_grading_them_alone(config_file, tmp_path
         if name in ("good_basic", "good_tile8_renamed", "slow_uncoalesced"):
             assert timing.status in ("passed", "failed") and "ratio_spread" in timing.metrics, timing.message
             assert "clocks" in timing.metrics
+
+
+def test_a_libwb_file_graded_on_its_kernel_alone_is_graded_in_a_batch(tmp_path):
+    """Its whole file does not compile (libwb's main), so the GPU child grades its device side; the sanitizer's
+    launch uses that module (--sanitize: every tool runs), never "no compiled module to check"."""
+    folder = tmp_path / "class" / "ece408_mp3"
+    folder.mkdir(parents=True)
+    shutil.copy(SUBMISSIONS / "ece408_mp3" / "kernel.cu", folder / "kernel.cu")
+    finished = subprocess.run([sys.executable, "-m", "grader", "batch", str(folder.parent), "-o", str(tmp_path / "out"),
+                               "--preset", "ece408", "--backend", "gpu", "--sanitize"], cwd=ROOT, capture_output=True,
+                              text=True, check=False)
+    assert finished.returncode == 0, finished.stderr
+    result = json.loads((tmp_path / "out" / "students" / "ece408_mp3.json").read_text())
+    assert result["outcome"] == GRADED and result["score"] == result["max_score"], result["message"]
+    diagnosis = next(c for c in result["checks"] if c["kind"] == "sanitizer")
+    assert diagnosis["status"] == "passed", diagnosis["message"]

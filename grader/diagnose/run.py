@@ -97,6 +97,10 @@ class ToolRun:
     seconds: float = 0.0
     waited_s: float = 0.0  # for its turn on the GPU, not counted against its limit
     held_s: float = 0.0  # how long its launch held the GPU
+    # Of the sentences, those the tool's report itself gives (its findings in the kernel's code, not that the
+    # launch hung or failed under it), and the report they were read from.
+    reported: list[str] = field(default_factory=list)
+    report: SanitizerReport | None = None
 
 
 def sanitizer_path() -> str | None:
@@ -137,7 +141,7 @@ def _run_alone(run: SanitizerRun, tools: list[str], placement: Placement, sandbo
         def one(tool: str) -> ToolRun:
             launch = launch_command(inputs / "launch_kernel", inputs / "kernel.cubin", run.contract, run.tile,
                                     shape_for(tool, run.tile, run.contract), symbol)
-            return _run_tool(tool, tool_path, launch, root, inputs, run, placement, sandbox, barriers)
+            return run_tool(tool, tool_path, launch, root, inputs, run, placement, sandbox, barriers)
 
         with ThreadPoolExecutor(len(tools)) as pool:
             return list(pool.map(one, tools))
@@ -211,7 +215,7 @@ def watch_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs:
     return result, watched, parse(tool, read_log(log))
 
 
-def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: Path, run: SanitizerRun,
+def run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: Path, run: SanitizerRun,
               placement: Placement, sandbox: Sandbox, barriers: list[int]) -> ToolRun:
     result, watched, report = watch_tool(tool, tool_path, launch, root, inputs, placement, sandbox, run.timeout_s,
                                          run.launch_s)
@@ -219,6 +223,7 @@ def _run_tool(tool: str, tool_path: str, launch: list[str], root: Path, inputs: 
     shape = tuple(int(size) for size in launch[-3:])  # the launch's m, n, k (launch_command)
     found = describe(report, buffers, barrier_lines=barriers, shape=shape)
     found = [s for s in found if "did not complete" not in s]  # said below, as what it is
+    result.reported, result.report = list(found), report
     launched = next((e for e in watched.events if e["event"] == "launched"), None)
     refused = next((e for e in watched.events if e["event"] == "not_launched"), None)
     if watched.timed_out:

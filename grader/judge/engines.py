@@ -1,0 +1,48 @@
+"""One verdict per case from two engines: the GPU decides the values, the CPU emulator decides safety and
+explains. Pure: both engines' checks of a case in, the case's check out.
+
+The rule, on every path: a case passes only when its values are right and the kernel did nothing unsafe
+computing them (judge/findings.py's UNSAFE_KINDS). A GPU run sees values; the emulator sees every access,
+barrier and warp collective. So where the emulator saw something unsafe, its check is the case's, word for
+word as a CPU grade gives it. Otherwise the GPU's values decide: where both engines agree on them, the
+emulator's words explain them (the same words as a CPU grade); where they disagree, the GPU's check stands
+and says so.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..result import ERROR, PASSED, SKIPPED, CheckResult
+
+DISAGREE = "the CPU emulator's result in this case differs ({}); the GPU's values count"
+
+
+def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResult:
+    """The case's check: `on_gpu` judged from the GPU's outputs, `emulated` from the emulator's run of the same
+    case (None: the emulator did not run it, e.g. a case too large for it)."""
+    if emulated is None or emulated.status == SKIPPED:
+        return on_gpu
+    metrics = {**on_gpu.metrics, "emulator": emulated.status}
+    if emulated.unsafe:
+        return replace(emulated, metrics=metrics)
+    if on_gpu.status == ERROR:  # a fault, hang or crash on the GPU is what happened there
+        if emulated.status == ERROR:  # on both: the emulator's words name the line
+            return replace(emulated, metrics=metrics)
+        return _with_disagreement(on_gpu, emulated) if emulated.status == PASSED else on_gpu
+    if on_gpu.status == PASSED and emulated.status == PASSED:
+        return replace(on_gpu, metrics=metrics)
+    if _same_values(on_gpu, emulated):
+        return replace(emulated, status=on_gpu.status, score=on_gpu.score, metrics=metrics)
+    return _with_disagreement(replace(on_gpu, metrics=metrics), emulated)
+
+
+def _same_values(on_gpu: CheckResult, emulated: CheckResult) -> bool:
+    """Both engines found the same number of wrong elements (none: both right); the emulator did not stop."""
+    if PASSED in (on_gpu.status, emulated.status) or emulated.status == ERROR:
+        return on_gpu.status == emulated.status
+    return on_gpu.metrics.get("wrong_elements") == emulated.metrics.get("wrong_elements")
+
+
+def _with_disagreement(on_gpu: CheckResult, emulated: CheckResult) -> CheckResult:
+    found = "it passed" if emulated.status == PASSED else emulated.message.split("\n", 1)[0]
+    return replace(on_gpu, message=f"{on_gpu.message}\n{DISAGREE.format(found)}")

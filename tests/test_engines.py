@@ -1,0 +1,61 @@
+"""The rule that merges a GPU run's case verdict with the CPU emulator's (grader/judge/engines.py)."""
+from grader.emulation import Emulation, merged, with_tool_findings
+from grader.judge.engines import merged_case
+from grader.judge.findings import OUT_OF_BOUNDS_READ, SHARED_RACE, Finding
+from grader.result import CASE, ERROR, FAILED, PASSED, TIMING, errored, failed, passed
+
+RIGHT = passed("ragged_n", CASE, 4, "correct (64×67×64)", metrics={"wrong_elements": 0, "seconds": 0.001})
+OUT_OF_BOUNDS = errored("ragged_n", CASE, 4, "out-of-bounds read of B at line 19: ...", fixes=["check B's bounds"],
+                        unsafe=[OUT_OF_BOUNDS_READ])
+
+
+def wrong(count: int, words: str = "C = A×B with m=64, n=67, k=64: 12 of 4288 elements of C are wrong") -> object:
+    return failed("ragged_n", CASE, 4, words, metrics={"wrong_elements": count}, fixes=["check the bound"])
+
+
+def test_a_case_the_emulator_saw_do_something_unsafe_fails_in_its_words_though_the_gpu_values_were_right():
+    case = merged_case(RIGHT, OUT_OF_BOUNDS)
+    assert (case.status, case.score, case.message, case.fixes, case.unsafe) == (
+        ERROR, 0.0, OUT_OF_BOUNDS.message, OUT_OF_BOUNDS.fixes, [OUT_OF_BOUNDS_READ])
+    assert case.metrics["seconds"] == 0.001 and case.metrics["emulator"] == ERROR  # the GPU's figures stay
+
+
+def test_where_both_engines_find_the_same_wrong_values_the_emulator_explains_them():
+    emulated = wrong(12, "C = A×B ...: 12 of 4288 elements wrong; threads (1, 0) and (0, 1) both store C[0][1]")
+    case = merged_case(wrong(12, "gpu words"), emulated)
+    assert (case.status, case.message, case.fixes) == (FAILED, emulated.message, emulated.fixes)
+
+
+def test_where_the_engines_disagree_on_the_values_the_gpu_stands_and_says_so():
+    for on_gpu, emulated in ((RIGHT, wrong(12)), (wrong(12, "gpu words"), wrong(7)), (wrong(3, "gpu words"), RIGHT)):
+        case = merged_case(on_gpu, emulated)
+        assert case.status == on_gpu.status and case.message.startswith(on_gpu.message)
+        assert "the CPU emulator's result in this case differs" in case.message and "GPU's values count" in case.message
+
+
+def test_a_case_only_the_gpu_ran_is_the_gpus():
+    assert merged_case(RIGHT, None) is RIGHT
+
+
+def test_a_fault_on_both_engines_is_told_in_the_emulators_words_and_a_gpu_fault_stands_otherwise():
+    on_gpu = errored("ragged_n", CASE, 4, "kernel fault: the kernel aborted (a trap or an assert)")
+    trapped = errored("ragged_n", CASE, 4, "kernel aborted: __trap() at line 10 (thread (0, 0) of block (0, 0))")
+    assert merged_case(on_gpu, trapped).message == trapped.message
+    assert merged_case(on_gpu, wrong(12)).message == on_gpu.message
+
+
+def test_timing_goes_when_a_case_no_longer_passes():
+    timing = passed("timing", TIMING, 10, "1.2× the reference")
+    made = merged([RIGHT, timing], Emulation({"ragged_n": OUT_OF_BOUNDS}))
+    assert [c.kind for c in made] == [CASE] and made[0].status == ERROR
+    kept = merged([RIGHT, timing], Emulation({"ragged_n": RIGHT}))
+    assert [c.status for c in kept] == [PASSED, PASSED]
+
+
+def test_what_compute_sanitizer_found_in_a_case_fails_it_after_the_gpus_words():
+    found = [Finding("compute-sanitizer racecheck: shared-memory race between the store at line 12 and the read at "
+                     "line 18", "", SHARED_RACE)]
+    case, = with_tool_findings([RIGHT], {"ragged_n": found})
+    assert case.status == FAILED and case.score == 0 and case.unsafe == [SHARED_RACE]
+    assert case.message == f"{RIGHT.message}\n{found[0].fact}"
+    assert with_tool_findings([RIGHT], {}) == [RIGHT]

@@ -1,0 +1,69 @@
+"""One grade, whatever engine: a case passes only when its values are right and the kernel did nothing unsafe
+computing them (grader/judge/findings.py's kinds), on the CPU emulator and on a GPU alike.
+
+Each kernel here leaves C right on a GPU and does something unsafe on the way: reads past A's or B's end,
+or returns before barriers the rest of its block waits at. The CPU grade has always seen it; a GPU grade now
+sees it through the emulator's run beside the GPU's (grader/emulation.py), with the same words.
+"""
+import pytest
+from conftest import SUBMISSIONS
+from hardware import needs_cxx, needs_gpu, needs_sanitizer
+
+from grader.judge.findings import DIVERGENT_BARRIER, OUT_OF_BOUNDS_READ
+from grader.result import CASE, PASSED
+
+RAGGED_N = {"ragged_n", "ragged_all", "rect_tall", "rect_wide", "rect_hidden", "one_by_one", "n_one", "sub_tile",
+            "primes_small", "primes_mid"}
+# kernel -> (the unsafe kind, the line it is told at, the emulated cases it must fail; all others pass)
+UNSAFE = {
+    "loads_check_k_only": (OUT_OF_BOUNDS_READ, None, RAGGED_N | {"ragged_m", "m_one"}),
+    "b_column_unbounded": (OUT_OF_BOUNDS_READ, 19, RAGGED_N),
+    "exit_before_barriers": (DIVERGENT_BARRIER, 21, {"ragged_all", "rect_tall", "rect_wide", "rect_hidden",
+                                                     "one_by_one", "sub_tile", "primes_small", "primes_mid"}),
+}
+
+
+def emulated_cases(result) -> dict:
+    """The cases the emulator runs (the GPU-only ones are left out), by name."""
+    return {c.name: c for c in result.checks if c.kind == CASE and not c.needs_gpu and "GPU only" not in c.message}
+
+
+@needs_cxx
+@pytest.mark.parametrize("name", sorted(UNSAFE))
+def test_unsafe_kernels_fail_exactly_their_unsafe_cases_on_the_cpu(graders, name):
+    kind, line, failing = UNSAFE[name]
+    cases = emulated_cases(graders("cpu")(SUBMISSIONS / name))
+    assert {case for case, check in cases.items() if check.status != PASSED} == failing
+    for case in failing:
+        assert cases[case].unsafe == [kind], case
+        if line is not None:
+            assert f"line {line}" in cases[case].message, case
+
+
+@pytest.mark.gpu
+@needs_gpu
+@needs_cxx
+@pytest.mark.parametrize("name", sorted(UNSAFE))
+def test_a_gpu_grade_fails_the_same_cases_with_the_same_words(graders, name):
+    """C is right on the GPU in every case: the emulator beside it fails the unsafe ones, word for word."""
+    on_gpu, on_cpu = (emulated_cases(graders(backend)(SUBMISSIONS / name)) for backend in ("gpu", "cpu"))
+    assert {case: check.status for case, check in on_gpu.items()} == {case: check.status
+                                                                      for case, check in on_cpu.items()}
+    assert {case: (check.message, check.fixes, check.unsafe) for case, check in on_gpu.items()} == {
+        case: (check.message, check.fixes, check.unsafe) for case, check in on_cpu.items()}
+    assert all(on_gpu[case].metrics["emulator"] != PASSED for case in UNSAFE[name][2])
+
+
+@pytest.mark.gpu
+@needs_gpu
+@needs_sanitizer
+def test_where_the_emulator_cannot_run_a_kernel_compute_sanitizer_judges_the_same_cases(graders):
+    """inline PTX: the emulator cannot build it, so the tools decide each case's safety on the GPU, alone too."""
+    result = graders("gpu")(SUBMISSIONS / "inline_ptx_unbounded")
+    cases = emulated_cases(result)
+    assert {case for case, check in cases.items() if check.status != PASSED} == RAGGED_N
+    for case in RAGGED_N:
+        assert cases[case].unsafe == [OUT_OF_BOUNDS_READ] and "compute-sanitizer memcheck" in cases[case].message
+    assert all(check.status == PASSED for check in cases.values() if check.name not in RAGGED_N)
+    clean = emulated_cases(graders("gpu")(SUBMISSIONS / "inline_ptx_correct"))
+    assert all(check.status == PASSED for check in clean.values())
