@@ -19,6 +19,7 @@ pytestmark = [
     needs_gpu,
     needs_sanitizer,
 ]
+EVERY_TOOL = RunPlan(GPU, sanitize=True, sanitize_always=True)  # the diagnosis over every kernel (--sanitize)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def diagnose(setup):
     config, cases = setup
 
     def run(name: str):
-        result = grade(SUBMISSIONS / name, config, cases, RunPlan(GPU, sanitize=True))
+        result = grade(SUBMISSIONS / name, config, cases, EVERY_TOOL)
         return next(c for c in result.checks if c.kind == SANITIZER)
 
     return run
@@ -90,7 +91,7 @@ def test_the_launch_uses_the_configured_parameter_order(setup, tmp_path):
                                                                 "int m, int n, int k"))
     config.kernel.args = ["A", "B", "C", "m", "n", "k"]
     try:
-        result = grade(folder, config, cases, RunPlan(GPU, sanitize=True))
+        result = grade(folder, config, cases, EVERY_TOOL)
     finally:
         config.kernel.args = ["m", "n", "k", "A", "B", "C"]
     checks = {c.kind: c for c in result.checks}
@@ -101,7 +102,7 @@ def test_a_kernel_that_never_ran_under_the_tools_is_an_error_not_a_pass(setup, t
     """The module has no such kernel (as when removing host code left it empty): every tool's silence
     would mean nothing, so the check is a grader error with the reason."""
     config, cases = setup
-    grade(SUBMISSIONS / "good_basic", config, cases, RunPlan(GPU, sanitize=True))  # a module in the cache
+    grade(SUBMISSIONS / "good_basic", config, cases, EVERY_TOOL)  # a module in the cache
     module = next(config.cache_dir.rglob("*.cubin"))
     shutil.copy(module, tmp_path / "kernel.cubin")
     run = SanitizerRun(str(tmp_path / "kernel.cubin"), KernelContract("no_such_kernel"), 16, "", 20, 3)
@@ -112,7 +113,7 @@ def test_a_kernel_that_never_ran_under_the_tools_is_an_error_not_a_pass(setup, t
 def test_a_diagnosis_that_could_not_run_makes_the_row_a_grader_error(setup, monkeypatch):
     config, cases = setup
     monkeypatch.setattr("grader.diagnose.run.launcher", _no_launcher)
-    result = grade(SUBMISSIONS / "good_basic", config, cases, RunPlan(GPU, sanitize=True))
+    result = grade(SUBMISSIONS / "good_basic", config, cases, EVERY_TOOL)
     assert result.outcome == GRADER_ERROR
     check = next(c for c in result.checks if c.kind == SANITIZER)
     assert check.status == ERROR and check.message.startswith("grader error: no C compiler")

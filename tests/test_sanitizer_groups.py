@@ -322,18 +322,19 @@ def test_a_batch_checks_clean_kernels_together_and_gives_everyone_what_grading_a
     from grader.pipeline import GPU, RunPlan, grade
     from grader.result import FAILED, PASSED, SANITIZER
 
+    every_tool = RunPlan(GPU, sanitize=True, sanitize_always=True)  # groups form where the tools run on every kernel
     config = load_config(config_file)
     cases = [case for case in load_cases(config.testcases_dir) if not case.gpu_only][:2]
     names = ["good_basic", "good_tile8_renamed", "tile_width_named", "template_helper", "missing_load_barrier",
              "no_bounds_checks", "conditional_barrier", "truncated_phases"]
     folder = a_class(tmp_path, names)
-    outcome = run_batch([folder], config, cases, RunPlan(GPU, sanitize=True), BatchOptions(tmp_path / "out", jobs=8),
+    outcome = run_batch([folder], config, cases, every_tool, BatchOptions(tmp_path / "out", jobs=8),
                         Console(quiet=True))
     batch = {result.submission: result for result in outcome.results}
     assert len(batch) == len(names) + 1
     grouped: dict[str, set[str]] = {}
     for name in [*names, "hidden_race"]:
-        alone = grade(folder / name, config, cases, RunPlan(GPU, sanitize=True))
+        alone = grade(folder / name, config, cases, every_tool)
         together = batch[name]
         assert differences(together, alone, config.timing.max_ratio) == [], name
         mine, theirs = (next(c for c in r.checks if c.kind == SANITIZER) for r in (together, alone))
@@ -354,7 +355,7 @@ def test_a_batch_checks_clean_kernels_together_and_gives_everyone_what_grading_a
     # A class of clean kernels only: each is checked in a group, and some groups hold several students.
     clean = a_class(tmp_path / "clean", ["good_basic", "good_tile8_renamed", "tile_width_named", "template_helper"])
     shutil.rmtree(clean / "hidden_race")
-    outcome = run_batch([clean], config, cases, RunPlan(GPU, sanitize=True), BatchOptions(tmp_path / "out2", jobs=8),
+    outcome = run_batch([clean], config, cases, every_tool, BatchOptions(tmp_path / "out2", jobs=8),
                         Console(quiet=True))
     sizes = [next(c for c in r.checks if c.kind == SANITIZER).metrics.get("sanitizer_group") for r in outcome.results]
     assert None not in sizes and max(sizes) >= 2, sizes

@@ -20,7 +20,7 @@ DISAGREE = "the CPU emulator's result in this case differs ({}); the GPU's value
 def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResult:
     """The case's check: `on_gpu` judged from the GPU's outputs, `emulated` from the emulator's run of the same
     case (None: the emulator did not run it, e.g. a case too large for it)."""
-    if emulated is None or emulated.status == SKIPPED:
+    if emulated is None or SKIPPED in (emulated.status, on_gpu.status):  # the GPU gave no values: nothing to merge
         return on_gpu
     metrics = {**on_gpu.metrics, "emulator": emulated.status}
     if emulated.unsafe:
