@@ -8,14 +8,21 @@ marker so an LMS never silently drops the end of a long compiler log. Instructor
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
+
 from grader.execute.sandbox import NONE as NO_SANDBOX
 from grader.execute.sandbox import UNSAFE_NOTE
 from grader.report.points import score_line
 from grader.report.status import status_label
-from grader.result import HIDDEN, CheckResult, SubmissionResult
+from grader.result import HIDDEN, SKIPPED, CheckResult, SubmissionResult
 
 DEFAULT_LIMIT = 4000
 NOT_CHECKED = "not checked here"  # a check that needs a GPU, on a run without one: neither pass nor fail
+SHOWN_SAMPLES = 2  # sample elements of a wrong C a grouped report shows for its example case
+_NUMBERS = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+_SAMPLE = re.compile(r"^  C\[\d+\]\[\d+\]: ")
+_MORE = re.compile(r"^  \.\.\. and (\d+) more$")
 
 
 def verdict(check: CheckResult) -> str:
@@ -46,22 +53,66 @@ def student_message(check: CheckResult, limit: int = DEFAULT_LIMIT, with_fixes: 
     return cap(check.explained if with_fixes else check.message, limit)
 
 
-def what_to_fix(result: SubmissionResult, show_hidden: bool = False) -> list[str]:
-    """Each fix once, with the checks it explains: visible checks by name, hidden ones only counted. A fix
-    that only hidden checks show is not told: a hidden check shows its verdict and nothing else."""
-    explained: dict[str, tuple[list[str], int]] = {}
+@dataclass
+class CauseGroup:
+    """The failing checks one root cause explains: what to change (`fix`, "" where no check told one), the
+    visible checks by name, how many hidden ones, and the first visible one, whose facts stand for all."""
+
+    fix: str
+    names: list[str] = field(default_factory=list)
+    hidden: int = 0
+    example: CheckResult | None = None
+
+    @property
+    def explains(self) -> str:
+        """"(square_64, ragged_m and 2 hidden)": the checks it explains."""
+        return f"({', '.join(self.names)}{f' and {self.hidden} hidden' if self.hidden else ''})"
+
+
+def cause_of(check: CheckResult) -> str:
+    """What a failing check is grouped by: its first fix (the root cause's), else the first line of its
+    message without its numbers (sizes, lines and counts differ from case to case; the cause does not)."""
+    if check.fixes:
+        return check.fixes[0]
+    return _NUMBERS.sub("N", check.message.split("\n", 1)[0])
+
+
+def cause_groups(result: SubmissionResult, show_hidden: bool = False) -> list[CauseGroup]:
+    """The failing checks grouped by cause, in the order each cause first shows. A group only hidden checks
+    are in is not told: a hidden check shows its verdict and nothing else."""
+    groups: dict[str, CauseGroup] = {}
     for check in result.checks:
-        if check.passed or check.needs_gpu:
+        if check.passed or check.needs_gpu or check.status == SKIPPED:
             continue
-        for fix in check.fixes:
-            names, hidden = explained.get(fix, ([], 0))
-            if check.visibility == HIDDEN and not show_hidden:
-                hidden += 1
-            else:
-                names.append(check.name)
-            explained[fix] = (names, hidden)
-    return [f"{fix} ({', '.join(names)}{f' and {hidden} hidden' if hidden else ''})"
-            for fix, (names, hidden) in explained.items() if names]
+        group = groups.setdefault(cause_of(check), CauseGroup(check.fixes[0] if check.fixes else ""))
+        if check.visibility == HIDDEN and not show_hidden:
+            group.hidden += 1
+        else:
+            group.names.append(check.name)
+            group.example = group.example or check
+    return [group for group in groups.values() if group.names]
+
+
+def what_to_fix(result: SubmissionResult, show_hidden: bool = False) -> list[str]:
+    """Each cause's fix once, with the checks it explains: visible checks by name, hidden ones only counted."""
+    return [f"{group.fix} {group.explains}" for group in cause_groups(result, show_hidden) if group.fix]
+
+
+def shortened(message: str, samples: int = SHOWN_SAMPLES) -> str:
+    """A case's message with at most `samples` of its sample elements (`  C[r][c]: expected …`), for a
+    report that shows one case for many: the rest are counted, and every one is in the JSON."""
+    kept, dropped, at = [], 0, None
+    for line in message.split("\n"):
+        more = _MORE.match(line)
+        surplus = _SAMPLE.match(line) and sum(1 for k in kept if _SAMPLE.match(k)) >= samples
+        if more or surplus:
+            dropped += int(more.group(1)) if more else 1
+            at = len(kept) if at is None else at
+            continue
+        kept.append(line)
+    if dropped:
+        kept.insert(at, f"  ... and {dropped} more")
+    return "\n".join(kept)
 
 
 def student_summary(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> str:

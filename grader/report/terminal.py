@@ -11,8 +11,8 @@ from grader.execute.sandbox import NONE as NO_SANDBOX
 from grader.execute.sandbox import UNSAFE_NOTE
 from grader.report.faster import faster_lines
 from grader.report.points import format_points, score_line
-from grader.report.student_view import NOT_CHECKED, verdict, what_to_fix
-from grader.result import HIDDEN, NEEDS_GPU_GRADE, PASSED, CheckResult, SubmissionResult
+from grader.report.student_view import NOT_CHECKED, CauseGroup, cause_groups, shortened, verdict
+from grader.result import CASE, ERROR, FAILED, HIDDEN, NEEDS_GPU_GRADE, PASSED, CheckResult, SubmissionResult
 
 STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold magenta", "skipped": "yellow",
                 NOT_CHECKED: "cyan"}
@@ -49,11 +49,37 @@ def _table(result: SubmissionResult, show_hidden_details: bool) -> Table:
         table.add_row(Text(check.kind), Text(check.name), status, Text(points))
         if check.needs_gpu or (check.status != PASSED and check.message in shown):
             continue  # the total line says what needs a GPU, once
+        if check.kind == CASE and check.status in (FAILED, ERROR):
+            continue  # told below, grouped by cause
         shown.add(check.message)
         message = _message_cell(check, show_hidden_details)
         if message is not None:
             table.add_row("", message, "", "")
     return table
+
+
+def _bullets(items: list, marker: str = "-") -> Table:
+    """Items under a marker each, their wrapped lines indented under their own text."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True, justify="right")
+    grid.add_column(overflow="fold")
+    for index, item in enumerate(items, 1):
+        grid.add_row(f"  {index}." if marker == "#" else f"  {marker}", item)
+    return grid
+
+
+def _causes(groups: list[CauseGroup], show_hidden_details: bool) -> Table:
+    """One item per cause: what to change, which checks it explains, and one of them told in full (its
+    sample elements shortened: the JSON has them all)."""
+    items = []
+    for group in groups:
+        example = group.example
+        lines = Text(group.fix or example.message.split("\n", 1)[0], overflow="fold")
+        lines.append(f"\n{group.explains}", style="bold")
+        if example.kind == CASE and _message_cell(example, show_hidden_details) is not None:
+            lines.append(f"\ne.g. {example.name}: {shortened(example.message)}", style="dim")
+        items.append(lines)
+    return _bullets(items, "#" if len(items) > 1 else "-")
 
 
 def render(result: SubmissionResult, console: Console | None = None, show_hidden_details: bool = False) -> None:
@@ -67,15 +93,14 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
         console.print(Text("Note: ", style="bold").append(result.message))
     if result.checks:
         console.print(_table(result, show_hidden_details))
-    fixes = what_to_fix(result, show_hidden_details)
-    if fixes:
-        console.print(Text("What to fix:", style="bold"))
-        for fix in fixes:
-            console.print(Text(f"  - {fix}", overflow="fold"))
+    groups = [group for group in cause_groups(result, show_hidden_details)
+              if group.fix or (group.example is not None and group.example.kind == CASE)]
+    if groups:
+        console.print(Text("What to fix:" if any(group.fix for group in groups) else "What went wrong:", style="bold"))
+        console.print(_causes(groups, show_hidden_details))
     faster = faster_lines(result)  # issue 26's advice, worded as every student-facing output words it
     if faster:
         console.print(Text(faster[0], style="bold"))
-        for line in faster[1:]:
-            console.print(Text(f"  {line}", overflow="fold"))
+        console.print(_bullets([Text(line.removeprefix("- "), overflow="fold") for line in faster[1:]]))
     held = f" ({NEEDS_GPU_GRADE}: its grade waits for a GPU)" if result.outcome == NEEDS_GPU_GRADE else ""
     console.print(Text(f"Total: {score_line(result)}{held}", style="bold"))
