@@ -54,9 +54,11 @@ from .result import (
     SKIPPED,
     STATIC,
     SUBMISSION_ERROR,
+    THROUGHPUT,
     TIMED_OUT,
     TIMING,
     CheckResult,
+    Feedback,
     SubmissionResult,
     errored,
     passed,
@@ -198,6 +200,7 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
                               sandbox_note=sandbox.note)
     rubric = Rubric.of(config, cases, sanitize=plan.sanitize and plan.backend == GPU)
     statics = static_checks(_with_headers_after(submission), config.kernel.name, vars(config.points.static))
+    result.feedback += _barrier_cost(statics)
     refusal, outcome = _refusal_before_compiling(submission.source, kernels, config, accepted, submission.headers)
     phases.mark("static")
     if refusal:
@@ -308,6 +311,15 @@ def _profile(result: SubmissionResult, made: list[CheckResult], config: Config, 
     result.feedback += found
     shown = next((c for c in made if c.kind == TIMING), run.compile_check)
     shown.metrics["ncu"] = figures
+
+
+def _barrier_cost(statics: list[CheckResult]) -> list[Feedback]:
+    """What a barrier that counts costs where it runs more often than it needs to (advice, no points)."""
+    return [Feedback(THROUGHPUT, f"line {check.metrics['line']}: the __syncthreads() inside the inner loop runs "
+                     "once per iteration of it, a whole block waiting each time",
+                     "move it after the inner loop: one barrier there keeps the next tiles from overwriting these",
+                     line=check.metrics["line"], source="static check")
+            for check in statics if check.passed and check.metrics.get("in_inner_loop")]
 
 
 def _with_headers_after(submission: Submission) -> str:

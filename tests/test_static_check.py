@@ -114,10 +114,23 @@ def test_both_barriers_missing():
     assert statuses(check(source)) == [PASSED, FAILED, FAILED]
 
 
-def test_barrier_inside_inner_loop_does_not_count():
+def test_a_barrier_ending_each_inner_loop_iteration_counts_as_the_one_after_using_the_tiles():
+    """It runs after every read of the tiles, the last one too, before the next phase's stores: no race, as the
+    emulator sees; the check passes and says what it costs."""
     source = variant(
         NO_USE_BARRIER,
         ("sum += As[ty][i] * Bs[i][tx]; // INNER", "{ sum += As[ty][i] * Bs[i][tx]; __syncthreads(); } // INNER"),
+    )
+    use = check(source)[2]
+    assert use.status == PASSED and use.metrics["in_inner_loop"] is True
+    assert "runs once per iteration, where one after the inner loop would do" in use.message
+
+
+def test_a_barrier_before_the_reads_in_the_inner_loop_does_not_count():
+    """The last iteration's reads are followed by no barrier before the next phase's stores."""
+    source = variant(
+        NO_USE_BARRIER,
+        ("sum += As[ty][i] * Bs[i][tx]; // INNER", "{ __syncthreads(); sum += As[ty][i] * Bs[i][tx]; } // INNER"),
     )
     use = check(source)[2]
     assert use.status == FAILED

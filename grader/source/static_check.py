@@ -535,11 +535,21 @@ def _barrier_verdict(name: str, scope: _Scope, tile: _TileLoop, candidates: list
                   metrics={"line": event.line, "condition_line": condition, "exit_line": exit_line, **where})
 
 
-def _inner_loop_hint(tile: _TileLoop) -> str:
-    inner = [e for e in tile.events if e.barrier and tile.in_use_loop(e)]
+def _inner_loop_hint(tile: _TileLoop, counted: list[Event] = ()) -> str:
+    inner = [e for e in tile.events if e.barrier and tile.in_use_loop(e) and e not in counted]
     if not inner:
         return ""
     return f"; the __syncthreads() at line {inner[0].line} is inside the inner loop, so it does not count"
+
+
+def _after_every_read(tile: _TileLoop) -> list[Event]:
+    """Barriers in the inner loop's body after every read of the tiles there: each iteration ends at one, the
+    last one too, so the last read is behind a barrier before the next phase's stores, as with one barrier
+    after the loop (each costs one barrier per iteration where one per phase would do)."""
+    if tile.use.type not in cs.LOOP_TYPES:
+        return []
+    reads = [e.pos for e in tile.events if e.read and e.array and tile.in_use_loop(e)]
+    return [e for e in tile.events if e.barrier and tile.in_use_loop(e) and reads and e.pos > max(reads)]
 
 
 def _check_load_barrier(scope: _Scope, tile: _TileLoop | None, kernel: str, points: float) -> CheckResult:
@@ -571,19 +581,26 @@ def _check_use_barrier(scope: _Scope, tile: _TileLoop | None, kernel: str, point
     first_store = min(e.pos for e in tile.stores)
     if first_store < tile.first_use:  # a barrier at the top of the body also guards the next phase's stores
         candidates += [b for b in tile.barriers if b.pos < first_store]
+    in_inner = _after_every_read(tile) if cs.contains(tile.use, last_read.anchor) else []
+    candidates += [b for b in in_inner if b not in candidates]
     use_end = cs.end_line(tile.use)
     if last_read.line > use_end:
         after = f"the last read of a tile (line {last_read.line})"
     else:
         after = f"the inner loop (line {cs.line(tile.use)})"
-    hint = _inner_loop_hint(tile)
+    hint = _inner_loop_hint(tile, in_inner)
     missing_line = max(last_read.line, use_end)
     missing = (f"line {missing_line}: no __syncthreads() after {after} in the tile loop (line {cs.line(tile.loop)}): "
                f"add __syncthreads() at the end of the tile loop body so no thread overwrites a tile that others "
                f"are still reading{hint}")
-    return _barrier_verdict(USE_BARRIER, scope, tile, candidates, points,
-                            f"keeps the next tiles from overwriting ones still in use by the inner loop "
-                            f"(line {cs.line(tile.use)})", missing, missing_line)
+    verdict = _barrier_verdict(USE_BARRIER, scope, tile, candidates, points,
+                               f"keeps the next tiles from overwriting ones still in use by the inner loop "
+                               f"(line {cs.line(tile.use)})", missing, missing_line)
+    if verdict.passed and any(b.line == verdict.metrics["line"] for b in in_inner):
+        verdict.message += (", as the last statement of each of its iterations: it runs once per iteration, "
+                            "where one after the inner loop would do")
+        verdict.metrics["in_inner_loop"] = True
+    return verdict
 
 
 # --- public API ---------------------------------------------------------------------------------------

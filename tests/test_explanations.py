@@ -1,0 +1,48 @@
+"""Explanations a TA would write: one root cause per failing pattern, at the student's line, true to what they
+wrote, and never a fix for something the code already does. Each kernel here makes one classic mistake (or is
+its corrected twin); each test names the cause, the line and the expression the words must give, and the
+advice they must not.
+"""
+import pytest
+from conftest import SUBMISSIONS
+from hardware import needs_cxx
+from rich.console import Console
+
+from grader.report.terminal import render
+from grader.result import CASE, PASSED, STATIC
+
+pytestmark = needs_cxx
+
+
+def cpu(graders, name: str):
+    return graders("cpu")(SUBMISSIONS / name)
+
+
+def failing(result) -> dict:
+    return {c.name: c for c in result.checks if c.kind == CASE and c.status not in (PASSED, "skipped")}
+
+
+def terminal_lines(result, width: int = 80) -> list[str]:
+    console = Console(record=True, width=width, color_system=None)
+    render(result, console)
+    return console.export_text().splitlines()
+
+
+def test_a_barrier_ending_each_inner_loop_iteration_is_the_barrier_after_using_the_tiles(graders):
+    """It runs after every read of the tiles and before the next phase's stores: nothing races, the static check
+    counts it, and the advice says what it costs, at its line."""
+    result = cpu(graders, "barrier_in_inner_loop")
+    assert failing(result) == {}
+    statics = {c.name: c for c in result.checks if c.kind == STATIC}
+    assert all(c.status == PASSED for c in statics.values()), statics
+    assert statics["barrier after using tiles"].metrics["line"] == 31
+    cost = [f for f in result.feedback if f.source == "static check"]
+    assert [f.line for f in cost] == [31] and "move it after the inner loop" in cost[0].advice
+
+
+@pytest.mark.parametrize("name", ["missing_use_barrier", "missing_load_barrier", "b_column_unbounded"])
+def test_a_one_bug_report_fits_on_a_screen(graders, name):
+    """One cause: one bullet with the checks it explains and one case told in full, ≤ 60 lines at 80 columns."""
+    lines = terminal_lines(cpu(graders, name))
+    assert len(lines) <= 60, "\n".join(lines)
+    assert sum(1 for line in lines if line.startswith("  - ") or line.startswith("   1.")) == 1, "\n".join(lines)
