@@ -46,3 +46,14 @@ def test_a_one_bug_report_fits_on_a_screen(graders, name):
     lines = terminal_lines(cpu(graders, name))
     assert len(lines) <= 60, "\n".join(lines)
     assert sum(1 for line in lines if line.startswith("  - ") or line.startswith("   1.")) == 1, "\n".join(lines)
+
+
+def test_a_hip_file_is_told_what_it_uses_at_its_lines():
+    from grader.source.signature import hip_problem
+
+    told = hip_problem((SUBMISSIONS / "hip_port" / "kernel.cu").read_text())
+    assert "line 1 includes <hip/hip_runtime.h> (CUDA: <cuda_runtime.h>)" in told
+    assert "line 31 calls hipLaunchKernelGGL (CUDA: kernel<<<grid, block>>>(…))" in told
+    assert "hipMalloc" not in told  # it does not call it
+    only_malloc = hip_problem("#include <cstdio>\n/* a comment\n over two lines */\nvoid f() { hipMalloc(0, 0); }\n")
+    assert "line 4 calls hipMalloc (CUDA: cudaMalloc)" in only_malloc and "hipLaunchKernelGGL" not in only_malloc

@@ -159,8 +159,11 @@ def _number_value(literal: str) -> bool | None:
     return None
 
 
-def without_comments(source: str) -> str:
-    """The source with its comments blanked (a rough cut: a comment marker inside a string counts too)."""
+def without_comments(source: str, keep_lines: bool = False) -> str:
+    """The source with its comments blanked (a rough cut: a comment marker inside a string counts too); with
+    keep_lines, a comment's line ends stay, so every line keeps its number."""
+    if keep_lines:
+        return _COMMENTS.sub(lambda comment: re.sub(r"[^\n]", " ", comment.group()), source)
     return _COMMENTS.sub(" ", source)
 
 

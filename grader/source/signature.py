@@ -19,8 +19,13 @@ from . import cuda_syntax as cs
 INT_TYPES = {"int", "signed", "signed int", "unsigned", "unsigned int", "int32_t", "uint32_t"}
 PRIMITIVE = re.compile(r"^(?:(?:un)?signed\s+|short\s+|long\s+)*(?:void|bool|char|short|int|long|float|double|half|"
                        r"size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|signed|unsigned|__half)$")
-HIP = re.compile(r"#\s*include\s*[<\"]hip/"
-                 r"|\bhip(?:LaunchKernelGGL|Malloc|Memcpy|Free|DeviceSynchronize|GetLastError)\b")
+HIP = re.compile(r"#\s*include\s*[<\"](hip/[\w./]+)[>\"]"
+                 r"|\b(hip(?:LaunchKernelGGL|Malloc|Memcpy|Free|DeviceSynchronize|GetLastError))\b")
+# The CUDA spelling of what a HIP file uses.
+CUDA_FOR_HIP = {"hipLaunchKernelGGL": "kernel<<<grid, block>>>(…)", "hipMalloc": "cudaMalloc",
+                "hipMemcpy": "cudaMemcpy", "hipFree": "cudaFree", "hipDeviceSynchronize": "cudaDeviceSynchronize",
+                "hipGetLastError": "cudaGetLastError"}
+MAX_HIP_NAMED = 4
 
 
 @dataclass(frozen=True)
@@ -139,9 +144,17 @@ def _role_problem(param: Parameter, role: str, kernel: str, position: int) -> st
 
 
 def hip_problem(source: str) -> str:
-    """'' unless the file is HIP (AMD's CUDA dialect), which nvcc does not compile."""
-    code = cs.without_comments(source)
-    if HIP.search(code):
-        return ("this is HIP code (hip/hip_runtime.h, hipLaunchKernelGGL, hipMalloc …); the lab needs CUDA: "
-                "use cuda_runtime.h, <<<grid, block>>> and cudaMalloc, or hand in the kernel alone")
-    return ""
+    """'' unless the file is HIP (AMD's CUDA dialect), which nvcc does not compile: then what it uses, at its
+    lines, each with its CUDA spelling."""
+    code = cs.without_comments(source, keep_lines=True)
+    used: dict[str, int] = {}
+    for match in HIP.finditer(code):
+        used.setdefault(match.group(1) or match.group(2), code.count("\n", 0, match.start()) + 1)
+    if not used:
+        return ""
+    named = [f"line {line} includes <{name}> (CUDA: <cuda_runtime.h>)" if name.startswith("hip/")
+             else f"line {line} calls {name} (CUDA: {CUDA_FOR_HIP[name]})"
+             for name, line in list(used.items())[:MAX_HIP_NAMED]]
+    more = f" and {len(used) - MAX_HIP_NAMED} more" if len(used) > MAX_HIP_NAMED else ""
+    return (f"this is HIP code, which nvcc does not compile: {'; '.join(named)}{more}. The lab needs CUDA: write "
+            "those the CUDA way, or hand in the kernel alone")
