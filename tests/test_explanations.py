@@ -57,3 +57,16 @@ def test_a_hip_file_is_told_what_it_uses_at_its_lines():
     assert "hipMalloc" not in told  # it does not call it
     only_malloc = hip_problem("#include <cstdio>\n/* a comment\n over two lines */\nvoid f() { hipMalloc(0, 0); }\n")
     assert "line 4 calls hipMalloc (CUDA: cudaMalloc)" in only_malloc and "hipLaunchKernelGGL" not in only_malloc
+
+
+def test_a_compile_that_passed_tells_only_warnings_about_the_students_lines():
+    """nvcc's remark on silencing warnings and ptxas's notes about nothing the student wrote are left out."""
+    from grader.execute.compile import warnings_of
+
+    log = ('kernel.cu(5): warning #177-D: variable "x" was declared but never referenced\n      int x;\n'
+           '          ^\n\nRemark: The warnings can be suppressed with "-diag-suppress <warning-number>"\n\n'
+           "ptxas warning : Registers are spilled to local memory\n")
+    assert warnings_of(log, "a\nb\nc\nd\n  int x;\n") == (
+        'compiled with warnings:\nline 5: warning #177-D: variable "x" was declared but never referenced\n'
+        "    int x;\n        ^")
+    assert warnings_of('Remark: The warnings can be suppressed with "-diag-suppress <warning-number>"\n') == "compiled"

@@ -216,6 +216,9 @@ def _read_cubin(cubin: Path) -> bytes:
 
 _LOCATION = re.compile(r'^(?:[^\s:]*/)?kernel\.cu\((\d+)\): ', re.MULTILINE)
 # A diagnostic in code the grader adds around the file (each part has a `#line 1 "<grader: PART>"`).
+# nvcc's closing words and its hint on silencing warnings: nothing a student wrote.
+_NOT_FOR_STUDENTS = ("Compilation terminated", "Remark: ")
+_STUDENT_DIAGNOSTIC = re.compile(r"^line \d+: ")
 _GRADER_LOCATION = re.compile(r'^"?<grader: ([^>]*)>"?\(\d+\): ')
 # What a student can do when the grader's part did not compile, by part.
 _GRADER_PART_ADVICE = {
@@ -234,7 +237,7 @@ def student_compile_message(log: str, source: str = "") -> str:
     text = _LOCATION.sub(lambda m: f"line {m.group(1)}: ", log)
     text = re.sub(r"/tmp/[^\s\"']*/", "", text)
     lines = [line.rstrip() for line in text.strip().splitlines()]
-    lines = [line for line in lines if not line.startswith("Compilation terminated")]
+    lines = [line for line in lines if not line.startswith(_NOT_FOR_STUDENTS)]
     lines, parts = _without_grader_diagnostics(lines)
     for part in parts:
         advice = _GRADER_PART_ADVICE.get(part, "check the macros and declarations it uses")
@@ -303,6 +306,13 @@ def _without_grader_diagnostics(lines: list[str]) -> tuple[list[str], list[str]]
 
 
 def warnings_of(log: str, source: str = "") -> str:
-    if not log.strip():
-        return "compiled"
-    return "compiled with warnings:\n" + student_compile_message(log, source).split("\n", 1)[-1]
+    """A compile that passed: its warnings about the student's own lines (each with the line it quotes), or
+    "compiled"; nvcc's and ptxas's remarks about nothing the student wrote are left out."""
+    told = student_compile_message(log, source).split("\n")[1:] if log.strip() else []
+    kept, keeping = [], False
+    for line in told:
+        if not line.startswith(" "):  # a diagnostic's first line; the lines it quotes are indented under it
+            keeping = bool(_STUDENT_DIAGNOSTIC.match(line))
+        if keeping and line.strip():
+            kept.append(line)
+    return "compiled with warnings:\n" + "\n".join(kept) if kept else "compiled"
