@@ -22,6 +22,15 @@ DIVERGENT_WARP = "divergent warp collective"
 UNSAFE_KINDS = (OUT_OF_BOUNDS_READ, OUT_OF_BOUNDS_WRITE, INVALID_ADDRESS, SHARED_RACE, UNWRITTEN_READ,
                 DIVERGENT_BARRIER, DIVERGENT_WARP)
 
+# Fixes several stages give for one cause, in one wording, so a report says each once with every check it
+# explains (the static check that finds the barrier missing, and each case where the emulator saw the race).
+FIX_LOAD_BARRIER = ("the barrier after loading the tiles is missing: add __syncthreads() after the loads, "
+                    "before any thread reads the tiles")
+FIX_USE_BARRIER = ("the barrier after using the tiles is missing: add __syncthreads() after the loop that reads "
+                   "the tiles, so no thread loads the next phase's tiles while others still read these")
+FIX_BARRIER_DIVERGENCE = ("every thread of a block must reach every __syncthreads(): do not put one inside an if, or "
+                          "return early, on a condition only some threads meet")
+
 
 @dataclass(frozen=True)
 class Finding:

@@ -15,7 +15,7 @@ from grader.execute.sandbox import NONE as NO_SANDBOX
 from grader.execute.sandbox import UNSAFE_NOTE
 from grader.report.points import score_line
 from grader.report.status import status_label
-from grader.result import HIDDEN, SKIPPED, CheckResult, SubmissionResult
+from grader.result import CASE, HIDDEN, SKIPPED, CheckResult, SubmissionResult
 
 DEFAULT_LIMIT = 4000
 NOT_CHECKED = "not checked here"  # a check that needs a GPU, on a run without one: neither pass nor fail
@@ -89,7 +89,8 @@ def cause_groups(result: SubmissionResult, show_hidden: bool = False) -> list[Ca
             group.hidden += 1
         else:
             group.names.append(check.name)
-            group.example = group.example or check
+            if group.example is None or (group.example.kind != CASE and check.kind == CASE):
+                group.example = check  # a case tells the cause best, with what the kernel did in it
     return [group for group in groups.values() if group.names]
 
 

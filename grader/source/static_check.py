@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from grader.judge.findings import FIX_BARRIER_DIVERGENCE, FIX_LOAD_BARRIER, FIX_USE_BARRIER
 from grader.result import STATIC, CheckResult, errored, failed, passed, skipped
 from grader.source import cuda_syntax as cs
 
@@ -521,7 +522,8 @@ def _barrier_verdict(name: str, scope: _Scope, tile: _TileLoop, candidates: list
             return passed(name, STATIC, points, f"line {event.line}: {event.barrier} {success}",
                           metrics={"line": event.line, **where})
     if not candidates:
-        return failed(name, STATIC, points, missing, metrics={"line": missing_line, **where})
+        return failed(name, STATIC, points, missing, metrics={"line": missing_line, **where},
+                      fixes=[FIX_LOAD_BARRIER if name == LOAD_BARRIER else FIX_USE_BARRIER])
     event = candidates[0]
     condition, exit_line = scope.thread_condition(event)
     if exit_line is None:
@@ -531,7 +533,7 @@ def _barrier_verdict(name: str, scope: _Scope, tile: _TileLoop, candidates: list
         message = (f"line {event.line}: {event.barrier} is skipped by threads that leave early at line {exit_line} "
                    f"under a condition that depends on threadIdx (line {condition}): {_SKIP_ADVICE}; do not leave "
                    f"early, move the bounds check to the loads and stores instead")
-    return failed(name, STATIC, points, message,
+    return failed(name, STATIC, points, message, fixes=[FIX_BARRIER_DIVERGENCE],
                   metrics={"line": event.line, "condition_line": condition, "exit_line": exit_line, **where})
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 from ...judge.findings import (
     DIVERGENT_BARRIER,
     DIVERGENT_WARP,
+    FIX_BARRIER_DIVERGENCE,
+    FIX_LOAD_BARRIER,
+    FIX_USE_BARRIER,
     INVALID_ADDRESS,
     OUT_OF_BOUNDS_READ,
     OUT_OF_BOUNDS_WRITE,
@@ -19,10 +22,7 @@ from ...judge.findings import (
 )
 from ...judge.layout import GUARD_BEFORE, guard_after
 
-LOAD_BARRIER = ("the barrier after loading the tiles is missing: add __syncthreads() after the loads, "
-                "before any thread reads the tiles")
-USE_BARRIER = ("the barrier after using the tiles is missing: add __syncthreads() after the loop that reads the "
-               "tiles, so no thread loads the next phase's tiles while others still read these")
+LOAD_BARRIER, USE_BARRIER = FIX_LOAD_BARRIER, FIX_USE_BARRIER
 
 
 def _xy(values: list[int]) -> str:
@@ -207,8 +207,7 @@ def _at_line(problem: dict) -> str:
 
 def _divergence(problem: dict) -> Finding:
     block, waiting, other = _xy(problem["block"]), _xy(problem["thread"]), _xy(problem["other_thread"])
-    rule = ("every thread of a block must reach every __syncthreads(): do not put one inside an if, or return "
-            "early, on a condition only some threads meet")
+    rule = FIX_BARRIER_DIVERGENCE
     if problem["kind"] == "exited":
         return Finding(f"barrier divergence in block {block}: thread {waiting} waits at the __syncthreads() on "
                        f"line {problem['line']}, but thread {other} has already returned", rule, DIVERGENT_BARRIER)
