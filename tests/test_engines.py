@@ -26,8 +26,16 @@ def test_where_both_engines_find_the_same_wrong_values_the_emulator_explains_the
     assert (case.status, case.message, case.fixes) == (FAILED, emulated.message, emulated.fixes)
 
 
+def test_where_both_engines_find_c_wrong_the_emulator_explains_even_where_the_wrong_elements_differ():
+    """A result that depends on the threads' order is wrong in other places on each engine: the emulator saw
+    which threads stored where."""
+    emulated = wrong(7, "C = A×B ...: threads (1, 0) and (0, 1) of block (0, 0) both store C[0][1] (line 23)")
+    assert merged_case(wrong(12, "gpu words"), emulated).message == emulated.message
+
+
 def test_where_the_engines_disagree_on_the_values_the_gpu_stands_and_says_so():
-    for on_gpu, emulated in ((RIGHT, wrong(12)), (wrong(12, "gpu words"), wrong(7)), (wrong(3, "gpu words"), RIGHT)):
+    stopped = errored("ragged_n", CASE, 4, "timed out after 10 s of its own time in case ragged_n")
+    for on_gpu, emulated in ((RIGHT, wrong(12)), (wrong(3, "gpu words"), RIGHT), (wrong(3, "gpu words"), stopped)):
         case = merged_case(on_gpu, emulated)
         assert case.status == on_gpu.status and case.message.startswith(on_gpu.message)
         assert "the CPU emulator's result in this case differs" in case.message and "GPU's values count" in case.message

@@ -4,15 +4,15 @@ explains. Pure: both engines' checks of a case in, the case's check out.
 The rule, on every path: a case passes only when its values are right and the kernel did nothing unsafe
 computing them (judge/findings.py's UNSAFE_KINDS). A GPU run sees values; the emulator sees every access,
 barrier and warp collective. So where the emulator saw something unsafe, its check is the case's, word for
-word as a CPU grade gives it. Otherwise the GPU's values decide: where both engines agree on them, the
-emulator's words explain them (the same words as a CPU grade); where they disagree, the GPU's check stands
-and says so.
+word as a CPU grade gives it. Otherwise the GPU's values decide: where both engines find C right, or both
+find it wrong, the emulator's words explain (the same words as a CPU grade: it saw which thread stored what);
+where one finds it right and the other wrong, the GPU's check stands and says so.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ..result import ERROR, PASSED, SKIPPED, CheckResult
+from ..result import ERROR, FAILED, PASSED, SKIPPED, CheckResult
 
 DISAGREE = "the CPU emulator's result in this case differs ({}); the GPU's values count"
 
@@ -31,16 +31,11 @@ def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResul
         return _with_disagreement(on_gpu, emulated) if emulated.status == PASSED else on_gpu
     if on_gpu.status == PASSED and emulated.status == PASSED:
         return replace(on_gpu, metrics=metrics)
-    if _same_values(on_gpu, emulated):
-        return replace(emulated, status=on_gpu.status, score=on_gpu.score, metrics=metrics)
+    if on_gpu.status == emulated.status == FAILED:
+        # Both found C wrong: the emulator saw how (which thread stored what, where), the GPU's run cannot
+        # tell. Which elements are wrong may differ where the result depends on the threads' order.
+        return replace(emulated, metrics=metrics)
     return _with_disagreement(replace(on_gpu, metrics=metrics), emulated)
-
-
-def _same_values(on_gpu: CheckResult, emulated: CheckResult) -> bool:
-    """Both engines found the same number of wrong elements (none: both right); the emulator did not stop."""
-    if PASSED in (on_gpu.status, emulated.status) or emulated.status == ERROR:
-        return on_gpu.status == emulated.status
-    return on_gpu.metrics.get("wrong_elements") == emulated.metrics.get("wrong_elements")
 
 
 def _with_disagreement(on_gpu: CheckResult, emulated: CheckResult) -> CheckResult:
