@@ -70,3 +70,18 @@ def test_a_compile_that_passed_tells_only_warnings_about_the_students_lines():
         'compiled with warnings:\nline 5: warning #177-D: variable "x" was declared but never referenced\n'
         "    int x;\n        ^")
     assert warnings_of('Remark: The warnings can be suppressed with "-diag-suppress <warning-number>"\n') == "compiled"
+
+
+def test_junit_tells_each_cause_once_in_full_and_points_the_other_cases_to_it(graders, tmp_path):
+    from junitparser import JUnitXml
+
+    from grader.report.junit_report import to_junit_xml
+
+    result = cpu(graders, "missing_use_barrier")
+    path = tmp_path / "r.junit.xml"
+    path.write_text(to_junit_xml([result]))
+    texts = {case.name: case.result[0].message for case in next(iter(JUnitXml.fromfile(str(path))))
+             if case.result and case.result[0].message}
+    full = [name for name, text in texts.items() if "elements of C are wrong" in text]
+    assert full == ["case square_64"], full
+    assert "(the same cause as square_64: the barrier after using the tiles is missing" in texts["case ragged_m"]

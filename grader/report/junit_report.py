@@ -18,7 +18,7 @@ from grader.intake.submission import KERNEL_FILE
 from grader.report.faster import feedback_line
 from grader.report.points import format_points
 from grader.report.status import status_label
-from grader.report.student_view import NOT_CHECKED, student_message
+from grader.report.student_view import NOT_CHECKED, grouped_messages
 from grader.result import (
     ERROR,
     FAILED,
@@ -62,7 +62,7 @@ def _line(check: CheckResult) -> int | None:
     return None
 
 
-def _check_case(submission: str, check: CheckResult, student_facing: bool) -> TestCase:
+def _check_case(submission: str, check: CheckResult, told: str) -> TestCase:
     line = _line(check)
     case = TestCase(case_name(check), classname=f"{submission}.{check.kind}",
                     elapsed_sec=check.metrics.get("seconds"),
@@ -70,9 +70,7 @@ def _check_case(submission: str, check: CheckResult, student_facing: bool) -> Te
     if check.needs_gpu:
         _attach(case, SKIPPED, f"{NOT_CHECKED}: it needs a GPU ({check.needs_gpu}), and this run had none")
         return case
-    # A student's own file goes to an LMS or CI they see: hidden cases show only their verdict, texts are
-    # capped. The class-wide file is the instructor's and keeps everything.
-    _attach(case, check.status, student_message(check, with_fixes=True) if student_facing else check.explained)
+    _attach(case, check.status, told)
     return case
 
 
@@ -97,7 +95,11 @@ def _properties(result: SubmissionResult) -> dict[str, str]:
 
 
 def to_junit_suite(result: SubmissionResult, student_facing: bool = True) -> TestSuite:
-    cases = [_check_case(result.submission, c, student_facing) for c in result.checks]
+    # A student's own file goes to an LMS or CI they see: hidden cases show only their verdict, texts are
+    # capped, a cause is told in full once. The class-wide file is the instructor's and keeps everything.
+    told = (grouped_messages(result, with_fixes=True) if student_facing
+            else {check.name: check.explained for check in result.checks})
+    cases = [_check_case(result.submission, c, told[c.name]) for c in result.checks]
     if not result.graded:
         # Keep the failure visible to CI even when there is no check to hang it on.
         case = TestCase("submission", classname=f"{result.submission}.submission")

@@ -94,6 +94,21 @@ def cause_groups(result: SubmissionResult, show_hidden: bool = False) -> list[Ca
     return [group for group in groups.values() if group.names]
 
 
+def grouped_messages(result: SubmissionResult, limit: int = DEFAULT_LIMIT, with_fixes: bool = False) -> dict[str, str]:
+    """What an output that shows each check on its own (a JUnit test case, a Gradescope test) says under each,
+    by name: the check a cause is told with, in full; every other check of that cause the first line of its
+    own facts and which check tells the cause, so twenty cases do not repeat one paragraph."""
+    messages = {check.name: student_message(check, limit, with_fixes) for check in result.checks}
+    checks = {check.name: check for check in result.checks}
+    for group in cause_groups(result):
+        told = f"the same cause as {group.example.name}" + (f": {group.fix}" if with_fixes and group.fix else "")
+        for name in group.names:
+            if name != group.example.name:
+                first = checks[name].message.split("\n", 1)[0]
+                messages[name] = cap(f"{first}\n({told})", limit)
+    return messages
+
+
 def what_to_fix(result: SubmissionResult, show_hidden: bool = False) -> list[str]:
     """Each cause's fix once, with the checks it explains: visible checks by name, hidden ones only counted."""
     return [f"{group.fix} {group.explains}" for group in cause_groups(result, show_hidden) if group.fix]
