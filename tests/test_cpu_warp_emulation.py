@@ -1,5 +1,5 @@
 """The CPU emulator runs what students write: warp shuffles and votes, cooperative groups, templates,
-`extern __shared__`, vector types, the math intrinsics (tests/submissions/README.md lists each kernel).
+`extern __shared__`, vector types, the math intrinsics, cuda_fp16.h (tests/submissions/README.md lists each kernel).
 
 A correct kernel of each construct is graded as a student grades it (74/74 checkable); a wrong one fails
 its cases with the right verdict; a warp collective reached by part of a warp with a full mask is
@@ -24,7 +24,8 @@ pytestmark = needs_cxx
 CXX_ONLY = ["coop_groups", "coop_groups_reduce", "template_helper"]
 # Graded with the whole pipeline, nvcc's compile check (C++ linkage) included.
 WITH_NVCC = ["warp_shfl", "warp_shfl_down", "warp_shfl_up", "warp_shfl_xor", "warp_ballot", "warp_any", "warp_all",
-             "warp_activemask", "warp_syncwarp", "extern_shared", "vector_types", "intrinsics", *CXX_ONLY]
+             "warp_activemask", "warp_syncwarp", "extern_shared", "vector_types", "intrinsics", "half_precision_split",
+             *CXX_ONLY]
 WRONG = ["warp_shfl_wrong", "warp_shfl_down_wrong", "warp_shfl_up_wrong", "warp_shfl_xor_wrong",
          "warp_ballot_wrong", "warp_any_wrong", "warp_all_wrong", "warp_activemask_wrong", "warp_syncwarp_wrong"]
 WRONG_VALUES = "elements of C are wrong"
