@@ -15,9 +15,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...build_failure import NO_COPY
 from ...cache_file import keep
 from ...contract import DEFAULT_TILE, KernelContract, TileSource
+from ...source import cuda_syntax as cs
 from ...source.device_side import device_side
+from ...source.toolkit_headers import is_toolkit_header
 from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE, same_place
 from ..proc import BACKGROUND_NICE, kill_group
 from ..protocol import read_untrusted
@@ -79,7 +82,19 @@ _NOINLINE = re.compile(r"\b__noinline__\b")
 
 
 def _spelled_for_gxx(text: str) -> str:
-    return _NOINLINE.sub("__attribute__((noinline))", text)
+    return _without_toolkit_copies(_NOINLINE.sub("__attribute__((noinline))", text))
+
+
+def _without_toolkit_copies(text: str) -> str:
+    """Each #include of a toolkit header the emulator has no copy of (SHIMS) made an #error at its line, which
+    build_failure.py reads as what the kernel uses: g++ would otherwise read the machine's own copy where its
+    folders hold one (Debian's nvidia-cuda-dev puts the toolkit in /usr/include) and find none elsewhere, and the
+    verdict would depend on the machine. An #include the preprocessor skips (#ifdef) stays harmless."""
+    lines = text.split("\n")
+    for line, name in cs.included_headers(cs.parse(text).root_node):
+        if is_toolkit_header(name) and not (SHIMS / name).is_file():
+            lines[line - 1] = "#error " + NO_COPY.format(name)
+    return "\n".join(lines)
 
 
 def emulator_sources(source: str, contract: KernelContract, tile: TileSource = DEFAULT_TILE,
