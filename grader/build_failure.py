@@ -13,7 +13,8 @@ or no compiler output at all, makes it the grader's. The same rule serves nvcc's
 (pipeline.compile_without_gpu), where ptxas's verdict on one of the student's functions (too much shared
 memory, an undefined device function) and an error in the code the grader adds around the file (which only
 the student's macros can break) count as the student's too (NVCC_EVIDENCE). The student's own words for it name the
-construct and the line ("uses inline PTX (line 14)"), or say it generically when the construct is unknown.
+construct and the line ("uses inline PTX (line 14)", "uses <mma.h> (line 2)": a toolkit header the emulator
+does not have), or say it generically when the construct is unknown.
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ STUDENT_FILE = "kernel.cu"
 NVCC_EVIDENCE = re.compile(r"^ptxas (?:error|fatal)\s*:.*'[^']+'|^\"?<grader: [^>]*>\"?\(\d+\): error",
                            re.MULTILINE)
 _ERROR = re.compile(r"^(?:fatal )?error:|^Error:")
+# The #error the emulator's build puts where the file includes a toolkit header it has no copy of (cpu/build.py):
+# the header is what the kernel uses.
+NO_COPY = "the CPU emulator has no copy of <{}>"
+_NO_COPY = re.compile("^error: #error " + re.escape(NO_COPY).replace(r"<\{\}>", r"<([\w./+-]+)>"))
 _ASM = re.compile(r"\b(?:asm|__asm__|__asm)\b")
 # g++'s words (LC_ALL=C) for a name it does not know: the name is the construct.
 _UNKNOWN_NAME = re.compile(
@@ -47,6 +52,7 @@ class BuildFailure:
     students: bool  # what the student wrote is what the emulator cannot build
     line: int | None = None  # the kernel.cu line of the first diagnostic there
     construct: str = ""  # what it uses, in a student's words ("inline PTX", "__nanosleep"), or "" if unknown
+    header: str = ""  # the toolkit header the emulator has no copy of (mma.h), where that is what failed
     grader_reason: str = ""  # for a grader fault: what went wrong, from the compiler or the sandbox
 
     @property
@@ -70,6 +76,9 @@ def classify(log: str, source: str, headers: Iterable[str] = (), evidence: re.Pa
         return BuildFailure(False, grader_reason=_fault(log))
     errors = [(line, text) for line, text in located if _ERROR.match(text)]
     line, text = (errors or located)[0]
+    missing = _NO_COPY.match(text)
+    if missing:
+        return BuildFailure(True, line, f"<{missing.group(1)}>", header=missing.group(1))
     return BuildFailure(True, line, _construct(line, text, errors or located, source, log))
 
 

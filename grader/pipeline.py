@@ -66,11 +66,12 @@ from .result import (
 )
 from .rubric import Rubric
 from .source.device_side import HOST_CODE_LEFT_OUT, device_side
-from .source.include_policy import check_source, drop_host_headers
+from .source.include_policy import check_source, drop_host_headers, missing_here
 from .source.include_policy import describe as describe_violations
 from .source.signature import hip_problem, kernel_parameters, signature_problem
 from .source.static_check import find_kernels, static_checks
 from .source.tile_size import launched_without_tile_size, tile_constant
+from .source.toolkit_headers import toolkit_headers, unneeded_headers
 
 if TYPE_CHECKING:
     from .run_events import RunEvents
@@ -151,9 +152,7 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
 
 def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan, phases: Phases) -> SubmissionResult:
     submission = read_submission(path, config.compile.handed_in_headers)
-    submission.source = drop_host_headers(submission.source, config.compile.host_only_headers)
-    submission.headers = {name: drop_host_headers(text, config.compile.host_only_headers)
-                          for name, text in submission.headers.items()}
+    _drop_host_headers(submission, config.compile.host_only_headers)
     kernels = find_kernels(submission.source)
     accepted = config.kernel.names
     config = config.for_kernels(kernels)  # the kernel graded, decided once, before anything compiles
@@ -161,6 +160,17 @@ def _grade(path: Path, config: Config, cases: list[Case], plan: RunPlan, phases:
     _say_which_kernel(result, kernels, config.kernel.name, accepted)
     _say_how_launched(result, _with_headers_after(submission), config)
     return result
+
+
+def _drop_host_headers(submission: Submission, host_only: list[str]) -> None:
+    """Before anything compiles, on every machine and every engine alike: the lab's host-only headers (wb.h),
+    and the toolkit's library headers no device code uses (cuBLAS's for a host wrapper), whose packages a
+    grading machine may lack (toolkit_headers.py). Host code that needed them is then left out as usual."""
+    files = [submission.source, *submission.headers.values()]
+    libraries = unneeded_headers(files, submission.headers)
+    submission.source = drop_host_headers(submission.source, host_only, libraries)
+    submission.headers = {name: drop_host_headers(text, host_only, libraries)
+                          for name, text in submission.headers.items()}
 
 
 def _say_how_launched(result: SubmissionResult, source: str, config: Config) -> None:
@@ -503,7 +513,7 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
         failure = classify(run.emulator_log or run.compile_check.message, submission.source, submission.headers)
         if not failure.students:
             made = _grader_fault(result, nvcc, emulated, failure, run)
-        elif nvcc.passed:
+        elif nvcc.passed or failure.header:  # a toolkit header the emulator lacks: nvcc's verdict or none
             made = _held_for_gpu(result, nvcc, emulated, failure, run)
     elif run.compile_check.passed and nvcc.passed:
         run.compile_check.message = f"{nvcc.message}; emulated on the CPU with tile size {run.tile_size}"
@@ -573,6 +583,11 @@ def compile_without_gpu(submission: Submission, config: Config, sandbox: Sandbox
     points = config.points.compile
     if nvcc_path() is None:
         return CompiledWithoutGpu(skipped("compile", COMPILE, points, "not compiled: nvcc is not on PATH"), GRADED)
+    lacking = missing_here(toolkit_headers([submission.source, *submission.headers.values()]))
+    if lacking:  # as without nvcc: the emulator's verdict, never a compile error for a package not installed here
+        names = ", ".join(f"<{name}>" for name in lacking)
+        return CompiledWithoutGpu(skipped("compile", COMPILE, points,
+                                          f"not compiled: this machine's CUDA toolkit does not have {names}"), GRADED)
     compiled = _compile_with_fallback(submission, config, sandbox)
     if compiled.grader_fault:
         reason = (f"grader error: nvcc could not compile the kernel, for a reason that is not the student's "

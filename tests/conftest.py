@@ -6,6 +6,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,33 @@ def _graded_once(folder: Path, key: str, graded):
     from grader.result import SubmissionResult
 
     return _once(folder, key, graded, lambda result: result.to_dict(with_log=True), SubmissionResult.from_dict)
+
+
+def path_without_nvcc() -> str:
+    """PATH less its folders holding nvcc; a folder this user cannot look into finds none, as for the shell
+    (os.path.exists, unlike Path.exists before Python 3.12, says False there instead of raising)."""
+    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                           if d and not os.path.exists(os.path.join(d, "nvcc")))
+
+
+@contextmanager
+def machine_path(path: str):
+    """Grading in this process as on a machine whose PATH is `path` (no nvcc, as in a Gradescope container, or
+    another toolkit's): the compilers' include folders, which a process asks of them once, are asked again
+    under it, and again after."""
+    from grader.source.include_policy import compiler_folders, toolkit_folders
+
+    def forget() -> None:
+        toolkit_folders.cache_clear()
+        compiler_folders.cache_clear()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", path)
+        forget()
+        try:
+            yield
+        finally:
+            forget()
 
 
 def run_folder(tmp_path_factory) -> Path:

@@ -1,5 +1,5 @@
 """The CPU emulator runs what students write: warp shuffles and votes, cooperative groups, templates,
-`extern __shared__`, vector types, the math intrinsics (tests/submissions/README.md lists each kernel).
+`extern __shared__`, vector types, the math intrinsics, cuda_fp16.h (tests/submissions/README.md lists each kernel).
 
 A correct kernel of each construct is graded as a student grades it (74/74 checkable); a wrong one fails
 its cases with the right verdict; a warp collective reached by part of a warp with a full mask is
@@ -7,11 +7,10 @@ diagnosed, naming the line and the threads. Kernels nvcc refuses under SourceMod
 (templates, cooperative_groups.h: C++ linkage is another change) are graded as on a machine without nvcc,
 a Gradescope container's case: the emulator alone decides.
 """
-import os
 from pathlib import Path
 
 import pytest
-from conftest import SUBMISSIONS, make_grader, once_per_run
+from conftest import SUBMISSIONS, machine_path, make_grader, once_per_run, path_without_nvcc
 from hardware import needs_cxx
 
 from grader.execute.cpu.messages import WARP_RULE
@@ -24,17 +23,11 @@ pytestmark = needs_cxx
 CXX_ONLY = ["coop_groups", "coop_groups_reduce", "template_helper"]
 # Graded with the whole pipeline, nvcc's compile check (C++ linkage) included.
 WITH_NVCC = ["warp_shfl", "warp_shfl_down", "warp_shfl_up", "warp_shfl_xor", "warp_ballot", "warp_any", "warp_all",
-             "warp_activemask", "warp_syncwarp", "extern_shared", "vector_types", "intrinsics", *CXX_ONLY]
+             "warp_activemask", "warp_syncwarp", "extern_shared", "vector_types", "intrinsics", "half_precision_split",
+             *CXX_ONLY]
 WRONG = ["warp_shfl_wrong", "warp_shfl_down_wrong", "warp_shfl_up_wrong", "warp_shfl_xor_wrong",
          "warp_ballot_wrong", "warp_any_wrong", "warp_all_wrong", "warp_activemask_wrong", "warp_syncwarp_wrong"]
 WRONG_VALUES = "elements of C are wrong"
-
-
-def path_without_nvcc() -> str:
-    """PATH less its folders holding nvcc; a folder this user cannot look into finds none, as for the shell
-    (os.path.exists, unlike Path.exists before Python 3.12, says False there instead of raising)."""
-    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
-                           if d and not os.path.exists(os.path.join(d, "nvcc")))
 
 
 def cg_tile_variant(name: str, replacements: tuple[tuple[str, str], ...]) -> str:
@@ -103,8 +96,7 @@ def without_nvcc(config_file, tmp_path_factory):
         paths |= {name: submit(folder / name, source) for name, source in CG_VARIANTS.items()}
         paths["early_return"] = submit(folder / "early_return", EARLY_RETURN)
         paths["shfl_double"] = submit(folder / "shfl_double", SHFL_DOUBLE)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("PATH", path_without_nvcc())
+        with machine_path(path_without_nvcc()):
             grade_cpu = make_grader(config_file, "cpu")
             grade_cpu.prefetch(list(paths.values()))
         return {name: grade_cpu(path) for name, path in paths.items()}

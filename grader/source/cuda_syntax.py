@@ -272,6 +272,32 @@ def identifier_names(node: Node | None) -> set[str]:
     return {text(n) for n in iter_live(node) if n.type == "identifier"}
 
 
+_NAMES = frozenset({"identifier", "type_identifier", "field_identifier", "namespace_identifier"})
+_DIRECTIVES = ("preproc_def", "preproc_function_def", "preproc_call", "preproc_include")
+# A conditional group's test (`#ifdef CUBLAS_API`, `#if defined(X)`) asks about a name, it does not use it.
+_TESTS = {"preproc_if": "condition", "preproc_elif": "condition", "preproc_ifdef": "name", "preproc_elifdef": "name"}
+
+
+def code_identifiers(root: Node) -> set[str]:
+    """Every name the live code under root mentions (functions, variables, types, fields, namespaces): not
+    the names in preprocessor directives, whose macro bodies are text to tree-sitter (macro_definitions)."""
+    tests = [node.child_by_field_name(_TESTS[node.type]) for node in iter_live(root) if node.type in _TESTS]
+    spans = [(test.start_byte, test.end_byte) for test in tests if test is not None]
+    return {text(node) for node in iter_live(root, no_descend=_DIRECTIVES)
+            if node.type in _NAMES and not any(start <= node.start_byte < end for start, end in spans)}
+
+
+def included_headers(root: Node) -> list[tuple[int, str]]:
+    """(line, name) of each live `#include <name>` or `"name"` (not one that names a macro)."""
+    return [(line(node), header_name(node)) for node in iter_live(root) if node.type == "preproc_include"
+            and node.child_by_field_name("path") is not None
+            and node.child_by_field_name("path").type in ("system_lib_string", "string_literal")]
+
+
+def header_name(include: Node) -> str:
+    return text(include.child_by_field_name("path")).strip('<>"')
+
+
 def has_keyword(node: Node, keyword: str) -> bool:
     """Whether an unnamed child token such as `__global__` appears directly on the node."""
     return any(child.type == keyword for child in node.children)
@@ -341,7 +367,7 @@ def parameters(function: Node) -> list[tuple[str | None, int]]:
 
 # --- macros ---------------------------------------------------------------------------------------
 
-_WORD = re.compile(r"[A-Za-z_]\w*")
+WORD = re.compile(r"[A-Za-z_]\w*")
 
 
 def macro_definitions(root: Node) -> dict[str, str]:
@@ -365,7 +391,7 @@ def macros_mentioning(macros: dict[str, str], words: Iterable[str]) -> set[str]:
     users: dict[str, set[str]] = {}
     found: list[str] = []
     for name, body in macros.items():
-        mentioned = set(_WORD.findall(body))
+        mentioned = set(WORD.findall(body))
         if mentioned & targets:
             found.append(name)
         for word in mentioned & macros.keys():

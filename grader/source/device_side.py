@@ -32,6 +32,20 @@ def device_side(source: str, handed_in: Iterable[str] = ()) -> str:
     return data.decode("utf-8", "replace")
 
 
+def device_identifiers(source: str, handed_in: Iterable[str] = ()) -> set[str]:
+    """The names the device side's code mentions, and those in the bodies of the macros it uses (an error-check
+    macro of cuBLAS calls used by host code alone is no use of cuBLAS)."""
+    root = cs.parse(device_side(source, handed_in)).root_node
+    names = cs.code_identifiers(root)
+    macros = cs.macro_definitions(root)
+    pending = names & macros.keys()
+    while pending:
+        mentioned = set(cs.WORD.findall(macros[pending.pop()]))
+        pending |= (mentioned - names) & macros.keys()
+        names |= mentioned
+    return names
+
+
 def _host_parts(container: Node, handed_in: frozenset[str]) -> list[Node]:
     parts: list[Node] = []
     for node in container.children:
@@ -71,9 +85,8 @@ def _declares_function(declaration: Node) -> bool:
 
 
 def _is_host_header(include: Node, handed_in: frozenset[str]) -> bool:
-    spelled = cs.text(include.child_by_field_name("path"))
-    name = spelled.strip("<>\"")
-    if spelled.startswith('"') and name in handed_in:
+    name = cs.header_name(include)
+    if cs.text(include.child_by_field_name("path")).startswith('"') and name in handed_in:
         return False
     return not name.endswith(".h") and name not in C_COMPATIBLE_HEADERS
 

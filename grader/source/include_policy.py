@@ -7,9 +7,12 @@ back to the student. So a header is allowed by where it resolves, not by a list:
 `#include "name"` is accepted when the name resolves, as the compiler searches, inside the CUDA toolkit's
 include folders or the C/C++ compiler's system folders (public files: reading them leaks nothing; asked
 of the compilers once per process, include_folders()), or when it is a file the lab lets a student hand in
-beside kernel.cu (config `compile.handed_in_headers`, quoted only). `compile.allowed_headers`, when set,
-narrows the toolkit and system headers to those names. Everything else that can make a tool open a file
-is refused before the compiler sees the source:
+beside kernel.cu (config `compile.handed_in_headers`, quoted only). A header the CUDA toolkit ships (its
+own or one of its libraries', cuBLAS, cuRAND, NVTX...: toolkit_headers.py) is also accepted by its name where
+no folder here holds it: its package is not installed on this machine, or no toolkit is, and the verdict must
+not depend on that (where found, it must resolve inside those folders as any other). `compile.allowed_headers`,
+when set, narrows the toolkit and system headers to those names. Everything else that can make a tool open a
+file is refused before the compiler sees the source:
 
 - absolute paths, `..` components, backslashes and unusual characters in header names, a name that
   resolves nowhere or outside those folders (through a link, say), and `#include MACRO` (a computed
@@ -49,8 +52,10 @@ import re
 import shutil
 import subprocess
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+
+from .toolkit_headers import is_toolkit_header
 
 # The headers allowed by name where no CUDA toolkit can be asked where its headers are (a CPU-only machine
 # without nvcc), besides what the C++ compiler's folders hold: the toolkit's names a lab uses, which the
@@ -151,18 +156,24 @@ class HeaderPolicy:
             return f"{spelled} is not one of the headers this lab allows"
         if not self.toolkit and name in self.fallback:
             return None
+        found = self.found(name)
+        if found is not None:
+            real = os.path.realpath(found)
+            if any(real.startswith(root + os.sep) for root in self._roots):
+                return None
+            return f"{spelled} leads outside the CUDA toolkit's and the compiler's include folders"
+        if is_toolkit_header(name):
+            return None  # the toolkit's name, where its package is not installed: nothing here to read
         if not self.folders:
             return f"{spelled} is not one of the headers this lab allows"
-        for folder in self.folders:
-            candidate = os.path.join(folder, name)
-            if os.path.isfile(candidate):
-                real = os.path.realpath(candidate)
-                if any(real.startswith(root + os.sep) for root in self._roots):
-                    return None
-                return f"{spelled} leads outside the CUDA toolkit's and the compiler's include folders"
         handed = ", ".join(f'"{h}"' for h in sorted(self.handed_in))
         also = f" or a file handed in with kernel.cu ({handed})" if handed else ""
         return f"{spelled} is not a header of the CUDA toolkit or the C/C++ compiler{also}"
+
+    def found(self, name: str) -> str | None:
+        """Where the compilers find `name` first (looked up with stat, never opened), or None."""
+        candidates = (os.path.join(folder, name) for folder in self.folders)
+        return next((candidate for candidate in candidates if os.path.isfile(candidate)), None)
 
 
 def include_folders() -> tuple[str, ...]:
@@ -220,6 +231,13 @@ def header_policy(allowed: Sequence[str] | None = None, handed_in: Sequence[str]
     """The policy of a lab: headers by where this machine's compilers find them."""
     return HeaderPolicy(include_folders(), None if allowed is None else frozenset(allowed), frozenset(handed_in),
                         toolkit=bool(toolkit_folders()))
+
+
+def missing_here(headers: Iterable[str]) -> list[str]:
+    """Those of the headers (the toolkit's: the policy accepts nothing else that no folder holds) that this
+    machine's compilers do not find: their package is not installed here."""
+    policy = header_policy()
+    return sorted(name for name in headers if policy.found(name) is None)
 
 
 # --- public API -----------------------------------------------------------------------------------
@@ -763,18 +781,19 @@ def _line_problem(operands: list[_Token]) -> str | None:
 _PLAIN_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([A-Za-z0-9_./+-]+)[>"][ \t]*(?://.*)?$')
 
 
-def drop_host_headers(source: str, host_only: Sequence[str]) -> str:
+def drop_host_headers(source: str, host_only: Sequence[str], libraries: Collection[str] = ()) -> str:
     """The source with each plain `#include <name>` / `"name"` of a host-only header (libwb's wb.h) blanked,
-    whatever folder the line names (`#include "../libwb/wb.h"`), lines kept: those headers serve only host
-    code, which is left out before compiling, and no file is ever read for them. Only a whole plain line is
-    dropped; any other spelling still meets check_source."""
-    if not host_only:
+    whatever folder the line names (`#include "../libwb/wb.h"`), and of each toolkit library header in
+    `libraries` (toolkit_headers.unneeded_headers), named as the toolkit names it; lines kept: those headers
+    serve only host code, which is left out before compiling, and no file is ever read for them. Only a whole
+    plain line is dropped; any other spelling still meets check_source."""
+    if not host_only and not libraries:
         return source
     names = set(host_only)
     lines = source.split("\n")
     for index, line in enumerate(lines):
         match = _PLAIN_INCLUDE.match(line.rstrip("\r"))
-        if (match and match.group(1).rsplit("/", 1)[-1] in names
+        if (match and (match.group(1).rsplit("/", 1)[-1] in names or match.group(1) in libraries)
                 and not (index and lines[index - 1].rstrip("\r").endswith("\\"))):
             lines[index] = ""
     return "\n".join(lines)

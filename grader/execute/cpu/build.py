@@ -15,9 +15,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...build_failure import NO_COPY
 from ...cache_file import keep
 from ...contract import DEFAULT_TILE, KernelContract, TileSource
+from ...source import cuda_syntax as cs
 from ...source.device_side import device_side
+from ...source.toolkit_headers import is_toolkit_header
 from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE, same_place
 from ..proc import BACKGROUND_NICE, kill_group
 from ..protocol import read_untrusted
@@ -25,6 +28,7 @@ from ..sandbox import COMPILER_LIMITS, Confinement, Sandbox
 from .instrument import instrument
 
 HERE = Path(__file__).resolve().parent
+SHIMS = HERE / "include"  # the emulator's own toolkit headers (cuda_runtime.h, cuda_fp16.h, ...)
 MAX_BINARY_BYTES = 256 << 20
 MAX_LOG = 32 << 10  # of the compiler's own output, sent to the parent as evidence
 COMPILE_FLAGS = [
@@ -78,7 +82,19 @@ _NOINLINE = re.compile(r"\b__noinline__\b")
 
 
 def _spelled_for_gxx(text: str) -> str:
-    return _NOINLINE.sub("__attribute__((noinline))", text)
+    return _without_toolkit_copies(_NOINLINE.sub("__attribute__((noinline))", text))
+
+
+def _without_toolkit_copies(text: str) -> str:
+    """Each #include of a toolkit header the emulator has no copy of (SHIMS) made an #error at its line, which
+    build_failure.py reads as what the kernel uses: g++ would otherwise read the machine's own copy where its
+    folders hold one (Debian's nvidia-cuda-dev puts the toolkit in /usr/include) and find none elsewhere, and the
+    verdict would depend on the machine. An #include the preprocessor skips (#ifdef) stays harmless."""
+    lines = text.split("\n")
+    for line, name in cs.included_headers(cs.parse(text).root_node):
+        if is_toolkit_header(name) and not (SHIMS / name).is_file():
+            lines[line - 1] = "#error " + NO_COPY.format(name)
+    return "\n".join(lines)
 
 
 def emulator_sources(source: str, contract: KernelContract, tile: TileSource = DEFAULT_TILE,
@@ -134,7 +150,7 @@ def harness_object(cxx: str, cache_dir: Path, timeout_s: float, into: Path) -> N
     texts = [(HERE / name).read_text() for name in HARNESS_OWN]
     key = hashlib.sha256("\0".join([*texts, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
     cached = Path(cache_dir, "cpu", f"harness-{key}.o")
-    command = [cxx, *FLAGS, "-c", "-I", str(HERE / "include"), str(HERE / "harness.cpp"), "-o", str(into)]
+    command = [cxx, *FLAGS, "-c", "-I", str(SHIMS), str(HERE / "harness.cpp"), "-o", str(into)]
     _kept_or_compiled(cached, into, command, timeout_s, "the harness")
 
 
@@ -164,7 +180,7 @@ def precompiled_header(cxx: str, cache_dir: Path, timeout_s: float, into: Path) 
         into.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(HERE / "cuda_emu.h", into / "cuda_emu.h")
         # Made from the header where it lies, so a diagnostic in it names the path it names without one.
-        command = [cxx, *COMPILE_FLAGS, "-I", str(HERE / "include"), "-x", "c++-header", str(HERE / "cuda_emu.h"),
+        command = [cxx, *COMPILE_FLAGS, "-I", str(SHIMS), "-x", "c++-header", str(HERE / "cuda_emu.h"),
                    "-o", str(into / "cuda_emu.h.gch")]
         _kept_or_compiled(_precompiled_entry(cxx, cache_dir), into / "cuda_emu.h.gch", command, timeout_s,
                           "cuda_emu.h")
@@ -193,6 +209,7 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
         return Build(None, "the CPU emulator needs a C++ compiler (g++), and none is on PATH")
     sources = emulator_sources(source, contract, tile, headers)
     inputs = [*sources.values(), *((HERE / name).read_text() for name in (*HARNESS_OWN, STUDENT_UNIT))]
+    inputs += [path.read_text() for path in sorted(SHIMS.iterdir())]
     inputs += sorted(headers or {})  # a header's name, beside its text, decides which #include finds it
     key = hashlib.sha256("\0".join([*inputs, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
     cached = Path(cache_dir, "cpu", key)
@@ -232,7 +249,7 @@ def _compile_unit(cxx: str, folder: Path, binary: Path, header: Path | None, san
     """g++ on the student's unit, linked with the harness's object, in the sandbox: (exit code, what it
     printed), or None when it ran past the limit."""
     command = [cxx, *FLAGS, *(["-include", str(header)] if header else []),
-               "-I", str(folder), "-I", str(HERE), "-I", str(HERE / "include"),
+               "-I", str(folder), "-I", str(HERE), "-I", str(SHIMS),
                str(HERE / STUDENT_UNIT), str(folder / "harness.o"), "-o", str(binary)]
     confinement = Confinement(folder, COMPILER_LIMITS, seccomp=True, readable=(HERE, *toolchain(cxx)),
                               nice=BACKGROUND_NICE)
