@@ -70,3 +70,13 @@ def test_where_the_emulator_cannot_run_a_kernel_compute_sanitizer_judges_the_sam
     assert all(check.status == PASSED for check in cases.values() if check.name not in RAGGED_N)
     clean = graders("gpu")(SUBMISSIONS / "inline_ptx_correct")
     assert clean.score == clean.max_score and clean.outcome == "graded"
+
+
+@pytest.mark.gpu
+@needs_gpu
+@needs_cxx
+def test_a_correct_kernel_whose_host_code_uses_cublas_and_curand_gets_full_marks_on_the_gpu_as_on_the_cpu(graders):
+    """The library headers its kernel does not use are dropped on every engine (source/toolkit_headers.py)."""
+    on_gpu, on_cpu = (graders(backend)(SUBMISSIONS / "include_host_libraries") for backend in ("gpu", "cpu"))
+    assert on_gpu.score == on_gpu.max_score, [(c.name, c.message) for c in on_gpu.checks if not c.passed]
+    assert on_cpu.score == on_cpu.checkable_max
