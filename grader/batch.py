@@ -43,6 +43,7 @@ from .pipeline import CPU, GPU, RunPlan, device_lock, not_graded, sandbox_of
 from .report.exports import ExportOptions, class_files
 from .report.json_report import to_json
 from .report.junit_report import to_junit_xml
+from .report.points import full_marks
 from .result import GRADER_ERROR, NEEDS_GPU_GRADE, SubmissionResult
 
 STUDENTS = "students"  # per-student files, each written when that student is done
@@ -147,7 +148,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     from .cluster import grade_task, remote_task, task_result  # cluster.py grades with this module's Workers
 
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(_describe(counts), total=len(todo))
+        task = progress.add_task(_describe(counts, plan.backend), total=len(todo))
         pending: dict[Future, Entry] = {}
         for i, (entry, _) in enumerate(todo):
             if client is not None:
@@ -168,7 +169,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
                     _store(result, options.outdir, entry.key)
                     rows[entry.key] = result
                     counts[_outcome(rows[entry.key])] += 1
-                    progress.update(task, advance=1, description=_describe(counts))
+                    progress.update(task, advance=1, description=_describe(counts, plan.backend))
         except KeyboardInterrupt:
             # Workers die at once, before they can report anything; their sandboxes die with them.
             workers.stop()
@@ -284,12 +285,14 @@ def _outcome(result: SubmissionResult) -> str:
         return "error"
     if result.outcome == NEEDS_GPU_GRADE:
         return "held"  # its CPU score is not its grade: neither full marks nor points lost
-    return "pass" if result.score >= result.max_score else "fail"
+    return "pass" if full_marks(result) else "fail"  # without a GPU, every point it could check
 
 
-def _describe(counts: dict[str, int]) -> str:
+def _describe(counts: dict[str, int], backend: str | None) -> str:
     held = f" [cyan]{counts['held']} need a GPU grade[/]" if counts["held"] else ""
-    return (f"[green]{counts['pass']} full marks[/] [red]{counts['fail']} lost points[/]{held} "
+    # Without a GPU, timing and the large cases are not checked: full marks are every point that could be.
+    checkable = " (of the points checkable without a GPU)" if backend == CPU else ""
+    return (f"[green]{counts['pass']} full marks[/]{checkable} [red]{counts['fail']} lost points[/]{held} "
             f"[magenta]{counts['error']} errors[/]")
 
 

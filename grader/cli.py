@@ -37,9 +37,10 @@ from .intake.submission import SubmissionError, find_kernel_noted, locate, read_
 from .phases import Phases, describe, merged, since_process_start
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
 from .report import render, write_json, write_junit
-from .report.canvas_csv import HOLD, SCALE, CanvasOptions, RosterRow, read_roster
+from .report.canvas_csv import CanvasOptions, RosterRow, read_roster
 from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
+from .report.points import HOLD, WITHOUT_GPU, format_points, run_gpu_note, run_total
 from .report.status import status_label
 from .result import GRADER_ERROR, SubmissionResult
 
@@ -233,6 +234,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         remote.add_argument("--remote-fallback", choices=("cpu", "fail"), default="fail",
                             help="when the service cannot grade it: grade here on the CPU with a note, or write a "
                                  "grader error (default: %(default)s)")
+    if command in LMS_ENTRIES:
+        parser.add_argument("--without-gpu", choices=WITHOUT_GPU, default=HOLD,
+                            help="the score from a run without a GPU (timing and the large cases not checked): "
+                                 "hold (default) scores the points checked, for an assignment worth the points "
+                                 "checkable without a GPU; scale scores their share of the full total, for an "
+                                 "assignment worth the full total (README: which total to give the assignment)")
     if command == "gradescope":
         parser.add_argument("--hidden-visibility", choices=HIDDEN_VISIBILITIES, default=DEFAULT_HIDDEN_VISIBILITY,
                             help="Gradescope visibility of hidden cases (default: %(default)s); students see only "
@@ -259,7 +266,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         canvas.add_argument("--roster", type=Path, default=None, metavar="FILE",
                             help="Canvas's gradebook export (CSV): names, ids and sections come from it, and "
                                  "students with no submission are listed")
-        canvas.add_argument("--without-gpu", choices=(HOLD, SCALE), default=HOLD,
+        canvas.add_argument("--without-gpu", choices=WITHOUT_GPU, default=HOLD,
                             help="scores from a run without a GPU: hold (default) leaves their cells empty; "
                                  "scale writes them scaled to the points that could be checked")
     args = parser.parse_args(rest)
@@ -458,6 +465,8 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
     options = ExportOptions(compile_error_graded=config.prairielearn.compile_error_graded)
     if args.command == "gradescope":
         options.hidden_visibility = args.hidden_visibility
+    if args.command in LMS_ENTRIES:
+        options.without_gpu = args.without_gpu
     if args.command == "batch":
         if not args.assignment.strip():
             raise UsageError("--assignment: the title must not be empty")
@@ -481,6 +490,11 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
     statuses = Counter(status_label(r) for r in outcome.results)
     console.print(f"{len(outcome.results)} students: {outcome.graded_now} graded now, {outcome.reused} kept from "
                   f"earlier runs; " + ", ".join(f"{n} {label}" for label, n in sorted(statuses.items())))
+    gpu = run_gpu_note(outcome.results)
+    if gpu:
+        console.print(f"Graded without a GPU: every total is out of the {format_points(run_total(outcome.results))} "
+                      f"points checkable here; {gpu}. canvas.csv: --without-gpu {args.without_gpu}.",
+                      highlight=False)
     console.print(", ".join(f"{export.name}: {args.output / export.main_file}" for export in CLASS_EXPORTS))
     notes = (args.output / "canvas-notes.txt").read_text(encoding="utf-8").splitlines()
     if notes:
