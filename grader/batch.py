@@ -118,18 +118,25 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
     return BatchOutcome(results, graded, reused, interrupted)
 
 
+IDENTITY = ("student_id", "student_name", "canvas_user_id", "sis_user_id", "sis_login_id", "late")
+
+
+def _identified(result: SubmissionResult, who: Entry | Refusal) -> bool:
+    """What intake knows of the student (who they are to a gradebook, whether the LMS marked them late, which
+    file it took and what it refused) set in their result, so every export renders it from the results alone,
+    for a student refused as for one graded; whether anything changed."""
+    known = {**{name: getattr(who, name) for name in IDENTITY}, "intake_notes": list(who.notes)}
+    changed = any(getattr(result, name) != value for name, value in known.items())
+    for name, value in known.items():
+        setattr(result, name, value)
+    return changed
+
+
 def _add_intake(intake: Intake, rows: dict[str, SubmissionResult], outdir: Path) -> None:
-    """What intake knows of each student (gradebook ids, which file it took, what it refused) goes into their
-    stored result, so every export can render it from the results alone; stored again only where it changed."""
+    """Stored results kept from an earlier run get what this run's intake knows; stored again where it changed."""
     for entry in intake.submissions:
         result = rows.get(entry.key)
-        if result is None:
-            continue  # interrupted before this student was graded
-        known = {"canvas_user_id": entry.canvas_user_id, "sis_user_id": entry.sis_user_id,
-                 "sis_login_id": entry.sis_login_id, "intake_notes": list(entry.notes)}
-        if any(getattr(result, name) != value for name, value in known.items()):
-            for name, value in known.items():
-                setattr(result, name, value)
+        if result is not None and _identified(result, entry):  # None: interrupted before it was graded
             _store(result, outdir, entry.key)
 
 
@@ -164,7 +171,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
                     entry = pending.pop(future)
                     result = (task_result(future, entry, config, cases, "it will be graded again with --resume")
                               if client is not None else future.result())
-                    result.student_id, result.student_name = entry.student_id, entry.student_name
+                    _identified(result, entry)
                     result.fingerprint = marks[entry.key]
                     _store(result, options.outdir, entry.key)
                     rows[entry.key] = result
@@ -298,7 +305,8 @@ def _describe(counts: dict[str, int], backend: str | None) -> str:
 
 def _refused(refusal: Refusal, config: Config, cases: list[Case]) -> SubmissionResult:
     result = not_graded(Path(refusal.key), config, cases, f"not graded: {refusal.reason}")
-    result.submission, result.student_id, result.student_name = refusal.key, refusal.student_id, refusal.student_name
+    result.submission = refusal.key
+    _identified(result, refusal)
     return result
 
 

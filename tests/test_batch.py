@@ -263,3 +263,43 @@ def test_a_run_queued_behind_a_timing_turn_longer_than_its_limit_gets_its_verdic
         compiled = next(c for c in result.checks if c.kind == "compile")
         assert compiled.metrics["turn_wait_s"] > 2, "the run did not wait behind the held turn"
     assert stored(out, "good_basic").score == stored(out, "good_basic").checkable_max  # full marks
+
+
+def bomb(size: int = 20 << 20) -> bytes:
+    """20 MB of zeros, which an archive deflates to a few kB: a zip bomb (issue 43's refused upload)."""
+    return b"\0" * size
+
+
+def test_a_canvas_student_keeps_their_ids_late_flag_and_refusals_whatever_was_refused(small_config, tmp_path):
+    """A Canvas download where one student's own upload is a zip bomb (refused: their row is a submission error)
+    and another's zip holds a member that climbs out of it, handed in late: both rows keep the student's
+    Canvas id in every file, the refused member is in that student's own result and row, and late is a
+    column."""
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("kernel.cu", (SUBMISSIONS / "compile_error" / "kernel.cu").read_text())
+        z.writestr("../escape.txt", "out of the folder")
+    archive = tmp_path / "submissions.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("archer_1001_5001_kernel.cu", (SUBMISSIONS / "good_basic" / "kernel.cu").read_text())
+        z.writestr("builder_late_1002_5002_lab.zip", inner.getvalue())
+        z.writestr("chen_1003_5003_kernel.cu", bomb())
+    out = tmp_path / "out"
+    finished = batch(small_config, archive, "-o", out)
+    _, stderr = finished.communicate(timeout=180)
+    assert finished.returncode == 0, stderr
+    students = {row["student_id"]: row for row in grades(out).values()}
+    assert students["1003"]["status"] == "submission error"
+    canvas = {row["Student"]: row for row in csv.DictReader(io.StringIO((out / "canvas.csv").read_text()))}
+    assert canvas["chen"]["ID"] == "1003" and canvas["builder"]["ID"] == "1002"  # refused or not, Canvas matches
+    notes = (out / "canvas-notes.txt").read_text()
+    assert "no id Canvas can match" not in notes
+    escaped = "refused 'builder_late_1002_5002_lab.zip > ../escape.txt': climbs out of the archive's folder"
+    assert escaped in students["1002"]["intake notes"]  # refused inside the student's own zip: in their row
+    assert (students["1002"]["late"], students["1001"]["late"], students["1003"]["late"]) == ("yes", "", "")
+    stored = {json.loads(path.read_text())["canvas_user_id"]: json.loads(path.read_text())
+              for path in (out / "students").glob("*.json")}
+    assert stored["1003"]["outcome"] == "submission error" and "zip bomb" in stored["1003"]["message"]
+    assert stored["1002"]["late"] is True and any(escaped in note for note in stored["1002"]["intake_notes"])
+    assert stored["1001"]["late"] is False
+
