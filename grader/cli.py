@@ -229,6 +229,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         remote.add_argument("--token-file", type=Path, default=None, metavar="FILE", help="the course's token")
         remote.add_argument("--student", default="", metavar="ID",
                             help="the student's LMS id (default: Gradescope's submission_metadata.json)")
+        remote.add_argument("--submitted-at", default="", metavar="ISO",
+                            help="when the LMS took the submission (ISO 8601 with its zone), so the service grades "
+                                 "the student's newest (default: Gradescope's submission_metadata.json, or the time "
+                                 "the PrairieLearn question stamps in its job data)")
         remote.add_argument("--remote-timeout", type=float, default=600, metavar="S",
                             help="how long to wait for the service's result (default: %(default)s s)")
         remote.add_argument("--remote-fallback", choices=("cpu", "fail"), default="fail",
@@ -529,7 +533,7 @@ def grade_serve(args, config, cases, plan, errors: Console) -> int:
 def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
     """The service's result; when it cannot give one, the instructor's --remote-fallback. Either way a result
     the service did not grade carries `regrade_reason`, so the instructor finds it and grades it again."""
-    from .remote import RemoteUnavailable, grade_remotely, mark_for_regrade, student_of
+    from .remote import RemoteUnavailable, grade_remotely, mark_for_regrade, student_of, submitted_at_of
 
     kernel = folder / "kernel.cu" if folder.is_dir() else folder
     try:
@@ -543,7 +547,9 @@ def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
         headers = {name: text.encode() for name, text in
                    read_headers(kernel.parent, config.compile.handed_in_headers).items()}
         return mark_for_regrade(grade_remotely(kernel, student, args.remote, token, args.remote_timeout,
-                                               headers=headers), args.remote)
+                                               headers=headers,
+                                               submitted_at=submitted_at_of(args.submission, args.submitted_at)),
+                                args.remote)
     except (RemoteUnavailable, OSError) as error:
         if not isinstance(error, RemoteUnavailable):
             error = RemoteUnavailable(f"--token-file {args.token_file}: {error.strerror}")

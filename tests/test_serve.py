@@ -156,6 +156,9 @@ def test_every_refusal_gets_its_code(service):
     assert service.get("/v1/jobs/x?format=canvas")[0] == 400
     assert service.get("/v1/jobs/0123456789abcdef0123456789abcdef%0A")[0] == 400
     assert service.get("/v1/jobs/0123456789abcdef0123456789abcdef")[0] == 404
+    for when in ("yesterday", "2026-03-01T14:22:32", "2999-01-01T00:00:00Z"):  # no zone; far ahead of the clock
+        code, answer = service.request("POST", f"/v1/jobs?student=bob&submitted_at={when}", archive)
+        assert code == 400 and answer["detail"].startswith("submitted_at: ")
 
 
 @pytest.mark.parametrize("student", ["nl1%0A", "nl1%0D%0A", "nl1%00", "tab%09x", "a%20b", "x" * 129])
@@ -504,6 +507,69 @@ def test_a_superseded_submission_tells_the_student_the_newer_one_is_graded(tmp_p
         service.kill()
     assert finished.returncode == 0 and newer["extra_data"]["outcome"] == "compile error"
     assert_marked(first, "superseded by the student's newer upload", "your newest submission is graded instead")
+
+
+def gradescope_metadata(folder: Path, student: str, created_at: str) -> None:
+    """Gradescope's /autograder/submission_metadata.json, beside the submission (its documented fields)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "submission_metadata.json").write_text(json.dumps(
+        {"id": 123456, "created_at": created_at, "users": [{"email": f"{student}@u.edu", "id": student,
+                                                            "name": student}]}))
+
+
+@needs_cxx
+def test_submissions_count_in_the_lms_order_whatever_order_they_arrive_in(tmp_path):
+    """Two Gradescope containers of one student post out of order: the newer submission (by Gradescope's
+    created_at) arrives first and waits in the queue; the older arrives second. The older is superseded by
+    the newer at once and its file says so; the newer is graded, never superseded by the older."""
+    service = Service(tmp_path, "--jobs", "1").start()
+    url = f"http://127.0.0.1:{service.port}"
+    try:
+        assert service.submit("walt", zipped({"kernel.cu": HANG}))[0] == 202  # the only grader is busy a while
+        gradescope_metadata(tmp_path / "newer" / "autograder", "yuri", "2026-03-01T14:22:32.365935-07:00")
+        gradescope_metadata(tmp_path / "older" / "autograder", "yuri", "2026-03-01T14:20:00-07:00")
+        newer = subprocess.Popen([sys.executable, "-c", "import json, pathlib, test_serve as t; "
+                                  f"print(json.dumps(t.lms_remote(pathlib.Path({str(tmp_path / 'newer')!r}), {url!r}, "
+                                  "student='yuri')[1]))"], cwd=Path(__file__).parent, stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while "student='yuri'" not in service.log_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        finished, older, _ = lms_remote(tmp_path / "older", url, student="yuri", kernel=GOOD)  # arrives second
+        newest = json.loads(newer.communicate(timeout=300)[0])
+    finally:
+        service.kill()
+    assert finished.returncode == 0 and newest["extra_data"]["outcome"] == "compile error"  # graded, not replaced
+    assert_marked(older, "superseded by the student's newer upload", "your newest submission is graded instead")
+    with sqlite3.connect(service.state / "jobs.sqlite") as db:
+        jobs = db.execute("SELECT id, status, superseded_by, submitted FROM jobs WHERE student = 'yuri' "
+                          "ORDER BY created").fetchall()
+    (first_id, first, _, first_at), (_, second, by, second_at) = jobs
+    assert (first, second, by) == ("done", "superseded", first_id) and second_at < first_at
+    assert "(submitted before it, arrived after)" in service.log_text()
+
+
+def test_the_lms_time_of_a_submission_is_read_where_each_lms_puts_it(tmp_path):
+    """Gradescope's created_at, and the time the PrairieLearn question's server.py stamps into the submitted
+    answers, which PrairieLearn writes into the job's data.json; the service takes both."""
+    import importlib.util
+
+    from grader.remote import submitted_at_of
+    from grader.serve.app import submission_time
+
+    gradescope_metadata(tmp_path / "autograder", "yuri", "2026-03-01T14:22:32.365935-07:00")
+    assert submitted_at_of(tmp_path / "autograder" / "submission", "") == "2026-03-01T14:22:32.365935-07:00"
+    spec = importlib.util.spec_from_file_location("pl_server", ROOT / "prairielearn" / "questions" / "tiledSgemm" /
+                                                  "server.py")
+    question = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(question)
+    data = {"submitted_answers": {"_files": []}}
+    question.parse(data)  # as PrairieLearn calls it when the student submits
+    (tmp_path / "grade" / "data").mkdir(parents=True)
+    (tmp_path / "grade" / "data" / "data.json").write_text(json.dumps(data))
+    stamped = submitted_at_of(tmp_path / "grade" / "student", "")
+    assert abs(submission_time(stamped) - time.time()) < 60
+    assert submitted_at_of(tmp_path / "grade" / "student", "2026-01-01T00:00:00Z") == "2026-01-01T00:00:00Z"
+    assert submitted_at_of(tmp_path / "nothing" / "student", "") == ""
 
 
 def test_prairielearn_gets_the_marker_and_an_attempt_that_does_not_count(service, tmp_path):
