@@ -39,6 +39,7 @@ from .execute.runner import Placement
 from .execute.sandbox import ONE_BLAS_THREAD
 from .intake.intake import Entry, Intake, Refusal, discover
 from .judge import truths
+from .leftovers import clear_at_start
 from .pipeline import CPU, GPU, RunPlan, device_lock, not_graded, sandbox_of
 from .report.exports import ExportOptions, class_files
 from .report.json_report import to_json
@@ -94,6 +95,8 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
               console: Console) -> BatchOutcome:
     outdir = options.outdir
     (outdir / STUDENTS).mkdir(parents=True, exist_ok=True)
+    for line in clear_at_start():  # what graders killed mid-grade left here (a cluster's workers clear their own)
+        console.print(line, highlight=False)
     intake = discover(paths, outdir / "submissions", handed_in=config.compile.handed_in_headers)
     _write_intake_notes(intake, outdir)
     rows: dict[str, SubmissionResult] = {}

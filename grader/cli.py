@@ -34,6 +34,7 @@ from .execute.cpu.build import compiler
 from .execute.gpu_detect import gpu_unavailable_reason, local_gpus
 from .execute.sandbox import SandboxUnavailable, detect
 from .intake.submission import SubmissionError, find_kernel_noted, locate, read_headers
+from .leftovers import WORKER, clear_at_start, owned_scratch
 from .phases import Phases, describe, merged, since_process_start
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
 from .report import render, write_json, write_junit
@@ -117,10 +118,23 @@ def worker_main(argv: list[str]) -> int:
         return _misuse(exc)
     tls = [] if files is None else [item for flag, path in zip(("--tls-ca-file", "--tls-cert", "--tls-key"), files)
                                     for item in (flag, str(path))]
+    for line in [*clear_at_start(), _sandbox_words()]:
+        print(f"grade worker: {line}", file=sys.stderr, flush=True)
     gpus = local_gpus()
     cores = os.cpu_count() or 2
     slots = args.slots or max(1, cores // max(len(gpus), 1))
-    return run_workers(worker_commands(args.scheduler, gpus, slots, cores, tls, args.listen))
+    with owned_scratch(WORKER) as local:  # Dask's files: removed when it stops, by the next start after kill -9
+        return run_workers(worker_commands(args.scheduler, gpus, slots, cores, tls, args.listen, local))
+
+
+def _sandbox_words() -> str:
+    """Where a worker runs student code: this host's sandbox, said once at its start (a service or batch on
+    a cluster does not know it)."""
+    try:
+        sandbox = detect()
+    except SandboxUnavailable as exc:
+        return f"no sandbox can run student code here: {exc}"
+    return f"student code runs in the sandbox at {sandbox.level}" + (f" ({sandbox.note})" if sandbox.note else "")
 
 
 def scheduler_main(argv: list[str]) -> int:

@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from .config import Config
 from .errors import UsageError
 from .execute.proc import PR_SET_PDEATHSIG
 from .intake.intake import Entry
+from .leftovers import TASK, owned_scratch
 from .pipeline import GPU, RunPlan, not_graded
 from .result import GRADER_ERROR, SubmissionResult
 
@@ -69,7 +69,7 @@ def grade_task(task: RemoteTask) -> dict:
     sandbox, GPU and caches; the result as JSON-ready data (the log included) for the client to store."""
     config = copy.deepcopy(task.config)
     config.compile.cache_dir = os.environ.get(WORKER_CACHE, "~/.cache/sgemm-grader")
-    with tempfile.TemporaryDirectory(prefix="sgemm-task-") as work:
+    with owned_scratch(TASK) as work:
         folder = Path(work, "submissions", task.key)
         folder.mkdir(parents=True)
         for name, data in {**task.headers, "kernel.cu": task.kernel}.items():
@@ -116,12 +116,14 @@ def cluster_gpus(address: str, security, wait_s: float = 60.0) -> int:
 
 
 def worker_commands(scheduler: str, gpus: list[int], slots: int, cores: int, tls: list[str],
-                    listen: str = "") -> list[tuple[list[str], dict]]:
+                    listen: str = "", local: Path | None = None) -> list[tuple[list[str], dict]]:
     """One Dask worker per local GPU (that GPU alone visible to it, `slots` submissions at once, offered as
     the GPU resource), or one worker for the CPU emulator when the host has none. Its HTTP pages (health,
-    metrics; no authentication) are for this host only."""
+    metrics; no authentication) are for this host only. Dask's own files go in `local` (`grade worker`'s
+    folder, which it removes), not in a shared scratch space."""
     base = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--nworkers", "1", "--no-dashboard",
-            "--dashboard-address", "127.0.0.1:0", *(["--host", listen] if listen else []), *tls]
+            "--dashboard-address", "127.0.0.1:0", *(["--host", listen] if listen else []), *tls,
+            *(["--local-directory", str(local)] if local else [])]
     if not gpus:
         return [([*base, "--nthreads", str(cores), "--name", f"{socket.gethostname()}-cpu"], {})]
     return [([*base, "--nthreads", str(slots), "--resources", f"{SLOTS}={slots}",

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SUBMISSIONS
+from conftest import ROOT, SUBMISSIONS, left_in, owners_of, wait_until_gone
 from hardware import needs_cxx
 from junitparser import JUnitXml
 
@@ -303,3 +303,30 @@ def test_a_canvas_student_keeps_their_ids_late_flag_and_refusals_whatever_was_re
     assert stored["1002"]["late"] is True and any(escaped in note for note in stored["1002"]["intake_notes"])
     assert stored["1001"]["late"] is False
 
+
+def test_what_a_batch_killed_mid_grade_leaves_the_next_batch_clears(small_config, tmp_path, temp_root):
+    """kill -9 of `grade batch` while its workers grade: their sandboxes end with them, but each grade's
+    scratch folder (the student's code and the run's files) stays in the temporary root. The next batch there
+    removes what the dead left, says so, and leaves the root as it found it."""
+    folder = tmp_path / "class"
+    for name in ("hang_a", "hang_b"):  # busy for as long as their cases time out
+        (folder / name).mkdir(parents=True)
+        shutil.copy(SUBMISSIONS / "hang" / "kernel.cu", folder / name / "kernel.cu")
+    env = {**os.environ, "TMPDIR": str(temp_root)}
+    running = batch(small_config, folder, "-o", tmp_path / "killed", "--jobs", "2", env=env)
+    deadline = time.monotonic() + 120
+    while len([n for n in left_in(temp_root) if n.startswith("sgemm-grade-")]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running.send_signal(signal.SIGKILL)
+    running.wait()
+    left = [name for name in left_in(temp_root) if name.startswith("sgemm-grade-")]
+    assert len(left) == 2, left_in(temp_root)
+    wait_until_gone(owners_of(left))  # its workers die with it
+    assert [name for name in left_in(temp_root) if name.startswith("sgemm-grade-")] == left  # kept: nobody clears
+
+    again = batch(small_config, SUBMISSIONS / "compile_error", "-o", tmp_path / "next", env=env)
+    stdout, stderr = again.communicate(timeout=180)
+    assert again.returncode == 0, stderr
+    assert f"removed 2 temporary folders that graders which ended without cleaning up (kill -9) left in {temp_root}" \
+        in " ".join(stdout.split())
+    assert left_in(temp_root) == []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import distributed
 import pytest
-from conftest import ROOT, SUBMISSIONS
+from conftest import ROOT, SUBMISSIONS, descendants, left_in
 from distributed.core import rpc
 from distributed.protocol.pickle import dumps
 from distributed.security import Security
@@ -37,11 +37,11 @@ def grade(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def start(*args: str, log: Path) -> subprocess.Popen:
+def start(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A `grade` command in a session of its own, so a failed test can still kill whatever it left."""
     with log.open("w") as out:
         return subprocess.Popen([sys.executable, "-m", "grader", *args], cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -126,11 +126,14 @@ class Cluster:
                                "--http", f"{LOOPBACK}:0", log=logs / "scheduler.log")
         self.workers: list[subprocess.Popen] = []
 
-    def add_worker(self) -> subprocess.Popen:
+    def add_worker(self, env: dict[str, str] | None = None) -> subprocess.Popen:
         worker = start("worker", "--scheduler", self.address, "--certs", str(self.certs), "--listen", LOOPBACK,
-                       log=self.logs / f"worker{len(self.workers)}.log")
+                       log=self.worker_log(len(self.workers)), env=env)
         self.workers.append(worker)
         return worker
+
+    def worker_log(self, index: int) -> Path:
+        return self.logs / f"worker{index}.log"
 
     def client(self) -> distributed.Client:
         return distributed.Client(self.address, security=client_security(self.certs), timeout=f"{START_S}s")
@@ -244,25 +247,6 @@ def test_a_tls_scheduler_needs_the_certificates(tmp_path, capsys):
     assert "ca.pem: cannot read it (missing)" in " ".join(capsys.readouterr().err.split())
 
 
-def dask_processes_under(pid: int) -> dict[int, str]:
-    """The live descendants of `pid` (from /proc): pid -> command line."""
-    parents, commands = {}, {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                fields = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
-                commands[int(entry.name)] = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                parents[int(entry.name)] = int(fields[1])
-    found, frontier = {}, {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-        found.update({child: commands[child].decode(errors="replace") for child in frontier})
-    return found
-
-
 def alive(pid: int) -> bool:
     """Running, not a zombie. (The test session is a subreaper: orphans become its children; reap them.)"""
     try:
@@ -287,7 +271,7 @@ def test_kill_9_of_grade_worker_takes_its_dask_worker_with_it(certs, tmp_path):
             deadline = time.monotonic() + START_S
             while not any(client.processing().values()) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            family = dask_processes_under(worker.pid)
+            family = descendants(worker.pid)
             assert any("dask_worker" in c for c in family.values()), family  # the nanny's process
             assert any("spawn_main" in c for c in family.values()), family  # the worker's process
             worker.kill()
@@ -307,13 +291,16 @@ def test_kill_9_of_grade_worker_takes_its_dask_worker_with_it(certs, tmp_path):
 @pytest.mark.parametrize("backend, child", [
     pytest.param("cpu", "/bin/harness ", marks=needs_cxx),
     pytest.param("gpu", "grader.execute.gpu_child", marks=[pytest.mark.gpu, needs_gpu])])
-def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, backend, child):
+def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, backend, child, temp_root):
     """`grade batch --cluster` grading a student on the worker (its batch_worker, and in the sandbox the
-    child running the student's kernel) when `grade worker` is killed: nothing of it is left."""
+    child running the student's kernel) when `grade worker` is killed: nothing of it is left running. Its
+    task's and its grade's folders (the student's code) stay in the temporary root until the next `grade
+    worker` there starts: that one clears them, says so, and grades the student again."""
     running = Cluster(certs, tmp_path)
     batch = None
+    env = {**os.environ, "TMPDIR": str(temp_root)}
     try:
-        worker = running.add_worker()
+        worker = running.add_worker(env)
         with running.client() as client:
             client.wait_for_workers(1, timeout=START_S)
             batch = start("batch", str(SUBMISSIONS / "good_basic"), "-o", str(tmp_path / "out"), "--backend", backend,
@@ -322,7 +309,7 @@ def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, b
             family = {}
             while not any(child in c for c in family.values()) and time.monotonic() < deadline:
                 time.sleep(0.05)
-                family = dask_processes_under(worker.pid)
+                family = descendants(worker.pid)
             assert any(child in c for c in family.values()), "\n".join(family.values())  # the student's kernel
             assert any("grader.batch_worker" in c for c in family.values()), "\n".join(family.values())
             assert any("bwrap" in c for c in family.values()), "\n".join(family.values())
@@ -335,7 +322,18 @@ def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, b
             while client.scheduler_info(n_workers=-1)["workers"] and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert client.scheduler_info(n_workers=-1)["workers"] == {}
+        left = left_in(temp_root)  # the grade's and the task's folders, and the Dask worker's own
+        assert [name.split("-")[1] for name in left] == ["grade", "task", "worker"], left
+        running.add_worker(env)  # the batch waits for a worker to retry the task on
+        assert batch.wait(timeout=3 * START_S) == 0, (tmp_path / "batch.log").read_text()
+        stop(running.workers[1])
+        said = " ".join(running.worker_log(1).read_text().split())
+        assert "grade worker: removed 3 temporary folders that graders which ended without cleaning up" in said
+        assert left_in(temp_root) == []  # and, stopped, it left nothing of its own
     finally:
         if batch is not None:
-            stop(batch)  # it waits for a worker to retry the task on
+            stop(batch)
         running.close()
+
+
+# --- roles: only a clie

@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SUBMISSIONS, live_children
+from conftest import ROOT, SUBMISSIONS, descendants, left_in, live_children, owners_of
 from hardware import needs_cxx, needs_gpu
 
 TOKEN, OTHER_TOKEN = "course-token-0123456789abcdef", "other-course-token-0123456789"
@@ -51,8 +51,8 @@ def free_port() -> int:
 class Service:
     config: Path | None = None  # here, the quick cases (services_grade_the_quick_cases); else the shipped config
 
-    def __init__(self, tmp_path, *extra: str):
-        self.tmp_path, self.extra, self.port = tmp_path, extra, free_port()
+    def __init__(self, tmp_path, *extra: str, env: dict[str, str] | None = None):
+        self.tmp_path, self.extra, self.port, self.env = tmp_path, extra, free_port(), env
         tokens = tmp_path / "tokens.yaml"
         tokens.write_text(f"ece: {TOKEN}\nother: {OTHER_TOKEN}\n")
         tokens.chmod(0o600)
@@ -65,7 +65,7 @@ class Service:
     def start(self) -> "Service":
         with self.log.open("a") as log:  # a file, not a pipe nobody reads: the service logs every request
             self.process = subprocess.Popen(self.command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
-                                            start_new_session=True)
+                                            start_new_session=True, env=self.env)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -307,10 +307,12 @@ def test_a_logged_path_stays_on_its_line():
 
 
 @needs_cxx
-def test_kill_9_of_the_service_leaves_no_process_and_the_next_start_clears_its_scratch(tmp_path):
+def test_kill_9_of_the_service_leaves_no_process_and_the_next_start_clears_its_scratch(tmp_path, temp_root):
+    """Its job's scratch under --state, and the grade's scratch folder in the temporary root (the student's
+    code and the run's files): both cleared by the next start, which says so."""
     before = set(live_children())
-    tmp_leftovers = set(Path("/tmp").glob("sgemm-serve-*"))
-    first = Service(tmp_path, "--jobs", "1").start()
+    env = {**os.environ, "TMPDIR": str(temp_root)}
+    first = Service(tmp_path, "--jobs", "1", env=env).start()
     code, queued = first.submit("tom", zipped({"kernel.cu": HANG}))  # busy for as long as its cases time out
     assert code == 202
     first.wait_for(queued["id"], ("running",))
@@ -333,18 +335,24 @@ def test_kill_9_of_the_service_leaves_no_process_and_the_next_start_clears_its_s
                 break
     assert not left, f"processes left running after kill -9 of grade serve: {left}"
     assert (scratch / "tom" / "kernel.cu").exists()  # what kill -9 leaves, until the next start
+    graded_in = left_in(temp_root)
+    assert len(graded_in) == 1 and graded_in[0].startswith("sgemm-grade-"), graded_in  # and the grade's folder
     older = first.state / "scratch" / ("0" * 32)  # and what an earlier kill left, a job long since regraded
     older.mkdir()
     (older / "kernel.cu").write_text(GOOD)
-    second = Service(tmp_path, "--jobs", "1")
+    second = Service(tmp_path, "--jobs", "1", env=env)
     second.start()
     try:
-        assert "cleared 2 jobs' scratch folders left by an earlier run" in second.log_text()
-        assert not older.exists()
+        log = " ".join(second.log_text().split())
+        assert "cleared 2 jobs' scratch folders left by an earlier run" in log
+        assert f"removed 1 temporary folders that graders which ended without cleaning up (kill -9) left in " \
+               f"{temp_root}" in log
+        assert not older.exists() and graded_in[0] not in left_in(temp_root)
         second.wait_for(queued["id"], ("running", "done"))  # queued again and picked up after the restart
+        # What is in the temporary root now is the running service's own grade: nothing of the dead one.
+        assert owners_of(left_in(temp_root)) <= set(descendants(second.process.pid))
     finally:
         second.kill()
-    assert set(Path("/tmp").glob("sgemm-serve-*")) == tmp_leftovers
 
 
 @needs_cxx
