@@ -152,7 +152,7 @@ def scheduler_main(argv: list[str]) -> int:
                         help="Dask's HTTP pages (health, metrics, worker info; the dashboard with --dashboard), which "
                              "have no authentication (default: %(default)s: this host only; reach it through SSH)")
     args = parser.parse_args(argv)
-    from .cluster_tls import tls_files
+    from .cluster_tls import ROLE_GATE, tls_files
 
     try:
         ca, cert, key = tls_files("scheduler", args.certs, None, None, None)
@@ -160,7 +160,7 @@ def scheduler_main(argv: list[str]) -> int:
         return _misuse(exc)
     command = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--protocol", "tls", "--port", str(args.port),
                "--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key), "--dashboard-address",
-               args.http, "--dashboard" if args.dashboard else "--no-dashboard"]
+               args.http, "--dashboard" if args.dashboard else "--no-dashboard", "--preload", ROLE_GATE]
     if args.host:
         command += ["--host", args.host]
     sys.stdout.flush()
@@ -384,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_USAGE
     # Said once, before anything is graded (a service says it in its first log line: serve/main.py's announce).
-    if plan.sandbox is not None and plan.sandbox.note and args.command != "serve":
+    # A cluster's workers run the student code, in their own hosts' sandboxes: this host's level is not theirs.
+    if plan.sandbox is not None and plan.sandbox.note and args.command != "serve" and not getattr(args, "cluster", ""):
         errors.print(Text("Sandbox: ", style="bold yellow").append(plan.sandbox.note), highlight=False)
     if args.command == "batch":
         return grade_batch(args, config, cases, plan, console, errors)

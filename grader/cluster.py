@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .batch import Workers
 from .cases import Case
+from .cluster_tls import ROLE_GATE
 from .config import Config
 from .errors import UsageError
 from .execute.proc import PR_SET_PDEATHSIG
@@ -119,10 +120,12 @@ def worker_commands(scheduler: str, gpus: list[int], slots: int, cores: int, tls
                     listen: str = "", local: Path | None = None) -> list[tuple[list[str], dict]]:
     """One Dask worker per local GPU (that GPU alone visible to it, `slots` submissions at once, offered as
     the GPU resource), or one worker for the CPU emulator when the host has none. Its HTTP pages (health,
-    metrics; no authentication) are for this host only. Dask's own files go in `local` (`grade worker`'s
-    folder, which it removes), not in a shared scratch space."""
+    metrics; no authentication) are for this host only. With TLS, the worker and its nanny answer each
+    peer as its certificate's role allows (cluster_preload.py); plain TCP (--insecure) has no roles. Dask's
+    own files go in `local` (`grade worker`'s folder, which it removes), not in a shared scratch space."""
+    gate = ["--preload", ROLE_GATE, "--preload-nanny", ROLE_GATE] if tls else []
     base = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--nworkers", "1", "--no-dashboard",
-            "--dashboard-address", "127.0.0.1:0", *(["--host", listen] if listen else []), *tls,
+            "--dashboard-address", "127.0.0.1:0", *(["--host", listen] if listen else []), *tls, *gate,
             *(["--local-directory", str(local)] if local else [])]
     if not gpus:
         return [([*base, "--nthreads", str(cores), "--name", f"{socket.gethostname()}-cpu"], {})]

@@ -164,6 +164,8 @@ def test_grade_serve_sends_its_jobs_to_the_cluster(tmp_path, transport):
             assert service.result(queued["id"])["result"]["outcome"] == "compile error"
         finally:
             service.kill()
+        first = service.log_text().splitlines()[0]  # the workers run student code: this host's level is not theirs
+        assert "sandbox each worker's own" in first and "grading on the Dask cluster" in first
         ran = [t for t in cluster.scheduler.transition_log if str(t[0]).startswith("grade_task") and t[2] == "memory"]
     assert cluster.scheduler_address.startswith("tls://" if transport == "tls" else "tcp://")
     assert len(ran) == 1  # graded by the cluster's worker, once

@@ -17,7 +17,9 @@ from pathlib import Path
 import distributed
 import pytest
 from conftest import ROOT, SUBMISSIONS, descendants, left_in
+from distributed.comm import connect
 from distributed.core import rpc
+from distributed.protocol import ToPickle
 from distributed.protocol.pickle import dumps
 from distributed.security import Security
 from hardware import needs_cxx, needs_gpu
@@ -336,4 +338,98 @@ def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, b
         running.close()
 
 
-# --- roles: only a clie
+# --- roles: only a client's key submits tasks or runs functions ------------------------------------------------
+
+
+def role_security(certs: Path, role: str) -> Security:
+    """This cluster's certificate of `role`, used to connect as a client does (what a stolen key allows)."""
+    return Security(tls_ca_file=str(certs / CA), tls_client_cert=str(cert_file(certs, role)),
+                    tls_client_key=str(key_file(certs, role)), require_encryption=True)
+
+
+class Touch:
+    """A pickle that, loaded, touches a file: what code smuggled in data runs."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return Path.touch, (Path(self.path),)
+
+
+@pytest.mark.parametrize("role", ["worker", "scheduler"])
+def test_a_worker_or_scheduler_key_cannot_be_a_client(cluster, tmp_path, role):
+    """The certificates `grade cluster-certs` makes for the GPU hosts and the scheduler's host connect to the
+    scheduler as a client would: no task of theirs runs."""
+    marker = tmp_path / "ran"
+    with pytest.raises((OSError, TimeoutError)):
+        try_to_run(cluster.address, role_security(cluster.certs, role), marker)
+    assert not marker.exists()
+
+
+def test_a_worker_key_runs_nothing_through_the_scheduler_or_on_another_worker(cluster, tmp_path):
+    """Everything a GPU host's key could send to run code: the scheduler's `run` on itself and on every
+    worker, a worker's and a nanny's own `run`, and a pickle hidden in a message a worker sends anyway."""
+    with cluster.client() as client:
+        ((worker_address, worker),) = client.scheduler_info(n_workers=-1)["workers"].items()
+    key = role_security(cluster.certs, "worker").get_connection_args("client")
+    markers = {name: tmp_path / name for name in ("run_function", "broadcast", "worker", "nanny", "pickle")}
+
+    async def attempts():
+        scheduler = rpc(cluster.address, timeout=5, connection_args=key)
+        try:
+            with pytest.raises(PermissionError, match="'run_function' is not allowed to a worker certificate"):
+                await scheduler.run_function(function=dumps(Path.touch), args=dumps((markers["run_function"],)))
+            with pytest.raises(PermissionError, match="'broadcast' is not allowed to a worker certificate"):
+                await scheduler.broadcast(msg={"op": "run", "function": dumps(Path.touch),
+                                               "args": dumps((markers["broadcast"],))})
+        finally:
+            await scheduler.close_rpc()
+        comm = await connect(cluster.address, **key)
+        await comm.write({"op": "heartbeat_worker", "address": worker_address, "now": time.time(), "metrics": {},
+                          "extra": ToPickle(Touch(markers["pickle"]))})
+        with pytest.raises(OSError):  # refused as it is read: the scheduler drops the connection
+            await asyncio.wait_for(comm.read(), 10)
+
+    asyncio.run(asyncio.wait_for(attempts(), 60))
+    for name, address in (("worker", worker_address), ("nanny", worker["nanny"])):
+        with pytest.raises(PermissionError, match="'run' is not allowed to a worker certificate"):
+            run_directly(address, key, markers[name])
+    time.sleep(1)  # whatever might have run has
+    assert [name for name, marker in markers.items() if marker.exists()] == []
+    log = " ".join((cluster.logs / "scheduler.log").read_text().split())
+    assert "refused operation 'run_function'" in log and "refused to unpickle what a worker certificate sent" in log
+
+
+def test_a_worker_key_cannot_submit_a_task_on_the_stream_a_worker_registers(cluster, tmp_path):
+    """A real submission (a client's update-graph, taken on its way out) replayed by a worker that registered
+    with the GPU hosts' key, on the stream a worker reports its tasks on: with its pickles and with them
+    unwrapped. Neither runs; the same message from the client does."""
+    marker = tmp_path / "ran"
+    with cluster.client() as client:
+        captured = []
+        client._send_to_scheduler = captured.append
+        future = client.submit(Path.touch, marker, pure=False)
+        (message,) = captured
+        unwrapped = {key: value.data if isinstance(value, ToPickle) else value for key, value in message.items()}
+        for replayed in (message, unwrapped):
+            asyncio.run(asyncio.wait_for(rogue_worker_sends(cluster, replayed), 60))
+        time.sleep(1)
+        assert not marker.exists()
+        type(client)._send_to_scheduler(client, message)
+        future.result(timeout=60)
+    assert marker.exists()  # the replayed message was a submission that runs, from a client
+    assert "refused stream message 'update-graph'" in (cluster.logs / "scheduler.log").read_text()
+
+
+async def rogue_worker_sends(cluster, message: dict) -> None:
+    """A Dask worker of this process, registered with the worker key, sends `message` on its stream."""
+    key = Security(tls_ca_file=str(cluster.certs / CA), tls_worker_cert=str(cert_file(cluster.certs, "worker")),
+                   tls_worker_key=str(key_file(cluster.certs, "worker")), require_encryption=True)
+    async with distributed.Worker(cluster.address, security=key, nthreads=1, host=LOOPBACK) as rogue:
+        rogue.batched_stream.send({**message, "client": "rogue"})
+        deadline = time.monotonic() + 10
+        while rogue.status == distributed.core.Status.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert rogue.status != distributed.core.Status.running  # the scheduler dropped it
+

@@ -47,6 +47,8 @@ def announce(plan: RunPlan, state: Path, host: str, port: int, workers: int, lim
     sandbox = plan.sandbox.level if plan.sandbox is not None else "default"
     if plan.sandbox is not None and plan.sandbox.note:
         sandbox += f" ({plan.sandbox.note})"
+    if cluster:  # student code runs on the workers, confined as each worker's host allows, never here
+        sandbox = "each worker's own (`grade worker` says it; each result's \"sandbox\" too)"
     where = f"on the Dask cluster at {cluster}" if cluster else f"here, {workers} at a time"
     leftovers = f"; cleared {cleared} jobs' scratch folders left by an earlier run" if cleared else ""
     return (f"listening on http://{host}:{port} (GET /v1/health needs no token); backend {backend}{sanitize}, "
