@@ -58,6 +58,7 @@ class BatchOptions:
     jobs: int = 0  # 0: one per CPU core
     cluster: str = ""  # a Dask scheduler's address: each submission a task there (cluster.py); "" grades here
     security: object | None = None  # distributed.Security for a TLS cluster
+    worker_wait_s: float = 60.0  # how long a cluster batch waits with no worker connected before it stops
     exports: ExportOptions = field(default_factory=ExportOptions)
 
 
@@ -67,6 +68,7 @@ class BatchOutcome:
     graded_now: int
     reused: int
     interrupted: bool = False
+    stopped: str = ""  # why a cluster batch stopped before grading everyone (its workers were gone)
 
 
 @functools.cache
@@ -113,12 +115,12 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
         else:
             todo.append((entry, mark))
     reused = len(rows) - sum(1 for r in intake.refused if r.key)
-    graded, interrupted = _grade_all(todo, config, cases, plan, options, console, rows)
+    graded, interrupted, stopped = _grade_all(todo, config, cases, plan, options, console, rows)
     _add_intake(intake, rows, outdir)
     results = [rows[key] for key in sorted(rows)]
     if not interrupted:
         write_class_files(results, outdir, options.exports)
-    return BatchOutcome(results, graded, reused, interrupted)
+    return BatchOutcome(results, graded, reused, interrupted, stopped)
 
 
 IDENTITY = ("student_id", "student_name", "canvas_user_id", "sis_user_id", "sis_login_id", "late")
@@ -143,9 +145,10 @@ def _add_intake(intake: Intake, rows: dict[str, SubmissionResult], outdir: Path)
             _store(result, outdir, entry.key)
 
 
-def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, bool]:
+def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, bool, str]:
     """Each submission in a worker process of its own (the judging of outputs is numpy work that threads
-    would serialise); this process only waits, and stores each result the moment it arrives."""
+    would serialise); this process only waits, and stores each result the moment it arrives. Returns how
+    many were graded, whether Ctrl-C stopped it, and why a cluster batch stopped early ("" if it did not)."""
     jobs = options.jobs or os.cpu_count() or 2
     placements = _placements(plan, config)
     if plan.backend is not None:  # once, here, rather than in every worker at once; only the cases that run
@@ -155,10 +158,20 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
                TextColumn("eta"), TimeRemainingColumn())
     workers = Workers(_sanitizer_groups(plan, config, placements, options, jobs))
     pool, client = _executor(options, plan, jobs)
-    from .cluster import grade_task, remote_task, task_result  # cluster.py grades with this module's Workers
+    from .cluster import WorkerWatch, grade_task, remote_task, task_result  # cluster.py grades with Workers
 
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(_describe(counts, plan.backend), total=len(todo))
+        marks = {entry.key: mark for entry, mark in todo}
+
+        def record(entry: Entry, result: SubmissionResult) -> None:
+            _identified(result, entry)
+            result.fingerprint = marks[entry.key]
+            _store(result, options.outdir, entry.key)
+            rows[entry.key] = result
+            counts[_outcome(result)] += 1
+            progress.update(task, advance=1, description=_describe(counts, plan.backend))
+
         pending: dict[Future, Entry] = {}
         for i, (entry, _) in enumerate(todo):
             if client is not None:
@@ -166,31 +179,30 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
             else:
                 placed = replace(plan, placement=placements[i % len(placements)])
                 pending[pool.submit(workers.grade, entry, config, cases, placed)] = entry
-        marks = {entry.key: mark for entry, mark in todo}
+        watch = WorkerWatch(client, options.cluster, options.worker_wait_s, progress.console.print) if client else None
         try:
             while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                done, _ = wait(pending, timeout=watch.poll_s if watch else None, return_when=FIRST_COMPLETED)
                 for future in done:
                     entry = pending.pop(future)
-                    result = (task_result(future, entry, config, cases, "it will be graded again with --resume")
-                              if client is not None else future.result())
-                    _identified(result, entry)
-                    result.fingerprint = marks[entry.key]
-                    _store(result, options.outdir, entry.key)
-                    rows[entry.key] = result
-                    counts[_outcome(rows[entry.key])] += 1
-                    progress.update(task, advance=1, description=_describe(counts, plan.backend))
+                    record(entry, task_result(future, entry, config, cases, "it will be graded again with --resume")
+                           if client is not None else future.result())
+                if watch is not None and not done and watch.gone_for_good():
+                    for future, entry in pending.items():  # saved as not graded, graded again by --resume
+                        future.cancel()
+                        record(entry, not_graded(entry.path, config, cases, watch.reason(), GRADER_ERROR))
+                    return len(todo) - len(pending), False, watch.stopped()
         except KeyboardInterrupt:
             # Workers die at once, before they can report anything; their sandboxes die with them.
             workers.stop()
             pool.shutdown(wait=False, cancel_futures=True)
-            return len(todo) - len(pending), True
+            return len(todo) - len(pending), True, ""
         finally:
             if client is not None:
                 client.close()  # every future is done or given up: nothing left for the executor to wait on
     if client is None:
         pool.shutdown()
-    return len(todo), False
+    return len(todo), False, ""
 
 
 def _executor(options: BatchOptions, plan: RunPlan, jobs: int):

@@ -9,7 +9,8 @@
     grade scheduler --certs DIR           the cluster's Dask scheduler, requiring those certificates
     grade worker --scheduler tls://…      Dask workers grading on this host's GPUs
 
-Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2 for misuse, 130 on Ctrl-C.
+Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2 for misuse, 3 when a cluster
+batch stopped because no worker was connected for --worker-wait, 130 on Ctrl-C.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from .report.status import status_label
 from .result import GRADER_ERROR, SubmissionResult
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_NO_WORKERS = 3  # a cluster batch stopped: no worker was connected for --worker-wait
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
 
 
@@ -273,6 +275,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         cluster.add_argument("--cluster", default="", metavar="ADDRESS",
                              help="a Dask scheduler (tls://HOST:8786, with --certs DIR): each submission is graded "
                                   "on its workers (`grade worker`); results are written here as always")
+        cluster.add_argument("--worker-wait", type=float, default=60.0, metavar="S",
+                             help="how long to wait for a worker, at the start and whenever none is connected; "
+                                  "after that the batch stops, keeping what was graded (default: %(default)g s)")
         _tls_options(cluster)
         canvas = parser.add_argument_group("canvas.csv")
         canvas.add_argument("--assignment", default="SGEMM lab", metavar="TITLE",
@@ -351,7 +356,7 @@ def _cluster_gpu_missing(args: argparse.Namespace) -> str | None:
     """With --cluster the workers grade, so their GPUs count, not this host's: why none can, or None."""
     from .cluster import cluster_gpus
 
-    if cluster_gpus(args.cluster, args.security):
+    if cluster_gpus(args.cluster, args.security, getattr(args, "worker_wait", 60.0)):
         return None
     return f"no worker of the cluster at {args.cluster} has a GPU (`grade worker` on a GPU host offers one)"
 
@@ -500,12 +505,27 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
     from .batch import BatchOptions, run_batch  # here, not at the top: one `grade PATH` never needs it (~50 ms)
 
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
-                           exports=args.exports, cluster=args.cluster, security=args.security)
+                           exports=args.exports, cluster=args.cluster, security=args.security,
+                           worker_wait_s=args.worker_wait)
     outcome = run_batch(args.paths, config, cases, plan, options, console)
     if outcome.interrupted:
         errors.print(f"[bold red]interrupted[/]: {outcome.graded_now} submissions graded and saved in "
                      f"{args.output}/students; run the same command with --resume to grade the rest", highlight=False)
         return EXIT_INTERRUPTED
+    if outcome.stopped:
+        left = sum(1 for result in outcome.results if result.outcome == GRADER_ERROR)
+        errors.print(f"[bold red]stopped[/]: {outcome.stopped}. {outcome.graded_now} submissions graded and saved in "
+                     f"{args.output}/students; {left} rows are grader errors: start a worker and run the same "
+                     "command with --resume to grade them", highlight=False)
+        write_summary_lines(args, outcome, console)
+        return EXIT_NO_WORKERS
+    write_summary_lines(args, outcome, console)
+    return EXIT_OK
+
+
+def write_summary_lines(args, outcome, console: Console) -> None:
+    """After a batch: the counts, what a run without a GPU could check, where the class files are, and the
+    rows Canvas will not take as they are."""
     statuses = Counter(status_label(r) for r in outcome.results)
     console.print(f"{len(outcome.results)} students: {outcome.graded_now} graded now, {outcome.reused} kept from "
                   f"earlier runs; " + ", ".join(f"{n} {label}" for label, n in sorted(statuses.items())))
@@ -521,7 +541,6 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
                       f"{args.output / 'canvas-notes.txt'}:", highlight=False)
         for line in notes[:20]:
             console.print(f"  {line}", highlight=False, markup=False)
-    return EXIT_OK
 
 
 def grade_serve(args, config, cases, plan, errors: Console) -> int:

@@ -95,6 +95,44 @@ def task_result(future, entry: Entry, config: Config, cases: list[Case], again: 
         return not_graded(entry.path, config, cases, reason, GRADER_ERROR)
 
 
+class WorkerWatch:
+    """A cluster batch's watch on its workers: a batch whose workers are all gone says so, waits `wait_s`
+    for one to join (again), and then stops rather than wait for ever."""
+
+    poll_s = 1.0  # how often it asks, while no result arrives
+
+    def __init__(self, client, address: str, wait_s: float, say):
+        self.client, self.address, self.wait_s, self.say = client, address, wait_s, say
+        self.gone_since: float | None = None
+
+    def gone_for_good(self) -> bool:
+        """Whether no worker has been connected for wait_s."""
+        if self._workers():
+            if self.gone_since is not None:
+                self.say("a worker joined: grading goes on")
+            self.gone_since = None
+            return False
+        if self.gone_since is None:
+            self.gone_since = time.monotonic()
+            self.say(f"no worker is connected to the scheduler at {self.address}: waiting up to {self.wait_s:g} s "
+                     f"for one (`grade worker --scheduler {self.address}` on a grading host), then stopping")
+        return time.monotonic() - self.gone_since >= self.wait_s
+
+    def _workers(self) -> int:
+        try:
+            return len(self.client.scheduler_info(n_workers=-1)["workers"])
+        except (OSError, TimeoutError):  # the scheduler itself is gone: no worker can grade either
+            return 0
+
+    def reason(self) -> str:
+        return (f"grader error: no worker of the cluster at {self.address} was connected for {self.wait_s:g} s, so "
+                "the batch stopped before this submission was graded; it will be graded again with --resume")
+
+    def stopped(self) -> str:
+        return (f"no worker of the cluster at {self.address} was connected for {self.wait_s:g} s (--worker-wait): "
+                "the batch stopped")
+
+
 def cluster_gpus(address: str, security, wait_s: float = 60.0) -> int:
     """How many GPU slots the cluster's workers offer, once at least one worker has joined. The batch or
     service may run on a host without a GPU: the workers' GPUs decide the backend, not this host's."""

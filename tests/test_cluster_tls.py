@@ -5,7 +5,9 @@ leaves no Dask process running or registered."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import signal
 import ssl
 import stat
@@ -433,3 +435,44 @@ async def rogue_worker_sends(cluster, message: dict) -> None:
             await asyncio.sleep(0.1)
         assert rogue.status != distributed.core.Status.running  # the scheduler dropped it
 
+
+@needs_cxx
+def test_a_batch_whose_only_worker_stops_says_so_stops_and_keeps_what_was_graded(certs, tmp_path, quick_config_file):
+    """The only `grade worker` stops mid-class: the batch says no worker is connected, waits --worker-wait,
+    stops (exit 3) with what was graded saved and a grader-error row for each of the others; --resume with a
+    worker grades those."""
+    klass = tmp_path / "class"
+    shutil.copytree(SUBMISSIONS / "compile_error", klass / "compile_error")  # graded in a second or two
+    for name in ("hang_a", "hang_b", "hang_c"):  # each busy for as long as its cases time out
+        shutil.copytree(SUBMISSIONS / "hang", klass / name)
+    out = tmp_path / "out"
+    command = ("batch", str(klass), "-o", str(out), "--backend", "cpu", "--config", str(quick_config_file),
+               "--cluster", None, "--certs", str(certs), "--worker-wait", "5")
+    running = Cluster(certs, tmp_path)
+    batch = None
+    try:
+        worker = running.add_worker()
+        args = [running.address if part is None else part for part in command]
+        batch = start(*args, log=tmp_path / "batch.log")
+        deadline = time.monotonic() + 3 * START_S
+        while not (out / "students" / "compile_error.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop(worker)
+        assert batch.wait(timeout=3 * START_S) == 3
+        said = " ".join((tmp_path / "batch.log").read_text().split())
+        assert f"no worker is connected to the scheduler at {running.address}: waiting up to 5 s" in said
+        assert f"stopped: no worker of the cluster at {running.address} was connected for 5 s" in said
+        stored = {path.stem: json.loads(path.read_text()) for path in (out / "students").glob("*.json")}
+        assert stored["compile_error"]["outcome"] == "compile error"
+        for name in ("hang_a", "hang_b", "hang_c"):
+            assert stored[name]["outcome"] == "grader error" and "--resume" in stored[name]["message"]
+        assert (out / "grades.csv").read_text().count("\n") == 1 + 1 + 4  # header, points possible, the class
+
+        running.add_worker()
+        again = start(*args, "--resume", log=tmp_path / "again.log")
+        assert again.wait(timeout=3 * START_S) == 0, (tmp_path / "again.log").read_text()
+        assert "3 graded now, 1 kept from earlier runs" in " ".join((tmp_path / "again.log").read_text().split())
+    finally:
+        if batch is not None:
+            stop(batch)
+        running.close()
