@@ -157,20 +157,17 @@ def _detail(error: urllib.error.HTTPError) -> str:
         return error.reason or ""
 
 
+GRADESCOPE_METADATA = "submission_metadata.json"  # beside /autograder/submission
+PRAIRIELEARN_DATA = Path("data", "data.json")  # beside /grade/student
+PRAIRIELEARN_TIME = "_submitted_at"  # what prairielearn/questions/tiledSgemm/server.py stamps at submission
+
+
 def student_of(submission: Path, given: str) -> str:
     """The student's LMS id: given, or Gradescope's submission metadata beside the submission folder."""
     if given:
         return given
-    try:
-        metadata = json.loads((Path(submission).parent / "submission_metadata.json").read_text(encoding="utf-8"))
-        return str(metadata["users"][0]["id"])
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return ""
-
-
-GRADESCOPE_METADATA = "submission_metadata.json"  # beside /autograder/submission
-PRAIRIELEARN_DATA = Path("data", "data.json")  # beside /grade/student
-PRAIRIELEARN_TIME = "_submitted_at"  # what prairielearn/questions/tiledSgemm/server.py stamps at submission
+    found = _json_value(Path(submission).parent / GRADESCOPE_METADATA, ("users", 0, "id"))
+    return "" if found is None else str(found)
 
 
 def submitted_at_of(submission: Path, given: str) -> str:
@@ -181,21 +178,21 @@ def submitted_at_of(submission: Path, given: str) -> str:
     folder = Path(submission).parent
     for path, keys in ((folder / GRADESCOPE_METADATA, ("created_at",)),
                        (folder / PRAIRIELEARN_DATA, ("submitted_answers", PRAIRIELEARN_TIME))):
-        found = _json_field(path, keys)
-        if found:
+        found = _json_value(path, keys)
+        if isinstance(found, str) and found:
             return found
     return ""
 
 
-def _json_field(path: Path, keys: tuple[str, ...]) -> str:
-    """A string field of a JSON file, by its keys; "" where the file, a key or the string is missing."""
+def _json_value(path: Path, keys: tuple) -> object | None:
+    """A value of a JSON file, by its keys and indexes; None where the file or a step is missing."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
         for key in keys:
             value = value[key]
-    except (OSError, ValueError, KeyError, TypeError):
-        return ""
-    return value if isinstance(value, str) else ""
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    return value
 
 
 def mark_for_regrade(result: SubmissionResult, url: str) -> SubmissionResult:
