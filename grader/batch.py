@@ -39,10 +39,12 @@ from .execute.runner import Placement
 from .execute.sandbox import ONE_BLAS_THREAD
 from .intake.intake import Entry, Intake, Refusal, discover
 from .judge import truths
+from .leftovers import clear_at_start
 from .pipeline import CPU, GPU, RunPlan, device_lock, not_graded, sandbox_of
 from .report.exports import ExportOptions, class_files
 from .report.json_report import to_json
 from .report.junit_report import to_junit_xml
+from .report.points import full_marks
 from .result import GRADER_ERROR, NEEDS_GPU_GRADE, SubmissionResult
 
 STUDENTS = "students"  # per-student files, each written when that student is done
@@ -56,6 +58,7 @@ class BatchOptions:
     jobs: int = 0  # 0: one per CPU core
     cluster: str = ""  # a Dask scheduler's address: each submission a task there (cluster.py); "" grades here
     security: object | None = None  # distributed.Security for a TLS cluster
+    worker_wait_s: float = 60.0  # how long a cluster batch waits with no worker connected before it stops
     exports: ExportOptions = field(default_factory=ExportOptions)
 
 
@@ -65,6 +68,7 @@ class BatchOutcome:
     graded_now: int
     reused: int
     interrupted: bool = False
+    stopped: str = ""  # why a cluster batch stopped before grading everyone (its workers were gone)
 
 
 @functools.cache
@@ -93,6 +97,8 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
               console: Console) -> BatchOutcome:
     outdir = options.outdir
     (outdir / STUDENTS).mkdir(parents=True, exist_ok=True)
+    for line in clear_at_start():  # what graders killed mid-grade left here (a cluster's workers clear their own)
+        console.print(line, highlight=False)
     intake = discover(paths, outdir / "submissions", handed_in=config.compile.handed_in_headers)
     _write_intake_notes(intake, outdir)
     rows: dict[str, SubmissionResult] = {}
@@ -109,32 +115,40 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
         else:
             todo.append((entry, mark))
     reused = len(rows) - sum(1 for r in intake.refused if r.key)
-    graded, interrupted = _grade_all(todo, config, cases, plan, options, console, rows)
+    graded, interrupted, stopped = _grade_all(todo, config, cases, plan, options, console, rows)
     _add_intake(intake, rows, outdir)
     results = [rows[key] for key in sorted(rows)]
     if not interrupted:
         write_class_files(results, outdir, options.exports)
-    return BatchOutcome(results, graded, reused, interrupted)
+    return BatchOutcome(results, graded, reused, interrupted, stopped)
+
+
+IDENTITY = ("student_id", "student_name", "canvas_user_id", "sis_user_id", "sis_login_id", "late")
+
+
+def _identified(result: SubmissionResult, who: Entry | Refusal) -> bool:
+    """What intake knows of the student (who they are to a gradebook, whether the LMS marked them late, which
+    file it took and what it refused) set in their result, so every export renders it from the results alone,
+    for a student refused as for one graded; whether anything changed."""
+    known = {**{name: getattr(who, name) for name in IDENTITY}, "intake_notes": list(who.notes)}
+    changed = any(getattr(result, name) != value for name, value in known.items())
+    for name, value in known.items():
+        setattr(result, name, value)
+    return changed
 
 
 def _add_intake(intake: Intake, rows: dict[str, SubmissionResult], outdir: Path) -> None:
-    """What intake knows of each student (gradebook ids, which file it took, what it refused) goes into their
-    stored result, so every export can render it from the results alone; stored again only where it changed."""
+    """Stored results kept from an earlier run get what this run's intake knows; stored again where it changed."""
     for entry in intake.submissions:
         result = rows.get(entry.key)
-        if result is None:
-            continue  # interrupted before this student was graded
-        known = {"canvas_user_id": entry.canvas_user_id, "sis_user_id": entry.sis_user_id,
-                 "sis_login_id": entry.sis_login_id, "intake_notes": list(entry.notes)}
-        if any(getattr(result, name) != value for name, value in known.items()):
-            for name, value in known.items():
-                setattr(result, name, value)
+        if result is not None and _identified(result, entry):  # None: interrupted before it was graded
             _store(result, outdir, entry.key)
 
 
-def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, bool]:
+def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, bool, str]:
     """Each submission in a worker process of its own (the judging of outputs is numpy work that threads
-    would serialise); this process only waits, and stores each result the moment it arrives."""
+    would serialise); this process only waits, and stores each result the moment it arrives. Returns how
+    many were graded, whether Ctrl-C stopped it, and why a cluster batch stopped early ("" if it did not)."""
     jobs = options.jobs or os.cpu_count() or 2
     placements = _placements(plan, config)
     if plan.backend is not None:  # once, here, rather than in every worker at once; only the cases that run
@@ -144,10 +158,20 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
                TextColumn("eta"), TimeRemainingColumn())
     workers = Workers(_sanitizer_groups(plan, config, placements, options, jobs))
     pool, client = _executor(options, plan, jobs)
-    from .cluster import grade_task, remote_task, task_result  # cluster.py grades with this module's Workers
+    from .cluster import WorkerWatch, grade_task, remote_task, task_result  # cluster.py grades with Workers
 
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(_describe(counts), total=len(todo))
+        task = progress.add_task(_describe(counts, plan.backend), total=len(todo))
+        marks = {entry.key: mark for entry, mark in todo}
+
+        def record(entry: Entry, result: SubmissionResult) -> None:
+            _identified(result, entry)
+            result.fingerprint = marks[entry.key]
+            _store(result, options.outdir, entry.key)
+            rows[entry.key] = result
+            counts[_outcome(result)] += 1
+            progress.update(task, advance=1, description=_describe(counts, plan.backend))
+
         pending: dict[Future, Entry] = {}
         for i, (entry, _) in enumerate(todo):
             if client is not None:
@@ -155,31 +179,30 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
             else:
                 placed = replace(plan, placement=placements[i % len(placements)])
                 pending[pool.submit(workers.grade, entry, config, cases, placed)] = entry
-        marks = {entry.key: mark for entry, mark in todo}
+        watch = WorkerWatch(client, options.cluster, options.worker_wait_s, progress.console.print) if client else None
         try:
             while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                done, _ = wait(pending, timeout=watch.poll_s if watch else None, return_when=FIRST_COMPLETED)
                 for future in done:
                     entry = pending.pop(future)
-                    result = (task_result(future, entry, config, cases, "it will be graded again with --resume")
-                              if client is not None else future.result())
-                    result.student_id, result.student_name = entry.student_id, entry.student_name
-                    result.fingerprint = marks[entry.key]
-                    _store(result, options.outdir, entry.key)
-                    rows[entry.key] = result
-                    counts[_outcome(rows[entry.key])] += 1
-                    progress.update(task, advance=1, description=_describe(counts))
+                    record(entry, task_result(future, entry, config, cases, "it will be graded again with --resume")
+                           if client is not None else future.result())
+                if watch is not None and not done and watch.gone_for_good():
+                    for future, entry in pending.items():  # saved as not graded, graded again by --resume
+                        future.cancel()
+                        record(entry, not_graded(entry.path, config, cases, watch.reason(), GRADER_ERROR))
+                    return len(todo) - len(pending), False, watch.stopped()
         except KeyboardInterrupt:
             # Workers die at once, before they can report anything; their sandboxes die with them.
             workers.stop()
             pool.shutdown(wait=False, cancel_futures=True)
-            return len(todo) - len(pending), True
+            return len(todo) - len(pending), True, ""
         finally:
             if client is not None:
                 client.close()  # every future is done or given up: nothing left for the executor to wait on
     if client is None:
         pool.shutdown()
-    return len(todo), False
+    return len(todo), False, ""
 
 
 def _executor(options: BatchOptions, plan: RunPlan, jobs: int):
@@ -284,18 +307,21 @@ def _outcome(result: SubmissionResult) -> str:
         return "error"
     if result.outcome == NEEDS_GPU_GRADE:
         return "held"  # its CPU score is not its grade: neither full marks nor points lost
-    return "pass" if result.score >= result.max_score else "fail"
+    return "pass" if full_marks(result) else "fail"  # without a GPU, every point it could check
 
 
-def _describe(counts: dict[str, int]) -> str:
+def _describe(counts: dict[str, int], backend: str | None) -> str:
     held = f" [cyan]{counts['held']} need a GPU grade[/]" if counts["held"] else ""
-    return (f"[green]{counts['pass']} full marks[/] [red]{counts['fail']} lost points[/]{held} "
+    # Without a GPU, timing and the large cases are not checked: full marks are every point that could be.
+    checkable = " (of the points checkable without a GPU)" if backend == CPU else ""
+    return (f"[green]{counts['pass']} full marks[/]{checkable} [red]{counts['fail']} lost points[/]{held} "
             f"[magenta]{counts['error']} errors[/]")
 
 
 def _refused(refusal: Refusal, config: Config, cases: list[Case]) -> SubmissionResult:
     result = not_graded(Path(refusal.key), config, cases, f"not graded: {refusal.reason}")
-    result.submission, result.student_id, result.student_name = refusal.key, refusal.student_id, refusal.student_name
+    result.submission = refusal.key
+    _identified(result, refusal)
     return result
 
 

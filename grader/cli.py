@@ -9,7 +9,8 @@
     grade scheduler --certs DIR           the cluster's Dask scheduler, requiring those certificates
     grade worker --scheduler tls://…      Dask workers grading on this host's GPUs
 
-Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2 for misuse, 130 on Ctrl-C.
+Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2 for misuse, 3 when a cluster
+batch stopped because no worker was connected for --worker-wait, 130 on Ctrl-C.
 """
 from __future__ import annotations
 
@@ -34,16 +35,19 @@ from .execute.cpu.build import compiler
 from .execute.gpu_detect import gpu_unavailable_reason, local_gpus
 from .execute.sandbox import SandboxUnavailable, detect
 from .intake.submission import SubmissionError, find_kernel_noted, locate, read_headers
+from .leftovers import WORKER, clear_at_start, owned_scratch
 from .phases import Phases, describe, merged, since_process_start
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
 from .report import render, write_json, write_junit
-from .report.canvas_csv import HOLD, SCALE, CanvasOptions, RosterRow, read_roster
+from .report.canvas_csv import CanvasOptions, RosterRow, read_roster
 from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
+from .report.points import HOLD, WITHOUT_GPU, format_points, run_gpu_note, run_total
 from .report.status import status_label
 from .result import GRADER_ERROR, SubmissionResult
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_NO_WORKERS = 3  # a cluster batch stopped: no worker was connected for --worker-wait
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
 
 
@@ -116,10 +120,23 @@ def worker_main(argv: list[str]) -> int:
         return _misuse(exc)
     tls = [] if files is None else [item for flag, path in zip(("--tls-ca-file", "--tls-cert", "--tls-key"), files)
                                     for item in (flag, str(path))]
+    for line in [*clear_at_start(), _sandbox_words()]:
+        print(f"grade worker: {line}", file=sys.stderr, flush=True)
     gpus = local_gpus()
     cores = os.cpu_count() or 2
     slots = args.slots or max(1, cores // max(len(gpus), 1))
-    return run_workers(worker_commands(args.scheduler, gpus, slots, cores, tls, args.listen))
+    with owned_scratch(WORKER) as local:  # Dask's files: removed when it stops, by the next start after kill -9
+        return run_workers(worker_commands(args.scheduler, gpus, slots, cores, tls, args.listen, local))
+
+
+def _sandbox_words() -> str:
+    """Where a worker runs student code: this host's sandbox, said once at its start (a service or batch on
+    a cluster does not know it)."""
+    try:
+        sandbox = detect()
+    except SandboxUnavailable as exc:
+        return f"no sandbox can run student code here: {exc}"
+    return f"student code runs in the sandbox at {sandbox.level}" + (f" ({sandbox.note})" if sandbox.note else "")
 
 
 def scheduler_main(argv: list[str]) -> int:
@@ -137,7 +154,7 @@ def scheduler_main(argv: list[str]) -> int:
                         help="Dask's HTTP pages (health, metrics, worker info; the dashboard with --dashboard), which "
                              "have no authentication (default: %(default)s: this host only; reach it through SSH)")
     args = parser.parse_args(argv)
-    from .cluster_tls import tls_files
+    from .cluster_tls import ROLE_GATE, tls_files
 
     try:
         ca, cert, key = tls_files("scheduler", args.certs, None, None, None)
@@ -145,7 +162,7 @@ def scheduler_main(argv: list[str]) -> int:
         return _misuse(exc)
     command = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--protocol", "tls", "--port", str(args.port),
                "--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key), "--dashboard-address",
-               args.http, "--dashboard" if args.dashboard else "--no-dashboard"]
+               args.http, "--dashboard" if args.dashboard else "--no-dashboard", "--preload", ROLE_GATE]
     if args.host:
         command += ["--host", args.host]
     sys.stdout.flush()
@@ -228,11 +245,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         remote.add_argument("--token-file", type=Path, default=None, metavar="FILE", help="the course's token")
         remote.add_argument("--student", default="", metavar="ID",
                             help="the student's LMS id (default: Gradescope's submission_metadata.json)")
+        remote.add_argument("--submitted-at", default="", metavar="ISO",
+                            help="when the LMS took the submission (ISO 8601 with its zone), so the service grades "
+                                 "the student's newest (default: Gradescope's submission_metadata.json, or the time "
+                                 "the PrairieLearn question stamps in its job data)")
         remote.add_argument("--remote-timeout", type=float, default=600, metavar="S",
                             help="how long to wait for the service's result (default: %(default)s s)")
         remote.add_argument("--remote-fallback", choices=("cpu", "fail"), default="fail",
                             help="when the service cannot grade it: grade here on the CPU with a note, or write a "
                                  "grader error (default: %(default)s)")
+    if command in LMS_ENTRIES:
+        parser.add_argument("--without-gpu", choices=WITHOUT_GPU, default=HOLD,
+                            help="the score from a run without a GPU (timing and the large cases not checked): "
+                                 "hold (default) scores the points checked, for an assignment worth the points "
+                                 "checkable without a GPU; scale scores their share of the full total, for an "
+                                 "assignment worth the full total (README: which total to give the assignment)")
     if command == "gradescope":
         parser.add_argument("--hidden-visibility", choices=HIDDEN_VISIBILITIES, default=DEFAULT_HIDDEN_VISIBILITY,
                             help="Gradescope visibility of hidden cases (default: %(default)s); students see only "
@@ -248,6 +275,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         cluster.add_argument("--cluster", default="", metavar="ADDRESS",
                              help="a Dask scheduler (tls://HOST:8786, with --certs DIR): each submission is graded "
                                   "on its workers (`grade worker`); results are written here as always")
+        cluster.add_argument("--worker-wait", type=float, default=60.0, metavar="S",
+                             help="how long to wait for a worker, at the start and whenever none is connected; "
+                                  "after that the batch stops, keeping what was graded (default: %(default)g s)")
         _tls_options(cluster)
         canvas = parser.add_argument_group("canvas.csv")
         canvas.add_argument("--assignment", default="SGEMM lab", metavar="TITLE",
@@ -259,7 +289,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         canvas.add_argument("--roster", type=Path, default=None, metavar="FILE",
                             help="Canvas's gradebook export (CSV): names, ids and sections come from it, and "
                                  "students with no submission are listed")
-        canvas.add_argument("--without-gpu", choices=(HOLD, SCALE), default=HOLD,
+        canvas.add_argument("--without-gpu", choices=WITHOUT_GPU, default=HOLD,
                             help="scores from a run without a GPU: hold (default) leaves their cells empty; "
                                  "scale writes them scaled to the points that could be checked")
     args = parser.parse_args(rest)
@@ -326,7 +356,7 @@ def _cluster_gpu_missing(args: argparse.Namespace) -> str | None:
     """With --cluster the workers grade, so their GPUs count, not this host's: why none can, or None."""
     from .cluster import cluster_gpus
 
-    if cluster_gpus(args.cluster, args.security):
+    if cluster_gpus(args.cluster, args.security, getattr(args, "worker_wait", 60.0)):
         return None
     return f"no worker of the cluster at {args.cluster} has a GPU (`grade worker` on a GPU host offers one)"
 
@@ -359,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         errors.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_USAGE
     # Said once, before anything is graded (a service says it in its first log line: serve/main.py's announce).
-    if plan.sandbox is not None and plan.sandbox.note and args.command != "serve":
+    # A cluster's workers run the student code, in their own hosts' sandboxes: this host's level is not theirs.
+    if plan.sandbox is not None and plan.sandbox.note and args.command != "serve" and not getattr(args, "cluster", ""):
         errors.print(Text("Sandbox: ", style="bold yellow").append(plan.sandbox.note), highlight=False)
     if args.command == "batch":
         return grade_batch(args, config, cases, plan, console, errors)
@@ -458,6 +489,8 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
     options = ExportOptions(compile_error_graded=config.prairielearn.compile_error_graded)
     if args.command == "gradescope":
         options.hidden_visibility = args.hidden_visibility
+    if args.command in LMS_ENTRIES:
+        options.without_gpu = args.without_gpu
     if args.command == "batch":
         if not args.assignment.strip():
             raise UsageError("--assignment: the title must not be empty")
@@ -472,15 +505,35 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
     from .batch import BatchOptions, run_batch  # here, not at the top: one `grade PATH` never needs it (~50 ms)
 
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
-                           exports=args.exports, cluster=args.cluster, security=args.security)
+                           exports=args.exports, cluster=args.cluster, security=args.security,
+                           worker_wait_s=args.worker_wait)
     outcome = run_batch(args.paths, config, cases, plan, options, console)
     if outcome.interrupted:
         errors.print(f"[bold red]interrupted[/]: {outcome.graded_now} submissions graded and saved in "
                      f"{args.output}/students; run the same command with --resume to grade the rest", highlight=False)
         return EXIT_INTERRUPTED
+    if outcome.stopped:
+        left = sum(1 for result in outcome.results if result.outcome == GRADER_ERROR)
+        errors.print(f"[bold red]stopped[/]: {outcome.stopped}. {outcome.graded_now} submissions graded and saved in "
+                     f"{args.output}/students; {left} rows are grader errors: start a worker and run the same "
+                     "command with --resume to grade them", highlight=False)
+        write_summary_lines(args, outcome, console)
+        return EXIT_NO_WORKERS
+    write_summary_lines(args, outcome, console)
+    return EXIT_OK
+
+
+def write_summary_lines(args, outcome, console: Console) -> None:
+    """After a batch: the counts, what a run without a GPU could check, where the class files are, and the
+    rows Canvas will not take as they are."""
     statuses = Counter(status_label(r) for r in outcome.results)
     console.print(f"{len(outcome.results)} students: {outcome.graded_now} graded now, {outcome.reused} kept from "
                   f"earlier runs; " + ", ".join(f"{n} {label}" for label, n in sorted(statuses.items())))
+    gpu = run_gpu_note(outcome.results)
+    if gpu:
+        console.print(f"Graded without a GPU: every total is out of the {format_points(run_total(outcome.results))} "
+                      f"points checkable here; {gpu}. canvas.csv: --without-gpu {args.without_gpu}.",
+                      highlight=False)
     console.print(", ".join(f"{export.name}: {args.output / export.main_file}" for export in CLASS_EXPORTS))
     notes = (args.output / "canvas-notes.txt").read_text(encoding="utf-8").splitlines()
     if notes:
@@ -488,7 +541,6 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
                       f"{args.output / 'canvas-notes.txt'}:", highlight=False)
         for line in notes[:20]:
             console.print(f"  {line}", highlight=False, markup=False)
-    return EXIT_OK
 
 
 def grade_serve(args, config, cases, plan, errors: Console) -> int:
@@ -515,7 +567,7 @@ def grade_serve(args, config, cases, plan, errors: Console) -> int:
 def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
     """The service's result; when it cannot give one, the instructor's --remote-fallback. Either way a result
     the service did not grade carries `regrade_reason`, so the instructor finds it and grades it again."""
-    from .remote import RemoteUnavailable, grade_remotely, mark_for_regrade, student_of
+    from .remote import RemoteUnavailable, grade_remotely, mark_for_regrade, student_of, submitted_at_of
 
     kernel = folder / "kernel.cu" if folder.is_dir() else folder
     try:
@@ -529,7 +581,9 @@ def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
         headers = {name: text.encode() for name, text in
                    read_headers(kernel.parent, config.compile.handed_in_headers).items()}
         return mark_for_regrade(grade_remotely(kernel, student, args.remote, token, args.remote_timeout,
-                                               headers=headers), args.remote)
+                                               headers=headers,
+                                               submitted_at=submitted_at_of(args.submission, args.submitted_at)),
+                                args.remote)
     except (RemoteUnavailable, OSError) as error:
         if not isinstance(error, RemoteUnavailable):
             error = RemoteUnavailable(f"--token-file {args.token_file}: {error.strerror}")

@@ -17,17 +17,18 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .batch import Workers
 from .cases import Case
+from .cluster_tls import ROLE_GATE
 from .config import Config
 from .errors import UsageError
 from .execute.proc import PR_SET_PDEATHSIG
 from .intake.intake import Entry
+from .leftovers import TASK, owned_scratch
 from .pipeline import GPU, RunPlan, not_graded
 from .result import GRADER_ERROR, SubmissionResult
 
@@ -69,7 +70,7 @@ def grade_task(task: RemoteTask) -> dict:
     sandbox, GPU and caches; the result as JSON-ready data (the log included) for the client to store."""
     config = copy.deepcopy(task.config)
     config.compile.cache_dir = os.environ.get(WORKER_CACHE, "~/.cache/sgemm-grader")
-    with tempfile.TemporaryDirectory(prefix="sgemm-task-") as work:
+    with owned_scratch(TASK) as work:
         folder = Path(work, "submissions", task.key)
         folder.mkdir(parents=True)
         for name, data in {**task.headers, "kernel.cu": task.kernel}.items():
@@ -94,6 +95,44 @@ def task_result(future, entry: Entry, config: Config, cases: list[Case], again: 
         return not_graded(entry.path, config, cases, reason, GRADER_ERROR)
 
 
+class WorkerWatch:
+    """A cluster batch's watch on its workers: a batch whose workers are all gone says so, waits `wait_s`
+    for one to join (again), and then stops rather than wait for ever."""
+
+    poll_s = 1.0  # how often it asks, while no result arrives
+
+    def __init__(self, client, address: str, wait_s: float, say):
+        self.client, self.address, self.wait_s, self.say = client, address, wait_s, say
+        self.gone_since: float | None = None
+
+    def gone_for_good(self) -> bool:
+        """Whether no worker has been connected for wait_s."""
+        if self._workers():
+            if self.gone_since is not None:
+                self.say("a worker joined: grading goes on")
+            self.gone_since = None
+            return False
+        if self.gone_since is None:
+            self.gone_since = time.monotonic()
+            self.say(f"no worker is connected to the scheduler at {self.address}: waiting up to {self.wait_s:g} s "
+                     f"for one (`grade worker --scheduler {self.address}` on a grading host), then stopping")
+        return time.monotonic() - self.gone_since >= self.wait_s
+
+    def _workers(self) -> int:
+        try:
+            return len(self.client.scheduler_info(n_workers=-1)["workers"])
+        except (OSError, TimeoutError):  # the scheduler itself is gone: no worker can grade either
+            return 0
+
+    def reason(self) -> str:
+        return (f"grader error: no worker of the cluster at {self.address} was connected for {self.wait_s:g} s, so "
+                "the batch stopped before this submission was graded; it will be graded again with --resume")
+
+    def stopped(self) -> str:
+        return (f"no worker of the cluster at {self.address} was connected for {self.wait_s:g} s (--worker-wait): "
+                "the batch stopped")
+
+
 def cluster_gpus(address: str, security, wait_s: float = 60.0) -> int:
     """How many GPU slots the cluster's workers offer, once at least one worker has joined. The batch or
     service may run on a host without a GPU: the workers' GPUs decide the backend, not this host's."""
@@ -116,12 +155,16 @@ def cluster_gpus(address: str, security, wait_s: float = 60.0) -> int:
 
 
 def worker_commands(scheduler: str, gpus: list[int], slots: int, cores: int, tls: list[str],
-                    listen: str = "") -> list[tuple[list[str], dict]]:
+                    listen: str = "", local: Path | None = None) -> list[tuple[list[str], dict]]:
     """One Dask worker per local GPU (that GPU alone visible to it, `slots` submissions at once, offered as
     the GPU resource), or one worker for the CPU emulator when the host has none. Its HTTP pages (health,
-    metrics; no authentication) are for this host only."""
+    metrics; no authentication) are for this host only. With TLS, the worker and its nanny answer each
+    peer as its certificate's role allows (cluster_preload.py); plain TCP (--insecure) has no roles. Dask's
+    own files go in `local` (`grade worker`'s folder, which it removes), not in a shared scratch space."""
+    gate = ["--preload", ROLE_GATE, "--preload-nanny", ROLE_GATE] if tls else []
     base = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--nworkers", "1", "--no-dashboard",
-            "--dashboard-address", "127.0.0.1:0", *(["--host", listen] if listen else []), *tls]
+            "--dashboard-address", "127.0.0.1:0", *(["--host", listen] if listen else []), *tls, *gate,
+            *(["--local-directory", str(local)] if local else [])]
     if not gpus:
         return [([*base, "--nthreads", str(cores), "--name", f"{socket.gethostname()}-cpu"], {})]
     return [([*base, "--nthreads", str(slots), "--resources", f"{SLOTS}={slots}",

@@ -3,6 +3,11 @@ worker, outside the sandbox. So nothing may reach the scheduler, a worker or a n
 certificate of the cluster's own CA: `grade cluster-certs DIR` makes that CA and one certificate per role,
 `grade scheduler --certs DIR` starts Dask's scheduler requiring them, and `grade worker`, `grade batch
 --cluster` and `grade serve --cluster` refuse a plain tcp:// scheduler unless told --insecure.
+
+Each certificate names its role (a URI in its subject alternative names, `urn:sgemm-grader:role:worker`),
+and the servers answer each peer only as its role allows (cluster_preload.py): a worker's or the
+scheduler's key cannot submit tasks or run functions. Each command checks it was given its own role's
+certificate, and says which it was given otherwise.
 """
 from __future__ import annotations
 
@@ -14,7 +19,10 @@ from pathlib import Path
 from .errors import UsageError
 
 CA = "ca.pem"
-ROLES = ("scheduler", "worker", "client")  # who holds which certificate; a client is `grade batch`/`serve`
+CLIENT, WORKER, SCHEDULER = "client", "worker", "scheduler"
+ROLES = (SCHEDULER, WORKER, CLIENT)  # who holds which certificate; a client is `grade batch`/`serve`
+ROLE_URI = "urn:sgemm-grader:role:"  # + the role: a subject alternative name of each certificate
+ROLE_GATE = "grader.cluster_preload"  # preloaded by the scheduler, each nanny and each worker of a TLS cluster
 DEFAULT_DAYS = 400  # a term and its regrades, with room to spare
 HOW = ("`grade cluster-certs DIR` makes the certificates and `grade scheduler --certs DIR` starts a scheduler "
        "that requires them; then pass tls://HOST:8786 and --certs DIR")
@@ -77,7 +85,8 @@ def _leaf(role: str, ca_key, ca_cert, now, days: int, hosts: tuple[str, ...]):
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    names = [x509.DNSName(f"sgemm-grader-{role}"), *(x509.DNSName(h) for h in hosts)]
+    names = [x509.UniformResourceIdentifier(role_uri(role)), x509.DNSName(f"sgemm-grader-{role}"),
+             *(x509.DNSName(h) for h in hosts)]
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"sgemm-grader {role}")]))
             .issuer_name(ca_cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -92,6 +101,44 @@ def _leaf(role: str, ca_key, ca_cert, now, days: int, hosts: tuple[str, ...]):
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
     return key, cert
+
+
+def role_uri(role: str) -> str:
+    return ROLE_URI + role
+
+
+def roles_in(names: list[tuple[str, str]]) -> list[str]:
+    """The roles among subject alternative names, as Python's ssl lists them: [("URI", "urn:..."), ...]."""
+    return [value[len(ROLE_URI):] for kind, value in names if kind == "URI" and value.startswith(ROLE_URI)]
+
+
+def certificate_roles(path: Path) -> list[str]:
+    """The roles a certificate file names."""
+    from cryptography import x509
+
+    try:
+        certificate = x509.load_pem_x509_certificate(path.read_bytes())
+    except ValueError as error:
+        raise UsageError(f"{path}: not a PEM certificate ({error})") from None
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return roles_in([("URI", uri) for uri in names.get_values_for_type(x509.UniformResourceIdentifier)])
+
+
+def _check_role(path: Path, role: str) -> None:
+    """The certificate a command was given is its role's: a worker's key as a client is refused by the
+    scheduler anyway, and this says why before anything is tried."""
+    found = certificate_roles(path)
+    if found == [role]:
+        return
+    if not found:
+        raise UsageError(f"{path}: this certificate names no role (it was made before certificates carried one); "
+                         f"make the cluster's certificates again with `grade cluster-certs DIR` and copy each "
+                         "host its part")
+    raise UsageError(f"{path}: this is a {' and '.join(found)}'s certificate, not a {role}'s: give this command "
+                     f"{role}.pem and {role}-key.pem")
 
 
 def _pem(cert) -> bytes:
@@ -134,6 +181,7 @@ def tls_files(role: str, certs: Path | None, ca_file: Path | None, cert: Path | 
         if not os.access(path, os.R_OK):
             raise UsageError(f"{path}: cannot read it ({'missing' if not path.exists() else 'permission denied'}); "
                              f"{HOW}")
+    _check_role(files[1], role)
     return files
 
 

@@ -10,7 +10,6 @@ import itertools
 import os
 import shutil
 import socket
-import tempfile
 import time
 import traceback
 from concurrent.futures import Future
@@ -40,6 +39,7 @@ from .intake.submission import KERNEL_FILE, Submission, SubmissionError, locate,
 from .judge.access import access_feedback
 from .judge.timing import NAME as TIMING_NAME
 from .judge.warming import Warming
+from .leftovers import GRADE, owned_folder
 from .phases import Phases
 from .result import (
     CASE,
@@ -618,7 +618,7 @@ def _compile_with_fallback(submission: Submission, config: Config, sandbox: Sand
 def run_child(submission: Submission, config: Config, cases: list[Case], backend: str,
               plan: RunPlan) -> RunEvents:
     """Runs the cases in a child process of the backend's kind; the parent only reads its events."""
-    workdir = tempfile.mkdtemp(prefix="sgemm-grade-")
+    workdir = str(owned_folder(GRADE))  # named for this process: a later start clears it if we die unclean
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
     sandbox = sandbox_of(plan)
     warming = Warming(cases, config)  # the judge ready by the time the first outputs are judged

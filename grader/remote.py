@@ -1,8 +1,10 @@
 """`grade gradescope|prairielearn … --remote URL`: the submission graded by a `grade serve` service, so
 the student's code never runs in the LMS's container and gets the GPU's checks.
 
-Only the student's kernel.cu travels (zipped). The service answers the native result; the LMS file is
-rendered here from it, as for a local grade. Within --remote-timeout the client waits as the service asks
+Only the student's kernel.cu travels (zipped), with the time the LMS took the submission (Gradescope's
+`submission_metadata.json`, PrairieLearn's job data), so the service keeps each student's newest by the LMS's
+clock, whatever order containers post in. The service answers the native result; the LMS file is rendered
+here from it, as for a local grade. Within --remote-timeout the client waits as the service asks
 (`Retry-After` on a 429 or 503) and rides out a service that restarts (unreachable, 5xx: tried again with
 a growing pause). When it finally gets no grade (a refused token, an archive over the cap, the hourly limit
 past the timeout, the service down), the instructor chooses: grade here on the CPU with a note saying so,
@@ -41,8 +43,10 @@ class RemoteUnavailable(Exception):
 
 
 def grade_remotely(kernel: Path, student: str, url: str, token: str, timeout_s: float,
-                   sleep=time.sleep, headers: dict[str, bytes] | None = None) -> SubmissionResult:
-    """`headers`: the files handed in beside kernel.cu (config compile.handed_in_headers), sent beside it."""
+                   sleep=time.sleep, headers: dict[str, bytes] | None = None,
+                   submitted_at: str = "") -> SubmissionResult:
+    """`headers`: the files handed in beside kernel.cu (config compile.handed_in_headers), sent beside it.
+    `submitted_at`: when the LMS took the submission (ISO 8601), "" where it does not say."""
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
         zipped.write(kernel, "kernel.cu")
@@ -50,7 +54,7 @@ def grade_remotely(kernel: Path, student: str, url: str, token: str, timeout_s: 
             zipped.writestr(name, data)
     base = url.rstrip("/")
     deadline = time.monotonic() + timeout_s
-    query = urllib.parse.urlencode({"student": student})
+    query = urllib.parse.urlencode({"student": student, **({"submitted_at": submitted_at} if submitted_at else {})})
     queued = _patiently(lambda: _call("POST", f"{base}/v1/jobs?{query}", token, archive.getvalue()), deadline,
                         sleep, timeout_s)
     job = f"{base}/v1/jobs/{urllib.parse.quote(str(queued.get('id', '')))}"
@@ -153,15 +157,42 @@ def _detail(error: urllib.error.HTTPError) -> str:
         return error.reason or ""
 
 
+GRADESCOPE_METADATA = "submission_metadata.json"  # beside /autograder/submission
+PRAIRIELEARN_DATA = Path("data", "data.json")  # beside /grade/student
+PRAIRIELEARN_TIME = "_submitted_at"  # what prairielearn/questions/tiledSgemm/server.py stamps at submission
+
+
 def student_of(submission: Path, given: str) -> str:
     """The student's LMS id: given, or Gradescope's submission metadata beside the submission folder."""
     if given:
         return given
+    found = _json_value(Path(submission).parent / GRADESCOPE_METADATA, ("users", 0, "id"))
+    return "" if found is None else str(found)
+
+
+def submitted_at_of(submission: Path, given: str) -> str:
+    """When the LMS took the submission: given (--submitted-at), or Gradescope's `created_at`, or the time the
+    PrairieLearn question stamped into its submitted answers; "" where none says."""
+    if given:
+        return given
+    folder = Path(submission).parent
+    for path, keys in ((folder / GRADESCOPE_METADATA, ("created_at",)),
+                       (folder / PRAIRIELEARN_DATA, ("submitted_answers", PRAIRIELEARN_TIME))):
+        found = _json_value(path, keys)
+        if isinstance(found, str) and found:
+            return found
+    return ""
+
+
+def _json_value(path: Path, keys: tuple) -> object | None:
+    """A value of a JSON file, by its keys and indexes; None where the file or a step is missing."""
     try:
-        metadata = json.loads((Path(submission).parent / "submission_metadata.json").read_text(encoding="utf-8"))
-        return str(metadata["users"][0]["id"])
+        value = json.loads(path.read_text(encoding="utf-8"))
+        for key in keys:
+            value = value[key]
     except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return ""
+        return None
+    return value
 
 
 def mark_for_regrade(result: SubmissionResult, url: str) -> SubmissionResult:

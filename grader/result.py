@@ -143,6 +143,8 @@ class SubmissionResult:
     sis_login_id: str = ""
     # How intake chose this student's file (the newest of several, the only .cu, ...) and what it refused.
     intake_notes: list[str] = field(default_factory=list)
+    # The LMS marked the submission late (a Canvas download names it so); False where the LMS does not say.
+    late: bool = False
     # Set when no grade came for the grader's or a service's sake (the grading service refused or could not be
     # reached): what happened, for the instructor, who finds these rows by it and grades them again.
     regrade_reason: str = ""

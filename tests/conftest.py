@@ -13,6 +13,7 @@ import pytest
 
 # The tests grade in this process as `grade` does in its own: the same BLAS settings, before numpy loads.
 import grader.blas_threads  # noqa: F401, E402
+from grader.leftovers import clear_dead, owned_folder  # noqa: E402
 
 # Fails the run when a test skips for any reason but missing hardware; pytester runs it on toy suites.
 pytest_plugins = ["skip_policy", "pytester"]
@@ -27,6 +28,7 @@ RUN_TIMEOUT_S = 2
 # thousands of small files, and on ext4 that alone was about 5% of its CPU (15 CPU-s on 2 cores).
 RAM_TEMP, RAM_TEMP_MIN_FREE = Path("/dev/shm"), 4 << 30
 RAM_TEMP_OWNER = "SGEMM_TESTS_RAM_TEMP_OWNER"  # the pid of the run's first process, which removes it
+RAM_TEMP_PREFIX = "sgemm-tests-"
 
 
 def _use_ram_backed_temp() -> None:
@@ -35,7 +37,10 @@ def _use_ram_backed_temp() -> None:
     found = os.statvfs(RAM_TEMP)
     if found.f_flag & os.ST_NOEXEC or found.f_bavail * found.f_frsize < RAM_TEMP_MIN_FREE:
         return  # the emulation runs programs from its scratch; Docker's /dev/shm is 64 MB
-    folder = tempfile.mkdtemp(prefix="sgemm-tests-", dir=RAM_TEMP)
+    # Named for this run's first process: a run killed before it could remove its folder (RAM: every grade's
+    # files) leaves it only until the next run on the machine starts.
+    clear_dead(RAM_TEMP, prefixes=(RAM_TEMP_PREFIX,), unowned=None)
+    folder = str(owned_folder(RAM_TEMP_PREFIX, RAM_TEMP))
     os.chmod(folder, 0o711)  # the sandbox's uid passes through it to a grade's own folder
     os.environ["TMPDIR"] = folder  # for the workers and the grader processes the tests start, too
     os.environ[RAM_TEMP_OWNER] = str(os.getpid())
@@ -56,6 +61,66 @@ def submission_source():
         return (SUBMISSIONS / name / "kernel.cu").read_text()
 
     return read
+
+
+@pytest.fixture
+def temp_root():
+    """A temporary root of the test's own (the TMPDIR of the graders it starts), so what they leave there is
+    theirs alone; reachable by the sandbox's uid, as the real one is. Removed after the test."""
+    root = Path(tempfile.mkdtemp(prefix="sgemm-test-root-"))
+    root.chmod(0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def left_in(root: Path) -> list[str]:
+    """What graders left in a temporary root: everything but the sandbox's copies of the grader, which a root
+    grader keeps there only where /var/cache cannot hold them."""
+    return sorted(p.name for p in root.iterdir() if p.name != "sgemm-grader-sandbox-root")
+
+
+def wait_until_gone(pids, timeout_s: float = 30) -> None:
+    """Waits for processes to end (an ended orphan is a zombie of the session until its reaper thread runs)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        running = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and not _zombie(pid)]
+        if not running:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"processes still running after {timeout_s} s: {running}")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def owners_of(names: list[str]) -> set[int]:
+    """The pids that own temporary folders named by grader/leftovers.py (sgemm-grade-<ns>.<pid>.<start>-...)."""
+    return {int(name.split("-", 2)[2].split(".")[1]) for name in names
+            if name.startswith(("sgemm-grade-", "sgemm-task-")) and name.count(".") >= 2}
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """The live descendants of `pid` (from /proc): pid -> command line."""
+    parents, commands = {}, {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                fields = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
+                commands[int(entry.name)] = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    found, frontier = {}, {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found.update({child: commands[child].decode(errors="replace") for child in frontier})
+    return found
 
 
 @pytest.fixture(scope="session")
@@ -345,8 +410,47 @@ def pytest_sessionfinish(session, exitstatus):
     if worker_output is not None:  # a pytest-xdist worker: its controller fails the run (pytest_testnodedown)
         worker_output["leftovers"] = leftovers
         return
-    _fail_on_leftovers(session, list(dict.fromkeys(leftovers + _WORKER_LEFTOVERS)))
+    _fail_on_leftovers(session, list(dict.fromkeys(leftovers + _WORKER_LEFTOVERS)) + semaphores_left())
     _remove_ram_backed_temp()
+
+
+# --- nor may a named semaphore -------------------------------------------------------------------------------
+# Python's multiprocessing (Dask's nannies, a LocalCluster) makes named semaphores in /dev/shm; the resource
+# tracker of the process that made them unlinks them when it ends, unless it is killed first. What the run
+# made (created since it started) and no live process maps any more was left behind: the run removes it and
+# fails. Another suite on the machine keeps its own, which its processes map.
+SHM, SESSION_STARTED = Path("/dev/shm"), time.time()
+
+
+def semaphores_left(grace_s: float = LEFTOVER_GRACE_S) -> list[str]:
+    deadline = time.monotonic() + grace_s  # a tracker whose processes just ended may be unlinking them
+    while (left := orphaned_semaphores()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for path in left:
+        path.unlink(missing_ok=True)
+    return [f"{path} (a named semaphore no process uses; removed)" for path in left]
+
+
+def orphaned_semaphores() -> list[Path]:
+    try:
+        made = {entry.stat().st_ino: Path(entry.path) for entry in os.scandir(SHM)
+                if entry.name.startswith("sem.") and entry.stat().st_ctime >= SESSION_STARTED}
+    except OSError:  # no /dev/shm here, or one entry went away meanwhile: asked again after a moment
+        return []
+    return [path for inode, path in made.items() if inode not in _mapped_inodes()] if made else []
+
+
+def _mapped_inodes() -> set[int]:
+    """The inodes every live process maps (a semaphore in use is mapped by each process that opened it)."""
+    inodes = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/maps") as maps:
+                    inodes.update(int(line.split()[4]) for line in maps if "/dev/shm/" in line)
+            except (OSError, IndexError, ValueError):
+                continue
+    return inodes
 
 
 # What each pytest-xdist worker left running, sent to the controller when the worker ends.
@@ -362,5 +466,6 @@ def _fail_on_leftovers(session, leftovers: list[str]) -> None:
     if leftovers:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.write_line("processes left running by the test session:\n" + "\n".join(leftovers), red=True)
+            reporter.write_line("left behind by the test session (processes running, semaphores):\n"
+                                + "\n".join(leftovers), red=True)
         session.exitstatus = 1

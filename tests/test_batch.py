@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SUBMISSIONS
+from conftest import ROOT, SUBMISSIONS, left_in, owners_of, wait_until_gone
 from hardware import needs_cxx
 from junitparser import JUnitXml
 
@@ -75,9 +75,19 @@ def test_a_canvas_zip_yields_a_row_per_student_with_refusals_kept(small_config, 
     stdout, stderr = finished.communicate(timeout=120)
     assert finished.returncode == 0, stderr
     rows = grades(out)
-    assert rows["points possible"]["total"] == "100"
+    # Without a GPU, timing (10 points) is not checked: every total is out of the 90 that are, and says so.
+    possible = rows["points possible"]
+    assert (possible["total"], possible["max"], possible["speed vs reference"]) == ("90", "90", "")
+    assert possible["intake notes"] == "points checkable without a GPU; 10 more need a GPU (timing): not checked"
     students = {row["student_id"]: row for name, row in rows.items() if name != "points possible"}
-    assert students["1001"]["total"] == "90" and students["1001"]["status"] == "graded"  # timing needs a GPU
+    assert students["1001"]["total"] == students["1001"]["max"] == "90" and students["1001"]["status"] == "graded"
+    assert students["1001"]["speed vs reference"] == ""  # not checked: no 0 in its cell
+    said = " ".join(stdout.split())
+    assert "1 full marks (of the points checkable without a GPU)" in said, said
+    assert "Graded without a GPU: every total is out of the 90 points checkable here; 10 more need a GPU (timing)" \
+        in said
+    summary = (out / "summary" / "index.html").read_text()
+    assert "points out of 90 checkable without a GPU" in summary and "10 more need a GPU (timing)" in summary
     assert students["1002"]["total"] == "6"  # 2 of the static checks; every case races
     assert students["1003"]["status"] == "submission error"
     assert "evil" in (out / "intake.txt").read_text()
@@ -253,3 +263,70 @@ def test_a_run_queued_behind_a_timing_turn_longer_than_its_limit_gets_its_verdic
         compiled = next(c for c in result.checks if c.kind == "compile")
         assert compiled.metrics["turn_wait_s"] > 2, "the run did not wait behind the held turn"
     assert stored(out, "good_basic").score == stored(out, "good_basic").checkable_max  # full marks
+
+
+def bomb(size: int = 20 << 20) -> bytes:
+    """20 MB of zeros, which an archive deflates to a few kB: a zip bomb (issue 43's refused upload)."""
+    return b"\0" * size
+
+
+def test_a_canvas_student_keeps_their_ids_late_flag_and_refusals_whatever_was_refused(small_config, tmp_path):
+    """A Canvas download where one student's own upload is a zip bomb (refused: their row is a submission error)
+    and another's zip holds a member that climbs out of it, handed in late: both rows keep the student's
+    Canvas id in every file, the refused member is in that student's own result and row, and late is a
+    column."""
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("kernel.cu", (SUBMISSIONS / "compile_error" / "kernel.cu").read_text())
+        z.writestr("../escape.txt", "out of the folder")
+    archive = tmp_path / "submissions.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("archer_1001_5001_kernel.cu", (SUBMISSIONS / "good_basic" / "kernel.cu").read_text())
+        z.writestr("builder_late_1002_5002_lab.zip", inner.getvalue())
+        z.writestr("chen_1003_5003_kernel.cu", bomb())
+    out = tmp_path / "out"
+    finished = batch(small_config, archive, "-o", out)
+    _, stderr = finished.communicate(timeout=180)
+    assert finished.returncode == 0, stderr
+    students = {row["student_id"]: row for row in grades(out).values()}
+    assert students["1003"]["status"] == "submission error"
+    canvas = {row["Student"]: row for row in csv.DictReader(io.StringIO((out / "canvas.csv").read_text()))}
+    assert canvas["chen"]["ID"] == "1003" and canvas["builder"]["ID"] == "1002"  # refused or not, Canvas matches
+    notes = (out / "canvas-notes.txt").read_text()
+    assert "no id Canvas can match" not in notes
+    escaped = "refused 'builder_late_1002_5002_lab.zip > ../escape.txt': climbs out of the archive's folder"
+    assert escaped in students["1002"]["intake notes"]  # refused inside the student's own zip: in their row
+    assert (students["1002"]["late"], students["1001"]["late"], students["1003"]["late"]) == ("yes", "", "")
+    stored = {json.loads(path.read_text())["canvas_user_id"]: json.loads(path.read_text())
+              for path in (out / "students").glob("*.json")}
+    assert stored["1003"]["outcome"] == "submission error" and "zip bomb" in stored["1003"]["message"]
+    assert stored["1002"]["late"] is True and any(escaped in note for note in stored["1002"]["intake_notes"])
+    assert stored["1001"]["late"] is False
+
+
+def test_what_a_batch_killed_mid_grade_leaves_the_next_batch_clears(small_config, tmp_path, temp_root):
+    """kill -9 of `grade batch` while its workers grade: their sandboxes end with them, but each grade's
+    scratch folder (the student's code and the run's files) stays in the temporary root. The next batch there
+    removes what the dead left, says so, and leaves the root as it found it."""
+    folder = tmp_path / "class"
+    for name in ("hang_a", "hang_b"):  # busy for as long as their cases time out
+        (folder / name).mkdir(parents=True)
+        shutil.copy(SUBMISSIONS / "hang" / "kernel.cu", folder / name / "kernel.cu")
+    env = {**os.environ, "TMPDIR": str(temp_root)}
+    running = batch(small_config, folder, "-o", tmp_path / "killed", "--jobs", "2", env=env)
+    deadline = time.monotonic() + 120
+    while len([n for n in left_in(temp_root) if n.startswith("sgemm-grade-")]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running.send_signal(signal.SIGKILL)
+    running.wait()
+    left = [name for name in left_in(temp_root) if name.startswith("sgemm-grade-")]
+    assert len(left) == 2, left_in(temp_root)
+    wait_until_gone(owners_of(left))  # its workers die with it
+    assert [name for name in left_in(temp_root) if name.startswith("sgemm-grade-")] == left  # kept: nobody clears
+
+    again = batch(small_config, SUBMISSIONS / "compile_error", "-o", tmp_path / "next", env=env)
+    stdout, stderr = again.communicate(timeout=180)
+    assert again.returncode == 0, stderr
+    assert f"removed 2 temporary folders that graders which ended without cleaning up (kill -9) left in {temp_root}" \
+        in " ".join(stdout.split())
+    assert left_in(temp_root) == []

@@ -12,10 +12,10 @@ import time
 
 import distributed
 import pytest
-from conftest import ROOT, SUBMISSIONS
+from conftest import ROOT, SUBMISSIONS, descendants
 from hardware import needs_cxx
 from rich.console import Console
-from test_cluster_tls import Cluster, alive, dask_processes_under
+from test_cluster_tls import Cluster, alive
 from test_serve import free_port
 
 from grader.batch import BatchOptions, run_batch
@@ -136,7 +136,7 @@ def test_grade_worker_serves_a_scheduler_that_grade_batch_sends_to(tmp_path):
         finished = subprocess.run([sys.executable, "-m", "grader", "batch", str(SUBMISSIONS / "compile_error"),
                                    "-o", str(tmp_path / "out"), "--backend", "cpu", "--cluster", running.address,
                                    "--certs", str(certs)], cwd=ROOT, capture_output=True, text=True, timeout=180)
-        family = dask_processes_under(worker.pid)
+        family = descendants(worker.pid)
         worker.terminate()  # grade worker alone: it stops the Dask worker it started
         worker.wait(timeout=60)
         assert family and not [command for pid, command in family.items() if alive(pid)]
@@ -164,6 +164,8 @@ def test_grade_serve_sends_its_jobs_to_the_cluster(tmp_path, transport):
             assert service.result(queued["id"])["result"]["outcome"] == "compile error"
         finally:
             service.kill()
+        first = service.log_text().splitlines()[0]  # the workers run student code: this host's level is not theirs
+        assert "sandbox each worker's own" in first and "grading on the Dask cluster" in first
         ran = [t for t in cluster.scheduler.transition_log if str(t[0]).startswith("grade_task") and t[2] == "memory"]
     assert cluster.scheduler_address.startswith("tls://" if transport == "tls" else "tcp://")
     assert len(ran) == 1  # graded by the cluster's worker, once

@@ -5,7 +5,9 @@ leaves no Dask process running or registered."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import signal
 import ssl
 import stat
@@ -16,8 +18,10 @@ from pathlib import Path
 
 import distributed
 import pytest
-from conftest import ROOT, SUBMISSIONS
+from conftest import ROOT, SUBMISSIONS, descendants, left_in
+from distributed.comm import connect
 from distributed.core import rpc
+from distributed.protocol import ToPickle
 from distributed.protocol.pickle import dumps
 from distributed.security import Security
 from hardware import needs_cxx, needs_gpu
@@ -37,11 +41,11 @@ def grade(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def start(*args: str, log: Path) -> subprocess.Popen:
+def start(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A `grade` command in a session of its own, so a failed test can still kill whatever it left."""
     with log.open("w") as out:
         return subprocess.Popen([sys.executable, "-m", "grader", *args], cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -126,11 +130,14 @@ class Cluster:
                                "--http", f"{LOOPBACK}:0", log=logs / "scheduler.log")
         self.workers: list[subprocess.Popen] = []
 
-    def add_worker(self) -> subprocess.Popen:
+    def add_worker(self, env: dict[str, str] | None = None) -> subprocess.Popen:
         worker = start("worker", "--scheduler", self.address, "--certs", str(self.certs), "--listen", LOOPBACK,
-                       log=self.logs / f"worker{len(self.workers)}.log")
+                       log=self.worker_log(len(self.workers)), env=env)
         self.workers.append(worker)
         return worker
+
+    def worker_log(self, index: int) -> Path:
+        return self.logs / f"worker{index}.log"
 
     def client(self) -> distributed.Client:
         return distributed.Client(self.address, security=client_security(self.certs), timeout=f"{START_S}s")
@@ -244,25 +251,6 @@ def test_a_tls_scheduler_needs_the_certificates(tmp_path, capsys):
     assert "ca.pem: cannot read it (missing)" in " ".join(capsys.readouterr().err.split())
 
 
-def dask_processes_under(pid: int) -> dict[int, str]:
-    """The live descendants of `pid` (from /proc): pid -> command line."""
-    parents, commands = {}, {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                fields = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
-                commands[int(entry.name)] = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                parents[int(entry.name)] = int(fields[1])
-    found, frontier = {}, {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-        found.update({child: commands[child].decode(errors="replace") for child in frontier})
-    return found
-
-
 def alive(pid: int) -> bool:
     """Running, not a zombie. (The test session is a subreaper: orphans become its children; reap them.)"""
     try:
@@ -287,7 +275,7 @@ def test_kill_9_of_grade_worker_takes_its_dask_worker_with_it(certs, tmp_path):
             deadline = time.monotonic() + START_S
             while not any(client.processing().values()) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            family = dask_processes_under(worker.pid)
+            family = descendants(worker.pid)
             assert any("dask_worker" in c for c in family.values()), family  # the nanny's process
             assert any("spawn_main" in c for c in family.values()), family  # the worker's process
             worker.kill()
@@ -307,13 +295,16 @@ def test_kill_9_of_grade_worker_takes_its_dask_worker_with_it(certs, tmp_path):
 @pytest.mark.parametrize("backend, child", [
     pytest.param("cpu", "/bin/harness ", marks=needs_cxx),
     pytest.param("gpu", "grader.execute.gpu_child", marks=[pytest.mark.gpu, needs_gpu])])
-def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, backend, child):
+def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, backend, child, temp_root):
     """`grade batch --cluster` grading a student on the worker (its batch_worker, and in the sandbox the
-    child running the student's kernel) when `grade worker` is killed: nothing of it is left."""
+    child running the student's kernel) when `grade worker` is killed: nothing of it is left running. Its
+    task's and its grade's folders (the student's code) stay in the temporary root until the next `grade
+    worker` there starts: that one clears them, says so, and grades the student again."""
     running = Cluster(certs, tmp_path)
     batch = None
+    env = {**os.environ, "TMPDIR": str(temp_root)}
     try:
-        worker = running.add_worker()
+        worker = running.add_worker(env)
         with running.client() as client:
             client.wait_for_workers(1, timeout=START_S)
             batch = start("batch", str(SUBMISSIONS / "good_basic"), "-o", str(tmp_path / "out"), "--backend", backend,
@@ -322,7 +313,7 @@ def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, b
             family = {}
             while not any(child in c for c in family.values()) and time.monotonic() < deadline:
                 time.sleep(0.05)
-                family = dask_processes_under(worker.pid)
+                family = descendants(worker.pid)
             assert any(child in c for c in family.values()), "\n".join(family.values())  # the student's kernel
             assert any("grader.batch_worker" in c for c in family.values()), "\n".join(family.values())
             assert any("bwrap" in c for c in family.values()), "\n".join(family.values())
@@ -335,7 +326,153 @@ def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, b
             while client.scheduler_info(n_workers=-1)["workers"] and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert client.scheduler_info(n_workers=-1)["workers"] == {}
+        left = left_in(temp_root)  # the grade's and the task's folders, and the Dask worker's own
+        assert [name.split("-")[1] for name in left] == ["grade", "task", "worker"], left
+        running.add_worker(env)  # the batch waits for a worker to retry the task on
+        assert batch.wait(timeout=3 * START_S) == 0, (tmp_path / "batch.log").read_text()
+        stop(running.workers[1])
+        said = " ".join(running.worker_log(1).read_text().split())
+        assert "grade worker: removed 3 temporary folders that graders which ended without cleaning up" in said
+        assert left_in(temp_root) == []  # and, stopped, it left nothing of its own
     finally:
         if batch is not None:
-            stop(batch)  # it waits for a worker to retry the task on
+            stop(batch)
+        running.close()
+
+
+# --- roles: only a client's key submits tasks or runs functions ------------------------------------------------
+
+
+def role_security(certs: Path, role: str) -> Security:
+    """This cluster's certificate of `role`, used to connect as a client does (what a stolen key allows)."""
+    return Security(tls_ca_file=str(certs / CA), tls_client_cert=str(cert_file(certs, role)),
+                    tls_client_key=str(key_file(certs, role)), require_encryption=True)
+
+
+class Touch:
+    """A pickle that, loaded, touches a file: what code smuggled in data runs."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return Path.touch, (Path(self.path),)
+
+
+@pytest.mark.parametrize("role", ["worker", "scheduler"])
+def test_a_worker_or_scheduler_key_cannot_be_a_client(cluster, tmp_path, role):
+    """The certificates `grade cluster-certs` makes for the GPU hosts and the scheduler's host connect to the
+    scheduler as a client would: no task of theirs runs."""
+    marker = tmp_path / "ran"
+    with pytest.raises((OSError, TimeoutError)):
+        try_to_run(cluster.address, role_security(cluster.certs, role), marker)
+    assert not marker.exists()
+
+
+def test_a_worker_key_runs_nothing_through_the_scheduler_or_on_another_worker(cluster, tmp_path):
+    """Everything a GPU host's key could send to run code: the scheduler's `run` on itself and on every
+    worker, a worker's and a nanny's own `run`, and a pickle hidden in a message a worker sends anyway."""
+    with cluster.client() as client:
+        ((worker_address, worker),) = client.scheduler_info(n_workers=-1)["workers"].items()
+    key = role_security(cluster.certs, "worker").get_connection_args("client")
+    markers = {name: tmp_path / name for name in ("run_function", "broadcast", "worker", "nanny", "pickle")}
+
+    async def attempts():
+        scheduler = rpc(cluster.address, timeout=5, connection_args=key)
+        try:
+            with pytest.raises(PermissionError, match="'run_function' is not allowed to a worker certificate"):
+                await scheduler.run_function(function=dumps(Path.touch), args=dumps((markers["run_function"],)))
+            with pytest.raises(PermissionError, match="'broadcast' is not allowed to a worker certificate"):
+                await scheduler.broadcast(msg={"op": "run", "function": dumps(Path.touch),
+                                               "args": dumps((markers["broadcast"],))})
+        finally:
+            await scheduler.close_rpc()
+        comm = await connect(cluster.address, **key)
+        await comm.write({"op": "heartbeat_worker", "address": worker_address, "now": time.time(), "metrics": {},
+                          "extra": ToPickle(Touch(markers["pickle"]))})
+        with pytest.raises(OSError):  # refused as it is read: the scheduler drops the connection
+            await asyncio.wait_for(comm.read(), 10)
+
+    asyncio.run(asyncio.wait_for(attempts(), 60))
+    for name, address in (("worker", worker_address), ("nanny", worker["nanny"])):
+        with pytest.raises(PermissionError, match="'run' is not allowed to a worker certificate"):
+            run_directly(address, key, markers[name])
+    time.sleep(1)  # whatever might have run has
+    assert [name for name, marker in markers.items() if marker.exists()] == []
+    log = " ".join((cluster.logs / "scheduler.log").read_text().split())
+    assert "refused operation 'run_function'" in log and "refused to unpickle what a worker certificate sent" in log
+
+
+def test_a_worker_key_cannot_submit_a_task_on_the_stream_a_worker_registers(cluster, tmp_path):
+    """A real submission (a client's update-graph, taken on its way out) replayed by a worker that registered
+    with the GPU hosts' key, on the stream a worker reports its tasks on: with its pickles and with them
+    unwrapped. Neither runs; the same message from the client does."""
+    marker = tmp_path / "ran"
+    with cluster.client() as client:
+        captured = []
+        client._send_to_scheduler = captured.append
+        future = client.submit(Path.touch, marker, pure=False)
+        (message,) = captured
+        unwrapped = {key: value.data if isinstance(value, ToPickle) else value for key, value in message.items()}
+        for replayed in (message, unwrapped):
+            asyncio.run(asyncio.wait_for(rogue_worker_sends(cluster, replayed), 60))
+        time.sleep(1)
+        assert not marker.exists()
+        type(client)._send_to_scheduler(client, message)
+        future.result(timeout=60)
+    assert marker.exists()  # the replayed message was a submission that runs, from a client
+    assert "refused stream message 'update-graph'" in (cluster.logs / "scheduler.log").read_text()
+
+
+async def rogue_worker_sends(cluster, message: dict) -> None:
+    """A Dask worker of this process, registered with the worker key, sends `message` on its stream."""
+    key = Security(tls_ca_file=str(cluster.certs / CA), tls_worker_cert=str(cert_file(cluster.certs, "worker")),
+                   tls_worker_key=str(key_file(cluster.certs, "worker")), require_encryption=True)
+    async with distributed.Worker(cluster.address, security=key, nthreads=1, host=LOOPBACK) as rogue:
+        rogue.batched_stream.send({**message, "client": "rogue"})
+        deadline = time.monotonic() + 10
+        while rogue.status == distributed.core.Status.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert rogue.status != distributed.core.Status.running  # the scheduler dropped it
+
+
+@needs_cxx
+def test_a_batch_whose_only_worker_stops_says_so_stops_and_keeps_what_was_graded(certs, tmp_path, quick_config_file):
+    """The only `grade worker` stops mid-class: the batch says no worker is connected, waits --worker-wait,
+    stops (exit 3) with what was graded saved and a grader-error row for each of the others; --resume with a
+    worker grades those."""
+    klass = tmp_path / "class"
+    shutil.copytree(SUBMISSIONS / "compile_error", klass / "compile_error")  # graded in a second or two
+    for name in ("hang_a", "hang_b", "hang_c"):  # each busy for as long as its cases time out
+        shutil.copytree(SUBMISSIONS / "hang", klass / name)
+    out = tmp_path / "out"
+    command = ("batch", str(klass), "-o", str(out), "--backend", "cpu", "--config", str(quick_config_file),
+               "--cluster", None, "--certs", str(certs), "--worker-wait", "5")
+    running = Cluster(certs, tmp_path)
+    batch = None
+    try:
+        worker = running.add_worker()
+        args = [running.address if part is None else part for part in command]
+        batch = start(*args, log=tmp_path / "batch.log")
+        deadline = time.monotonic() + 3 * START_S
+        while not (out / "students" / "compile_error.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop(worker)
+        assert batch.wait(timeout=3 * START_S) == 3
+        said = " ".join((tmp_path / "batch.log").read_text().split())
+        assert f"no worker is connected to the scheduler at {running.address}: waiting up to 5 s" in said
+        assert f"stopped: no worker of the cluster at {running.address} was connected for 5 s" in said
+        stored = {path.stem: json.loads(path.read_text()) for path in (out / "students").glob("*.json")}
+        assert stored["compile_error"]["outcome"] == "compile error"
+        for name in ("hang_a", "hang_b", "hang_c"):
+            assert stored[name]["outcome"] == "grader error" and "--resume" in stored[name]["message"]
+        assert (out / "grades.csv").read_text().count("\n") == 1 + 1 + 4  # header, points possible, the class
+
+        running.add_worker()
+        again = start(*args, "--resume", log=tmp_path / "again.log")
+        assert again.wait(timeout=3 * START_S) == 0, (tmp_path / "again.log").read_text()
+        assert "3 graded now, 1 kept from earlier runs" in " ".join((tmp_path / "again.log").read_text().split())
+    finally:
+        if batch is not None:
+            stop(batch)
         running.close()

@@ -12,10 +12,11 @@ import pytest
 from conftest import ROOT
 from junitparser import Error, Failure, JUnitXml
 
-from grader.report.canvas_csv import SCALE, CanvasOptions, read_roster, to_canvas
+from grader.report.canvas_csv import CanvasOptions, read_roster, to_canvas
 from grader.report.grades_csv import to_grades_csv, write_grades_csv
 from grader.report.gradescope import to_gradescope, write_gradescope
 from grader.report.junit_report import to_combined_junit
+from grader.report.points import SCALE
 from grader.report.prairielearn import to_prairielearn, write_prairielearn
 from grader.report.status import status_label
 from grader.report.student_view import cap, student_message, student_summary
@@ -215,19 +216,20 @@ def test_grades_csv_row_per_student_and_points_possible(tmp_path):
     path = write_grades_csv(results, tmp_path / "grades.csv")
     header, possible, rows = _grades_rows(path.read_text(encoding="utf-8"))
     assert header[:4] == ["submission", "student_id", "student_name", "status"]
-    assert header[-3:] == ["total", "max", "intake notes"]
+    assert header[-4:] == ["total", "max", "late", "intake notes"]
     # Union of check names in first-seen order: bob adds ragged_n, dave has none.
-    assert header[4:-3] == [*(c.name for c in alice().checks), "ragged_n"]
+    assert header[4:-4] == [*(c.name for c in alice().checks), "ragged_n"]
     assert possible["submission"] == "points possible"
-    assert [possible[n] for n in header[4:-3]] == ["1", "2", "4", "4", "3", "4", "4", "10", "4"]
+    assert [possible[n] for n in header[4:-4]] == ["1", "2", "4", "4", "3", "4", "4", "10", "4"]
     assert possible["total"] == possible["max"] == "36"
     assert [r["submission"] for r in rows] == [r.submission for r in results]
     assert [r["student_id"] for r in rows] == ["1001", "1002", "1003", "1004", "1005", "1006"]
     assert [r["status"] for r in rows] == ["graded", "graded", "compile error", "submission error",
                                            "grader error", "timed out"]
     for row, result in zip(rows, results):
-        assert float(row["max"]) == pytest.approx(result.max_score)
-        cells = [float(row[n]) for n in header[4:-3] if row[n] != ""]
+        # A row not graded is out of what the run could award anyone.
+        assert float(row["max"]) == pytest.approx(result.max_score if result.graded else 36)
+        cells = [float(row[n]) for n in header[4:-4] if row[n] != ""]
         if result.outcome == "grader error":  # nothing was decided: empty, never a low grade
             assert row["total"] == "" and cells == []
             continue
@@ -242,7 +244,7 @@ def test_grades_csv_values():
     bob = (bob_row["total"], bob_row["ragged_m"], bob_row["rect_hidden"], bob_row["square_64"])
     assert bob == ("10", "0", "0", "3")
     assert bob_row["student_name"] == "Bob <Builder> & Co"
-    assert (dave_row["total"], dave_row["max"], dave_row["compile"]) == ("0", "0", "")
+    assert (dave_row["total"], dave_row["max"], dave_row["compile"]) == ("0", "36", "")
     assert erin_row["barrier after loading tiles"] == ""  # erin has no static checks
     assert frank_row["ragged_m"] == alice_row["ragged_n"] == ""
     assert bob_row["ragged_n"] == "0"
@@ -253,7 +255,7 @@ def test_grades_csv_check_named_like_a_fixed_column():
     r = SubmissionResult("s", GRADED, [passed("total", CASE, 2), passed("status", STATIC, 1)])
     header, possible, (row,) = _grades_rows(to_grades_csv([r]))
     assert header == ["submission", "student_id", "student_name", "status", "check total", "check status",
-                      "total", "max", "intake notes"]
+                      "total", "max", "late", "intake notes"]
     assert (row["status"], row["check total"], row["total"]) == ("graded", "2", "3")
     assert (possible["check total"], possible["check status"], possible["total"]) == ("2", "1", "3")
 
@@ -319,6 +321,86 @@ def test_canvas_from_a_run_without_gpu_holds_or_scales_as_the_instructor_chooses
     assert (scaled[1][5], scaled[2][5], notes) == ("100", "100", [])
     with pytest.raises(ValueError):
         to_canvas([cpu_run()], CanvasOptions(without_gpu="guess"))
+
+
+def test_every_class_export_says_the_same_total_for_a_run_without_a_gpu(tmp_path):
+    """grades.csv: the checks that were not made have empty cells (their points possible too), every max and
+    the points-possible total are what could be checked, and its notes say what needs a GPU; the summary is out
+    of the same total and says so."""
+    lost = with_ids(SubmissionResult("hal_sub", GRADED, student_name="Hal", checks=[
+        failed("square_64", CASE, 74, "wrong"),
+        skipped("square_512", CASE, 16, "not run: GPU only", needs_gpu="large cases"),
+        skipped("speed vs reference", TIMING, 10, "not timed", needs_gpu="timing")]), canvas="8")
+    results = [cpu_run(), lost, dave()]
+    _, possible, (gil, hal, dave_row) = _grades_rows(to_grades_csv(results))
+    assert (possible["square_512"], possible["speed vs reference"], possible["total"], possible["max"]) == \
+        ("", "", "74", "74")
+    assert possible["intake notes"] == ("points checkable without a GPU; 26 more need a GPU (large cases, timing): "
+                                        "not checked")
+    assert (gil["square_64"], gil["square_512"], gil["speed vs reference"], gil["total"], gil["max"]) == \
+        ("74", "", "", "74", "74")
+    assert (hal["total"], hal["max"], dave_row["max"]) == ("0", "74", "74")
+    page = write_summary(results, tmp_path).read_text()
+    assert "mean 24.67, median 0 points out of 74 checkable without a GPU" in page
+    assert "Graded without a GPU: 26 more need a GPU (large cases, timing), not checked in this run" in page
+
+
+def test_gradescope_without_a_gpu_scores_held_or_scaled_and_says_what_total_to_give():
+    held = to_gradescope(cpu_run())
+    assert (held["score"], held["extra_data"]["assignment_points"], held["extra_data"]["without_gpu"]) == \
+        (74, 74, "hold")
+    assert sum(t["max_score"] for t in held["tests"]) == 74
+    scaled = to_gradescope(cpu_run(), without_gpu=SCALE)
+    assert (scaled["score"], scaled["extra_data"]["assignment_points"]) == (100, 100)
+    assert sum(t["score"] for t in scaled["tests"]) == 74  # the tests are the checks made, as they scored
+    assert "Your score counts as its share of the full total: 100/100." in scaled["output"]
+    half = SubmissionResult("h", GRADED, [failed("a", CASE, 37, "wrong"), passed("b", CASE, 37),
+                                          skipped("t", TIMING, 26, "not timed", needs_gpu="timing")])
+    assert to_gradescope(half, without_gpu=SCALE)["score"] == 50
+    gpu = to_gradescope(alice(), without_gpu=SCALE)  # a GPU run: nothing to hold or scale
+    assert (gpu["score"], gpu["extra_data"]["assignment_points"]) == (32, 32)
+    with pytest.raises(ValueError):
+        to_gradescope(cpu_run(), without_gpu="guess")
+
+
+def test_prairielearn_without_a_gpu_tells_what_the_question_stands_for():
+    held, scaled = to_prairielearn(cpu_run()), to_prairielearn(cpu_run(), without_gpu=SCALE)
+    assert held["score"] == scaled["score"] == 1.0  # a fraction of what could be checked, either way
+    assert held["message"] == "graded: 74/74 points checkable without a GPU; 26 more need a GPU (large cases, timing)"
+    assert scaled["message"].endswith("; the score is their share of all this question's points")
+
+
+def test_prairielearn_not_graded_has_one_reason_not_a_test_per_check():
+    """A result not graded has every check skipped with one reason: in format_errors once, never 26 times."""
+    for result in (erin(), SubmissionResult("x", SUBMISSION_ERROR, alice().checks, message="no kernel.cu")):
+        data = to_prairielearn(result)
+        assert data["gradable"] is False and data["tests"] == []
+        assert data["format_errors"] == [result.message]
+
+
+def test_the_class_summary_groups_failures_by_cause_not_by_case_or_size():
+    """One student's missing barrier in every case is one cause, counted once; two students' out-of-bounds
+    reads at different lines and sizes are one cause too; a message without a fix or unsafe kind is grouped by
+    its first line with the numbers left out."""
+    race = "add __syncthreads() after the loop that uses the tiles"
+
+    def racy(name: str) -> SubmissionResult:
+        return SubmissionResult(name, GRADED, [
+            failed(f"case_{size}", CASE, 1, f"{size} of {size * size} elements wrong", fixes=[race])
+            for size in (16, 37, 64)])
+
+    def out_of_bounds(name: str, line: int, size: int) -> SubmissionResult:
+        return SubmissionResult(name, GRADED, [failed(f"case_{size}", CASE, 1, f"line {line}: reads B[{size}][0] past "
+                                                      "B's end", unsafe=["out_of_bounds_read"])])
+
+    results = [racy("ann"), out_of_bounds("ben", 21, 37), out_of_bounds("cal", 23, 64), racy("dee"),
+               SubmissionResult("eve", GRADED, [failed("case_16", CASE, 1, "C[0][3] is NaN, stored at line 9")])]
+    failures = common_failures(results)
+    assert [(f.cause, len(f.submissions), list(f.checks)) for f in failures] == [
+        (race, 2, ["case_16", "case_37", "case_64"]),
+        ("unsafe: out_of_bounds_read", 2, ["case_37", "case_64"]),
+        ("C[N][N] is NaN, stored at line N", 1, ["case_16"])]
+    assert failures[1].example == "line 21: reads B[37][0] past B's end"
 
 
 ROSTER = """Student,ID,SIS User ID,SIS Login ID,Section,Lab 3 (4242)
@@ -586,20 +668,24 @@ def test_combined_junit_without_identity_uses_submission():
 
 def test_summary_metrics():
     assert timing_ratios(everyone()) == [1.1, 3.5]
-    # Ties keep the order they were first seen in.
-    assert common_failures(everyone()) == [
-        ("barrier after using tiles", "line 25: no __syncthreads() after the inner loop", 1),
-        ("ragged_m", HOSTILE, 1),
-        ("ragged_n", "timed out after 10 s: the kernel did not finish", 1),
-        ("rect_hidden", f"{SECRET}: 812 of 33153 elements wrong", 1),
-        ("compile", 'kernel.cu(12): error: identifier "tile" is undefined', 1),
-        ("compile", "compilation timed out after 60 s", 1),
-        ("speed vs reference", "3.50× the reference's time: too slow", 1),
+    # Ties keep the order they were first seen in; numbers (lines, sizes, values) are no part of a cause.
+    assert [(f.cause, len(f.submissions), list(f.checks), f.example) for f in common_failures(everyone())] == [
+        ("line N: no __syncthreads() after the inner loop", 1, ["barrier after using tiles"],
+         "line 25: no __syncthreads() after the inner loop"),
+        (HOSTILE, 1, ["ragged_m"], HOSTILE),
+        ("timed out after N s: the kernel did not finish", 1, ["ragged_n"],
+         "timed out after 10 s: the kernel did not finish"),
+        ("SECRET_SHAPE_NxNxN: N of N elements wrong", 1, ["rect_hidden"], f"{SECRET}: 812 of 33153 elements wrong"),
+        ('kernel.cu(N): error: identifier "tile" is undefined', 1, ["compile"],
+         'kernel.cu(12): error: identifier "tile" is undefined'),
+        ("compilation timed out after N s", 1, ["compile"], "compilation timed out after 60 s"),
+        ("N× the reference's time: too slow", 1, ["speed vs reference"], "3.50× the reference's time: too slow"),
     ]
     many = [SubmissionResult(f"s{i}", GRADED, [failed("square_64", CASE, 3, "wrong\nmore")]) for i in range(4)]
-    assert common_failures(many + [bob()])[0] == ("square_64", "wrong", 4)
-    assert len(common_failures([SubmissionResult("s", GRADED, [failed(f"c{i}", CASE, 1, "x") for i in range(15)])])) \
-        == 10
+    top = common_failures(many + [bob()])[0]
+    assert (top.cause, len(top.submissions)) == ("wrong", 4)
+    assert len(common_failures([SubmissionResult(f"s{i}", GRADED, [failed("c", CASE, 1, f"x{'y' * i}")])
+                                for i in range(15)])) == 10
 
 
 def test_summary_page_with_plots(tmp_path):

@@ -8,9 +8,10 @@ import io
 
 import pytest
 
-from grader.report.canvas_csv import HOLD, SCALE, CanvasOptions, to_canvas
+from grader.report.canvas_csv import CanvasOptions, to_canvas
 from grader.report.grades_csv import to_grades_csv
 from grader.report.gradescope import to_gradescope
+from grader.report.points import HOLD, SCALE
 from grader.report.prairielearn import to_prairielearn
 from grader.report.summary_html import render_summary
 from grader.result import (

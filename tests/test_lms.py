@@ -70,6 +70,33 @@ def test_gradescope_without_gpu_scores_what_it_could_check(tmp_path, config_file
     assert "leaderboard" not in data  # nothing was timed
 
 
+@needs_cxx
+@pytest.mark.parametrize("entry", ["gradescope", "prairielearn"])
+def test_the_lms_entries_take_without_gpu_as_grade_batch_does(tmp_path, quick_config_file, entry):
+    """`--without-gpu hold` scores what could be checked, for an assignment worth that; `scale` scores its share
+    of the full total, for an assignment worth the full total. PrairieLearn's score is a fraction either way:
+    what changes is what the student is told the question stands for."""
+    submission = tmp_path / "submission"
+    submission.mkdir()
+    shutil.copy(ROOT / "reference" / "kernel.cu", submission / "kernel.cu")
+    results = tmp_path / "results.json"
+    written = {}
+    for mode in ("hold", "scale"):
+        assert main([entry, str(submission), str(results), "--config", str(quick_config_file), "--backend", "cpu",
+                     "--without-gpu", mode]) == 0
+        written[mode] = json.loads(results.read_text())
+    held, scaled = written["hold"], written["scale"]
+    if entry == "prairielearn":
+        assert held["score"] == scaled["score"] == 1.0
+        assert "checkable without a GPU" in held["message"] and "share of all this question's points" in \
+            scaled["message"]
+        return
+    checkable, full = held["extra_data"]["checkable_max_score"], held["extra_data"]["max_score"]
+    assert checkable < full and sum(t["max_score"] for t in held["tests"]) == checkable
+    assert (held["score"], held["extra_data"]["assignment_points"]) == (checkable, checkable)
+    assert (scaled["score"], scaled["extra_data"]["assignment_points"]) == (full, full)
+
+
 def timed() -> SubmissionResult:
     metrics = {"student_ms": 12.5, "reference_ms": 10.0, "ratio": 1.25, "student_gflops": 1374.4,
                "reference_gflops": 1718.0, "max_ratio": 2.0}

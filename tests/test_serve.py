@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SUBMISSIONS, live_children
+from conftest import ROOT, SUBMISSIONS, descendants, left_in, live_children, owners_of
 from hardware import needs_cxx, needs_gpu
 
 TOKEN, OTHER_TOKEN = "course-token-0123456789abcdef", "other-course-token-0123456789"
@@ -51,8 +51,8 @@ def free_port() -> int:
 class Service:
     config: Path | None = None  # here, the quick cases (services_grade_the_quick_cases); else the shipped config
 
-    def __init__(self, tmp_path, *extra: str):
-        self.tmp_path, self.extra, self.port = tmp_path, extra, free_port()
+    def __init__(self, tmp_path, *extra: str, env: dict[str, str] | None = None):
+        self.tmp_path, self.extra, self.port, self.env = tmp_path, extra, free_port(), env
         tokens = tmp_path / "tokens.yaml"
         tokens.write_text(f"ece: {TOKEN}\nother: {OTHER_TOKEN}\n")
         tokens.chmod(0o600)
@@ -65,7 +65,7 @@ class Service:
     def start(self) -> "Service":
         with self.log.open("a") as log:  # a file, not a pipe nobody reads: the service logs every request
             self.process = subprocess.Popen(self.command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
-                                            start_new_session=True)
+                                            start_new_session=True, env=self.env)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -156,6 +156,9 @@ def test_every_refusal_gets_its_code(service):
     assert service.get("/v1/jobs/x?format=canvas")[0] == 400
     assert service.get("/v1/jobs/0123456789abcdef0123456789abcdef%0A")[0] == 400
     assert service.get("/v1/jobs/0123456789abcdef0123456789abcdef")[0] == 404
+    for when in ("yesterday", "2026-03-01T14:22:32", "2999-01-01T00:00:00Z"):  # no zone; far ahead of the clock
+        code, answer = service.request("POST", f"/v1/jobs?student=bob&submitted_at={when}", archive)
+        assert code == 400 and answer["detail"].startswith("submitted_at: ")
 
 
 @pytest.mark.parametrize("student", ["nl1%0A", "nl1%0D%0A", "nl1%00", "tab%09x", "a%20b", "x" * 129])
@@ -304,10 +307,12 @@ def test_a_logged_path_stays_on_its_line():
 
 
 @needs_cxx
-def test_kill_9_of_the_service_leaves_no_process_and_the_next_start_clears_its_scratch(tmp_path):
+def test_kill_9_of_the_service_leaves_no_process_and_the_next_start_clears_its_scratch(tmp_path, temp_root):
+    """Its job's scratch under --state, and the grade's scratch folder in the temporary root (the student's
+    code and the run's files): both cleared by the next start, which says so."""
     before = set(live_children())
-    tmp_leftovers = set(Path("/tmp").glob("sgemm-serve-*"))
-    first = Service(tmp_path, "--jobs", "1").start()
+    env = {**os.environ, "TMPDIR": str(temp_root)}
+    first = Service(tmp_path, "--jobs", "1", env=env).start()
     code, queued = first.submit("tom", zipped({"kernel.cu": HANG}))  # busy for as long as its cases time out
     assert code == 202
     first.wait_for(queued["id"], ("running",))
@@ -330,18 +335,24 @@ def test_kill_9_of_the_service_leaves_no_process_and_the_next_start_clears_its_s
                 break
     assert not left, f"processes left running after kill -9 of grade serve: {left}"
     assert (scratch / "tom" / "kernel.cu").exists()  # what kill -9 leaves, until the next start
+    graded_in = left_in(temp_root)
+    assert len(graded_in) == 1 and graded_in[0].startswith("sgemm-grade-"), graded_in  # and the grade's folder
     older = first.state / "scratch" / ("0" * 32)  # and what an earlier kill left, a job long since regraded
     older.mkdir()
     (older / "kernel.cu").write_text(GOOD)
-    second = Service(tmp_path, "--jobs", "1")
+    second = Service(tmp_path, "--jobs", "1", env=env)
     second.start()
     try:
-        assert "cleared 2 jobs' scratch folders left by an earlier run" in second.log_text()
-        assert not older.exists()
+        log = " ".join(second.log_text().split())
+        assert "cleared 2 jobs' scratch folders left by an earlier run" in log
+        assert f"removed 1 temporary folders that graders which ended without cleaning up (kill -9) left in " \
+               f"{temp_root}" in log
+        assert not older.exists() and graded_in[0] not in left_in(temp_root)
         second.wait_for(queued["id"], ("running", "done"))  # queued again and picked up after the restart
+        # What is in the temporary root now is the running service's own grade: nothing of the dead one.
+        assert owners_of(left_in(temp_root)) <= set(descendants(second.process.pid))
     finally:
         second.kill()
-    assert set(Path("/tmp").glob("sgemm-serve-*")) == tmp_leftovers
 
 
 @needs_cxx
@@ -504,6 +515,69 @@ def test_a_superseded_submission_tells_the_student_the_newer_one_is_graded(tmp_p
         service.kill()
     assert finished.returncode == 0 and newer["extra_data"]["outcome"] == "compile error"
     assert_marked(first, "superseded by the student's newer upload", "your newest submission is graded instead")
+
+
+def gradescope_metadata(folder: Path, student: str, created_at: str) -> None:
+    """Gradescope's /autograder/submission_metadata.json, beside the submission (its documented fields)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "submission_metadata.json").write_text(json.dumps(
+        {"id": 123456, "created_at": created_at, "users": [{"email": f"{student}@u.edu", "id": student,
+                                                            "name": student}]}))
+
+
+@needs_cxx
+def test_submissions_count_in_the_lms_order_whatever_order_they_arrive_in(tmp_path):
+    """Two Gradescope containers of one student post out of order: the newer submission (by Gradescope's
+    created_at) arrives first and waits in the queue; the older arrives second. The older is superseded by
+    the newer at once and its file says so; the newer is graded, never superseded by the older."""
+    service = Service(tmp_path, "--jobs", "1").start()
+    url = f"http://127.0.0.1:{service.port}"
+    try:
+        assert service.submit("walt", zipped({"kernel.cu": HANG}))[0] == 202  # the only grader is busy a while
+        gradescope_metadata(tmp_path / "newer" / "autograder", "yuri", "2026-03-01T14:22:32.365935-07:00")
+        gradescope_metadata(tmp_path / "older" / "autograder", "yuri", "2026-03-01T14:20:00-07:00")
+        newer = subprocess.Popen([sys.executable, "-c", "import json, pathlib, test_serve as t; "
+                                  f"print(json.dumps(t.lms_remote(pathlib.Path({str(tmp_path / 'newer')!r}), {url!r}, "
+                                  "student='yuri')[1]))"], cwd=Path(__file__).parent, stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while "student='yuri'" not in service.log_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        finished, older, _ = lms_remote(tmp_path / "older", url, student="yuri", kernel=GOOD)  # arrives second
+        newest = json.loads(newer.communicate(timeout=300)[0])
+    finally:
+        service.kill()
+    assert finished.returncode == 0 and newest["extra_data"]["outcome"] == "compile error"  # graded, not replaced
+    assert_marked(older, "superseded by the student's newer upload", "your newest submission is graded instead")
+    with sqlite3.connect(service.state / "jobs.sqlite") as db:
+        jobs = db.execute("SELECT id, status, superseded_by, submitted FROM jobs WHERE student = 'yuri' "
+                          "ORDER BY created").fetchall()
+    (first_id, first, _, first_at), (_, second, by, second_at) = jobs
+    assert (first, second, by) == ("done", "superseded", first_id) and second_at < first_at
+    assert "(submitted before it, arrived after)" in service.log_text()
+
+
+def test_the_lms_time_of_a_submission_is_read_where_each_lms_puts_it(tmp_path):
+    """Gradescope's created_at, and the time the PrairieLearn question's server.py stamps into the submitted
+    answers, which PrairieLearn writes into the job's data.json; the service takes both."""
+    import importlib.util
+
+    from grader.remote import submitted_at_of
+    from grader.serve.app import submission_time
+
+    gradescope_metadata(tmp_path / "autograder", "yuri", "2026-03-01T14:22:32.365935-07:00")
+    assert submitted_at_of(tmp_path / "autograder" / "submission", "") == "2026-03-01T14:22:32.365935-07:00"
+    spec = importlib.util.spec_from_file_location("pl_server", ROOT / "prairielearn" / "questions" / "tiledSgemm" /
+                                                  "server.py")
+    question = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(question)
+    data = {"submitted_answers": {"_files": []}}
+    question.parse(data)  # as PrairieLearn calls it when the student submits
+    (tmp_path / "grade" / "data").mkdir(parents=True)
+    (tmp_path / "grade" / "data" / "data.json").write_text(json.dumps(data))
+    stamped = submitted_at_of(tmp_path / "grade" / "student", "")
+    assert abs(submission_time(stamped) - time.time()) < 60
+    assert submitted_at_of(tmp_path / "grade" / "student", "2026-01-01T00:00:00Z") == "2026-01-01T00:00:00Z"
+    assert submitted_at_of(tmp_path / "nothing" / "student", "") == ""
 
 
 def test_prairielearn_gets_the_marker_and_an_attempt_that_does_not_count(service, tmp_path):

@@ -97,6 +97,11 @@ class Bad:
     reason: str
 
 
+def refused_note(name: str, reason: str) -> str:
+    """How a refused member is told in its student's notes (their result, grades.csv, the LMS output)."""
+    return f"refused {name!r}: {reason}"
+
+
 @dataclass
 class Tree:
     source: str

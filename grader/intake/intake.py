@@ -52,9 +52,12 @@ not a zip, damaged, too many entries) is refused whole; the other PATHs go on.
 
 A `Refusal` says where (`source`, the PATH as given), what (`entry`, the member or file; empty for a
 whole PATH) and why (`reason`). Its `key` is set only when it is the reason that student is not graded
-(so a caller can write that student's error result under it); a refusal of a member that was not
-needed carries the student's id and name, if known, but no key. A student is in `submissions` or,
-by key, in `refused`: never both, never twice.
+(so a caller can write that student's error result under it), and then it also carries what an `Entry`
+would: the gradebook ids, `late`, and notes naming whatever else of theirs was refused. A refusal of a
+member that was not needed carries the student's id and name, if known, but no key, and is named in that
+student's notes too (an Entry's or their blocking Refusal's), wherever it was found: in the class archive or
+inside the student's own zip. A student is in `submissions` or, by key, in `refused`: never both, never
+twice.
 
 Folder layouts carry no LMS identity: their entries have empty `student_id` and `student_name`
 (as `SubmissionResult` does for a single folder), and the key is the folder's (or file's) name.
@@ -83,6 +86,7 @@ from .archive import (
     dir_tree,
     is_junk,
     read_file,
+    refused_note,
     safe_name,
     zip_tree,
 )
@@ -132,6 +136,12 @@ class Refusal:
     key: str = ""  # set when this is why that student is not graded
     student_id: str = ""
     student_name: str = ""
+    # Set with `key`, as an Entry has them: the row of a student who is not graded still says who they are.
+    canvas_user_id: str = ""
+    sis_user_id: str = ""
+    sis_login_id: str = ""
+    late: bool = False
+    notes: list[str] = field(default_factory=list)
 
     @property
     def message(self) -> str:
@@ -265,6 +275,12 @@ class _Student:
     notes: list[str] = field(default_factory=list)
     not_files: list[str] = field(default_factory=list)  # Canvas text and link submissions
     canvas_user: bool = False  # student_id is a Canvas user id (else an SIS id, or an email: a login)
+    inner_refused: list[Refusal] = field(default_factory=list)  # members refused inside the student's own zip
+
+    def refused_notes(self, blocking: Refusal | None = None) -> list[str]:
+        """Every member of theirs that was refused, but the one that is why they are not graded."""
+        return [refused_note(refusal.entry, refusal.reason) for refusal in
+                [*(refusal for _, refusal in self.bad), *self.inner_refused] if refusal is not blocking]
 
 
 class _Blocked(Exception):
@@ -317,6 +333,16 @@ class _Run:
         refusal = Refusal(source, entry, reason, **who)
         self.intake.refused.append(refusal)
         return refusal
+
+    def _blame(self, refusal: Refusal, student: _Student) -> None:
+        """`refusal` is why this student is not graded: their row keeps who they are, whether the LMS marked
+        them late, and what else of theirs was refused."""
+        refusal.key = self._key(student.base)
+        refusal.student_id, refusal.student_name = student.student_id, student.student_name
+        for name, value in _ids(student).items():
+            setattr(refusal, name, value)
+        refusal.late = student.late
+        refusal.notes = student.notes + student.refused_notes(refusal)
 
     # PATHs
 
@@ -562,24 +588,24 @@ class _Run:
         blocking = next((r for rel, r in student.bad
                          if _is_kernel(rel[-1]) and len(rel) - 1 <= self.limits.kernel_depth), None)
         if blocking is not None:
-            blocking.key = self._key(student.base)
+            self._blame(blocking, student)
             return
         try:
             data, entry, notes, headers = self._kernel_of(student, student.files, source, budget, nested=False)
         except _Blocked as exc:
-            exc.refusal.key = self._key(student.base)
+            self._blame(exc.refusal, student)
             return
         except Refused as exc:
             blocking = next((r for rel, r in student.bad if rel[-1].casefold().endswith((".cu", ".zip"))), None)
-            if blocking is not None and not student.files:
-                blocking.key = self._key(student.base)
-            else:
-                self._refuse(source, exc.entry or student.label, exc.reason, key=self._key(student.base), **who)
+            if blocking is None or student.files:
+                blocking = self._refuse(source, exc.entry or student.label, exc.reason, **who)
+            self._blame(blocking, student)
             return
         key = self._key(student.base)
         self.intake.submissions.append(Entry(key, student.student_id, student.student_name,
                                              self._write(key, data, headers), source, entry, student.late,
-                                             list(student.members), student.notes + notes, **_ids(student)))
+                                             list(student.members), student.notes + notes + student.refused_notes(),
+                                             **_ids(student)))
 
     def _kernel_of(self, student: _Student, files: list[_File], source: str, budget: Budget,
                    nested: bool) -> tuple[bytes, str, list[str], dict[str, bytes]]:
@@ -664,6 +690,7 @@ class _Run:
             if item.parts is not None and is_junk(item.parts):
                 continue
             refusal = self._refuse(source, f"{file.display} > {item.name}", item.reason, **who)
+            student.inner_refused.append(refusal)
             if item.parts and _is_kernel(item.parts[-1]) and refused_kernel is None:
                 refused_kernel = refusal
         if refused_kernel is not None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .archive import ArchiveRefused, Budget, Limits, Refused, zip_tree
+from .archive import ArchiveRefused, Budget, Limits, Refused, refused_note, zip_tree
 from .submission import KERNEL_DEPTH, KERNEL_FILE, SubmissionError, choose_kernel, is_hidden
 
 
@@ -42,7 +42,7 @@ def read_student_archive(data: bytes, folder: Path, limits: Limits | None = None
             tree = zip_tree(zipped, "the archive", limits, Budget(limits.archive_bytes), nested=True)
         except ArchiveRefused as exc:
             return StudentArchive(None, refusal=f"the archive {exc.reason}")
-        notes = [f"refused {bad.name!r}: {bad.reason}" for bad in tree.bad
+        notes = [refused_note(bad.name, bad.reason) for bad in tree.bad
                  if bad.parts is None or not is_hidden(bad.parts)]
         bad_kernel = next((bad for bad in tree.bad if bad.parts and bad.parts[-1] == KERNEL_FILE
                            and not is_hidden(bad.parts)), None)

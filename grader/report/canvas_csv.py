@@ -24,12 +24,11 @@ import csv
 import io
 from dataclasses import dataclass, field
 
-from grader.report.points import format_points
+from grader.report.points import HOLD, checked_without_gpu, format_points, scaled
 from grader.result import GRADER_ERROR, NEEDS_GPU_GRADE, SubmissionResult
 
 IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 POINTS_POSSIBLE = "Points Possible"
-HOLD, SCALE = "hold", "scale"  # what a class export does with scores from a run without a GPU
 
 
 @dataclass(frozen=True)
@@ -90,19 +89,15 @@ def _cell(result: SubmissionResult, options: CanvasOptions) -> tuple[str, str]:
         why = f" ({result.message})" if result.message else ""
         return "", (f"held: needs a GPU grade, the CPU emulator cannot run this kernel{why}; its CPU score, "
                     f"{format_points(result.score)}/{format_points(result.checkable_max)}, is not its grade")
-    out_of = result.checkable_max
     if result.needs_gpu_points and result.graded and options.without_gpu == HOLD:
         return "", (f"held: graded without a GPU, {format_points(result.needs_gpu_points)} points not "
                     "checked (grade on a GPU, or export with --without-gpu scale)")
-    if out_of <= 0:
-        return format_points(0), ""
     worth = options.points_possible if options.points_possible is not None else result.max_score
-    return format_points(result.score / out_of * worth), ""
+    return format_points(scaled(result, worth)), ""
 
 
 def to_canvas(results: list[SubmissionResult], options: CanvasOptions) -> CanvasExport:
-    if options.without_gpu not in (HOLD, SCALE):
-        raise ValueError(f"without_gpu must be {HOLD} or {SCALE}, not {options.without_gpu!r}")
+    checked_without_gpu(options.without_gpu)
     title = column_title(options)
     out_of = options.points_possible
     if out_of is None:

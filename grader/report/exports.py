@@ -14,6 +14,7 @@ from grader.report.canvas_csv import CanvasOptions, to_canvas
 from grader.report.grades_csv import to_grades_csv
 from grader.report.gradescope import DEFAULT_HIDDEN_VISIBILITY, write_gradescope
 from grader.report.junit_report import to_combined_junit
+from grader.report.points import HOLD
 from grader.report.prairielearn import write_prairielearn
 from grader.report.summary_html import summary_files
 from grader.result import SubmissionResult
@@ -24,6 +25,7 @@ class ExportOptions:
     canvas: CanvasOptions = field(default_factory=CanvasOptions)
     hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY  # Gradescope's visibility for hidden cases
     compile_error_graded: bool = False  # PrairieLearn: a non-compiling submission is a graded 0
+    without_gpu: str = HOLD  # the LMS entries' score from a run without a GPU (canvas: its own option)
 
 
 Files = dict[str, "str | bytes"]  # relative path -> content
@@ -60,9 +62,11 @@ class LmsEntry:
 
 LMS_ENTRIES: dict[str, LmsEntry] = {
     "gradescope": LmsEntry("gradescope", "grade gradescope /autograder/submission /autograder/results/results.json",
-                           lambda r, path, seconds, o: write_gradescope(r, path, seconds, o.hidden_visibility)),
+                           lambda r, path, seconds, o: write_gradescope(r, path, seconds, o.hidden_visibility,
+                                                                        o.without_gpu)),
     "prairielearn": LmsEntry("prairielearn", "grade prairielearn /grade/student /grade/results/results.json",
-                             lambda r, path, seconds, o: write_prairielearn(r, path, o.compile_error_graded)),
+                             lambda r, path, seconds, o: write_prairielearn(r, path, o.compile_error_graded,
+                                                                            o.without_gpu)),
 }
 
 

@@ -11,12 +11,15 @@ Hidden cases use Gradescope's own visibility values: "after_due_date" by default
 verdict once the due date has passed), or "after_published" / "hidden", as the instructor chooses; their
 text is only the verdict word even then, so the shapes stay secret from one term to the next.
 Gradescope has no GPU: a check that needs one is "not checked here", so it is not a test there (a
-Gradescope test is passed or failed, never neither); the output names them and their points, and the
-score is out of what could be checked. A kernel the CPU emulator cannot run (outcome "needs GPU grade")
-keeps its cases as failed tests at 0 with the reason: what could be checked is the machine's, not the
-submission's, to decide. "How to make it faster" (result.feedback, advice worth
-no points) follows the summary in "output". The timing figures, when a GPU timed the kernel, go in
-"extra_data" and in a leaderboard (GFLOP/s, higher first; time against the reference, lower first).
+Gradescope test is passed or failed, never neither); the output names them and their points. The score is
+what the instructor chooses (`--without-gpu`): held (default), the points checked, for an assignment worth
+what could be checked (74 of the shipped 100); scaled, their share of the full total, for an assignment
+worth the full total. `extra_data.assignment_points` says which total that is. A kernel the CPU emulator
+cannot run (outcome "needs GPU grade") keeps its cases as failed tests at 0 with the reason, and its CPU
+score is never scaled up: what could be checked is the machine's, not the submission's, to decide. "How to
+make it faster" (result.feedback, advice worth no points) follows the summary in "output". The timing
+figures, when a GPU timed the kernel, go in "extra_data" and in a leaderboard (GFLOP/s, higher first; time
+against the reference, lower first).
 Outputs are declared "text" so a student's `<tag>` in a message is shown, not rendered as HTML.
 A submission that could not be graded still yields a valid file: score 0 and the reason.
 """
@@ -27,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from grader.report.faster import faster_text
+from grader.report.points import HOLD, SCALE, assignment_points, checked_without_gpu, format_points, scaled
 from grader.report.student_view import DEFAULT_LIMIT, student_message, student_summary
-from grader.result import GRADER_ERROR, HIDDEN, PASSED, TIMING, CheckResult, SubmissionResult
+from grader.result import GRADER_ERROR, HIDDEN, NEEDS_GPU_GRADE, PASSED, TIMING, CheckResult, SubmissionResult
 
 VISIBLE = "visible"
 # Gradescope's documented visibility values that keep a test from the student for a while (or always).
@@ -71,27 +75,48 @@ def _not_checked(result: SubmissionResult) -> str:
     return f"Not checked here (they need a GPU): {names}."
 
 
+def _scaled_up(result: SubmissionResult, without_gpu: str) -> bool:
+    """Whether the score is the checked share of the full total: asked for, and a grade (a kernel held for a
+    GPU keeps its CPU score as it is)."""
+    return (without_gpu == SCALE and bool(result.needs_gpu_points) and result.graded
+            and result.outcome != NEEDS_GPU_GRADE)
+
+
+def _score(result: SubmissionResult, without_gpu: str) -> float:
+    if not result.graded:
+        return 0.0
+    return round(scaled(result, result.max_score), 6) if _scaled_up(result, without_gpu) else result.score
+
+
 def to_gradescope(result: SubmissionResult, execution_time: float | None = None, limit: int = DEFAULT_LIMIT,
-                  hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY) -> dict[str, Any]:
-    """execution_time: seconds; defaults to the result's own duration when it has one."""
+                  hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY, without_gpu: str = HOLD) -> dict[str, Any]:
+    """execution_time: seconds; defaults to the result's own duration when it has one. without_gpu: hold or
+    scale, what the score of a run without a GPU is (the module's docstring)."""
     if hidden_visibility not in HIDDEN_VISIBILITIES:
         raise ValueError(f"hidden_visibility must be one of {', '.join(HIDDEN_VISIBILITIES)}, "
                          f"not {hidden_visibility!r}")
+    checked_without_gpu(without_gpu)
     seconds = execution_time if execution_time is not None else result.duration_s or None
+    score = _score(result, without_gpu)
     output = student_summary(result, limit)
     if result.needs_gpu_points:
         output += "\n" + _not_checked(result)
+    if _scaled_up(result, without_gpu):
+        output += (f"\nYour score counts as its share of the full total: {format_points(score)}/"
+                   f"{format_points(result.max_score)}.")
     if result.feedback:  # after what to fix: advice, no points
         output += "\n\n" + faster_text(result, limit)
     extra: dict[str, Any] = {"outcome": result.outcome, "max_score": result.max_score,
-                             "checkable_max_score": result.checkable_max}
+                             "checkable_max_score": result.checkable_max, "without_gpu": without_gpu}
+    if result.graded:  # a result not graded marks nothing as needing a GPU: it cannot say the run's total
+        extra["assignment_points"] = assignment_points(result, without_gpu)
     if result.regrade_reason:  # the instructor's marker: this row needs grading again (README: regrade)
         extra["regrade_reason"] = result.regrade_reason
     figures = timing_figures(result)
     if figures:
         extra["timing"] = figures
     data: dict[str, Any] = {
-        "score": result.score if result.graded else 0.0,
+        "score": score,
         "output": output,
         "output_format": "text",
         "test_output_format": "text",
@@ -109,9 +134,9 @@ def to_gradescope(result: SubmissionResult, execution_time: float | None = None,
 
 
 def write_gradescope(result: SubmissionResult, path: str | Path, execution_time: float | None = None,
-                     hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY) -> Path:
+                     hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY, without_gpu: str = HOLD) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = to_gradescope(result, execution_time, hidden_visibility=hidden_visibility)
+    data = to_gradescope(result, execution_time, hidden_visibility=hidden_visibility, without_gpu=without_gpu)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path

@@ -13,8 +13,11 @@ static points only with `points.static_after_compile_error: true`). By default s
 "gradable": false with the compiler's message in "format_errors", so the attempt is not counted; with
 `prairielearn.compile_error_graded: true` in config.yaml it is a graded 0 instead.
 PrairieLearn has no GPU: the score is a fraction of what could be checked, and checks that need a GPU
-are listed in the message, not as tests (they are neither passed nor failed). A kernel the CPU emulator
-cannot run ("needs GPU grade") is scored out of the same checkable points, its cases at 0 with the reason.
+are listed in the message, not as tests (they are neither passed nor failed). The fraction is the same with
+either `--without-gpu`; what differs is what the question stands for, which the student is told: held
+(default), the checkable part of the lab (give it that part's points); scaled, the whole lab. A kernel the
+CPU emulator cannot run ("needs GPU grade") is scored out of the same checkable points, its cases at 0 with
+the reason. A submission that could not be graded has no tests: its one reason is in "format_errors".
 "How to make it faster" (result.feedback: advice, no points) follows the summary in "output".
 """
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.report.faster import faster_text
-from grader.report.points import format_points, gpu_reasons
+from grader.report.points import HOLD, SCALE, checkable_words, checked_without_gpu, format_points
 from grader.report.status import compile_check, status_label
 from grader.report.student_view import (
     DEFAULT_LIMIT,
@@ -67,23 +70,32 @@ def _compiler_message(result: SubmissionResult, limit: int) -> str:
     return cap(text or "the code does not compile", limit)
 
 
-def to_prairielearn(result: SubmissionResult, limit: int = DEFAULT_LIMIT,
-                    compile_error_graded: bool = False) -> dict[str, Any]:
-    """compile_error_graded: a submission that does not compile is a graded 0 rather than not gradable."""
+def _message(result: SubmissionResult, without_gpu: str) -> str:
+    if not result.graded:
+        return f"{status_label(result)}: not graded"
+    points = f"{status_label(result)}: {format_points(result.score)}/{format_points(result.checkable_max)}"
+    if not result.needs_gpu_points:
+        return f"{points} points"
+    whole = "; the score is their share of all this question's points" if without_gpu == SCALE else ""
+    return f"{points} {checkable_words(result)}{whole}"
+
+
+def to_prairielearn(result: SubmissionResult, limit: int = DEFAULT_LIMIT, compile_error_graded: bool = False,
+                    without_gpu: str = HOLD) -> dict[str, Any]:
+    """compile_error_graded: a submission that does not compile is a graded 0 rather than not gradable.
+    without_gpu: hold or scale, what the question stands for in a run without a GPU (the module's docstring)."""
+    checked_without_gpu(without_gpu)
     gradable = result.graded and (compile_error_graded or not _does_not_build(result))
     data: dict[str, Any] = {
         "gradable": gradable,
         "score": _fraction(result),
-        "message": (f"{status_label(result)}: {format_points(result.score)}/{format_points(result.checkable_max)} "
-                    "points" if result.graded else f"{status_label(result)}: not graded"),
+        "message": _message(result, without_gpu),
         "output": student_summary(result, limit) + (f"\n\n{faster_text(result, limit)}" if result.feedback else ""),
-        "tests": [_test(check, result, limit) for check in result.checks if check.checkable],
+        # Not graded: every check would repeat the one reason, which format_errors gives once.
+        "tests": [_test(check, result, limit) for check in result.checks if check.checkable and result.graded],
     }
     if result.regrade_reason:  # the instructor's marker: this submission needs grading again (README)
         data["regrade_reason"] = result.regrade_reason
-    if result.needs_gpu_points and result.graded:
-        data["message"] += (f" checkable without a GPU; {format_points(result.needs_gpu_points)} more need a GPU "
-                            f"({gpu_reasons(result)})")
     if not result.graded:
         data["format_errors"] = [cap(result.message or "the submission could not be graded", limit)]
     elif not gradable:
@@ -92,9 +104,10 @@ def to_prairielearn(result: SubmissionResult, limit: int = DEFAULT_LIMIT,
     return data
 
 
-def write_prairielearn(result: SubmissionResult, path: str | Path, compile_error_graded: bool = False) -> Path:
+def write_prairielearn(result: SubmissionResult, path: str | Path, compile_error_graded: bool = False,
+                       without_gpu: str = HOLD) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)  # PrairieLearn does not create /grade/results
-    data = to_prairielearn(result, compile_error_graded=compile_error_graded)
+    data = to_prairielearn(result, compile_error_graded=compile_error_graded, without_gpu=without_gpu)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path

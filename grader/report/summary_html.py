@@ -1,11 +1,12 @@
 """The class summary page: how the batch went, at a glance, in one self-contained index.html.
 
 Why: after grading a class an instructor wants the shape of it before any single student's file:
-how many compiled, the score distribution, how fast kernels were against the reference (time ratios, and
-each kernel's GFLOP/s against the reference's), which findings on how to make it faster were common
-(result.feedback, by kind), and which mistakes were common (grouped by check and first line of the
-message, so twenty "wrong elements in the last tile column" failures read as one row). Instructor-facing:
-full messages, hidden cases included. Everything comes from the results as stored; every student text is HTML-escaped.
+how many compiled, the score distribution (out of the points the run could check: without a GPU, the
+page says what needs one), how fast kernels were against the reference (time ratios, and each kernel's
+GFLOP/s against the reference's), which findings on how to make it faster were common (result.feedback, by
+kind), and which mistakes were common (grouped by cause, failure_cause(): one student's bug in twenty cases
+is one row, counted once). Instructor-facing: full messages, hidden cases included. Everything comes from
+the results as stored; every student text is HTML-escaped.
 The plots are PNGs written next to the page and also inlined, so the page can be mailed alone.
 matplotlib is imported only here and only when plotting; without it the page says so.
 """
@@ -14,13 +15,15 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 import statistics
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.report.points import format_points
+from grader.report.points import format_points, run_gpu_note, run_total
 from grader.report.status import LABELS, status_label
-from grader.result import ERROR, FAILED, TIMING, SubmissionResult
+from grader.result import ERROR, FAILED, TIMING, CheckResult, SubmissionResult
 
 SCORE_PNG = "score_histogram.png"
 TIMING_PNG = "timing_ratio.png"
@@ -61,11 +64,55 @@ def common_findings(results: list[SubmissionResult]) -> list[tuple[str, int, str
     return [(what, n, example[what]) for what, n in counts.most_common()]
 
 
-def common_failures(results: list[SubmissionResult], top: int = TOP_FAILURES) -> list[tuple[str, str, int]]:
-    """(check name, first line of its message, count) over failed and errored checks, most common first."""
-    counts = Counter((c.name, (c.message.strip().splitlines() or [""])[0]) for r in results for c in r.checks
-                     if c.status in (FAILED, ERROR))
-    return [(name, line, n) for (name, line), n in counts.most_common(top)]
+def first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0]
+
+
+def failure_cause(check: CheckResult) -> str:
+    """What a failed or errored check is grouped by: the kinds of unsafe thing the kernel did in it, else
+    its first fix, else the first line of its message with the numbers left out (sizes, lines, values), so
+    one mistake reads as one cause whichever case or size showed it. The one place a structured cause of
+    each failure goes, once checks carry one."""
+    if check.unsafe:
+        return "unsafe: " + ", ".join(sorted(set(check.unsafe)))
+    if check.fixes:
+        return check.fixes[0]
+    return re.sub(r"\d+(?:\.\d+)?", "N", first_line(check.message))
+
+
+@dataclass
+class Failure:
+    """One cause, over the class: who showed it, in which checks, and one message that says it."""
+
+    cause: str
+    example: str
+    submissions: dict[str, None] = field(default_factory=dict)  # insertion-ordered sets
+    checks: dict[str, None] = field(default_factory=dict)
+
+
+def common_failures(results: list[SubmissionResult], top: int = TOP_FAILURES) -> list[Failure]:
+    """The causes of failed and errored checks, by how many submissions show each, most first (ties in the
+    order first seen)."""
+    groups: dict[str, Failure] = {}
+    for result in results:
+        for check in result.checks:
+            if check.status in (FAILED, ERROR):
+                cause = failure_cause(check)
+                group = groups.setdefault(cause, Failure(cause, first_line(check.message)))
+                group.submissions[result.submission] = None
+                group.checks[check.name] = None
+    return sorted(groups.values(), key=lambda group: -len(group.submissions))[:top]
+
+
+def _checks_cell(names: list[str], shown: int = 4) -> str:
+    more = f", and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _out_of(results: list[SubmissionResult]) -> str:
+    """"36", or from a run without a GPU "74 checkable without a GPU"."""
+    total = format_points(run_total(results))
+    return f"{total} checkable without a GPU" if run_gpu_note(results) else total
 
 
 def _png(fig) -> bytes:
@@ -88,8 +135,10 @@ def _plots(results: list[SubmissionResult]) -> dict[str, bytes] | None:
     scores = [r.score for r in results]
     if scores:
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        ax.hist(scores, bins=min(20, max(5, len(set(scores)))), color="#4477aa", edgecolor="white")
-        ax.set_xlabel("score (points)")
+        total = run_total(results)
+        ax.hist(scores, bins=min(20, max(5, len(set(scores)))), range=(0, total) if total > 0 else None,
+                color="#4477aa", edgecolor="white")
+        ax.set_xlabel(f"score (points out of {_out_of(results)})")
         ax.set_ylabel("submissions")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title("Scores")
@@ -158,10 +207,12 @@ def render_summary(results: list[SubmissionResult], plots: dict[str, bytes] | No
     parts.append("</table>")
     parts.append("<h2>Scores</h2>")
     if scores:
-        out_of = format_points(max(r.max_score for r in results))
         parts.append(f"<p>mean {format_points(round(statistics.mean(scores), 2))}, "
-                     f"median {format_points(round(statistics.median(scores), 2))} points out of {out_of}, "
-                     "over all submissions (those not graded count as they scored).</p>")
+                     f"median {format_points(round(statistics.median(scores), 2))} points out of "
+                     f"{e(_out_of(results))}, over all submissions (those not graded count as they scored).</p>")
+        if run_gpu_note(results):
+            parts.append(f"<p>Graded without a GPU: {e(run_gpu_note(results))}, not checked in this run, so "
+                         "they are in no score here.</p>")
     else:
         parts.append("<p>No submissions.</p>")
     if plots is None:
@@ -183,8 +234,10 @@ def render_summary(results: list[SubmissionResult], plots: dict[str, bytes] | No
     parts.append(f"<h2>Most common failures (top {TOP_FAILURES})</h2>")
     failures = common_failures(results)
     if failures:
-        parts.append("<table><tr><th>check</th><th>first line of the message</th><th>count</th></tr>")
-        parts.extend(_row(e(name), f"<pre>{e(line)}</pre>", str(n), numeric=(2,)) for name, line, n in failures)
+        parts.append("<p>Grouped by cause: a mistake shown by many cases of one submission counts once.</p>"
+                     "<table><tr><th>cause</th><th>submissions</th><th>checks</th><th>for example</th></tr>")
+        parts.extend(_row(f"<pre>{e(f.cause)}</pre>", str(len(f.submissions)), e(_checks_cell(list(f.checks))),
+                          f"<pre>{e(f.example)}</pre>", numeric=(1,)) for f in failures)
         parts.append("</table>")
     else:
         parts.append("<p>No failed or errored checks.</p>")

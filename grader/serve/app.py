@@ -1,7 +1,9 @@
 """The service's HTTP API (FastAPI).
 
-    POST /v1/jobs?student=ID    body: the student's archive (a zip), `Authorization: Bearer TOKEN`
-                                -> 202 {"id", "status": "queued", "position", "supersedes"}
+    POST /v1/jobs?student=ID[&submitted_at=ISO]   body: the student's archive (a zip), `Authorization:
+                                Bearer TOKEN`; submitted_at: when the LMS took it (ISO 8601 with its zone)
+                                -> 202 {"id", "status": "queued", "position", "supersedes"}, or "status":
+                                   "superseded" and "superseded_by" for one older than the student's newest
     GET  /v1/jobs/{id}          -> {"id", "status", "position"} and, once done, "result": the native JSON,
                                    or ?format=gradescope / prairielearn shaped for that LMS; a job a newer
                                    upload of the student replaced is "superseded", with "superseded_by"
@@ -11,9 +13,10 @@
 
 Each course has its own bearer token; a job is visible only with its course's token. A student's new upload
 while an earlier one waits or is being graded is queued, never refused: the newest wins (the waiting one is
-superseded). Every refusal is a 4xx with the reason: 401 a missing or unknown token, 413 an archive over the
-cap, 429 over the hourly limit (with Retry-After: when the oldest upload of the window leaves it), 400
-anything malformed.
+superseded). Newest by the LMS's own time of the submission where it says (`submitted_at`): one that arrives
+after a newer one of the same student is superseded by it at once. Every refusal is a 4xx with the reason:
+401 a missing or unknown token, 413 an archive over the cap, 429 over the hourly limit (with Retry-After:
+when the oldest upload of the window leaves it), 400 anything malformed.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import re
 import time
 import zipfile
 from dataclasses import dataclass
+from datetime import datetime
 
 from fastapi import FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
@@ -37,7 +41,8 @@ from .store import DONE, SUPERSEDED, JobStore
 STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")  # LMS ids: numbers, logins, emails; fullmatch
 JOB_ID = re.compile(r"[0-9a-f]{32}")
 FORMATS = {"native": None, "gradescope": to_gradescope, "prairielearn": to_prairielearn}
-LOGGED_QUERY = ("student", "format")  # nothing else of a query is written to the log
+LOGGED_QUERY = ("student", "format", "submitted_at")  # nothing else of a query is written to the log
+AHEAD_S = 3600  # how far ahead of this service's clock an LMS's submission time may be (clocks drift)
 log = logging.getLogger("grader.serve")
 
 
@@ -56,6 +61,25 @@ def printable(text: str) -> str:
 def valid_student(student: str) -> bool:
     """The whole id, not a prefix: `nl1\\n` is not `nl1` (re.match's `$` would let the newline through)."""
     return STUDENT_ID.fullmatch(student) is not None
+
+
+def submission_time(text: str) -> float | None:
+    """`submitted_at` as epoch seconds (None when not given); a 400 naming the field for anything else: a time
+    without its zone could be any of 26 hours, and one far ahead of ours would outrank every later upload."""
+    if not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise HTTPException(400, "submitted_at: when the LMS took the submission, an ISO 8601 time with its zone "
+                                 f"(as 2026-03-01T14:22:32-07:00), not {text[:60]!r}")
+    ahead = when.timestamp() - time.time()
+    if ahead > AHEAD_S:
+        raise HTTPException(400, f"submitted_at: {text[:60]} is {ahead / 3600:.1f} hours ahead of this service's "
+                                 "clock")
+    return when.timestamp()
 
 
 def create_app(store: JobStore, tokens: dict[str, str], limits: ServiceLimits, wake=lambda: None) -> FastAPI:
@@ -89,11 +113,13 @@ def create_app(store: JobStore, tokens: dict[str, str], limits: ServiceLimits, w
         return {"status": "ok", "queued": counts["queued"], "running": counts["running"]}
 
     @app.post("/v1/jobs", status_code=202)
-    async def submit(request: Request, student: str = Query(""), authorization: str | None = Header(None)):
+    async def submit(request: Request, student: str = Query(""), submitted_at: str = Query(""),
+                     authorization: str | None = Header(None)):
         course = course_of(authorization)
         if not valid_student(student):
             raise HTTPException(400, "student: the student's LMS id is required (letters, digits, . _ @ + -; "
                                      "at most 128; no spaces or control characters)")
+        submitted = submission_time(submitted_at)
         archive = await _body(request, limits.max_bytes)
         if not zipfile.is_zipfile(io.BytesIO(archive)):
             raise HTTPException(400, "the body must be the student's submission as a zip archive")
@@ -104,7 +130,12 @@ def create_app(store: JobStore, tokens: dict[str, str], limits: ServiceLimits, w
             raise HTTPException(429, f"student {student} has submitted {limits.per_window} times in the last "
                                      f"{limits.window_s / 60:g} minutes; the next upload is taken in {wait} s",
                                 headers={"Retry-After": str(wait)})
-        job = store.add(course, student, archive)
+        job = store.add(course, student, archive, submitted)
+        if job.status == SUPERSEDED:  # older than a submission of the student's the service already has
+            log.info("job %s superseded course=%s student=%s by=%s (submitted before it, arrived after)", job.id,
+                     course, student, job.superseded_by)
+            return {"id": job.id, "status": job.status, "position": 0, "supersedes": [],
+                    "superseded_by": job.superseded_by}
         log.info("job %s queued course=%s student=%s bytes=%d", job.id, course, student, len(archive))
         for older in job.supersedes:
             log.info("job %s superseded course=%s student=%s by=%s", older, course, student, job.id)
@@ -125,7 +156,8 @@ def create_app(store: JobStore, tokens: dict[str, str], limits: ServiceLimits, w
         if job.status == SUPERSEDED:
             answer["superseded_by"] = job.superseded_by
             answer["detail"] = (f"not graded: student {job.student} uploaded again (job {job.superseded_by}) "
-                                "before this one was graded; the newest upload is graded instead")
+                                "before this one was graded; the newest upload, by the time the LMS took it, is "
+                                "graded instead")
         if job.status == DONE and job.result is not None:
             shape = FORMATS[format]
             answer["result"] = shape(SubmissionResult.from_dict(job.result)) if shape else job.result

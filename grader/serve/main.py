@@ -9,6 +9,7 @@ from ..cases import Case
 from ..config import Config
 from ..errors import UsageError
 from ..judge import truths
+from ..leftovers import clear_at_start
 from ..pipeline import GPU, RunPlan
 from ..schema import load_yaml
 from .store import JobStore
@@ -46,6 +47,8 @@ def announce(plan: RunPlan, state: Path, host: str, port: int, workers: int, lim
     sandbox = plan.sandbox.level if plan.sandbox is not None else "default"
     if plan.sandbox is not None and plan.sandbox.note:
         sandbox += f" ({plan.sandbox.note})"
+    if cluster:  # student code runs on the workers, confined as each worker's host allows, never here
+        sandbox = "each worker's own (`grade worker` says it; each result's \"sandbox\" too)"
     where = f"on the Dask cluster at {cluster}" if cluster else f"here, {workers} at a time"
     leftovers = f"; cleared {cleared} jobs' scratch folders left by an earlier run" if cleared else ""
     return (f"listening on http://{host}:{port} (GET /v1/health needs no token); backend {backend}{sanitize}, "
@@ -73,6 +76,7 @@ def serve(config: Config, cases: list[Case], plan: RunPlan, state: Path, tokens:
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)  # the archives and results of every student: nobody else's to read
     cleared = clear_scratch(state / SCRATCH)
+    left = clear_at_start()  # what the grades of a service (or batch) killed mid-grade left in the temporary root
     store = JobStore(state / "jobs.sqlite")
     requeued = store.requeue_running()
     client = None
@@ -87,6 +91,8 @@ def serve(config: Config, cases: list[Case], plan: RunPlan, state: Path, tokens:
         truths.warm([case for case in cases if plan.backend == GPU or not case.gpu_only], config)
     runner = JobRunner(store, config, cases, plan, workers, state / SCRATCH, client)
     log.info(announce(plan, state, host, port, workers, limits, cluster, tokens, cleared))
+    for line in left:
+        log.info(line)
     if requeued:
         log.info("%d jobs that were being graded when the service stopped are queued again", requeued)
     runner.start()

@@ -2,8 +2,9 @@
 archive read member by member (student_archive: hostile members refused and noted), the kernel graded in a
 worker process of its own with the student's code sandboxed, and only this process writing the result.
 
-A job's scratch folder lives under the service's state folder (`scratch/<job id>`), never in /tmp: a
-kill -9 of the service leaves it where the next start clears it."""
+A job's archive is unpacked under the service's state folder (`scratch/<job id>`), never in /tmp: a
+kill -9 of the service leaves it where the next start clears it. The grade's own scratch folder is in the
+temporary root, named for the worker process grading it (leftovers.py), and the next start clears that too."""
 from __future__ import annotations
 
 import logging

@@ -2,6 +2,9 @@
 
 A student has at most one job waiting: a newer submission supersedes the older queued one (the newest wins),
 and a student's job is never graded while another of theirs is, so their last result is their last upload's.
+"Newer" is by the LMS's own time of the submission (`submitted`, which the LMS container sends; the upload's
+arrival where it sends none): two containers may post out of order, and a submission that arrives after a
+newer one of the same student is superseded at once by it, never graded over it.
 
 Only the service's own process reads and writes this file; it lives in the service's state folder, which
 no sandboxed process can reach.
@@ -32,8 +35,9 @@ CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created);
 CREATE INDEX IF NOT EXISTS jobs_by_student ON jobs (course, student, created);
 """
 # Added after the first release: a state folder from then gets them at the next start.
-COLUMNS = {"started": "REAL", "finished": "REAL", "superseded_by": "TEXT"}
-FIELDS = "id, course, student, status, created, started, finished, superseded_by"
+COLUMNS = {"started": "REAL", "finished": "REAL", "superseded_by": "TEXT", "submitted": "REAL"}
+FIELDS = "id, course, student, status, created, started, finished, superseded_by, submitted"
+SUBMITTED = "COALESCE(submitted, created)"  # a job of an earlier release has no LMS time: its arrival's
 
 
 @dataclass
@@ -46,6 +50,7 @@ class Job:
     started: float | None = None
     finished: float | None = None
     superseded_by: str | None = None
+    submitted: float | None = None  # when the LMS took the submission (epoch seconds)
     result: dict | None = None
     supersedes: list[str] = field(default_factory=list)  # set by add(): the student's queued jobs it replaced
 
@@ -77,20 +82,32 @@ class JobStore:
             return self.db.execute("UPDATE jobs SET status = ?, started = NULL WHERE status = ?",
                                    (QUEUED, RUNNING)).rowcount
 
-    def add(self, course: str, student: str, archive: bytes) -> Job:
-        """The new job; the student's queued jobs it supersedes (their archives dropped) are in `supersedes`."""
-        job = Job(uuid.uuid4().hex, course, student, QUEUED, time.time())
+    def add(self, course: str, student: str, archive: bytes, submitted: float | None = None) -> Job:
+        """The new job, submitted by the LMS at `submitted` (now, if it does not say). The student's queued jobs
+        it supersedes (their archives dropped) are in `supersedes`; where the student already has a newer job
+        (waiting, being graded or done), the new one is superseded by it at once, and its archive not kept."""
+        created = time.time()
+        job = Job(uuid.uuid4().hex, course, student, QUEUED, created, submitted=created if submitted is None
+                  else submitted)
         with self.lock:
             self.db.execute("BEGIN IMMEDIATE")
-            older = [row[0] for row in self.db.execute(
-                "SELECT id FROM jobs WHERE course = ? AND student = ? AND status = ?", (course, student, QUEUED))]
-            self.db.execute("UPDATE jobs SET status = ?, superseded_by = ?, finished = ?, archive = NULL "
-                            "WHERE course = ? AND student = ? AND status = ?",
-                            (SUPERSEDED, job.id, job.created, course, student, QUEUED))
-            self.db.execute("INSERT INTO jobs (id, course, student, status, created, archive) "
-                            "VALUES (?, ?, ?, ?, ?, ?)", (job.id, course, student, QUEUED, job.created, archive))
+            newer = self.db.execute(
+                f"SELECT id FROM jobs WHERE course = ? AND student = ? AND status IN (?, ?, ?) AND {SUBMITTED} > ? "
+                f"ORDER BY {SUBMITTED} DESC LIMIT 1",
+                (course, student, QUEUED, RUNNING, DONE, job.submitted)).fetchone()
+            if newer is not None:
+                job.status, job.superseded_by, job.finished, archive = SUPERSEDED, newer[0], created, None
+            else:
+                job.supersedes = [row[0] for row in self.db.execute(
+                    "SELECT id FROM jobs WHERE course = ? AND student = ? AND status = ?", (course, student, QUEUED))]
+                self.db.execute("UPDATE jobs SET status = ?, superseded_by = ?, finished = ?, archive = NULL "
+                                "WHERE course = ? AND student = ? AND status = ?",
+                                (SUPERSEDED, job.id, created, course, student, QUEUED))
+            self.db.execute("INSERT INTO jobs (id, course, student, status, created, archive, superseded_by, finished, "
+                            "submitted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (job.id, course, student, job.status, created, archive, job.superseded_by, job.finished,
+                             job.submitted))
             self.db.execute("COMMIT")
-        job.supersedes = older
         return job
 
     def submitted_since(self, course: str, student: str, since: float) -> list[float]:
@@ -120,7 +137,7 @@ class JobStore:
             row = self.db.execute(f"SELECT {FIELDS}, result FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             return None
-        return Job(*row[:8], result=json.loads(row[8]) if row[8] else None)
+        return Job(*row[:9], result=json.loads(row[9]) if row[9] else None)
 
     def results(self, course: str) -> list[tuple[str, dict]]:
         """(student, result) of every finished job of the course, oldest first."""
@@ -141,9 +158,9 @@ class JobStore:
                 return None
             started = time.time()
             self.db.execute("UPDATE jobs SET status = ?, started = ? WHERE id = ?", (RUNNING, started, row[0]))
-        job = Job(*row[:8])
+        job = Job(*row[:9])
         job.status, job.started = RUNNING, started
-        return job, row[8]
+        return job, row[9]
 
     def finish(self, job_id: str, result: dict) -> Job | None:
         with self.lock:

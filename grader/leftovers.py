@@ -1,0 +1,172 @@
+"""Temporary folders named for the process that owns them, and clearing what dead owners left.
+
+A grade's scratch folder holds the student's code and the run's outputs (up to tens of MB). A process killed
+by `kill -9` cannot remove it, and nothing else knew whose it was. So each such folder is named for its
+owner: `sgemm-grade-<pid namespace>.<pid>.<start time>-XXXXXXXX` (the start time, in clock ticks since boot,
+tells a pid reused later from its first owner). `grade batch`, `grade serve` and `grade worker` clear, as
+they start, every such folder under the temporary root whose owner is no longer running, and the folders of
+the grader's other short-lived runs (made before folders carried an owner, or by code that still names them
+by prefix alone) once they are a day old: no run lives that long. Only this user's own folders are touched,
+never through a link; a folder whose owner is in another pid namespace is kept, as this process cannot
+tell whether it runs.
+
+Root graders also copy what the sandbox's uid must reach (execute/reachable.py), one copy per grader
+version, 100-200 MB each: `prune_copies` keeps the newest few of each kind and removes the rest once they
+are a day old (a grader of another version may be starting a sandbox from one; a grader whose copy was
+removed makes it again when it next needs it).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GRADE, TASK = "sgemm-grade-", "sgemm-task-"  # a grade's scratch folder (pipeline.run_child), a cluster task's
+WORKER = "sgemm-worker-"  # `grade worker`'s: its Dask workers' local directory (their spill and lock files)
+OWNED_BY = (GRADE, TASK, WORKER)
+# The grader's other per-run folders (execute/sandbox.py's scratch_folder, the CPU profile), named by prefix
+# and mkdtemp's 8 random characters: cleared by age alone.
+UNOWNED = re.compile(r"^sgemm-(?:grade|task|compile|resources|sanitize|sanitize-group|safety|profile|profile-ref|"
+                     r"sandbox-probe)-[A-Za-z0-9_]{8}$")
+UNOWNED_AGE_S = 24 * 3600
+KEEP_COPIES = 3  # of each kind: the running grader's, and the ones before it a rollback would use
+COPY_MIN_AGE_S = 24 * 3600  # a younger copy may be another grader's, about to start a sandbox from it
+
+
+def owner(pid: int | None = None) -> str:
+    """`<pid namespace>.<pid>.<start time>` of a process (this one by default); "" once it has ended."""
+    pid = os.getpid() if pid is None else pid
+    started = _start_time(pid)
+    return f"{_pid_namespace()}.{pid}.{started}" if started is not None else ""
+
+
+def owned_folder(prefix: str, root: Path | None = None) -> Path:
+    """A new folder under `root` (the temporary root by default), named for this process (mode 0700, as
+    mkdtemp makes it)."""
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{owner()}-", dir=root))
+
+
+@contextmanager
+def owned_scratch(prefix: str) -> Iterator[Path]:
+    """owned_folder(), removed when done."""
+    folder = owned_folder(prefix)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def clear_dead(root: Path | None = None, prefixes: tuple[str, ...] = OWNED_BY,
+               unowned: re.Pattern | None = UNOWNED) -> list[Path]:
+    """Removes what dead owners left under `root` (the temporary root by default): the folders named for an
+    owner with one of `prefixes`, and those `unowned` matches once a day old. The folders removed."""
+    root = Path(root or tempfile.gettempdir())
+    owned = re.compile("^(?:" + "|".join(map(re.escape, prefixes)) + r")(\d+)\.(\d+)\.(\d+)-")
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        if _left_behind(entry, owned.match(entry.name), bool(unowned and unowned.match(entry.name))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
+
+
+def _left_behind(entry: os.DirEntry, owned: re.Match | None, unowned: bool) -> bool:
+    if not (owned or unowned):
+        return False
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        return False  # only this user's own folders, and never through a link
+    if owned:
+        namespace, pid, started = owned.groups()
+        return namespace == str(_pid_namespace()) and owner(int(pid)) != f"{namespace}.{pid}.{started}"
+    return time.time() - info.st_mtime > UNOWNED_AGE_S
+
+
+def _start_time(pid: int) -> int | None:
+    """When a running process started; None once it has ended (a zombie has ended: only its exit status is
+    left for its parent to collect)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            fields = stat_file.read().rsplit(")", 1)[1].split()  # the command may hold spaces and ")"
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])  # starttime: proc(5)'s 22nd field
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+# --- the sandbox's copies of the grader ----------------------------------------------------------------------
+
+
+@dataclass
+class Pruned:
+    removed: list[Path] = field(default_factory=list)
+    kept: list[Path] = field(default_factory=list)
+
+
+COPY = re.compile(r"^(?P<kind>[a-z]+)-[0-9a-f]{32}$")  # execute/reachable.py's `<kind>-<key>`
+
+
+def prune_copies(keep: int = KEEP_COPIES) -> Pruned:
+    """Of each kind of the sandbox's reachable copies (grader, env, python, bwrap), the newest `keep` kept
+    and the rest removed. Only a root grader makes copies, and only it may remove them; elsewhere, or where
+    the folder of copies cannot be trusted, nothing is done."""
+    if os.geteuid() != 0:
+        return Pruned()
+    from .execute.reachable import CopyUnsafe, copies_root
+
+    try:
+        root = copies_root()
+    except CopyUnsafe:
+        return Pruned()
+    by_kind: dict[str, list[os.DirEntry]] = {}
+    for entry in os.scandir(root):
+        found = COPY.match(entry.name)
+        if found and entry.is_dir(follow_symlinks=False):
+            by_kind.setdefault(found["kind"], []).append(entry)
+    pruned = Pruned()
+    now = time.time()
+    for copies in by_kind.values():
+        made = {entry.path: entry.stat(follow_symlinks=False).st_mtime for entry in copies}
+        copies.sort(key=lambda entry: made[entry.path], reverse=True)
+        for index, entry in enumerate(copies):
+            if index < keep or now - made[entry.path] < COPY_MIN_AGE_S:
+                pruned.kept.append(Path(entry.path))
+            else:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                pruned.removed.append(Path(entry.path))
+    return pruned
+
+
+def clear_at_start() -> list[str]:
+    """What `grade batch`, `grade serve` and `grade worker` clear as they start, in lines that say so."""
+    lines = []
+    dead = clear_dead()
+    if dead:
+        lines.append(f"removed {len(dead)} temporary folders that graders which ended without cleaning up (kill -9) "
+                     f"left in {tempfile.gettempdir()}")
+    pruned = prune_copies()
+    if pruned.removed:
+        lines.append(f"removed {len(pruned.removed)} sandbox copies of other grader versions "
+                     f"({', '.join(path.name for path in pruned.removed)}); kept the newest {KEEP_COPIES} of each "
+                     f"kind ({', '.join(path.name for path in pruned.kept)})")
+    return lines
