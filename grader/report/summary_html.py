@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,7 +22,8 @@ from pathlib import Path
 
 from grader.report.points import format_points, run_gpu_note, run_total
 from grader.report.status import LABELS, status_label
-from grader.result import ERROR, FAILED, TIMING, CheckResult, SubmissionResult
+from grader.report.student_view import cause_of
+from grader.result import ERROR, FAILED, TIMING, SubmissionResult
 
 SCORE_PNG = "score_histogram.png"
 TIMING_PNG = "timing_ratio.png"
@@ -69,15 +69,12 @@ def first_line(text: str) -> str:
 
 
 def failure_cause(check: CheckResult) -> str:
-    """What a failed or errored check is grouped by: the kinds of unsafe thing the kernel did in it, else
-    its first fix, else the first line of its message with the numbers left out (sizes, lines, values), so
-    one mistake reads as one cause whichever case or size showed it. The one place a structured cause of
-    each failure goes, once checks carry one."""
+    """What the class summary groups a failed check by: the kinds of unsafe thing the kernel did in it (two
+    students reading past B's end at different lines made one mistake), else the cause a student's own report
+    groups it by (student_view.cause_of)."""
     if check.unsafe:
         return "unsafe: " + ", ".join(sorted(set(check.unsafe)))
-    if check.fixes:
-        return check.fixes[0]
-    return re.sub(r"\d+(?:\.\d+)?", "N", first_line(check.message))
+    return cause_of(check)
 
 
 @dataclass
