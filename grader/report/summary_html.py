@@ -23,7 +23,7 @@ from pathlib import Path
 from grader.report.points import format_points, run_gpu_note, run_total
 from grader.report.status import LABELS, status_label
 from grader.report.student_view import cause_of
-from grader.result import ERROR, FAILED, TIMING, SubmissionResult
+from grader.result import ERROR, FAILED, TIMING, CheckResult, SubmissionResult
 
 SCORE_PNG = "score_histogram.png"
 TIMING_PNG = "timing_ratio.png"
