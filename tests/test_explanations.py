@@ -85,3 +85,17 @@ def test_junit_tells_each_cause_once_in_full_and_points_the_other_cases_to_it(gr
     full = [name for name, text in texts.items() if "elements of C are wrong" in text]
     assert full == ["case square_64"], full
     assert "(the same cause as square_64: the barrier after using the tiles is missing" in texts["case ragged_m"]
+
+
+def test_gradescope_and_prairielearn_tell_each_cause_once_in_full(graders):
+    from grader.report.gradescope import to_gradescope
+    from grader.report.prairielearn import to_prairielearn
+
+    result = cpu(graders, "missing_use_barrier")
+    gradescope = {t["name"]: t["output"] for t in to_gradescope(result)["tests"]}
+    prairielearn = {t["name"]: t["output"] for t in to_prairielearn(result)["tests"]}
+    for outputs, example, other in ((gradescope, "case: square_64", "case: ragged_m"),
+                                    (prairielearn, "square_64", "ragged_m")):
+        assert "elements of C are wrong" in outputs[example]
+        assert sum("elements of C are wrong" in text for text in outputs.values()) == 1
+        assert outputs[other].endswith("(the same cause as square_64)")

@@ -31,7 +31,7 @@ from typing import Any
 
 from grader.report.faster import faster_text
 from grader.report.points import HOLD, SCALE, assignment_points, checked_without_gpu, format_points, scaled
-from grader.report.student_view import DEFAULT_LIMIT, student_message, student_summary
+from grader.report.student_view import DEFAULT_LIMIT, grouped_messages, student_summary
 from grader.result import GRADER_ERROR, HIDDEN, NEEDS_GPU_GRADE, PASSED, TIMING, CheckResult, SubmissionResult
 
 VISIBLE = "visible"
@@ -41,13 +41,13 @@ DEFAULT_HIDDEN_VISIBILITY = "after_due_date"
 TIMING_FIGURES = ("student_ms", "reference_ms", "ratio", "student_gflops", "reference_gflops")
 
 
-def _test(check: CheckResult, limit: int, hidden_visibility: str) -> dict[str, Any]:
+def _test(check: CheckResult, told: str, hidden_visibility: str) -> dict[str, Any]:
     return {
         "name": f"{check.kind}: {check.name}",
         "score": check.score,
         "max_score": check.max_score,
         "status": "passed" if check.status == PASSED else "failed",
-        "output": student_message(check, limit),
+        "output": told,
         "output_format": "text",
         "visibility": hidden_visibility if check.visibility == HIDDEN else VISIBLE,
         "extra_data": {"kind": check.kind, "status": check.status},
@@ -115,6 +115,7 @@ def to_gradescope(result: SubmissionResult, execution_time: float | None = None,
     figures = timing_figures(result)
     if figures:
         extra["timing"] = figures
+    told = grouped_messages(result, limit)  # a cause told in full once; its other cases point to it
     data: dict[str, Any] = {
         "score": score,
         "output": output,
@@ -123,7 +124,7 @@ def to_gradescope(result: SubmissionResult, execution_time: float | None = None,
         "test_name_format": "text",
         "extra_data": extra,
         # A grader error graded nothing: no test is shown as failed for it.
-        "tests": [] if result.outcome == GRADER_ERROR else [_test(check, limit, hidden_visibility)
+        "tests": [] if result.outcome == GRADER_ERROR else [_test(check, told[check.name], hidden_visibility)
                                                              for check in result.checks if check.checkable],
     }
     if figures:

@@ -32,7 +32,7 @@ from grader.report.status import compile_check, status_label
 from grader.report.student_view import (
     DEFAULT_LIMIT,
     cap,
-    student_message,
+    grouped_messages,
     student_summary,
 )
 from grader.result import COMPILE_ERROR, HIDDEN, TIMED_OUT, CheckResult, SubmissionResult
@@ -51,8 +51,7 @@ def _fraction(result: SubmissionResult) -> float:
     return min(1.0, max(0.0, result.score / out_of))
 
 
-def _test(check: CheckResult, result: SubmissionResult, limit: int) -> dict[str, Any]:
-    shown = student_message(check, limit)
+def _test(check: CheckResult, shown: str) -> dict[str, Any]:
     hidden = " (hidden case: only the verdict is shown)" if check.visibility == HIDDEN else ""
     return {
         "name": check.name,
@@ -86,13 +85,14 @@ def to_prairielearn(result: SubmissionResult, limit: int = DEFAULT_LIMIT, compil
     without_gpu: hold or scale, what the question stands for in a run without a GPU (the module's docstring)."""
     checked_without_gpu(without_gpu)
     gradable = result.graded and (compile_error_graded or not _does_not_build(result))
+    told = grouped_messages(result, limit)  # a cause told in full once; its other cases point to it
     data: dict[str, Any] = {
         "gradable": gradable,
         "score": _fraction(result),
         "message": _message(result, without_gpu),
         "output": student_summary(result, limit) + (f"\n\n{faster_text(result, limit)}" if result.feedback else ""),
         # Not graded: every check would repeat the one reason, which format_errors gives once.
-        "tests": [_test(check, result, limit) for check in result.checks if check.checkable and result.graded],
+        "tests": [_test(check, told[check.name]) for check in result.checks if check.checkable and result.graded],
     }
     if result.regrade_reason:  # the instructor's marker: this submission needs grading again (README)
         data["regrade_reason"] = result.regrade_reason
