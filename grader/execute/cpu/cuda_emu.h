@@ -243,6 +243,11 @@ inline void allocate_stacks(Fiber *fibers, size_t count) {
     }
 }
 
+// The mapping allocate_stacks made for these fibers, given back: a worker runs many launches.
+inline void release_stacks(Fiber *fibers, size_t count) {
+    if (count > 0) munmap(fibers[0].stack, (STACK_BYTES + (size_t)sysconf(_SC_PAGESIZE)) * count);
+}
+
 inline void start_fiber(Fiber &fiber) {
     fiber.state = READY;
     fiber.read_shared = false;
@@ -432,18 +437,20 @@ inline std::vector<Access> block_accesses;  // this block's, grouped into reques
 inline std::vector<std::vector<uint32_t>> executions;  // per thread, per site: how often it ran in this block
 constexpr size_t MAX_BLOCK_ACCESSES = 1u << 22;
 
+inline uint32_t last_site = 0;  // the site of the previous access: most accesses repeat it
+
 inline uint32_t site_of(int line, AccessKind kind, const char *array, size_t rows, size_t columns, size_t bytes) {
-    static uint32_t last = 0;
-    if (last < access_sites.size()) {
-        const AccessSite &s = access_sites[last];
-        if (s.line == line && s.kind == kind && s.array == array) return last;
+    if (last_site < access_sites.size()) {
+        const AccessSite &s = access_sites[last_site];
+        if (s.line == line && s.kind == kind && s.array == array) return last_site;
     }
     for (uint32_t i = 0; i < access_sites.size(); ++i) {
         const AccessSite &s = access_sites[i];
-        if (s.line == line && s.kind == kind && (s.array == array || strcmp(s.array, array) == 0)) return last = i;
+        if (s.line == line && s.kind == kind && (s.array == array || strcmp(s.array, array) == 0))
+            return last_site = i;
     }
     access_sites.push_back({line, kind, array, rows, columns, bytes});
-    return last = (uint32_t)access_sites.size() - 1;
+    return last_site = (uint32_t)access_sites.size() - 1;
 }
 
 inline void record_access(int line, AccessKind kind, const char *array, size_t rows, size_t columns, size_t offset,
@@ -559,16 +566,22 @@ inline uint3 thread_of(int linear) {
     return {linear % x, (linear % xy) / x, linear / xy};
 }
 
+// Whether a launch reported its first race of each kind, its first unstored read and its first collision in C.
+// Namespace variables, not function statics: new_launch resets them, and the harness's own object then defines
+// them too (statics.py tells the emulator's variables from the student's by that object's symbols).
+inline bool race_reported[2] = {false, false};
+inline bool unstored_reported = false;
+inline bool collision_reported = false;
+
 // A store and a read (or two stores) of one shared element by different threads with no barrier between.
 [[gnu::cold, gnu::noinline]]
 inline void race(const Region &region, const void *address, const char *kind, int store_line,
                  int store_thread, int other_line, int other_thread, bool store_after_read) {
     // The first race of each kind explains the bug (a store before the phase's reads: the barrier after
     // loading is missing; a store after them: the one after using); the total is reported at the end.
-    static bool reported[2] = {false, false};
     ++races_found;
-    if (reported[store_after_read]) return;
-    reported[store_after_read] = true;
+    if (race_reported[store_after_read]) return;
+    race_reported[store_after_read] = true;
     size_t element = element_of(region, address);
     size_t row = region.row_elements ? element / region.row_elements : 0;
     size_t column = region.row_elements ? element % region.row_elements : element;
@@ -583,9 +596,8 @@ inline void race(const Region &region, const void *address, const char *kind, in
 // The first read of a shared entry that no thread of its block stored (reported once: it explains the NaN).
 [[gnu::cold, gnu::noinline]]
 inline void unstored_read(const Region &region, const void *address, int line) {
-    static bool reported = false;
-    if (reported) return;
-    reported = true;
+    if (unstored_reported) return;
+    unstored_reported = true;
     size_t element = element_of(region, address);
     size_t row = region.row_elements ? element / region.row_elements : 0;
     size_t column = region.row_elements ? element % region.row_elements : element;
@@ -687,9 +699,8 @@ inline uint3 block_of(uint32_t serial) {
 
 // A second thread stores an element of C another thread stored: the first such store is reported.
 inline void c_collision(size_t element, int line) {
-    static bool reported = false;
-    if (reported) return;
-    reported = true;
+    if (collision_reported) return;
+    collision_reported = true;
     uint3 t = current->idx, o = thread_of(c_thread[element]), ob = block_of(c_block[element] - 1);
     report("{\"event\": \"c_collision\", \"row\": %zu, \"column\": %zu, \"line\": %d, \"thread\": [%u, %u, %u], "
            "\"block\": [%u, %u, %u], \"other_line\": %d, \"other_thread\": [%u, %u, %u], \"other_block\": [%u, %u, %u]}",
@@ -930,6 +941,21 @@ inline int device_printf(const char *format, ...) {
     printed_bytes += size;
     if (printed_bytes >= PRINTF_CAP) fprintf(stdout, "\n[... printf output truncated at %zu bytes ...]\n", PRINTF_CAP);
     return length;
+}
+
+// ---- a launch starts as in a fresh process ------------------------------------------------------------
+// A worker runs a case's launches, and a stateful kernel's cases, in one process: what the emulator keeps
+// between launches is reset here (the student's own statics are not: they persist, as device globals do on
+// the GPU). Touching every variable here also makes the harness's object define each one (statics.py).
+inline void new_launch() {
+    epoch = 1;
+    block_serial = 1;
+    std::fill(cells.begin(), cells.end(), Cell{});  // the shadow of each shared entry, as never accessed
+    races_found = c_collisions = 0;
+    race_reported[0] = race_reported[1] = unstored_reported = collision_reported = false;
+    printed_bytes = 0;  // the printf cap is per launch, as the GPU's buffer is flushed after each
+    last_site = 0;
+    memset(dynamic_shared, 0, sizeof dynamic_shared);  // past the launch's bytes, nothing is poisoned per block
 }
 
 }  // namespace cuda_emu
