@@ -22,6 +22,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..contract import MATRICES, KernelContract
 from ..source.signature import namespaced_kernel_problem, template_kernel_problem
@@ -57,15 +58,32 @@ def entry_functions(cubin: bytes) -> list[str] | None:
         return None
 
 
-def _headers(elf: bytes) -> list[tuple[str, int, int, int, int]] | None:
-    """Each section's (name, type, offset, size, link); None for what is not a 64-bit ELF file."""
-    if elf[:4] != b"\x7fELF" or elf[4] != 2:  # 64-bit ELF, as every cubin is
+class Section(NamedTuple):
+    name: str
+    kind: int  # sh_type
+    flags: int  # sh_flags
+    offset: int
+    size: int
+    link: int
+
+
+def section_table(elf: bytes) -> list[Section] | None:
+    """Every section header of a 64-bit little-endian ELF file (a cubin, an x86-64 object); None for anything
+    else. Raises struct.error, ValueError or IndexError on a malformed one."""
+    if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
         return None
     section_offset = struct.unpack_from("<Q", elf, 0x28)[0]
     entry_size, count, names_index = struct.unpack_from("<HHH", elf, 0x3A)
     raw = [struct.unpack_from("<IIQQQQI", elf, section_offset + i * entry_size) for i in range(count)]
     names_at = raw[names_index][4]
-    return [(_string(elf, names_at + name), kind, offset, size, link) for name, kind, _, _, offset, size, link in raw]
+    return [Section(_string(elf, names_at + name), kind, flags, offset, size, link)
+            for name, kind, flags, _, offset, size, link in raw]
+
+
+def _headers(elf: bytes) -> list[tuple[str, int, int, int, int]] | None:
+    """Each section's (name, type, offset, size, link); None for what is not a 64-bit ELF file."""
+    table = section_table(elf)
+    return None if table is None else [(s.name, s.kind, s.offset, s.size, s.link) for s in table]
 
 
 def _string(elf: bytes, at: int) -> str:

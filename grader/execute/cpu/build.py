@@ -3,11 +3,14 @@
 g++ runs in the sandbox (it reads student source, and a crafted file could make it misbehave), writing
 only into the build folder; the driver then keeps the binary in the cache, where no sandbox can reach it.
 The cache key is the sha256 of everything that goes into the build. Compiler messages are turned into
-`line N: ...` with the student's line numbers.
+`line N: ...` with the student's line numbers. The student's unit is compiled to an object of its own and
+then linked, so that what it defines can be read from that object (statics.py: whether the kernel can carry
+state between launches), kept in the cache beside the binary.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -26,6 +29,7 @@ from ..proc import BACKGROUND_NICE, kill_group
 from ..protocol import read_untrusted
 from ..sandbox import COMPILER_LIMITS, Confinement, Sandbox
 from .instrument import instrument
+from .statics import emulator_variables, mutable_statics, statics_tag
 
 HERE = Path(__file__).resolve().parent
 SHIMS = HERE / "include"  # the emulator's own toolkit headers (cuda_runtime.h, cuda_fp16.h, ...)
@@ -53,6 +57,8 @@ class Build:
     # What the compiler printed, as it printed it (bounded): the evidence of whose failure it was, read by
     # grader/build_failure.py (a diagnostic in kernel.cu is the student's; anything else the grader's).
     log: str = ""
+    # The student's mutable static storage (statics.py): [] for none; None where unknown, which counts as some.
+    state: list[str] | None = None
 
 
 def compiler() -> str | None:
@@ -103,7 +109,7 @@ def emulator_sources(source: str, contract: KernelContract, tile: TileSource = D
     defines SGEMM_GRADER_TILE) and the launch of their kernel; and beside them, where `#include "name"`
     finds them, the device side of each header handed in with the file (not instrumented: the emulator's
     line marks would give its lines as kernel.cu's)."""
-    device = _spelled_for_gxx(instrument(device_side(source, headers or ())))
+    device = _spelled_for_gxx(instrument(device_side(source, headers or ()), statics_tag(source, headers)))
     return {
         **{name: _spelled_for_gxx(device_side(text, headers)) for name, text in (headers or {}).items()},
         "student.cu": (f'#line 1 "{STUDENT_FILE}"\n{device}\n'
@@ -140,6 +146,7 @@ def _launch(contract: KernelContract) -> str:
 # student's code, linked with it.
 HARNESS_OWN = ("harness.cpp", "cuda_emu.h", "student_interface.h")
 STUDENT_UNIT = "student_unit.cpp"
+UNIT_OBJECT = "student.o"  # the student's unit compiled, before it is linked (statics.py reads it)
 
 
 def harness_object(cxx: str, cache_dir: Path, timeout_s: float, into: Path) -> None:
@@ -214,12 +221,13 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
     key = hashlib.sha256("\0".join([*inputs, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
     cached = Path(cache_dir, "cpu", key)
     if cached.is_file():
-        return Build(cached)
+        return Build(cached, state=_kept_state(cached))
     folder = Path(workdir, "emulator")
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in sources.items():
         (folder / name).write_text(text, encoding="utf-8")
     harness_object(cxx, Path(cache_dir), timeout_s, folder / "harness.o")  # where the sandbox's uid can read it
+    emulator = emulator_variables((folder / "harness.o").read_bytes())  # read before any sandbox can change it
     header = precompiled_header(cxx, Path(cache_dir), timeout_s, folder / "precompiled")
     binary = folder / "harness"
     compiled = _compile_unit(cxx, folder, binary, header, sandbox, timeout_s)
@@ -237,20 +245,53 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
         built = sources["student.cu"].split("\n", 1)[1]  # after its `#line 1 "kernel.cu"`
         log = log.replace(f"{folder}/", "")  # a handed-in header's diagnostics name it alone: `tiling.cuh:5:3:`
         return Build(None, compiler_message(log, source, built), log[:MAX_LOG])
+    state = _state(folder, emulator, statics_tag(source, headers))
     try:
+        keep(_state_file(cached), json.dumps(state).encode())  # first: a kept binary without it counts as stateful
         _store_atomically(binary, cached)
     except OSError as error:
         return Build(None, f"compile error: the compiler left no usable program ({error})")
-    return Build(cached)
+    return Build(cached, state=state)
+
+
+def _state(folder: Path, emulator: frozenset[str], tag: str) -> list[str] | None:
+    """What the student's object holds that can change between launches (statics.py); None when unknown."""
+    try:
+        student = read_untrusted(folder / UNIT_OBJECT, MAX_BINARY_BYTES)
+    except OSError:
+        return None
+    return mutable_statics(student, emulator, tag)
+
+
+def _state_file(binary: Path) -> Path:
+    return binary.with_name(binary.name + ".state")
+
+
+def _kept_state(binary: Path) -> list[str] | None:
+    try:
+        state = json.loads(_state_file(binary).read_text())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, list) and all(isinstance(name, str) for name in state) else None
 
 
 def _compile_unit(cxx: str, folder: Path, binary: Path, header: Path | None, sandbox: Sandbox,
                   timeout_s: float) -> tuple[int, bytes] | None:
-    """g++ on the student's unit, linked with the harness's object, in the sandbox: (exit code, what it
-    printed), or None when it ran past the limit."""
-    command = [cxx, *FLAGS, *(["-include", str(header)] if header else []),
-               "-I", str(folder), "-I", str(HERE), "-I", str(SHIMS),
-               str(HERE / STUDENT_UNIT), str(folder / "harness.o"), "-o", str(binary)]
+    """g++ on the student's unit, to an object, then linked with the harness's object, in the sandbox: (exit
+    code, what it printed), or None when it ran past the limit."""
+    compiled = _in_sandbox(cxx, [*COMPILE_FLAGS, *(["-include", str(header)] if header else []),
+                                 "-I", str(folder), "-I", str(HERE), "-I", str(SHIMS), "-c",
+                                 str(HERE / STUDENT_UNIT), "-o", str(folder / UNIT_OBJECT)], folder, sandbox, timeout_s)
+    if compiled is None or compiled[0] != 0:
+        return compiled
+    linked = _in_sandbox(cxx, [*LINK_FLAGS, str(folder / UNIT_OBJECT), str(folder / "harness.o"), "-o", str(binary)],
+                         folder, sandbox, timeout_s)
+    return None if linked is None else (linked[0], compiled[1] + linked[1])
+
+
+def _in_sandbox(cxx: str, arguments: list[str], folder: Path, sandbox: Sandbox,
+                timeout_s: float) -> tuple[int, bytes] | None:
+    command = [cxx, *arguments]
     confinement = Confinement(folder, COMPILER_LIMITS, seccomp=True, readable=(HERE, *toolchain(cxx)),
                               nice=BACKGROUND_NICE)
     process = sandbox.popen(command, confinement, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

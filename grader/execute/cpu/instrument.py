@@ -13,6 +13,11 @@ seen; the schedule comparison still catches the races they cause.
 `extern __shared__ float smem[];` (dynamic shared memory) becomes `__shared__ float *const smem =
 CUDA_EMU_DYNAMIC_SHARED(smem);`, a pointer to the emulator's one dynamic buffer (every such array aliases it,
 as on the GPU): `extern` and `[]` are blanked with spaces, so columns and lines stay.
+
+Given `sections` (build.py: statics.statics_tag), each registered shared array, each such pointer and each
+`__constant__` variable is put in a section of its own named after it (`<sections>.<n>`), which is how
+statics.py tells them from the student's state; one section each, so no two objects of different kinds (an
+inline function's, a const one) ever share one, which g++ refuses.
 """
 from __future__ import annotations
 
@@ -24,20 +29,51 @@ READ, WRITE, UPDATE, AT = "CUDA_EMU_READ", "CUDA_EMU_WRITE", "CUDA_EMU_UPDATE", 
 STORE, LOAD = "CUDA_EMU_STORE", "CUDA_EMU_LOAD"
 
 
-def instrument(source: str) -> str:
+class Sections:
+    """The section attribute for each next object the grader places (none without a prefix)."""
+
+    def __init__(self, prefix: str):
+        self.prefix, self.count = prefix, 0
+
+    def attribute(self) -> str:
+        if not self.prefix:
+            return ""
+        self.count += 1
+        return f' __attribute__((section("{self.prefix}.{self.count}")))'
+
+
+def instrument(source: str, sections: str = "") -> str:
     tree = cs.parse(source)
-    blanks, insertions, dynamic = _dynamic_shared(tree.root_node)
+    placed = Sections(sections)
+    blanks, insertions, dynamic = _dynamic_shared(tree.root_node, placed)
+    insertions += _constant_sections(tree.root_node, placed)
     for function in cs.function_definitions(tree.root_node):
         body = function.child_by_field_name("body")
         if body is not None:
-            insertions.extend(_function_insertions(body, dynamic, _pointer_parameters(function)))
+            insertions.extend(_function_insertions(body, dynamic, _pointer_parameters(function), placed))
     data = bytearray(source.encode("utf-8", "replace"))
     for start, end in blanks:
         data[start:end] = b" " * (end - start)
     return cs.insert_text(data.decode("utf-8", "replace"), insertions)
 
 
-def _dynamic_shared(root: Node) -> tuple[list[tuple[int, int]], list[tuple[int, str]], set[str]]:
+def _constant_sections(root: Node, placed: Sections) -> list[tuple[int, str]]:
+    """A section of its own for each `__constant__` variable defined outside functions."""
+    insertions = []
+    for node in cs.iter_live(root, no_descend=("function_definition",)):
+        if node.type == "declaration" and _has_qualifier(node, "__constant__") and not _is_extern(node):
+            insertions += [(_attribute_place(d), placed.attribute()) for d in node.children_by_field_name("declarator")]
+    return [(at, text) for at, text in insertions if text]
+
+
+def _attribute_place(declarator: Node) -> int:
+    """Where an attribute of a declarator goes: after its name and array sizes, before any initializer."""
+    if declarator.type == "init_declarator":
+        declarator = declarator.child_by_field_name("declarator") or declarator
+    return declarator.end_byte
+
+
+def _dynamic_shared(root: Node, placed: Sections) -> tuple[list[tuple[int, int]], list[tuple[int, str]], set[str]]:
     """(byte ranges to blank, insertions, names) that make each `extern __shared__ T name[]` a pointer to the
     emulator's dynamic shared buffer."""
     blanks: list[tuple[int, int]] = []
@@ -51,7 +87,7 @@ def _dynamic_shared(root: Node) -> tuple[list[tuple[int, int]], list[tuple[int, 
             name = array.child_by_field_name("declarator")
             names.add(cs.text(name))
             blanks.append((name.end_byte, array.end_byte))
-            initializer = f" = CUDA_EMU_DYNAMIC_SHARED({cs.text(name)})"
+            initializer = f"{placed.attribute()} = CUDA_EMU_DYNAMIC_SHARED({cs.text(name)})"
             insertions += [(array.start_byte, "*const "), (array.end_byte, initializer)]
     return blanks, insertions, names
 
@@ -87,9 +123,11 @@ def _pointer_parameters(function: Node) -> set[str]:
     return {name for name, levels in cs.parameters(function) if name and levels == 1}
 
 
-def _function_insertions(body: Node, dynamic: set[str], parameters: set[str] = frozenset()) -> list[tuple[int, str]]:
+def _function_insertions(body: Node, dynamic: set[str], parameters: set[str] = frozenset(),
+                         placed: Sections | None = None) -> list[tuple[int, str]]:
     arrays: dict[str, int] = dict.fromkeys(dynamic, 1)  # name -> dimensions
     insertions: list[tuple[int, str]] = []
+    placed = placed or Sections("")
     for node in cs.iter_live(body):
         if node.type == "declaration" and _is_shared(node) and not _is_extern(node):
             declared = []
@@ -99,6 +137,7 @@ def _function_insertions(body: Node, dynamic: set[str], parameters: set[str] = f
                 if name and dims and not pointers:
                     arrays[name] = dims
                     declared.append(f" CUDA_EMU_SHARE({name});")
+                    insertions.append((_attribute_place(declarator), placed.attribute()))
             insertions.append((node.end_byte, "".join(declared)))
     for node in cs.iter_live(body):
         if node.type == "subscript_expression":
@@ -155,7 +194,11 @@ def _load_wrapper(node: Node, pointers: set[str], arrays: dict[str, int]) -> str
 
 
 def _is_shared(declaration: Node) -> bool:
-    return any(c.type == "type_qualifier" and cs.text(c) == "__shared__" for c in declaration.children)
+    return _has_qualifier(declaration, "__shared__")
+
+
+def _has_qualifier(declaration: Node, qualifier: str) -> bool:
+    return any(c.type == "type_qualifier" and cs.text(c) == qualifier for c in declaration.children)
 
 
 def _access_wrapper(node: Node, arrays: dict[str, int]) -> str | None:
