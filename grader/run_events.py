@@ -109,6 +109,11 @@ def _emulator_findings(event: dict, case: Case) -> tuple[list[Finding], list[Fin
     return races, evidence, unsafe_reads
 
 
+def _timed_out(limit_s: float, where: str) -> str:
+    return (f"timed out after {limit_s:g} s of its own time {where}: the kernel did not finish (an endless loop, or "
+            "a __syncthreads() that some threads never reach)")
+
+
 def describe_fault(error: str) -> str:
     lowered = error.lower()
     for needle, message in FAULTS:
@@ -281,10 +286,15 @@ class RunEvents:
         return dict(self.case_results)
 
     def on_case_error(self, event: dict) -> None:
-        """The CPU emulator stopped one case (fault, divergence); the next case runs as usual."""
+        """The CPU emulator stopped one case (fault, divergence, or past its time limit: told as the parent's
+        timeout is); the next case runs as usual."""
         case = self.cases.get(event["case"])
         if case is None:
             self._broken(event, "the grading process reported a case it was not given")
+            return
+        if event["problem"]["event"] == "timeout":
+            self._broken({"phase": "case", "case": case.name}, _timed_out(event["problem"]["limit_s"],
+                                                                            f"in case {case.name}"))
             return
         problem = describe_problem(event["problem"], (case.m, case.n, case.k))
         self.case_results[case.name] = errored(
@@ -304,9 +314,7 @@ class RunEvents:
             return
         where = {"timing": "while being timed", "profile": "in the access profile"}.get(
             event["phase"], f"in case {event.get('case')}")
-        message = (f"timed out after {limit:g} s of its own time {where}: the kernel did not finish (an endless "
-                   "loop, or a __syncthreads() that some threads never reach)")
-        self._broken(event, message)
+        self._broken(event, _timed_out(limit, where))
 
     def on_crash(self, event: dict) -> None:
         message = f"{self.child} ended unexpectedly (exit code {event['returncode']})"

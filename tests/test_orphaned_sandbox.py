@@ -21,23 +21,31 @@ from grader.execute.cpu.build import build
 from grader.execute.job import Job
 from grader.execute.sandbox import detect, scratch_folder
 
-# The spawner: a CPU driver's Harness that dies the moment the sandbox with the hung kernel is started.
+# The spawner: a CPU driver that dies the moment the sandbox of a kernel that never finishes starting is
+# started. The kernel's static initializer spins, so the harness never reads the end of its commands either.
 SPAWNER = textwrap.dedent("""
     import os, sys
     from pathlib import Path
-    from grader.execute.cpu.harness_driver import Harness
-    from grader.execute.job import CaseSpec, Job
+    from grader.execute.cpu import harness_driver
+    from grader.execute.job import Job
     from grader.execute.sandbox import detect
 
-    class DyingHarness(Harness):
-        def start(self, *args, **kwargs):
-            super().start(*args, **kwargs)
+    class DyingSandbox(type(detect())):
+        def popen(self, *args, **kwargs):
+            super().popen(*args, **kwargs)
             os._exit(0)  # as a driver killed by its parent's death would, before bwrap set its own signal
 
     job = Job.load(Path(sys.argv[1]))
-    harness = DyingHarness(Path(sys.argv[2]), job, detect())
-    harness.run_case(CaseSpec("hang", 64, 64, 64, 1, "uniform"), 0, 16)
+    sandbox = detect()
+    harness_driver.profile_alone(Path(sys.argv[2]), Path(job.workdir), DyingSandbox(**vars(sandbox)), job.contract)
 """)
+STUCK_INITIALIZER = """
+#ifndef __NVCC__
+static volatile int forever = 1;
+static int stuck = [] { while (forever) {} return 0; }();
+#endif
+"""
+
 
 
 @needs_cxx
@@ -53,7 +61,8 @@ def _start_and_die(root, contract, tmp_path):
     cache.mkdir()
     work.chmod(0o755)
     job = Job("", "", contract, [], str(cache), str(work))
-    built = build((SUBMISSIONS / "hang" / "kernel.cu").read_text(), contract, job.tile, cache, work, detect(), 120)
+    source = (SUBMISSIONS / "hang" / "kernel.cu").read_text() + STUCK_INITIALIZER
+    built = build(source, contract, job.tile, cache, work, detect(), 120)
     assert built.binary is not None, built.message
     job.save(tmp_path / "job.json")
     before = set(live_children())

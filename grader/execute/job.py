@@ -60,6 +60,12 @@ class Job:
     # own probe uses them: contract.TileSource).
     tile_constant: str = ""
     launches_per_case: int = 1  # the GPU child's launches of the student's kernel per case (config.py)
+    # The CPU driver's cases (cpu/schedule.py): how many workers run at once (0: one per core it may use; a batch
+    # may lower it), each case's limit in its worker's own time (0: the harness's CPU limit), and after how many
+    # hung cases it stops; the runner sets the last two from its Limits, as they bound the GPU child.
+    parallel_cases: int = 0
+    case_s: float = 0.0
+    max_restarts: int = 2
     # The headers handed in with the file (name -> text): written beside it for every compiler.
     headers: dict[str, str] = field(default_factory=dict)
     # [arch, nvcc version] the last GPU child on this GPU reported (cubin_cache.py), or []: the GPU child

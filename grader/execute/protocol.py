@@ -100,9 +100,9 @@ HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
                          "other_thread": TRIPLE, "other_state": one_of("exited", "barrier", "collective"),
                          "other_line": int, "other_primitive": str, "block": TRIPLE}, {}),
     "done": ({"a_changed": bool, "b_changed": bool, "races": int}, {"c_collisions": int}),
-    # How a launch's process ended (its exit code, or minus the signal), appended by the harness process that
-    # forked it (a case's two thread orders run as two forks of one harness).
-    "exit": ({"returncode": int}, {}),
+    # A case the CPU driver stopped past its time limit, in its worker's own time: the driver's record, never
+    # read from a report (a forged one is ignored there).
+    "timeout": ({"limit_s": NUMBER}, {}),
     # A profile run's figures for one (line, kind, array): warp-level requests, their sectors (global) or
     # turns (shared: n-way bank conflicts) in total, the worst, and the least the same bytes could take;
     # stride: bytes from lane 0's element to lane 1's; rows, columns: a 2-D shared array's shape; bytes: of

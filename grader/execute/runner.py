@@ -165,7 +165,8 @@ class Child:
                 self.ahead = CompilesAhead.start(self.cubins, hint, self.program.sandbox, self.limits.compile_s,
                                                  Path(self.job.workdir))
         replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint,
-                parent_compiles=self.ahead is not None).save(job_file)
+                parent_compiles=self.ahead is not None, case_s=self.limits.for_phase("case"),
+                max_restarts=self.limits.max_restarts).save(job_file)
         read_fd, write_fd = os.pipe()
         control_read, self.control_fd = os.pipe()
         argv = [*self.program.argv, str(job_file), str(write_fd), str(control_read)]

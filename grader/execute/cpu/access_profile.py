@@ -16,7 +16,6 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from ..job import Job
 from ..protocol import MAX_ACCESS_LINES, access_ok
 from .build import build
 
@@ -51,7 +50,7 @@ def emulator_figures(kernel: Path, config_path: Path | None = None, size: int | 
     from ...config import load_config
     from ...source.static_check import find_kernels
     from ..sandbox import detect
-    from .harness_driver import Harness  # which imports this module
+    from .harness_driver import profile_alone  # which imports this module
 
     config = load_config(config_path)
     source = Path(kernel).read_text(encoding="utf-8")
@@ -59,13 +58,10 @@ def emulator_figures(kernel: Path, config_path: Path | None = None, size: int | 
     sandbox = detect()
     with tempfile.TemporaryDirectory(prefix="sgemm-profile-") as workdir:
         Path(workdir).chmod(0o711)
-        job = Job("", "", contract, [], str(config.cache_dir), workdir)
         built = build(source, contract, contract.tile_source(), config.cache_dir, Path(workdir), sandbox, 120)
         if built.binary is None:
             raise RuntimeError(built.message)
-        harness = Harness(built.binary, job, sandbox)
-        tile = harness.tile_size()
-        records = harness.profile(size or profile_size(tile or 16), tile) if tile else None
+        tile, records = profile_alone(built.binary, Path(workdir), sandbox, contract, size)
     if records is None:
         raise RuntimeError(f"{kernel}: the profile launch did not finish cleanly")
     return {**summarize(records), "size": size or profile_size(tile), "tile": tile, "lines": records}

@@ -1,15 +1,23 @@
-// Runs one student kernel on the CPU: one launch, one schedule, one case.
+// Runs one student kernel on the CPU: a server in the grade's sandbox, with a worker process per task.
 //
-//   harness --tile                     prints TILE_SIZE (or "none")
-//   harness RUN_FILE REPORT_FILE       runs the launch RUN_FILE describes
-//   harness RUN_FILE REPORT_FILE RUN_FILE REPORT_FILE
-//                                      runs both at once, each in a process of its own (a case's two thread
-//                                      orders: one sandbox for both); the second one's printf is dropped
+//   harness --serve FD    answers on FD "hello TILE" (TILE_SIZE, or "none"), then reads commands on stdin:
+//     task ID ORDER LAYOUT LAUNCHES STDOUT COUNT   followed by COUNT case lines: a worker runs them in turn
+//     kill ID                                      ends task ID's worker
+//   and answers "done ID I" when task ID's worker finished its case I (0 first), "exit ID R" when the worker
+//   ended: R as Python gives it (the exit code, or minus the signal). End of input ends the server.
 //
-// RUN_FILE: "m n k grid block dynamic_shared schedule layout a.bin b.bin c.bin out.bin c_floats c_offset"
-// (schedule: forward, reversed, or profile: forward with every access counted as the GPU would;
-// grid, block: three numbers each; dynamic_shared: bytes of `extern __shared__` memory; c_offset: floats
-// of guard band before C). Reports go to REPORT_FILE as JSON lines; printf goes to stdout.
+// ORDER: forward, reversed, or profile (forward, every access counted as the GPU would); LAYOUT: end (A, B
+// and C end at an inaccessible page) or start (they start right after one); LAUNCHES: how often each case
+// runs, on the same inputs, C poisoned again and A and B restored before each launch; STDOUT: where the
+// worker's printf goes ("-": nowhere). A case line (harness_driver.py, case_line):
+//   m n k GRID BLOCK dynamic_shared c_offset c_floats SEGMENTS a.bin b.bin REPORT OUT
+// (GRID, BLOCK: three numbers each; dynamic_shared: bytes of `extern __shared__` memory; c_offset: floats of
+// guard band before C; SEGMENTS: C's image before a launch, three (first word, words, bit pattern)). Reports
+// go to REPORT as JSON lines; launch L's C (guards included) to OUT-L.bin.
+//
+// A worker is forked from the server, so each task starts where the student's static initializers left the
+// process, as a fresh one would; within a task, the student's statics persist between launches and cases,
+// as device globals do in one GPU process.
 //
 // The student's kernel is not in this file: student_unit.cpp holds it, compiled per submission and linked
 // with this file's object, which is compiled once (build.py). None of the student's macros reach this file.
@@ -17,6 +25,7 @@
 #include "cuda_emu.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <cerrno>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -24,6 +33,7 @@
 #include <sys/wait.h>
 
 #include <numeric>
+#include <string>
 
 #include "student_interface.h"
 
@@ -59,6 +69,12 @@ void *allocate(GuardedBuffer &buffer, size_t bytes, bool at_end) {
     buffer.bytes = bytes;
     buffer.page = page;
     return buffer.data;
+}
+
+void release(GuardedBuffer &buffer) {
+    if (buffer.low_guard != nullptr)
+        munmap(buffer.low_guard, (size_t)(buffer.high_guard - buffer.low_guard) + buffer.page);
+    buffer = GuardedBuffer{buffer.name};
 }
 
 // ---- faults ----------------------------------------------------------------------------------------------
@@ -251,6 +267,15 @@ void profile_blocks(dim3 grid) {
     }
 }
 
+void run_grid(dim3 grid, bool reversed) {
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) {
+                blockIdx = reversed ? uint3{grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z} : uint3{x, y, z};
+                run_block();
+            }
+}
+
 void launch(dim3 grid, dim3 block, bool reversed) {
     blockDim = block;
     gridDim = grid;
@@ -266,13 +291,12 @@ void launch(dim3 grid, dim3 block, bool reversed) {
     if (reversed) std::reverse(order.begin(), order.end());
     make_warps(order);
     cuda_emu::kernel_body = cuda_emu_student_launch;
-    if (cuda_emu::profiling) return profile_blocks(grid);
-    for (unsigned z = 0; z < grid.z; ++z)
-        for (unsigned y = 0; y < grid.y; ++y)
-            for (unsigned x = 0; x < grid.x; ++x) {
-                blockIdx = reversed ? uint3{grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z} : uint3{x, y, z};
-                run_block();
-            }
+    if (cuda_emu::profiling) {
+        profile_blocks(grid);
+    } else {
+        run_grid(grid, reversed);
+    }
+    cuda_emu::release_stacks(fibers.data(), fibers.size());
 }
 
 bool read_file(const char *path, void *data, size_t bytes) {
@@ -290,106 +314,274 @@ bool write_file(const char *path, const void *data, size_t bytes) {
     return fclose(file) == 0 && ok;
 }
 
-int run(const char *run_file, const char *report_file) {
-    cuda_emu::report_fd = open(report_file, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    FILE *spec = fopen(run_file, "r");
-    int m, n, k;
-    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z;  // the kernel contract's launch (contract.py)
-    size_t dynamic_shared;
-    char schedule[32], layout[32], a_path[4096], b_path[4096], c_path[4096], out_path[4096];
-    size_t c_floats, c_offset;
-    if (spec == nullptr ||
-        fscanf(spec, "%d %d %d %u %u %u %u %u %u %zu %31s %31s %4095s %4095s %4095s %4095s %zu %zu", &m, &n, &k,
-               &grid_x, &grid_y, &grid_z, &block_x, &block_y, &block_z, &dynamic_shared, schedule, layout, a_path,
-               b_path, c_path, out_path, &c_floats, &c_offset) != 18 ||
-        dynamic_shared > cuda_emu::DYNAMIC_SHARED_CAPACITY) {
-        fprintf(stderr, "harness: unreadable run file %s\n", run_file);
-        return 2;
-    }
-    fclose(spec);
-    bool at_end = strcmp(layout, "end") == 0;
-    size_t a_bytes = (size_t)m * k * 4, b_bytes = (size_t)k * n * 4, c_bytes = c_floats * 4;
-    auto *a = (float *)allocate(buffers[0], a_bytes, at_end);
-    auto *b = (float *)allocate(buffers[1], b_bytes, at_end);
-    auto *c = (float *)allocate(buffers[2], c_bytes, at_end);
-    if (!read_file(a_path, a, a_bytes) || !read_file(b_path, b, b_bytes) || !read_file(c_path, c, c_bytes)) {
+// ---- a task: cases, each launched LAUNCHES times, in one worker ------------------------------------------
+
+struct Case {
+    int m = 0, n = 0, k = 0;
+    unsigned grid[3] = {}, block[3] = {};  // the kernel contract's launch (contract.py)
+    size_t dynamic_shared = 0, c_offset = 0, c_floats = 0;
+    size_t segments[3][3] = {};  // C's image: (first word, words, bit pattern) each
+    std::string a_path, b_path, report, out;
+};
+
+struct Task {
+    long id = 0;
+    std::string order, layout, stdout_path;
+    int launches = 1;
+    size_t count = 0;  // case lines announced
+    std::vector<Case> cases;
+};
+
+bool parse_case(const char *line, Case &c) {
+    char a[4096], b[4096], report[4096], out[4096];
+    int read = sscanf(line, "%d %d %d %u %u %u %u %u %u %zu %zu %zu %zu %zu %zx %zu %zu %zx %zu %zu %zx "
+                      "%4095s %4095s %4095s %4095s", &c.m, &c.n, &c.k, &c.grid[0], &c.grid[1], &c.grid[2],
+                      &c.block[0], &c.block[1], &c.block[2], &c.dynamic_shared, &c.c_offset, &c.c_floats,
+                      &c.segments[0][0], &c.segments[0][1], &c.segments[0][2], &c.segments[1][0], &c.segments[1][1],
+                      &c.segments[1][2], &c.segments[2][0], &c.segments[2][1], &c.segments[2][2], a, b, report, out);
+    if (read != 25 || c.m <= 0 || c.n <= 0 || c.k <= 0 || c.dynamic_shared > cuda_emu::DYNAMIC_SHARED_CAPACITY ||
+        c.c_offset + (size_t)c.m * c.n > c.c_floats)
+        return false;
+    for (const size_t *segment : c.segments)
+        if (segment[0] > c.c_floats || segment[1] > c.c_floats - segment[0]) return false;
+    c.a_path = a, c.b_path = b, c.report = report, c.out = out;
+    return true;
+}
+
+// C as every launch starts with it: guard bands and poison (judge/layout.py, guarded_layout).
+std::vector<uint32_t> c_image(const Case &c) {
+    std::vector<uint32_t> image(c.c_floats, 0);
+    for (const size_t *segment : c.segments)
+        std::fill_n(image.begin() + segment[0], segment[1], (uint32_t)segment[2]);
+    return image;
+}
+
+struct Inputs {
+    float *a, *b, *c;
+    size_t a_bytes, b_bytes, c_bytes;
+    std::vector<float> a_pristine, b_pristine;
+};
+
+// The case's A and B against their guard pages, read from the driver's files; false when they cannot be.
+bool place_inputs(const Case &c, bool at_end, Inputs &in) {
+    in.a_bytes = (size_t)c.m * c.k * 4, in.b_bytes = (size_t)c.k * c.n * 4, in.c_bytes = c.c_floats * 4;
+    in.a = (float *)allocate(buffers[0], in.a_bytes, at_end);
+    in.b = (float *)allocate(buffers[1], in.b_bytes, at_end);
+    in.c = (float *)allocate(buffers[2], in.c_bytes, at_end);
+    if (!read_file(c.a_path.c_str(), in.a, in.a_bytes) || !read_file(c.b_path.c_str(), in.b, in.b_bytes)) return false;
+    in.a_pristine.assign(in.a, in.a + (size_t)c.m * c.k);
+    in.b_pristine.assign(in.b, in.b + (size_t)c.k * c.n);
+    return true;
+}
+
+// An input restored from its pristine copy where the launch wrote into it (as the GPU child restores it); whether
+// it did.
+bool restored(float *data, const std::vector<float> &pristine) {
+    if (memcmp(data, pristine.data(), pristine.size() * sizeof(float)) == 0) return false;
+    memcpy(data, pristine.data(), pristine.size() * sizeof(float));
+    return true;
+}
+
+// One launch of the case on C poisoned again; false when its output cannot be written.
+bool launch_once(const Case &c, const Task &task, Inputs &in, const std::vector<uint32_t> &image, int number) {
+    memcpy(in.c, image.data(), in.c_bytes);
+    args = {c.m, c.n, c.k, in.a, in.b, in.c + c.c_offset};
+    cuda_emu::new_launch();
+    cuda_emu::watch_c(in.c + c.c_offset, c.m, c.n);  // who stores each element of C
+    cuda_emu::global_buffers = {{(const char *)in.a, in.a_bytes, "A"}, {(const char *)in.b, in.b_bytes, "B"},
+                                {(const char *)(in.c + c.c_offset), (size_t)c.m * c.n * 4, "C"}};
+    cuda_emu::dynamic_shared_bytes = c.dynamic_shared;
+    cuda_emu::share_dynamic();  // a file-scope extern __shared__ array was declared before the launch was known
+    launch(dim3(c.grid[0], c.grid[1], c.grid[2]), dim3(c.block[0], c.block[1], c.block[2]), task.order == "reversed");
+    fflush(stdout);
+    if (cuda_emu::profiling) cuda_emu::report_profile();
+    std::string out = c.out + "-" + std::to_string(number) + ".bin";
+    return write_file(out.c_str(), in.c, in.c_bytes);
+}
+
+// Every launch of a case; a fault, a divergence or a crash ends the worker in the launch. Returns 0, or the
+// exit code that ends the worker.
+int run_case(const Case &c, const Task &task) {
+    cuda_emu::report_fd = open(c.report.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    Inputs in;
+    if (!place_inputs(c, task.layout == "end", in)) {
         fprintf(stderr, "harness: cannot read the inputs\n");
         return 2;
     }
-    std::vector<float> a_before(a, a + (size_t)m * k), b_before(b, b + (size_t)k * n);
-    args = {m, n, k, a, b, c + c_offset};
-    cuda_emu::watch_c(c + c_offset, m, n);  // who stores each element of C
-    // "profile": the forward order, each warp's accesses counted as requests (cuda_emu.h, access profile)
-    cuda_emu::profiling = strcmp(schedule, "profile") == 0;
-    cuda_emu::global_buffers = {{(const char *)a, a_bytes, "A"}, {(const char *)b, b_bytes, "B"},
-                                {(const char *)(c + c_offset), (size_t)m * n * 4, "C"}};
-    cuda_emu::dynamic_shared_bytes = dynamic_shared;
-    cuda_emu::share_dynamic();  // a file-scope extern __shared__ array was declared before the launch was known
-    install_fault_handlers();
-    limit_student_code();
-    dim3 grid(grid_x, grid_y, grid_z), block(block_x, block_y, block_z);
-    launch(grid, block, strcmp(schedule, "reversed") == 0);
-    fflush(stdout);
-    if (cuda_emu::profiling) cuda_emu::report_profile();
-    bool a_changed = memcmp(a_before.data(), a, a_bytes) != 0, b_changed = memcmp(b_before.data(), b, b_bytes) != 0;
-    if (!write_file(out_path, c, c_bytes)) {
-        fprintf(stderr, "harness: cannot write the output\n");
-        return 2;
+    std::vector<uint32_t> image = c_image(c);
+    bool a_changed = false, b_changed = false;
+    long races = 0, collisions = 0;
+    for (int number = 0; number < task.launches; ++number) {
+        if (!launch_once(c, task, in, image, number)) {
+            fprintf(stderr, "harness: cannot write the output\n");
+            return 2;
+        }
+        a_changed = restored(in.a, in.a_pristine) || a_changed;
+        b_changed = restored(in.b, in.b_pristine) || b_changed;
+        races += cuda_emu::races_found;
+        collisions = std::max(collisions, cuda_emu::c_collisions);
     }
     cuda_emu::report("{\"event\": \"done\", \"a_changed\": %s, \"b_changed\": %s, \"races\": %ld, "
                      "\"c_collisions\": %ld}",
-                     a_changed ? "true" : "false", b_changed ? "true" : "false", cuda_emu::races_found,
-                     cuda_emu::c_collisions);
+                     a_changed ? "true" : "false", b_changed ? "true" : "false", races, collisions);
+    close(cuda_emu::report_fd);
+    for (GuardedBuffer &buffer : buffers) release(buffer);
     return 0;
 }
 
-// Both launches of a case at once, each in a forked process of its own (the student's static
-// initializers ran once, before main, as in one launch). Each one's end is appended to its report as
-// {"event": "exit", "returncode": R}: R as Python gives it (the exit code, or minus the signal).
-int run_both(char **pairs) {
-    fflush(stdout);  // what static initializers printed is printed once
-    pid_t parent = getpid(), children[2];
-    for (int i = 0; i < 2; ++i) {
-        children[i] = fork();
-        if (children[i] < 0) return 3;
-        if (children[i] == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (getppid() != parent) _exit(3);  // the parent died before PDEATHSIG was set
-            if (i == 1) {  // one copy of the kernel's printf output is enough: the first launch's
-                int null = open("/dev/null", O_WRONLY);
-                if (null >= 0) dup2(null, STDOUT_FILENO);
-            }
-            exit(run(pairs[2 * i], pairs[2 * i + 1]));
+// ---- the server ------------------------------------------------------------------------------------------
+
+int reply_fd = -1;
+
+void reply(const char *format, ...) {
+    char line[256];
+    va_list values;
+    va_start(values, format);
+    int length = vsnprintf(line, sizeof line - 1, format, values);
+    va_end(values);
+    if (length < 0 || length > (int)sizeof line - 2) return;
+    line[length] = '\n';
+    ssize_t ignored = write(reply_fd, line, length + 1);  // one write: lines of several processes never mix
+    (void)ignored;
+}
+
+// The worker: its stdout the task's file, its stdin nothing (the commands are the server's), then each case.
+[[noreturn]] void work(const Task &task) {
+    int out = task.stdout_path == "-" ? open("/dev/null", O_WRONLY)
+                                      : open(task.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int none = open("/dev/null", O_RDONLY);
+    if (out < 0 || none < 0) _exit(2);
+    dup2(out, STDOUT_FILENO);
+    dup2(none, STDIN_FILENO);
+    close(out);
+    close(none);
+    cuda_emu::profiling = task.order == "profile";
+    install_fault_handlers();
+    limit_student_code();
+    for (size_t i = 0; i < task.cases.size(); ++i) {
+        int status = run_case(task.cases[i], task);
+        fflush(stdout);
+        if (status != 0) _exit(status);
+        reply("done %ld %zu", task.id, i);
+    }
+    _exit(0);  // nothing of the student's (static destructors, atexit) runs after the last case
+}
+
+struct Worker {
+    pid_t pid;
+    long id;
+};
+std::vector<Worker> workers;
+int child_ended[2] = {-1, -1};  // a pipe the SIGCHLD handler writes to, so poll wakes up
+
+void on_child(int) {
+    int saved = errno;
+    char byte = 0;
+    ssize_t ignored = write(child_ended[1], &byte, 1);
+    (void)ignored;
+    errno = saved;
+}
+
+void start_worker(const Task &task) {
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(3);  // the server died before PDEATHSIG was set
+        signal(SIGCHLD, SIG_DFL);
+        close(child_ended[0]);
+        close(child_ended[1]);
+        work(task);
+    }
+    if (pid < 0) {
+        reply("exit %ld %d", task.id, -1);  // no process for it: the task ends before its first case
+        return;
+    }
+    workers.push_back({pid, task.id});
+}
+
+void reap() {
+    char drained[64];
+    while (read(child_ended[0], drained, sizeof drained) > 0) {
+    }
+    int status = 0;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (size_t i = 0; i < workers.size(); ++i) {
+            if (workers[i].pid != pid) continue;
+            int returncode = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
+            reply("exit %ld %d", workers[i].id, returncode);
+            workers.erase(workers.begin() + i);
+            break;
         }
     }
-    for (int i = 0; i < 2; ++i) {
-        int status = 0;
-        while (waitpid(children[i], &status, 0) < 0 && errno == EINTR) {
+}
+
+// One line of the driver's: a task's header, one of its case lines, or a kill.
+void command(const std::string &line, Task &pending) {
+    if (pending.count > pending.cases.size()) {
+        Case c;
+        if (!parse_case(line.c_str(), c)) {
+            fprintf(stderr, "harness: unreadable case line\n");
+            pending.count = pending.cases.size();  // what came so far runs: the driver sees the task end early
+        } else {
+            pending.cases.push_back(c);
         }
-        int returncode = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
-        cuda_emu::report_fd = open(pairs[2 * i + 1], O_WRONLY | O_CREAT | O_APPEND, 0600);
-        cuda_emu::report("{\"event\": \"exit\", \"returncode\": %d}", returncode);
-        close(cuda_emu::report_fd);
+        if (pending.count == pending.cases.size()) start_worker(pending);
+        return;
     }
-    _exit(0);  // nothing of the parent's (its copy of stdout's buffer) is flushed again
+    char order[32], layout[32], output[4096];
+    long id;
+    size_t count;
+    if (sscanf(line.c_str(), "task %ld %31s %31s %d %4095s %zu", &id, order, layout, &pending.launches, output,
+               &count) == 6 && count > 0) {
+        pending.id = id, pending.order = order, pending.layout = layout, pending.stdout_path = output;
+        pending.count = count;
+        pending.cases.clear();
+    } else if (sscanf(line.c_str(), "kill %ld", &id) == 1) {
+        for (const Worker &worker : workers)
+            if (worker.id == id) kill(worker.pid, SIGKILL);
+    }
+}
+
+int serve(int fd) {
+    reply_fd = fd;
+    fflush(stdout);  // what static initializers printed is printed once, before any worker is forked
+    int tile = cuda_emu_student_tile();  // the first configured tile size macro the file defines (build.py)
+    if (tile == CUDA_EMU_NO_TILE)
+        reply("hello none");
+    else
+        reply("hello %d", tile);
+    if (pipe2(child_ended, O_CLOEXEC | O_NONBLOCK) != 0) return 3;
+    struct sigaction action {};
+    action.sa_handler = on_child;
+    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &action, nullptr);
+    std::string input;
+    Task pending;
+    char chunk[1 << 16];
+    while (true) {
+        pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {child_ended[0], POLLIN, 0}};
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        if (fds[1].revents) reap();
+        if (!fds[0].revents) continue;
+        ssize_t got = read(STDIN_FILENO, chunk, sizeof chunk);
+        if (got <= 0) break;  // the driver is done (or gone)
+        input.append(chunk, got);
+        for (size_t end; (end = input.find('\n')) != std::string::npos; input.erase(0, end + 1))
+            command(input.substr(0, end), pending);
+    }
+    for (const Worker &worker : workers) kill(worker.pid, SIGKILL);
+    return 0;
 }
 
 }  // namespace cuda_emu_harness
 
 int main(int argc, char **argv) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the grader's child that started it
-    if (argc == 2 && strcmp(argv[1], "--tile") == 0) {
-        int tile = cuda_emu_student_tile();  // the first configured tile size macro the file defines (build.py)
-        if (tile == CUDA_EMU_NO_TILE)
-            fprintf(stdout, "none\n");
-        else
-            fprintf(stdout, "%d\n", tile);
-        return 0;
-    }
-    if (argc == 5) return cuda_emu_harness::run_both(argv + 1);
-    if (argc != 3) {
-        fprintf(stderr, "usage: harness --tile | harness RUN_FILE REPORT_FILE [RUN_FILE REPORT_FILE]\n");
-        return 2;
-    }
-    return cuda_emu_harness::run(argv[1], argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--serve") == 0) return cuda_emu_harness::serve(atoi(argv[2]));
+    fprintf(stderr, "usage: harness --serve FD\n");
+    return 2;
 }

@@ -18,7 +18,7 @@ struct Arguments {
     int m, n, k;
     void *A, *B, *C;
 };
-extern Arguments args;  // harness.cpp: what the run file says
+extern Arguments args;  // harness.cpp: the launch's, from the case line
 
 }  // namespace cuda_emu_harness
 

@@ -1,0 +1,173 @@
+"""Which worker runs which of the CPU driver's cases, and when; how each thread order of each case ended.
+
+A kernel whose compiled unit holds no mutable static storage (statics.py) launches as a pure function of its
+inputs and thread order here (each launch starts from the emulator's initial state: cuda_emu.h, new_launch),
+so a later launch of a case would repeat the first bit for bit: each case runs once per thread order, each
+order of each case in a worker of its own, as many at once as there are `slots`. A kernel with state (device
+globals, static locals) runs its cases in job order, `launches` times each, in one worker per thread order:
+its state carries from launch to launch and from case to case, as in the GPU child's one process. After a
+case that faulted, diverged or hung in either order, a fresh pair of workers runs the rest, as the GPU path
+starts a fresh child. Either way the workers start in job order, and cases are told in job order.
+
+Each case has `limit_s` of its worker's own time (deadline.py: waiting for a CPU is not counted): a worker
+past it is killed and its case ends timed out, while the other cases go on. After `max_hangs` cases timed out
+(in job order) nothing more runs, as the GPU path gives up after restarting its child so often.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ..deadline import Deadline
+from .server import Reply, Server
+
+ORDERS = (("forward", "end"), ("reversed", "start"))  # thread order, and where A, B, C sit by their guard pages
+DONE, DIED, TIMED_OUT = "done", "died", "timed_out"
+
+
+@dataclass
+class Ended:
+    """How one thread order of one case ended: done, died (`returncode`: how its worker ended) or timed out;
+    `seconds` on the driver's clock, every launch of it."""
+
+    task: int
+    how: str
+    returncode: int | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class Task:
+    """One worker: one thread order over a run of cases (positions in the job's list), each `launches` times."""
+
+    id: int
+    order: str
+    layout: str
+    cases: list[int]
+    finished: int = 0  # of its cases
+    since: float = 0.0  # when its current case began
+    deadline: Deadline | None = None
+    check_at: float = 0.0  # when its deadline is next worth asking (deadline.py reads /proc past the wall limit)
+
+    @property
+    def current(self) -> int:
+        return self.cases[self.finished]
+
+
+class Schedule:
+    """The cases of one job on one server. `start(task)` sends a task to it (False: the server is gone)."""
+
+    def __init__(self, server: Server, count: int, stateful: bool, slots: int, limit_s: float, max_hangs: int,
+                 start: Callable[[Task], bool]):
+        self.server, self.count, self.stateful, self.start = server, count, stateful, start
+        self.slots, self.limit_s, self.max_hangs = max(slots, 1), limit_s, max_hangs
+        self.waiting: list[Task] = []  # in the order they are to start
+        self.running: dict[int, Task] = {}
+        self.ends: dict[int, dict[str, Ended]] = {}  # per case not told yet, per thread order
+        self.told = 0  # cases told so far, in job order
+        self.hangs = 0
+        if stateful:
+            self._workers_from(0)
+        else:
+            self.waiting = [self._task(order, layout, [index]) for index in range(count) for order, layout in ORDERS]
+
+    def cases(self, heartbeat: Callable[[int], None]) -> Iterator[tuple[int, dict[str, Ended]]]:
+        """Each case's position and its thread orders' ends, in job order; `heartbeat(first case not told)`
+        whenever a quarter of a case's limit passed without one (the parent's deadline is a backstop to ours)."""
+        beat = time.monotonic()
+        while self.told < self.count:
+            self._start_waiting()
+            self._take(self.server.replies(self._wait_s()))
+            self._time_out()
+            if self.server.closed:
+                self._lost_running()
+            told = self.told
+            yield from self._in_job_order()
+            if self.told != told or time.monotonic() - beat >= self.limit_s / 4:
+                if self.told < self.count:
+                    heartbeat(self.told)
+                beat = time.monotonic()
+        self._stop()
+
+    def _task(self, order: str, layout: str, cases: list[int]) -> Task:
+        return Task(self.server.task_id(), order, layout, cases)
+
+    def _workers_from(self, first: int) -> None:
+        """A fresh pair of workers for the cases from `first` on, one per thread order (a stateful kernel)."""
+        self.waiting = [self._task(order, layout, list(range(first, self.count))) for order, layout in ORDERS]
+
+    def _start_waiting(self) -> None:
+        while self.waiting and len(self.running) < self.slots:
+            task = self.waiting.pop(0)
+            task.since = time.monotonic()
+            task.deadline, task.check_at = Deadline(self.server.pid, self.limit_s), task.since + self.limit_s
+            self.running[task.id] = task
+            if self.server.closed or not self.start(task):
+                self._end_case(task, DIED)
+
+    def _wait_s(self) -> float:
+        """Until the soonest deadline, or a heartbeat's interval at most."""
+        soonest = min((task.check_at for task in self.running.values()), default=float("inf"))
+        return max(0.0, min(soonest - time.monotonic(), self.limit_s / 4))
+
+    def _take(self, replies: list[Reply]) -> None:
+        for reply in replies:
+            task = self.running.get(reply.task)
+            if task is None:
+                continue  # a worker this schedule killed or stopped waiting for (or a line student code wrote)
+            if reply.kind == "done" and reply.value == task.finished:
+                self._end_case(task, DONE)
+            elif reply.kind == "exit":
+                self._end_case(task, DIED, reply.value)
+
+    def _end_case(self, task: Task, how: str, returncode: int | None = None) -> None:
+        """The task's current case ended so; a task that will run no more cases gives its slot back."""
+        now = time.monotonic()
+        self.ends.setdefault(task.current, {})[task.order] = Ended(task.id, how, returncode, now - task.since)
+        task.finished += 1
+        if how != DONE or task.finished == len(task.cases):
+            del self.running[task.id]
+            return
+        task.since, task.check_at = now, now + self.limit_s
+        task.deadline.restart(self.limit_s)
+
+    def _time_out(self) -> None:
+        now = time.monotonic()
+        for task in [task for task in self.running.values() if now >= task.check_at]:
+            left = task.deadline.remaining()  # past the wall-clock limit: the worker's waits for a CPU forgiven
+            task.check_at = now + left
+            if left <= 0:
+                self.server.kill(task.id)
+                self._end_case(task, TIMED_OUT)
+
+    def _lost_running(self) -> None:
+        """The server is gone, and every worker with it: what ran ends there (what waits cannot start)."""
+        for task in list(self.running.values()):
+            self._end_case(task, DIED, self.server.process.poll())
+
+    def _in_job_order(self) -> Iterator[tuple[int, dict[str, Ended]]]:
+        while self.told < self.count and len(self.ends.get(self.told, {})) == len(ORDERS):
+            index, ends = self.told, self.ends.pop(self.told)
+            self.told += 1
+            if any(end.how == TIMED_OUT for end in ends.values()):
+                self.hangs += 1
+            if self.stateful and any(end.how != DONE for end in ends.values()):
+                self._fresh_workers_after(index)
+            yield index, ends
+            if self.hangs >= self.max_hangs:
+                self.told = self.count  # the rest is not run, as the GPU path stops restarting its child
+
+    def _fresh_workers_after(self, index: int) -> None:
+        """A stateful kernel's case went wrong: its workers are ended, and what they ran past it is forgotten
+        (it ran after the fault, as no GPU process would); fresh ones run the cases after it."""
+        self._stop()
+        self.ends.clear()
+        if index + 1 < self.count:
+            self._workers_from(index + 1)
+
+    def _stop(self) -> None:
+        for task in self.running.values():
+            self.server.kill(task.id)
+        self.running.clear()
+        self.waiting.clear()
