@@ -13,6 +13,7 @@ from grader.config import load_config
 from grader.execute.cpu import case_files, harness_driver
 from grader.execute.cpu.build import build
 from grader.execute.cpu.schedule import Schedule
+from grader.execute.cpu.statics import EMULATOR_NAMED
 from grader.execute.job import CaseSpec, Job
 from grader.execute.protocol import EVENTS, check
 from grader.execute.sandbox import detect, scratch_folder
@@ -127,11 +128,20 @@ def test_static_locals_shared_scalars_and_device_globals_are_state(state_of, sou
     assert state_of(source) == names
 
 
+def test_a_kernel_that_names_the_emulator_counts_as_stateful(state_of):
+    """Its code could count launches in the emulator's own variables, which no symbol of its unit shows."""
+    counting_inside = GOOD_BASIC.replace("    float sum = 0.0f;", """#ifndef __NVCC__
+    ++::cuda_emu::dynamic_element;
+#endif
+    float sum = 0.0f;""")
+    assert state_of(counting_inside) == [EMULATOR_NAMED]
+
+
 def test_a_section_named_like_the_graders_holds_no_state_it_did_not_place(state_of):
     """A variable the student puts in a section named as the grader names its own is still state: the grader's
-    names hold a hash of the submission."""
+    names hold a hash of the submission. (The name is spelled in two pieces: the file never names the emulator.)"""
     forged = GOOD_BASIC.replace("__global__ void mysgemm", '__device__ int hidden __attribute__((section('
-                                '"cuda_emu_0123456789abcdef0123.1")));\n\n__global__ void mysgemm')
+                                '"cuda_" "emu_0123456789abcdef0123.1")));\n\n__global__ void mysgemm')
     assert state_of(forged) == ["hidden"]
 
 

@@ -29,7 +29,7 @@ from ..proc import BACKGROUND_NICE, kill_group
 from ..protocol import read_untrusted
 from ..sandbox import COMPILER_LIMITS, Confinement, Sandbox
 from .instrument import instrument
-from .statics import emulator_variables, mutable_statics, statics_tag
+from .statics import EMULATOR_NAMED, emulator_variables, mutable_statics, names_the_emulator, statics_tag
 
 HERE = Path(__file__).resolve().parent
 SHIMS = HERE / "include"  # the emulator's own toolkit headers (cuda_runtime.h, cuda_fp16.h, ...)
@@ -246,6 +246,8 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
         log = log.replace(f"{folder}/", "")  # a handed-in header's diagnostics name it alone: `tiling.cuh:5:3:`
         return Build(None, compiler_message(log, source, built), log[:MAX_LOG])
     state = _state(folder, emulator, statics_tag(source, headers))
+    if state is not None and names_the_emulator(source, headers):
+        state.append(EMULATOR_NAMED)
     try:
         keep(_state_file(cached), json.dumps(state).encode())  # first: a kept binary without it counts as stateful
         _store_atomically(binary, cached)

@@ -16,7 +16,7 @@ from ...contract import KernelContract
 from ...judge.inputs import make_inputs
 from ...judge.layout import GUARD_BEFORE, guarded_layout, guarded_size
 from ..job import CaseSpec, Job, student_output
-from ..protocol import harness_report, read_untrusted
+from ..protocol import harness_report, read_untrusted, read_untrusted_head
 from ..sandbox import HARNESS_LIMITS
 from .access_profile import PROFILE_SEED, access_records
 from .schedule import DONE, ORDERS, TIMED_OUT, Ended, Task
@@ -87,9 +87,9 @@ class Cases:
         sys.stdout.flush()
         for task in self.printing:
             try:
-                sys.stdout.buffer.write(read_untrusted(self.folder / f"task{task}.out", PRINTED_BYTES))
+                sys.stdout.buffer.write(read_untrusted_head(self.folder / f"task{task}.out", PRINTED_BYTES))
             except OSError:
-                pass  # a worker that never started, or printed past the bound (its own output, not the grade)
+                pass  # a worker that never started (or left a link there: its own output, not the grade)
         sys.stdout.flush()
 
     def event(self, index: int, ends: dict[str, Ended], launches: int, limit_s: float) -> dict:

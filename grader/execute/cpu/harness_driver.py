@@ -89,7 +89,7 @@ def _run(channel: Channel, argv: list[str], job: Job, server: Server, cases: Cas
         return
     answers = open(int(argv[3]))
     with ThreadPoolExecutor(1) as pool:
-        reference = pool.submit(reference_profile, job, Sandbox(**job.sandbox), profile_size(tile)) \
+        reference = pool.submit(reference_profile, job, server.sandbox, profile_size(tile)) \
             if job.access_profile else None
         if _run_cases(channel, answers, server, cases, tile, built.state) and reference is not None:
             _send_profile(channel, answers, server, cases, tile, reference)

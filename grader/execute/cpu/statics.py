@@ -11,7 +11,8 @@ local, a `__shared__` scalar, a `__shared__` array of a template) unless it is:
   memory between launches on the GPU); or the guard variable of such a datum. The sections are named after a
   hash of the submission (statics_tag), so no text in it can name them;
 - read-only once relocated (.data.rel.ro), or in the tables of static constructors and destructors.
-Bytes of a writable section that no symbol names count as state too: when in doubt, state.
+Bytes of a writable section that no symbol names count as state too: when in doubt, state. So does a file that
+names the emulator (`cuda_emu`): its code could keep a count in the emulator's own variables.
 
 The object is built from student code: read as untrusted bytes, anything malformed reads as None (unknown,
 which the driver treats as state).
@@ -30,6 +31,11 @@ SHN_UNDEF, SHN_COMMON = 0, 0xFFF2
 STT_SECTION, STT_FILE = 3, 4
 RELRO = ".data.rel.ro"
 LIBRARY = frozenset({"_ZStL8__ioinit"})  # <iostream>'s std::ios_base::Init in each unit (g++ before 13)
+EMULATOR_NAMED = "cuda_emu (the emulator's own names, in the submission)"
+
+
+def names_the_emulator(source: str, headers: dict[str, str] | None = None) -> bool:
+    return any("cuda_emu" in text for text in [source, *(headers or {}).values()])
 
 
 def statics_tag(source: str, headers: dict[str, str] | None = None) -> str:
