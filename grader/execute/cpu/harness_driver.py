@@ -68,7 +68,8 @@ def main(argv: list[str]) -> int:
         channel.send("compile_error", target="student", message=built.message, emulator=True, log=built.log)
     else:
         cases = import_module(CASE_FILES).Cases(job, workdir / "run")
-        server = Server(readable_copy(built.binary, workdir / "bin"), cases.folder, sandbox, slots(job))
+        server = Server(readable_copy(built.binary, workdir / "bin"), cases.folder, sandbox, slots(job),
+                        len(job.cases))
         try:
             _run(channel, argv, job, server, cases, built)
         finally:

@@ -35,11 +35,13 @@ class Reply:
 
 
 class Server:
-    """The harness serving tasks in one sandbox: `folder` is the only one it can write, and `workers` the most
-    worker processes it will run at once (each counts against the sandbox's process limit)."""
+    """The harness serving tasks in one sandbox: `folder` is the only one it can write, `workers` the most
+    worker processes it will run at once (each counts against the sandbox's process limit), and `cases` the most
+    cases one worker may run: the harness's CPU limit is per case, as when each case had a process of its own."""
 
-    def __init__(self, binary: Path, folder: Path, sandbox: Sandbox, workers: int):
+    def __init__(self, binary: Path, folder: Path, sandbox: Sandbox, workers: int, cases: int = 1):
         self.binary, self.folder, self.sandbox, self.workers = binary, folder, sandbox, workers
+        self.cases = max(cases, 1)
         self.process: subprocess.Popen | None = None
         self.not_started = ""  # why the built emulation did not even answer, when it did not
         self.closed = False  # the server and every worker are gone (their replies' pipe has ended)
@@ -60,7 +62,8 @@ class Server:
         """Starts the server; the tile size it answers with, or None (none defined, or no answer: not_started
         says why when it did not start)."""
         read_end, write_end = os.pipe()
-        limits = replace(HARNESS_LIMITS, processes=HARNESS_LIMITS.processes + self.workers)
+        limits = replace(HARNESS_LIMITS, processes=HARNESS_LIMITS.processes + self.workers,
+                         cpu_s=HARNESS_LIMITS.cpu_s * self.cases)
         confinement = Confinement(self.folder, limits, seccomp=True, readable=(self.binary,))
         self._errors = open(self.folder.parent / f"{self.folder.name}.stderr", "w+b")
         try:
