@@ -103,8 +103,8 @@ def grouped_messages(result: SubmissionResult, limit: int = DEFAULT_LIMIT, with_
     for group in cause_groups(result):
         told = f"the same cause as {group.example.name}" + (f": {group.fix}" if with_fixes and group.fix else "")
         for name in group.names:
-            if name != group.example.name:
-                first = checks[name].message.split("\n", 1)[0]
+            first, *more = checks[name].message.split("\n", 1)
+            if name != group.example.name and more:  # a one-line message is no shorter pointing elsewhere
                 messages[name] = cap(f"{first}\n({told})", limit)
     return messages
 
