@@ -177,7 +177,8 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
             if client is not None:
                 pending[pool.submit(grade_task, remote_task(entry, config, cases, plan))] = entry
             else:
-                placed = replace(plan, placement=placements[i % len(placements)])
+                placed = replace(plan, placement=placements[i % len(placements)],
+                                 emulator_workers=emulator_share(jobs))
                 pending[pool.submit(workers.grade, entry, config, cases, placed)] = entry
         watch = WorkerWatch(client, options.cluster, options.worker_wait_s, progress.console.print) if client else None
         try:
@@ -203,6 +204,12 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     if client is None:
         pool.shutdown()
     return len(todo), False, ""
+
+
+def emulator_share(graded_at_once: int) -> int:
+    """The emulator workers each of so many grades at once may run: the host's cores, shared out (a batch's
+    default, a student per core, runs each student's emulated cases one after another)."""
+    return max(1, len(os.sched_getaffinity(0)) // max(1, graded_at_once))
 
 
 def _executor(options: BatchOptions, plan: RunPlan, jobs: int):

@@ -79,7 +79,8 @@ def grade_task(task: RemoteTask) -> dict:
         reference.write_text(task.reference, encoding="utf-8")
         config.reference, config.source = str(reference), ""
         plan = RunPlan(task.backend, skip_reason=task.skip_reason, note=task.note, sanitize=task.sanitize,
-                       sanitize_always=task.sanitize_always, profile=task.profile)
+                       sanitize_always=task.sanitize_always, profile=task.profile,
+                       emulator_workers=1)  # a worker grades a student per slot, as a batch does per core
         entry = Entry(task.key, "", "", folder, task.key, "kernel.cu")
         return Workers().grade(entry, config, task.cases, plan).to_dict(with_log=True)
 

@@ -95,6 +95,9 @@ class RunPlan:
     # GPU fault, a kernel the emulator cannot build), or on every kernel with sanitize_always (--sanitize).
     sanitize: bool = False
     sanitize_always: bool = False
+    # How many emulator workers run one grade's cases side by side (0: one per core it may use). A batch, which
+    # grades a student per core, gives each student one; beside a GPU child, the child keeps a core.
+    emulator_workers: int = 0
     profile: bool = False  # also measure the kernel and the reference with Nsight Compute (GPU backend, advice)
     sandbox: Sandbox | None = None  # where student code runs; None: the strongest this machine allows
     # In a batch worker: its socket to the batch parent, which checks kernels under the sanitizer in groups
@@ -271,7 +274,9 @@ def _emulate_beside(submission: Submission, config: Config, cases: list[Case], p
     emulated = [case for case in cases if not case.gpu_only]
     if not emulated or compiler() is None:
         return None
-    on_cpu = replace(plan, backend=CPU, placement=Placement(lock=device_lock(config, CPU)), sanitizer_channel=None)
+    workers = plan.emulator_workers or max(1, len(os.sched_getaffinity(0)) - 1)
+    on_cpu = replace(plan, backend=CPU, placement=Placement(lock=device_lock(config, CPU)), sanitizer_channel=None,
+                     emulator_workers=workers)
     return start_beside(functools.partial(run_child, submission, config, emulated, CPU, on_cpu))
 
 
@@ -623,7 +628,8 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     sandbox = sandbox_of(plan)
     warming = Warming(cases, config)  # the judge ready by the time the first outputs are judged
     try:
-        job = _job(submission, config, cases, workdir, sandbox, timed=backend == GPU)
+        job = _job(submission, config, cases, workdir, sandbox, timed=backend == GPU,
+                   emulator_workers=plan.emulator_workers)
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
                         case_s=config.timeouts.gpu_hang_s if backend == GPU else None)
@@ -650,7 +656,7 @@ def _run_events(config: Config, cases: list[Case], workdir: Path, timed: bool, b
 
 
 def _job(submission: Submission, config: Config, cases: list[Case], workdir: str, sandbox: Sandbox,
-         timed: bool) -> Job:
+         timed: bool, emulator_workers: int = 0) -> Job:
     reference = config.reference_path.read_text(encoding="utf-8")
     t = config.timing
     device = device_side(submission.source, submission.headers)
@@ -668,5 +674,6 @@ def _job(submission: Submission, config: Config, cases: list[Case], workdir: str
                             if device != submission.source else ""),
         tile_constant=tile.constant, launches_per_case=config.kernel.launches_per_case, headers=submission.headers,
         sandbox=asdict(sandbox), access_profile=config.feedback.emulator and not timed, reference_original=reference,
+        parallel_cases=emulator_workers,
     )
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
-from ..batch import Workers
+from ..batch import Workers, emulator_share
 from ..cases import Case
 from ..cluster import grade_task, remote_task, task_resources, task_result
 from ..config import Config
@@ -39,7 +40,8 @@ class JobRunner:
     def __init__(self, store: JobStore, config: Config, cases: list[Case], plan: RunPlan, workers: int,
                  scratch: Path, client=None):
         """`client`: a Dask client; each job then runs as a task on the cluster's workers (cluster.py)."""
-        self.store, self.config, self.cases, self.plan, self.client = store, config, cases, plan, client
+        self.store, self.config, self.cases, self.client = store, config, cases, client
+        self.plan = replace(plan, emulator_workers=plan.emulator_workers or emulator_share(workers))
         self.scratch = scratch
         self.stopping, self.wake = threading.Event(), threading.Event()
         self.workers = Workers()
