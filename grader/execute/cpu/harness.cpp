@@ -85,8 +85,10 @@ void on_fault(int signal, siginfo_t *info, void *context) {
     const char *address = (const char *)info->si_addr;
     const char *access = "access";
 #if defined(__x86_64__)
+    // A page fault says whether it was a write; an address no page can hold (non-canonical, as 4 TiB past a
+    // buffer can be) raises a general-protection fault, which says neither (si_code SI_KERNEL).
     auto *uc = (ucontext_t *)context;
-    access = (uc->uc_mcontext.gregs[REG_ERR] & 2) ? "write" : "read";
+    if (info->si_code != SI_KERNEL) access = (uc->uc_mcontext.gregs[REG_ERR] & 2) ? "write" : "read";
 #else
     (void)context;
 #endif
