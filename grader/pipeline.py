@@ -233,8 +233,8 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         return _settled(result, config)
     if plan.backend == CPU:
         result.message = plan.note or CPU_NOTE
-        result.checks = rubric.results([*_checks_on_cpu(submission, config, cases, result, plan, phases),
-                                        *statics])
+        made, not_run = _checks_on_cpu(submission, config, cases, result, plan, phases)
+        result.checks = rubric.results([*made, *statics], not_run)
         return _settled(result, config)
     beside = _emulate_beside(submission, config, cases, plan)
     run = run_child(submission, config, _emulated_first(cases), GPU, plan)
@@ -490,9 +490,10 @@ def _kept_inside(case: CheckResult) -> bool:
 
 
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
-                   plan: RunPlan, phases: Phases) -> list[CheckResult]:
+                   plan: RunPlan, phases: Phases) -> tuple[list[CheckResult], str]:
     """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, and the checks only
-    a GPU can make, skipped as such. Which checks those are depends on the machine and the config alone."""
+    a GPU can make, skipped as such; and why a case it made no check of was not run. Which checks need a GPU
+    depends on the machine and the config alone."""
     compiled = compile_without_gpu(submission, config, sandbox_of(plan))
     phases.mark("nvcc_check")
     nvcc = compiled.check
@@ -507,7 +508,7 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
         result.outcome = compiled.outcome
         if compiled.outcome == GRADER_ERROR:
             result.message = nvcc.message
-        return [nvcc, *needs_gpu]
+        return [nvcc, *needs_gpu], "not run"
     emulated = [case for case in cases if not case.gpu_only]
     run = run_child(submission, config, emulated, CPU, plan)
     phases.mark_split(run.phases, "grading_other")
@@ -526,7 +527,7 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
     shown = next((check for check in made if check.kind == COMPILE), nvcc)
     add_compiler_feedback(result, shown, compiled.cubin, config, sandbox_of(plan), run.tile_size)
     phases.mark("feedback")
-    return [*made, *needs_gpu]
+    return [*made, *needs_gpu], run.not_run_reason
 
 
 def _emulator_feedback(result: SubmissionResult, run: RunEvents, submission: Submission, config: Config) -> None:

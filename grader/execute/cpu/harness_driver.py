@@ -111,7 +111,8 @@ def readable_copy(binary: Path, folder: Path) -> Path:
 
 
 def _run_cases(channel: Channel, answers, server: Server, cases: Cases, tile: int, state: list[str] | None) -> bool:
-    """Every case (one turn on the device for all of them, as the GPU child takes); False when the turn was refused."""
+    """Every case (one turn on the device for all of them, as the GPU child takes); False when the turn was
+    refused or a case hung (the profile's launch would hang too, for the profile phase's whole limit)."""
     job = cases.job
     if not job.cases:
         return True
@@ -124,10 +125,13 @@ def _run_cases(channel: Channel, answers, server: Server, cases: Cases, tile: in
     limit_s = job.case_s or HARNESS_LIMITS.cpu_s
     schedule = Schedule(server, len(job.cases), stateful, slots(job), limit_s, job.max_restarts + 1,
                         lambda task: cases.start(server, task, tile, launches))
+    hung = False
     for index, ends in schedule.cases(lambda index: channel.send("phase", phase="case", case=job.cases[index].name)):
-        channel.send(**cases.event(index, ends, launches, limit_s))
+        event = cases.event(index, ends, launches, limit_s)
+        hung = hung or event.get("problem", {}).get("event") == "timeout"
+        channel.send(**event)
     cases.print_outputs()
-    return True
+    return not hung
 
 
 def _send_profile(channel: Channel, answers, server: Server, cases: Cases, tile: int, reference: Future) -> None:
