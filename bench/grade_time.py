@@ -50,6 +50,9 @@ def report(label: str, wall: float, result: dict) -> None:
     if child:
         print("  the child's own figures: " + ", ".join(f"{key} {value:.3f}" for key, value in child.items())
               + f"; compiled ahead (while the child started) by: {compiled.get('compiled_ahead', 'no')}")
+    if "emulator_phases" in compiled:  # the CPU emulator's run beside the GPU child, on its own clock
+        print("  the emulator beside it: " + ", ".join(f"{name} {seconds:.3f}"
+                                                     for name, seconds in compiled["emulator_phases"].items()))
     if "timing" in checks and checks["timing"]["status"] != "skipped":
         print(f"  timing: {checks['timing']['message'].splitlines()[0]}")
 

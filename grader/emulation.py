@@ -25,11 +25,18 @@ if TYPE_CHECKING:
 
 
 def start_beside(run: Callable[[], RunEvents]) -> Future:
-    """`run` (the emulator's child run) in a thread of its own; the GPU child runs meanwhile."""
+    """`run` (the emulator's child run) in a thread of its own, its outputs judged there too: the GPU child
+    runs meanwhile, and its grade waits for no float64 comparison of the emulator's."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="emulator")
-    future = pool.submit(run)
+    future = pool.submit(_judged, run)
     pool.shutdown(wait=False)
     return future
+
+
+def _judged(run: Callable[[], RunEvents]) -> RunEvents:
+    events = run()
+    events.judge_outputs()
+    return events
 
 
 @dataclass

@@ -291,6 +291,9 @@ def _judged_by_both(submission: Submission, config: Config, cases: list[Case], r
         return made, None
     if emulation.judged:
         _emulator_feedback(result, emulation.run, submission, config)
+        # where the emulator's time went, beside the GPU's (bench/grade_time.py)
+        run.compile_check.metrics["emulator_phases"] = {phase: round(seconds, 3)
+                                                        for phase, seconds in emulation.run.phases.items()}
         return merged(made, emulation), None
     if emulation.log:
         result.log += f"\n[grader] the CPU emulator could not judge this kernel:\n{emulation.log}\n"
