@@ -53,8 +53,9 @@ def generate(folder: Path, count: int, mix: list[tuple[str, int]] = MIX) -> list
 
 def grade_alone(student: Path, config: Path, outdir: Path, backend: str, sanitize: bool) -> SubmissionResult:
     """The student graded by `grade` on its own, as a student or instructor would run it."""
+    # The default diagnosis, as a batch's (where the emulator cannot see), or none at all.
     subprocess.run([sys.executable, "-m", "grader", str(student), "--config", str(config), "--backend", backend,
-                    "--sanitize" if sanitize else "--no-sanitize", "-o", str(outdir)], check=False, cwd=ROOT,
+                    *([] if sanitize else ["--no-sanitize"]), "-o", str(outdir)], check=False, cwd=ROOT,
                    stdout=subprocess.DEVNULL)
     return SubmissionResult.from_dict(json.loads((outdir / f"{student.name}.json").read_text()))
 
