@@ -333,7 +333,8 @@ def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, b
         assert batch.wait(timeout=3 * START_S) == 0, (tmp_path / "batch.log").read_text()
         stop(running.workers[1])
         said = " ".join(running.worker_log(1).read_text().split())
-        assert "grade worker: removed 3 temporary folders that graders which ended without cleaning up" in said
+        assert f"grade worker: removed {len(left)} temporary folders that graders which ended without cleaning up" \
+            in said
         assert left_in(temp_root) == []  # and, stopped, it left nothing of its own
     finally:
         if batch is not None:
