@@ -428,13 +428,13 @@ def _diagnosis(submission: Submission, config: Config, run: RunEvents, plan: Run
                safety: CaseSafety | None) -> CheckResult | None:
     """compute-sanitizer's diagnosis (worth no points), where it sees what the emulator cannot: what the tools
     found in the cases of a kernel the emulator could not judge (`safety`), or their run over a kernel a case
-    of which faulted on the GPU; over every kernel where asked (--sanitize). None when the kernel did not
-    compile (the rubric says so)."""
+    of which faulted or hung on the GPU itself (a case the emulator found unsafe is told already); over every
+    kernel where asked (--sanitize). None when the kernel did not compile (the rubric says so)."""
     if not run.compile_check.passed or not run.tile_size:
         return None
     if safety is not None:
         return safety.check()
-    faulted = any(check.kind == CASE and check.status == ERROR for check in made)
+    faulted = any(check.status == ERROR for check in run.made_cases().values())  # on the GPU itself
     if plan.sanitize_always or faulted:
         return _sanitizer_check(submission, config, run, plan, made)
     return skipped(SANITIZER_NAME, SANITIZER, 0, "not run: the CPU emulator watched every access, barrier and "
