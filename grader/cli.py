@@ -34,7 +34,7 @@ from .errors import UsageError
 from .execute.cpu.build import compiler
 from .execute.gpu_detect import gpu_unavailable_reason, local_gpus
 from .execute.sandbox import SandboxUnavailable, detect
-from .intake.submission import SubmissionError, find_kernel_noted, locate, read_headers
+from .intake.submission import SubmissionError, at_the_door, find_kernel_noted, locate, read_headers
 from .leftovers import WORKER, clear_at_start, owned_scratch
 from .phases import Phases, describe, merged, since_process_start
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
@@ -47,6 +47,7 @@ from .report.status import status_label
 from .result import GRADER_ERROR, SubmissionResult
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_NOT_GRADED = 4  # `grade PATH`: nothing there to grade (no kernel.cu, an empty or binary one)
 EXIT_NO_WORKERS = 3  # a cluster batch stopped: no worker was connected for --worker-wait
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
 
@@ -412,8 +413,16 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
             continue
         phases.mark("grading_other")  # between submissions: nothing but the loop
         begun = started if not names else phases.last
+        door = at_the_door(path)
+        if door.refusal:  # nothing there to grade: one line, not a table of skipped checks
+            write_outputs(not_graded(path, config, cases, door.refusal), args.output, unique_name(
+                locate(path)[0], names))
+            errors.print(Text("error: ", style="bold red").append(door.refusal), highlight=False)
+            code = EXIT_NOT_GRADED
+            continue
         try:
             result = grade(path, config, cases, plan)
+            result.intake_notes += door.notes
         except KeyboardInterrupt:
             # The runner has already killed the child's process group; results so far are on disk.
             errors.print(f"[bold red]interrupted[/] while grading {path}", highlight=False)

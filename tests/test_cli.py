@@ -7,7 +7,7 @@ from conftest import ROOT, SUBMISSIONS
 from hardware import without_gpu
 from junitparser import JUnitXml, Skipped
 
-from grader.cli import main
+from grader.cli import EXIT_NOT_GRADED, main
 from grader.execute.compile import nvcc_path
 
 no_gpu_here = without_gpu
@@ -65,21 +65,43 @@ def test_bad_config_exits_2_naming_the_key(tmp_path, capsys):
     (b"  \n\n", "kernel.cu is empty"),
     (b"\x7fELF\x00\x01binary", "binary file"),
 ])
-def test_unreadable_submissions_get_an_error_row_not_a_crash(tmp_path, content, words):
+def test_unreadable_submissions_get_an_error_row_not_a_crash(tmp_path, content, words, capsys):
+    """Refused at the door: one line saying what was found, a non-zero exit, and still the files a CI reads."""
     folder = tmp_path / "student"
     folder.mkdir()
     (folder / "kernel.cu").write_bytes(content)
-    assert main([str(folder), "--no-run", "-o", str(tmp_path / "out")]) == 0
+    assert main([str(folder), "--no-run", "-o", str(tmp_path / "out")]) == EXIT_NOT_GRADED
+    said = capsys.readouterr()
+    assert words in said.err and "skipped" not in said.out
     result = load(tmp_path / "out", "student")
     assert result["status"] == "error" and words in result["message"]
     assert result["score"] == 0 and result["max_score"] == 100  # an LMS sees 0 of 100, not 0 of 0
     assert all(c["status"] == "skipped" and words in c["message"] for c in result["checks"])
 
 
-def test_folder_without_kernel_file_is_an_error_row(tmp_path):
-    (tmp_path / "student").mkdir()
-    assert main([str(tmp_path / "student"), "--no-run", "-o", str(tmp_path / "out")]) == 0
-    assert "kernel.cu: not found" in load(tmp_path / "out", "student")["message"]
+@pytest.mark.parametrize("files, words", [
+    ((), "holds no kernel.cu (and no .cu file): put your kernel in"),
+    (("mykernel.cu",), "has no kernel.cu, only mykernel.cu: rename it to kernel.cu, or grade the file itself"),
+    (("a.cu", "b.cu"), "has no kernel.cu, but 2 .cu files (a.cu, b.cu): name the one to grade kernel.cu"),
+])
+def test_a_folder_without_kernel_cu_is_told_what_it_holds_and_what_to_do(tmp_path, capsys, files, words):
+    folder = tmp_path / "student"
+    folder.mkdir()
+    for name in files:
+        shutil.copy(SUBMISSIONS / "good_basic" / "kernel.cu", folder / name)
+    assert main([str(folder), "--no-run", "-o", str(tmp_path / "out")]) == EXIT_NOT_GRADED
+    assert words in " ".join(capsys.readouterr().err.split())
+    assert words in load(tmp_path / "out", "student")["message"]  # the files say it too
+
+
+def test_a_folder_with_kernel_cu_and_other_cu_files_says_which_was_graded(tmp_path, capsys):
+    folder = tmp_path / "student"
+    folder.mkdir()
+    for name in ("kernel.cu", "old.cu"):
+        shutil.copy(SUBMISSIONS / "good_basic" / "kernel.cu", folder / name)
+    assert main([str(folder), "--no-run", "-o", str(tmp_path / "out")]) == 0
+    assert "Note: graded kernel.cu; not graded: old.cu" in capsys.readouterr().out
+    assert load(tmp_path / "out", "student")["intake_notes"] == ["graded kernel.cu; not graded: old.cu"]
 
 
 def test_wrong_kernel_name_is_reported_without_compiling(tmp_path):

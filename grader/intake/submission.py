@@ -37,6 +37,43 @@ def locate(path: Path) -> tuple[str, Path]:
 KERNEL_DEPTH = 4  # folders between the submission's top and its kernel.cu
 
 
+@dataclass
+class AtTheDoor:
+    """What `grade PATH` finds before grading: why nothing there can be graded (`refusal`, one line saying
+    what was found and what to do), or notes on which file is graded and which are not."""
+
+    refusal: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def at_the_door(path: Path) -> AtTheDoor:
+    """A folder or file handed to `grade`: why it cannot be graded (no kernel.cu, an empty or binary one), or
+    which file is graded where the folder holds others."""
+    path = Path(path)
+    notes = []
+    if path.is_dir():
+        others = sorted(p.name for p in path.glob("*.cu") if p.name != KERNEL_FILE and not is_hidden((p.name,)))
+        if not ((path / KERNEL_FILE).exists() or (path / KERNEL_FILE).is_symlink()):
+            return _no_kernel(path, others)
+        notes = [f"graded {KERNEL_FILE}; not graded: {', '.join(others)}"] if others else []
+    try:
+        _read_kernel(locate(path)[1])
+    except SubmissionError as error:
+        where = f"{path}: " if path.is_dir() else ""  # the file's own messages name the file
+        return AtTheDoor(f"{where}{error}", notes)
+    return AtTheDoor(notes=notes)
+
+
+def _no_kernel(path: Path, others: list[str]) -> AtTheDoor:
+    if len(others) == 1:
+        return AtTheDoor(f"{path} has no {KERNEL_FILE}, only {others[0]}: rename it to {KERNEL_FILE}, or grade "
+                         f"the file itself (grade {path / others[0]})")
+    if others:
+        return AtTheDoor(f"{path} has no {KERNEL_FILE}, but {len(others)} .cu files ({', '.join(others)}): name the "
+                         f"one to grade {KERNEL_FILE}, or grade it by its path")
+    return AtTheDoor(f"{path} holds no {KERNEL_FILE} (and no .cu file): put your kernel in {path / KERNEL_FILE}")
+
+
 def choose_kernel(found: list[str]) -> tuple[str, list[str]]:
     """Which kernel.cu of a submission is graded, the rule for everything one student hands in (Gradescope's
     upload, an archive sent to `grade serve`): `found` are the kernel.cu files (paths relative to the

@@ -91,6 +91,8 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
         console.print(Panel(Text(result.message or "(no message)"), title="ERROR: submission could not be graded"))
     elif result.message:
         console.print(Text("Note: ", style="bold").append(result.message))
+    for note in result.intake_notes:  # which file was graded, what was not
+        console.print(Text("Note: ", style="bold").append(note))
     if result.checks:
         console.print(_table(result, show_hidden_details))
     groups = [group for group in cause_groups(result, show_hidden_details)
