@@ -29,7 +29,7 @@ from rich.text import Text
 from . import blas_threads  # noqa: F401 - before numpy loads (blas_threads.py says why)
 from .cases import load_cases, mix_seed, with_secret
 from .cluster_tls import DEFAULT_DAYS, make_certificates
-from .config import load_config, preset_path
+from .config import load_config, preset_names, preset_path
 from .errors import UsageError
 from .execute.cpu.build import compiler
 from .execute.gpu_detect import gpu_unavailable_reason, local_gpus
@@ -52,13 +52,30 @@ EXIT_NO_WORKERS = 3  # a cluster batch stopped: no worker was connected for --wo
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
 
 
+# Every command, one line each: `grade --help` lists them; each one's own --help gives its options.
+COMMANDS = {
+    "grade": "grade submissions: a folder holding kernel.cu, or the .cu file",
+    "batch": "grade a class: a folder of student folders, a Canvas or Gradescope zip, with the class's files",
+    "gradescope": "grade one submission inside Gradescope's autograder (writes results.json)",
+    "prairielearn": "grade one submission inside PrairieLearn's external grader (writes results.json)",
+    "serve": "the grading service LMS containers send submissions to (--remote)",
+    "cluster-certs": "make the TLS certificates of a grading cluster, one role each",
+    "scheduler": "the cluster's Dask scheduler, on TLS",
+    "worker": "this host's Dask workers for a cluster's batches (one per GPU)",
+}
+
+
+def _commands_epilog() -> str:
+    lines = [f"  grade {'PATH ...' if name == 'grade' else name:<15} {what}" for name, what in COMMANDS.items()]
+    return "commands (`grade COMMAND --help` for each one's options):\n" + "\n".join(lines)
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument("--config", type=Path, default=None, metavar="FILE",
                         help="grader configuration (default: the project's config.yaml)")
     chosen.add_argument("--preset", default=None, metavar="NAME",
-                        help="a configuration shipped in presets/: ece408 grades UIUC ECE408's MP3 "
-                             "(matrixMultiplyShared with a libwb main)")
+                        help=f"a configuration shipped in presets/: {', '.join(preset_names())}")
     parser.add_argument("--secret-file", type=Path, default=None, metavar="FILE",
                         help=f"mix this secret into every seed (default: ${SECRET_VARIABLE}, if set); "
                              "for graded runs, so inputs cannot be known in advance")
@@ -100,7 +117,7 @@ def _misuse(error: UsageError) -> int:
 
 def worker_main(argv: list[str]) -> int:
     """`grade worker --scheduler ADDRESS`: Dask workers for this host's GPUs (or its CPU emulator)."""
-    parser = argparse.ArgumentParser(prog="grade worker", description="Grade a cluster batch's submissions here.")
+    parser = argparse.ArgumentParser(prog="grade worker", description=COMMANDS["worker"].capitalize() + ".")
     parser.add_argument("--scheduler", required=True, metavar="ADDRESS", help="tls://HOST:8786 (tcp:// with "
                                                                               "--insecure)")
     parser.add_argument("--slots", type=int, default=0, metavar="N",
@@ -143,8 +160,7 @@ def _sandbox_words() -> str:
 def scheduler_main(argv: list[str]) -> int:
     """`grade scheduler --certs DIR`: Dask's scheduler, requiring a certificate of the cluster's CA from every
     client and worker (mutual TLS). It replaces this process: stopping it stops the scheduler."""
-    parser = argparse.ArgumentParser(prog="grade scheduler",
-                                     description="Start the cluster's Dask scheduler with mutual TLS.")
+    parser = argparse.ArgumentParser(prog="grade scheduler", description=COMMANDS["scheduler"].capitalize() + ".")
     parser.add_argument("--certs", type=Path, required=True, metavar="DIR",
                         help="the folder `grade cluster-certs DIR` made (ca.pem, scheduler.pem, scheduler-key.pem)")
     parser.add_argument("--host", default="", help="address to listen on (default: every interface)")
@@ -173,7 +189,7 @@ def scheduler_main(argv: list[str]) -> int:
 def certs_main(argv: list[str]) -> int:
     """`grade cluster-certs DIR`: the cluster's CA and the scheduler's, workers' and clients' certificates."""
     parser = argparse.ArgumentParser(prog="grade cluster-certs",
-                                     description="Make a Dask cluster's CA and certificates (mutual TLS).")
+                                     description=COMMANDS["cluster-certs"].capitalize() + ".")
     parser.add_argument("folder", type=Path, metavar="DIR", help="a new folder for them (made mode 700)")
     parser.add_argument("--days", type=int, default=DEFAULT_DAYS, help="how long they are valid (default: %(default)s)")
     parser.add_argument("--host", action="append", default=[], metavar="NAME",
@@ -218,7 +234,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     command = argv[0] if argv and argv[0] in ("batch", "serve", *LMS_ENTRIES) else "grade"
     rest = argv[1:] if command != "grade" else argv
     parser = argparse.ArgumentParser(prog="grade" if command == "grade" else f"grade {command}",
-                                     description="Grade tiled-SGEMM CUDA submissions.")
+                                     description=COMMANDS.get(command, COMMANDS["grade"]).capitalize() + ".",
+                                     epilog=_commands_epilog() if command == "grade" else None,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     if command == "serve":
         _serve_options(parser)
     elif command in LMS_ENTRIES:

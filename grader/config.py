@@ -281,12 +281,16 @@ class Config:
         return self.path(self.compile.cache_dir)
 
 
+def preset_names() -> list[str]:
+    """The presets there are: presets/*.yaml, by name."""
+    return sorted(p.stem for p in PRESETS.glob("*.yaml"))
+
+
 def preset_path(name: str) -> Path:
     """presets/NAME.yaml; ConfigError naming the presets there are when there is no such one."""
     path = PRESETS / f"{name}.yaml"
     if not re.fullmatch(r"[A-Za-z0-9_-]+", name) or not path.is_file():
-        known = ", ".join(sorted(p.stem for p in PRESETS.glob("*.yaml"))) or "none"
-        raise ConfigError(f"--preset {name}", "", f"no such preset (there are: {known})")
+        raise ConfigError(f"--preset {name}", "", f"no such preset (there are: {', '.join(preset_names()) or 'none'})")
     return path
 
 

@@ -182,3 +182,24 @@ def test_an_entry_points_imports_pause_the_collector_and_leave_it_running():
     with pytest.raises(ImportError), paused_collection():
         import grader.no_such_module  # noqa: F401
     assert gc.isenabled()  # also after imports that failed
+
+
+def test_grade_help_lists_every_command_and_each_has_its_own_help():
+    import subprocess
+    import sys
+
+    from grader.cli import COMMANDS
+    from grader.config import preset_names
+
+    def helped(*argv: str) -> str:
+        finished = subprocess.run([sys.executable, "-m", "grader", *argv, "--help"], capture_output=True, text=True,
+                                  cwd=ROOT, check=False)
+        assert finished.returncode == 0, finished.stderr
+        return finished.stdout
+
+    top = helped()
+    for command in COMMANDS:
+        assert f"grade {command if command != 'grade' else 'PATH ...'}" in top
+        if command != "grade":
+            assert helped(command).startswith(f"usage: grade {command}")
+    assert f"presets/: {', '.join(preset_names())}" in " ".join(top.split()) and "pmpp" in preset_names()
