@@ -11,7 +11,7 @@ from conftest import ROOT, SUBMISSIONS
 from hardware import needs_gpu
 from junitparser import Error, JUnitXml
 
-from grader.cli import main
+from grader.cli import EXIT_NOT_GRADED, main
 from grader.config import load_config
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 
@@ -163,11 +163,11 @@ def test_one_dimensional_tiles_give_the_tile_size(grade_one):
     assert result.tile_size == 16 and all(c.status == PASSED for c in checks_of(result, "case").values())
 
 
-def test_cli_writes_json_and_junit_and_exits_zero(config_file, reference_submission, tmp_path):
+def test_cli_writes_json_and_junit_for_every_submission(config_file, reference_submission, tmp_path):
     out = tmp_path / "out"
     code = main([str(reference_submission), str(SUBMISSIONS / "empty"), str(SUBMISSIONS / "illegal_address"),
                  "-o", str(out), "--config", str(config_file), "--backend", "gpu"])
-    assert code == 0
+    assert code == EXIT_NOT_GRADED  # the empty kernel.cu, refused at the door; the others graded
     graded = json.loads((out / "reference_as_submission.json").read_text())
     assert graded["status"] == "graded" and graded["score"] == graded["max_score"]
     empty = json.loads((out / "empty.json").read_text())
