@@ -214,7 +214,8 @@ class FeedbackConfig:
     # The lab's GPU for theoretical occupancy (sm_70 ... sm_100); "" means the GPU graded on, else
     # compile.arch_without_gpu.
     gpu: str = ""
-    # On a CPU grade, the emulator's coalescing and bank-conflict figures per line against the reference's
+    # On every grade (the emulator runs beside a GPU one too), the emulator's coalescing and bank-conflict figures
+    # per line against the reference's
     # (one more launch of each, on one 64³ shape).
     emulator: bool = True
 
