@@ -31,7 +31,7 @@ from pathlib import Path
 
 from benchlib import ROOT, archive, config_with_cache, generate, grade_alone
 
-from grader.cluster import WORKER_CACHE
+from grader.classroom.cluster import WORKER_CACHE
 from grader.config import load_config
 from grader.execute.gpu_detect import local_gpus
 from grader.judge.verdicts import differences
@@ -93,7 +93,7 @@ class Service:
     def wait_until_ready(self, workers: int, limit_s: float = 120) -> None:
         from distributed import Client
 
-        from grader.cluster_tls import client_security
+        from grader.classroom.cluster_tls import client_security
 
         with Client(self.scheduler, security=client_security(self.scheduler, self.certs, None, None, None, False),
                     timeout="60s") as client:

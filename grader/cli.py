@@ -28,7 +28,7 @@ from rich.text import Text
 
 from . import blas_threads  # noqa: F401 - before numpy loads (blas_threads.py says why)
 from .cases import load_cases, mix_seed, with_secret
-from .cluster_tls import DEFAULT_DAYS, make_certificates
+from .classroom.cluster_tls import DEFAULT_DAYS, make_certificates
 from .config import load_config, preset_names, preset_path
 from .errors import UsageError
 from .execute.cpu.build import compiler
@@ -128,8 +128,8 @@ def worker_main(argv: list[str]) -> int:
                              "interface)")
     _tls_options(parser)
     args = parser.parse_args(argv)
-    from .cluster import run_workers, worker_commands
-    from .cluster_tls import checked_files
+    from .classroom.cluster import run_workers, worker_commands
+    from .classroom.cluster_tls import checked_files
 
     try:
         files = checked_files(args.scheduler, "worker", args.certs, args.tls_ca_file, args.tls_cert, args.tls_key,
@@ -171,7 +171,7 @@ def scheduler_main(argv: list[str]) -> int:
                         help="Dask's HTTP pages (health, metrics, worker info; the dashboard with --dashboard), which "
                              "have no authentication (default: %(default)s: this host only; reach it through SSH)")
     args = parser.parse_args(argv)
-    from .cluster_tls import ROLE_GATE, tls_files
+    from .classroom.cluster_tls import ROLE_GATE, tls_files
 
     try:
         ca, cert, key = tls_files("scheduler", args.certs, None, None, None)
@@ -366,14 +366,14 @@ def _cluster_security(args: argparse.Namespace):
         if args.certs or args.tls_ca_file or args.tls_cert or args.tls_key or args.insecure:
             raise UsageError("--certs, --tls-* and --insecure are for --cluster")
         return None
-    from .cluster_tls import client_security
+    from .classroom.cluster_tls import client_security
 
     return client_security(args.cluster, args.certs, args.tls_ca_file, args.tls_cert, args.tls_key, args.insecure)
 
 
 def _cluster_gpu_missing(args: argparse.Namespace) -> str | None:
     """With --cluster the workers grade, so their GPUs count, not this host's: why none can, or None."""
-    from .cluster import cluster_gpus
+    from .classroom.cluster import cluster_gpus
 
     if cluster_gpus(args.cluster, args.security, getattr(args, "worker_wait", 60.0)):
         return None
@@ -529,7 +529,10 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
 
 
 def grade_batch(args, config, cases, plan, console: Console, errors: Console) -> int:
-    from .batch import BatchOptions, run_batch  # here, not at the top: one `grade PATH` never needs it (~50 ms)
+    from .classroom.batch import (  # here, not at the top: one `grade PATH` never needs it (~50 ms)
+        BatchOptions,
+        run_batch,
+    )
 
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
                            exports=args.exports, cluster=args.cluster, security=args.security,
@@ -594,7 +597,7 @@ def grade_serve(args, config, cases, plan, errors: Console) -> int:
 def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
     """The service's result; when it cannot give one, the instructor's --remote-fallback. Either way a result
     the service did not grade carries `regrade_reason`, so the instructor finds it and grades it again."""
-    from .remote import RemoteUnavailable, grade_remotely, mark_for_regrade, student_of, submitted_at_of
+    from .classroom.remote import RemoteUnavailable, grade_remotely, mark_for_regrade, student_of, submitted_at_of
 
     kernel = folder / "kernel.cu" if folder.is_dir() else folder
     try:

@@ -184,7 +184,7 @@ def test_force_regrades_everyone(small_config, tmp_path):
 def test_the_resume_fingerprint_changes_with_the_graders_own_code(tmp_path):
     # A copy of the package, changed by one comment, as an upgrade would change it.
     shutil.copytree(ROOT / "grader", tmp_path / "grader", ignore=shutil.ignore_patterns("__pycache__"))
-    code = "from grader.batch import grader_digest; print(grader_digest())"
+    code = "from grader.classroom.batch import grader_digest; print(grader_digest())"
 
     def digest() -> str:
         run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True,

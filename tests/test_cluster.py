@@ -18,10 +18,10 @@ from rich.console import Console
 from test_cluster_tls import Cluster, alive
 from test_serve import free_port
 
-from grader.batch import BatchOptions, run_batch
 from grader.cases import load_cases
-from grader.cluster import WORKER_CACHE
-from grader.cluster_tls import CA, ROLES, cert_file, key_file, make_certificates
+from grader.classroom.batch import BatchOptions, run_batch
+from grader.classroom.cluster import WORKER_CACHE
+from grader.classroom.cluster_tls import CA, ROLES, cert_file, key_file, make_certificates
 from grader.config import load_config
 from grader.judge.verdicts import differences
 from grader.pipeline import CPU, RunPlan, grade
@@ -214,8 +214,8 @@ def test_the_workers_gpus_decide_the_backend_not_the_submitting_hosts(tmp_path, 
     """`grade batch --cluster` from a host without a GPU: GPU grading when a worker offers the GPU resource
     (`grade worker` on a GPU host), the CPU emulator when none does, and --backend gpu refused by name
     when no worker has a GPU; an unreachable scheduler is a usage error, not a traceback."""
+    from grader.classroom.cluster import SLOTS
     from grader.cli import parse_args, run_plan
-    from grader.cluster import SLOTS
     from grader.errors import UsageError
 
     def plan_for(address, *flags):
@@ -231,6 +231,6 @@ def test_the_workers_gpus_decide_the_backend_not_the_submitting_hosts(tmp_path, 
         plan = plan_for(with_gpu.scheduler_address)
         assert plan.backend == "gpu" and plan.sanitize  # a batch sanitizes by default, as on one host
         assert not plan_for(with_gpu.scheduler_address, "--no-sanitize").sanitize
-    monkeypatch.setattr("grader.cluster.CONNECT_TIMEOUT", "2s")  # a scheduler away is given 30 s
+    monkeypatch.setattr("grader.classroom.cluster.CONNECT_TIMEOUT", "2s")  # a scheduler away is given 30 s
     with pytest.raises(UsageError, match="cannot reach the scheduler"):
         plan_for(f"tcp://127.0.0.1:{free_port()}")

@@ -27,8 +27,8 @@ from distributed.security import Security
 from hardware import needs_cxx, needs_gpu
 from test_serve import free_port
 
+from grader.classroom.cluster_tls import CA, ROLES, cert_file, checked_files, key_file
 from grader.cli import main
-from grader.cluster_tls import CA, ROLES, cert_file, checked_files, key_file
 
 LOOPBACK = "127.0.0.1"  # tests talk to this host's loopback only
 START_S = 60  # for a scheduler or a worker to come up on a busy 2-core machine
@@ -315,7 +315,7 @@ def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, b
                 time.sleep(0.05)
                 family = descendants(worker.pid)
             assert any(child in c for c in family.values()), "\n".join(family.values())  # the student's kernel
-            assert any("grader.batch_worker" in c for c in family.values()), "\n".join(family.values())
+            assert any("grader.classroom.batch_worker" in c for c in family.values()), "\n".join(family.values())
             assert any("bwrap" in c for c in family.values()), "\n".join(family.values())
             worker.kill()
             worker.wait(timeout=10)

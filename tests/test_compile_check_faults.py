@@ -8,9 +8,9 @@ import pytest
 from conftest import SUBMISSIONS
 from hardware import needs_cxx, needs_nvcc
 
-from grader.batch import BatchOptions, run_batch
 from grader.build_failure import NVCC_EVIDENCE, classify
 from grader.cases import load_cases
+from grader.classroom.batch import BatchOptions, run_batch
 from grader.config import load_config
 from grader.execute.compile import nvcc_path
 from grader.pipeline import RunPlan, grade

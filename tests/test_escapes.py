@@ -268,7 +268,7 @@ def test_a_worker_killed_mid_grade_costs_one_row_marked_grader_error(tmp_path, c
 def _kill_the_last_worker(batch_pid: int, done: Path, deadline: float) -> bool:
     """Once the quick student's result is stored, SIGKILL the one batch worker of this batch still running."""
     while time.monotonic() < deadline:
-        workers = _descendants_with(batch_pid, b"grader.batch_worker") if done.exists() else []
+        workers = _descendants_with(batch_pid, b"grader.classroom.batch_worker") if done.exists() else []
         if len(workers) == 1:
             os.kill(workers[0], signal.SIGKILL)
             return True

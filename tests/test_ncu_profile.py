@@ -84,7 +84,7 @@ def test_ncu_is_asked_for_one_launch_of_the_kernel_by_its_symbol_into_a_file_of_
 
 
 def test_a_cluster_task_carries_profile_to_its_worker(tmp_path, config_file):
-    from grader.cluster import remote_task
+    from grader.classroom.cluster import remote_task
     from grader.config import load_config
     from grader.intake.intake import Entry
     from grader.pipeline import GPU, RunPlan

@@ -315,8 +315,8 @@ def test_run_group_vouches_only_for_the_tools_that_found_nothing_in_any_kernel_o
 def test_a_batch_checks_clean_kernels_together_and_gives_everyone_what_grading_alone_gives(tmp_path, config_file):
     from rich.console import Console
 
-    from grader.batch import BatchOptions, run_batch
     from grader.cases import load_cases
+    from grader.classroom.batch import BatchOptions, run_batch
     from grader.config import load_config
     from grader.judge.verdicts import differences
     from grader.pipeline import GPU, RunPlan, grade

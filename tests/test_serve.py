@@ -561,7 +561,7 @@ def test_the_lms_time_of_a_submission_is_read_where_each_lms_puts_it(tmp_path):
     answers, which PrairieLearn writes into the job's data.json; the service takes both."""
     import importlib.util
 
-    from grader.remote import submitted_at_of
+    from grader.classroom.remote import submitted_at_of
     from grader.serve.app import submission_time
 
     gradescope_metadata(tmp_path / "autograder", "yuri", "2026-03-01T14:22:32.365935-07:00")
@@ -607,10 +607,10 @@ def test_the_leaderboard_ranks_each_students_best_timed_run(tmp_path):
     from grader.result import TIMING, SubmissionResult, passed, skipped
     from grader.serve.store import JobStore
 
-    def timed(gflops: float | None) -> dict:
+    def timed(gflops: float | None) -> SubmissionResult:
         timing = (passed("speed vs reference", TIMING, 10, metrics={"ratio": 900 / gflops, "student_gflops": gflops})
                   if gflops else skipped("speed vs reference", TIMING, 10, "not timed: a case failed"))
-        return SubmissionResult("s", "graded", [timing]).to_dict()
+        return SubmissionResult("s", "graded", [timing])
 
     store = JobStore(tmp_path / "state" / "jobs.sqlite")
     for course, student, gflops in (("ece", "ivan", 700.0), ("ece", "judy", 910.0), ("ece", "ivan", 820.0),
@@ -650,3 +650,22 @@ def test_on_a_gpu_the_service_times_the_kernel_and_ranks_it(tmp_path):
     assert timing["metrics"]["student_gflops"] > 0
     assert code == 200 and [row["student"] for row in board["leaderboard"]] == ["vera"]
     assert finished.returncode == 0 and results["leaderboard"] and "regrade_reason" not in results["extra_data"]
+
+
+def test_the_service_keeps_results_as_a_batch_does_and_reads_back_only_what_it_wrote(tmp_path):
+    """One results store (classroom/store.py): each finished job's result written whole and signed; one changed
+    behind the service's back is not served as the grade."""
+    from grader.result import CASE, SubmissionResult, passed
+    from grader.serve.store import JobStore
+
+    store = JobStore(tmp_path / "state" / "jobs.sqlite")
+    try:
+        job = store.add("ece", "ivan", b"")
+        store.claim()
+        store.finish(job.id, SubmissionResult("ivan", "graded", [passed("square_16", CASE, 3)]))
+        assert store.get(job.id).result["score"] == 3
+        stored = tmp_path / "state" / "results" / f"{job.id}.json"
+        stored.write_text(stored.read_text().replace('"score": 3', '"score": 300'))
+        assert store.get(job.id).result is None and store.results("ece") == []
+    finally:
+        store.close()

@@ -83,7 +83,7 @@ def serve(config: Config, cases: list[Case], plan: RunPlan, state: Path, tokens:
     if cluster:
         from distributed import Client
 
-        from ..cluster import CONNECT_TIMEOUT
+        from ..classroom.cluster import CONNECT_TIMEOUT
 
         client = Client(cluster, security=security, timeout=CONNECT_TIMEOUT)
     workers = workers or os.cpu_count() or 2

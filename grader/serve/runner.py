@@ -13,9 +13,9 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from ..batch import Workers, emulator_share
 from ..cases import Case
-from ..cluster import grade_task, remote_task, task_resources, task_result
+from ..classroom.cluster import grade_task, remote_task, task_resources, task_result
+from ..classroom.workers import Workers, emulator_share
 from ..config import Config
 from ..intake.archive import safe_name
 from ..intake.intake import Entry
@@ -73,7 +73,7 @@ class JobRunner:
                 return
             if self.stopping.is_set():
                 return  # killed mid-grade: not a result; requeue_running() grades it again
-            done = self.store.finish(job.id, result.to_dict())
+            done = self.store.finish(job.id, result)
             log.info("job %s done course=%s student=%s outcome=%r score=%s/%s queued=%.1fs graded=%.1fs", job.id,
                      job.course, job.student, result.outcome, result.score, result.checkable_max,
                      done.queued_s if done else 0.0, done.graded_s if done else 0.0)

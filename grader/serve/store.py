@@ -19,6 +19,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..classroom.store import ResultStore
+from ..result import SubmissionResult
+
 QUEUED, RUNNING, DONE, SUPERSEDED = "queued", "running", "done", "superseded"
 
 SCHEMA = """
@@ -65,8 +68,11 @@ class Job:
 
 
 class JobStore:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, results: ResultStore | None = None):
+        """The queue in `path` (SQLite); each finished job's result in `results` (default: results/ beside it),
+        the store a batch keeps its students' in, signed, so a result is read back only as it was written."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.results_store = results or ResultStore(path.parent / "results")
         self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(SCHEMA)
@@ -137,14 +143,24 @@ class JobStore:
             row = self.db.execute(f"SELECT {FIELDS}, result FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             return None
-        return Job(*row[:9], result=json.loads(row[9]) if row[9] else None)
+        job = Job(*row[:9])
+        job.result = self._result(job.id, row[9]) if job.status == DONE else None
+        return job
 
     def results(self, course: str) -> list[tuple[str, dict]]:
         """(student, result) of every finished job of the course, oldest first."""
         with self.lock:
-            rows = self.db.execute("SELECT student, result FROM jobs WHERE course = ? AND status = ? AND result "
-                                   "IS NOT NULL ORDER BY created", (course, DONE)).fetchall()
-        return [(student, json.loads(result)) for student, result in rows]
+            rows = self.db.execute("SELECT id, student, result FROM jobs WHERE course = ? AND status = ? "
+                                   "ORDER BY created", (course, DONE)).fetchall()
+        found = [(student, self._result(job_id, legacy)) for job_id, student, legacy in rows]
+        return [(student, result) for student, result in found if result is not None]
+
+    def _result(self, job_id: str, legacy: str | None) -> dict | None:
+        """A finished job's result from the result store; a service of an earlier release kept it in its row."""
+        stored = self.results_store.get(job_id)
+        if stored is not None:
+            return stored.to_dict()
+        return json.loads(legacy) if legacy else None
 
     def claim(self) -> tuple[Job, bytes] | None:
         """The oldest queued job whose student has none being graded, now marked running, with its archive;
@@ -162,10 +178,13 @@ class JobStore:
         job.status, job.started = RUNNING, started
         return job, row[9]
 
-    def finish(self, job_id: str, result: dict) -> Job | None:
+    def finish(self, job_id: str, result: SubmissionResult) -> Job | None:
+        """The job's result stored whole and signed, then the job marked done (a service killed in between
+        grades the job again at its next start)."""
+        self.results_store.put(job_id, result)
         with self.lock:
-            self.db.execute("UPDATE jobs SET status = ?, result = ?, archive = NULL, finished = ? WHERE id = ?",
-                            (DONE, json.dumps(result), time.time(), job_id))
+            self.db.execute("UPDATE jobs SET status = ?, result = NULL, archive = NULL, finished = ? WHERE id = ?",
+                            (DONE, time.time(), job_id))
         return self.get(job_id)
 
     def close(self) -> None:

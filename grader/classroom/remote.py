@@ -23,7 +23,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from .result import GRADER_ERROR, SubmissionResult
+from ..result import GRADER_ERROR, SubmissionResult
 
 POLL_S = 1.0
 REQUEST_S = 30.0

@@ -14,15 +14,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import hmac
 import json
 import os
-import pickle
-import signal
-import socket
-import subprocess
-import sys
-import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,22 +23,21 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import __version__
-from .cases import Case
-from .config import Config
-from .diagnose.groups import GROUP_SIZE, SanitizerGroups
-from .execute.gpu_detect import local_gpus
-from .execute.runner import Placement
-from .execute.sandbox import ONE_BLAS_THREAD
-from .intake.intake import Entry, Intake, Refusal, discover
-from .judge import truths
-from .leftovers import clear_at_start
-from .pipeline import CPU, GPU, RunPlan, device_lock, not_graded, sandbox_of
-from .report.exports import ExportOptions, class_files
-from .report.json_report import to_json
-from .report.junit_report import to_junit_xml
-from .report.points import full_marks
-from .result import GRADER_ERROR, NEEDS_GPU_GRADE, SubmissionResult
+from .. import __version__
+from ..cases import Case
+from ..config import Config
+from ..diagnose.groups import GROUP_SIZE, SanitizerGroups
+from ..execute.gpu_detect import local_gpus
+from ..execute.runner import Placement
+from ..intake.intake import Entry, Intake, Refusal, discover
+from ..judge import truths
+from ..leftovers import clear_at_start
+from ..pipeline import CPU, GPU, RunPlan, device_lock, not_graded, sandbox_of
+from ..report.exports import ExportOptions, class_files
+from ..report.points import full_marks
+from ..result import GRADER_ERROR, NEEDS_GPU_GRADE, SubmissionResult
+from .store import KEY_FILE, ResultStore, atomic_write
+from .workers import Workers, emulator_share
 
 STUDENTS = "students"  # per-student files, each written when that student is done
 
@@ -76,7 +68,7 @@ def grader_digest() -> str:
     """The grader's own code, hashed: any change to it (an upgrade, a fix) makes --resume grade again,
     which a version string that nobody bumps would not."""
     digest = hashlib.sha256(__version__.encode())
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # the whole grader package, not this folder
     for path in sorted(package.rglob("*")):
         if path.is_file() and path.suffix in (".py", ".h", ".cpp", ".c"):
             digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
@@ -105,11 +97,11 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
     for refusal in intake.refused:
         if refusal.key:
             rows[refusal.key] = _refused(refusal, config, cases)
-            _store(rows[refusal.key], outdir, refusal.key)
+            results_of(outdir).put(refusal.key, rows[refusal.key])
     todo: list[tuple[Entry, str]] = []
     for entry in intake.submissions:
         mark = fingerprint(config, cases, plan.backend, entry.submitted(config.compile.handed_in_headers))
-        stored = None if options.force or not options.resume else _stored(outdir, entry.key, mark)
+        stored = None if options.force or not options.resume else results_of(outdir).trusted(entry.key, mark)
         if stored is not None:
             rows[entry.key] = stored
         else:
@@ -142,7 +134,7 @@ def _add_intake(intake: Intake, rows: dict[str, SubmissionResult], outdir: Path)
     for entry in intake.submissions:
         result = rows.get(entry.key)
         if result is not None and _identified(result, entry):  # None: interrupted before it was graded
-            _store(result, outdir, entry.key)
+            results_of(outdir).put(entry.key, result)
 
 
 def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, bool, str]:
@@ -158,7 +150,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
                TextColumn("eta"), TimeRemainingColumn())
     workers = Workers(_sanitizer_groups(plan, config, placements, options, jobs))
     pool, client = _executor(options, plan, jobs)
-    from .cluster import WorkerWatch, grade_task, remote_task, task_result  # cluster.py grades with Workers
+    from .cluster import WorkerWatch, grade_task, remote_task, task_result  # Dask: imported only for a cluster
 
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(_describe(counts, plan.backend), total=len(todo))
@@ -167,7 +159,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
         def record(entry: Entry, result: SubmissionResult) -> None:
             _identified(result, entry)
             result.fingerprint = marks[entry.key]
-            _store(result, options.outdir, entry.key)
+            results_of(options.outdir).put(entry.key, result)
             rows[entry.key] = result
             counts[_outcome(result)] += 1
             progress.update(task, advance=1, description=_describe(counts, plan.backend))
@@ -206,12 +198,6 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     return len(todo), False, ""
 
 
-def emulator_share(graded_at_once: int) -> int:
-    """The emulator workers each of so many grades at once may run: the host's cores, shared out (a batch's
-    default, a student per core, runs each student's emulated cases one after another)."""
-    return max(1, len(os.sched_getaffinity(0)) // max(1, graded_at_once))
-
-
 def _executor(options: BatchOptions, plan: RunPlan, jobs: int):
     """Where the submissions are graded: worker processes of this host, or a Dask cluster's workers."""
     if not options.cluster:
@@ -224,12 +210,6 @@ def _executor(options: BatchOptions, plan: RunPlan, jobs: int):
     return client.get_executor(resources=task_resources(plan), pure=False), client
 
 
-def _worker_environment() -> dict[str, str]:
-    """A worker grades one student; the batch's parallelism is its workers. numpy's BLAS threads in each
-    would only fight the students' compilers and the GPU's holder for the cores."""
-    return {**os.environ, **ONE_BLAS_THREAD}
-
-
 def _sanitizer_groups(plan: RunPlan, config: Config, placements: list[Placement], options: BatchOptions,
                       jobs: int) -> SanitizerGroups | None:
     """Where this host's workers check kernels under the sanitizer in groups (diagnose/groups.py). A
@@ -237,69 +217,6 @@ def _sanitizer_groups(plan: RunPlan, config: Config, placements: list[Placement]
     if plan.backend != GPU or not plan.sanitize or options.cluster:
         return None
     return SanitizerGroups(placements, sandbox_of(plan), config.cache_dir, size=min(GROUP_SIZE, max(1, jobs)))
-
-
-class Workers:
-    """Starts one batch_worker per student and turns whatever becomes of it into a result."""
-
-    def __init__(self, groups: SanitizerGroups | None = None):
-        self.running: set[subprocess.Popen] = set()
-        self.stopping = False
-        self.lock = threading.Lock()
-        self.groups = groups
-
-    def grade(self, entry: Entry, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
-        ours, theirs = socket.socketpair() if self.groups is not None else (None, None)
-        if theirs is not None:
-            plan = replace(plan, sanitizer_channel=theirs.fileno())
-        task = pickle.dumps((entry.path, config, cases, plan))
-        try:
-            with self.lock:
-                if self.stopping:
-                    raise KeyboardInterrupt
-                process = subprocess.Popen([sys.executable, "-m", "grader.batch_worker"], stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                           env=_worker_environment(), pass_fds=_fds(theirs))
-                self.running.add(process)
-        except BaseException:
-            if ours is not None:
-                ours.close()
-            raise
-        finally:
-            if theirs is not None:
-                theirs.close()  # the worker holds its end now; its exit closes the channel
-        if ours is not None:
-            threading.Thread(target=self.groups.serve, args=(ours,), daemon=True).start()
-        try:
-            output, errors = process.communicate(task)
-        finally:
-            with self.lock:
-                self.running.discard(process)
-        if process.returncode == 0:
-            try:
-                return SubmissionResult.from_dict(json.loads(output))
-            except (ValueError, TypeError):
-                pass
-        return _worker_died(entry, config, cases, process.returncode, errors.decode("utf-8", "replace"))
-
-    def stop(self) -> None:
-        with self.lock:
-            self.stopping = True
-            for process in self.running:
-                process.kill()
-
-
-def _fds(channel: socket.socket | None) -> tuple[int, ...]:
-    return () if channel is None else (channel.fileno(),)
-
-
-def _worker_died(entry: Entry, config: Config, cases: list[Case], returncode: int, errors: str) -> SubmissionResult:
-    how = (f"was killed by signal {signal.Signals(-returncode).name}" if returncode < 0
-           else f"ended with exit code {returncode}")
-    reason = f"grader error: the process grading this submission {how}; it will be graded again with --resume"
-    result = not_graded(entry.path, config, cases, reason, GRADER_ERROR)
-    result.log = errors[-(64 << 10):]
-    return result
 
 
 def _placements(plan: RunPlan, config: Config) -> list[Placement]:
@@ -335,47 +252,9 @@ def _refused(refusal: Refusal, config: Config, cases: list[Case]) -> SubmissionR
 # --- files ------------------------------------------------------------------------------------------------
 
 
-def _store(result: SubmissionResult, outdir: Path, key: str) -> None:
-    """The student's files, each replaced atomically; the JSON last, as the mark that the result is whole
-    (its signature goes first: a batch killed between the two left a JSON that --resume could not trust,
-    and graded again, though the batch had counted it done)."""
-    folder = outdir / STUDENTS
-    if result.log.strip():
-        _atomic_write(folder / f"{key}.log", result.log)
-    _atomic_write(folder / f"{key}.junit.xml", to_junit_xml([result]))
-    text = to_json(result)
-    _atomic_write(folder / f"{key}.json.sig", _signature(outdir, text.encode()))
-    _atomic_write(folder / f"{key}.json", text)
-
-
-def _stored(outdir: Path, key: str, mark: str) -> SubmissionResult | None:
-    """A stored result that is still right: ours (signed), for this fingerprint, and not a grader error."""
-    path = outdir / STUDENTS / f"{key}.json"
-    try:
-        data = path.read_bytes()
-        signature = (outdir / STUDENTS / f"{key}.json.sig").read_text(encoding="ascii").strip()
-        if not hmac.compare_digest(signature, _signature(outdir, data)):
-            return None  # changed after the grader wrote it: grade again
-        result = SubmissionResult.from_dict(json.loads(data.decode("utf-8")))
-    except (OSError, ValueError, TypeError):
-        return None  # missing, or not ours: grade again
-    return result if result.fingerprint == mark and result.outcome != GRADER_ERROR else None
-
-
-def _signature(outdir: Path, data: bytes) -> str:
-    return hmac.new(_results_key(outdir), data, hashlib.sha256).hexdigest()
-
-
-def _results_key(outdir: Path) -> bytes:
-    """The batch's signing key: made once, readable by the grader's user alone, never inside a sandbox."""
-    path = outdir / ".results-key"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes()
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(os.urandom(32))
-    return path.read_bytes()
+def results_of(outdir: Path) -> ResultStore:
+    """The batch's store: outdir/students/, signed with outdir/.results-key."""
+    return ResultStore(outdir / STUDENTS, outdir / KEY_FILE)
 
 
 def write_class_files(results: list[SubmissionResult], outdir: Path, options: ExportOptions) -> None:
@@ -383,18 +262,9 @@ def write_class_files(results: list[SubmissionResult], outdir: Path, options: Ex
     for name, content in class_files(results, options).items():
         path = outdir / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, content)
+        atomic_write(path, content)
 
 
 def _write_intake_notes(intake: Intake, outdir: Path) -> None:
     lines = [*intake.notes, *(f"refused: {refusal.message}" for refusal in intake.refused)]
-    _atomic_write(outdir / "intake.txt", "\n".join(lines) + "\n" if lines else "")
-
-
-def _atomic_write(path: Path, content: str | bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    if isinstance(content, bytes):
-        temporary.write_bytes(content)
-    else:
-        temporary.write_text(content, encoding="utf-8")
-    os.replace(temporary, path)
+    atomic_write(outdir / "intake.txt", "\n".join(lines) + "\n" if lines else "")

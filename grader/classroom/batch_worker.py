@@ -1,4 +1,4 @@
-"""One student of a batch, graded in a process of its own: `python -m grader.batch_worker`.
+"""One student of a batch, graded in a process of its own: `python -m grader.classroom.batch_worker`.
 
 The batch parent sends (submission folder, config, cases, plan) pickled on stdin and reads the result as
 JSON on stdout; only the parent stores it. A worker that dies, however it dies, costs that one student a
@@ -11,8 +11,8 @@ import os
 import pickle
 import sys
 
-from .execute.proc import die_with_parent
-from .pipeline import grade
+from ..execute.proc import die_with_parent
+from ..pipeline import grade
 
 
 def main() -> int:

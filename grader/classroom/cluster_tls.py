@@ -16,13 +16,14 @@ import os
 import socket
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 
 CA = "ca.pem"
 CLIENT, WORKER, SCHEDULER = "client", "worker", "scheduler"
 ROLES = (SCHEDULER, WORKER, CLIENT)  # who holds which certificate; a client is `grade batch`/`serve`
 ROLE_URI = "urn:sgemm-grader:role:"  # + the role: a subject alternative name of each certificate
-ROLE_GATE = "grader.cluster_preload"  # preloaded by the scheduler, each nanny and each worker of a TLS cluster
+# preloaded by the scheduler, each nanny and each worker of a TLS cluster
+ROLE_GATE = "grader.classroom.cluster_preload"
 DEFAULT_DAYS = 400  # a term and its regrades, with room to spare
 HOW = ("`grade cluster-certs DIR` makes the certificates and `grade scheduler --certs DIR` starts a scheduler "
        "that requires them; then pass tls://HOST:8786 and --certs DIR")

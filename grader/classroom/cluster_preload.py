@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from .cluster_tls import CLIENT, SCHEDULER, WORKER, roles_in
 
 ANY = None  # a role that may ask for every operation
-log = logging.getLogger("grader.cluster_preload")
+log = logging.getLogger("grader.classroom.cluster_preload")
 
 # What workers and their nannies ask of the scheduler (Dask's worker.py and nanny.py), on their own
 # connections and on the stream a worker registers.

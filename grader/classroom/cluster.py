@@ -21,16 +21,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .batch import Workers
-from .cases import Case
+from ..cases import Case
+from ..config import Config
+from ..errors import UsageError
+from ..execute.proc import PR_SET_PDEATHSIG
+from ..intake.intake import Entry
+from ..leftovers import TASK, owned_scratch
+from ..pipeline import GPU, RunPlan, not_graded
+from ..result import GRADER_ERROR, SubmissionResult
 from .cluster_tls import ROLE_GATE
-from .config import Config
-from .errors import UsageError
-from .execute.proc import PR_SET_PDEATHSIG
-from .intake.intake import Entry
-from .leftovers import TASK, owned_scratch
-from .pipeline import GPU, RunPlan, not_graded
-from .result import GRADER_ERROR, SubmissionResult
+from .workers import Workers
 
 SLOTS = "GPU"  # the Dask resource a GPU worker offers: how many submissions it grades at once
 WORKER_CACHE = "SGEMM_GRADER_WORKER_CACHE"  # where a worker keeps its compile cache and GPU turns

@@ -1,0 +1,100 @@
+"""Grades students one by one, each in a worker process of its own (`python -m grader.classroom.batch_worker`):
+the batch's workers on this host, a cluster task on its worker's host, a service's job. Whatever becomes of a
+worker, its student gets a row: its result, or a grader error with why, graded again by --resume.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+
+from ..cases import Case
+from ..config import Config
+from ..diagnose.groups import SanitizerGroups
+from ..execute.sandbox import ONE_BLAS_THREAD
+from ..intake.intake import Entry
+from ..pipeline import RunPlan, not_graded
+from ..result import GRADER_ERROR, SubmissionResult
+
+WORKER = "grader.classroom.batch_worker"
+
+
+def emulator_share(graded_at_once: int) -> int:
+    """The emulator workers each of so many grades at once may run: the host's cores, shared out (a batch's
+    default, a student per core, runs each student's emulated cases one after another)."""
+    return max(1, len(os.sched_getaffinity(0)) // max(1, graded_at_once))
+
+
+def _worker_environment() -> dict[str, str]:
+    """A worker grades one student; the batch's parallelism is its workers. numpy's BLAS threads in each
+    would only fight the students' compilers and the GPU's holder for the cores."""
+    return {**os.environ, **ONE_BLAS_THREAD}
+
+
+class Workers:
+    """Starts one batch_worker per student and turns whatever becomes of it into a result."""
+
+    def __init__(self, groups: SanitizerGroups | None = None):
+        self.running: set[subprocess.Popen] = set()
+        self.stopping = False
+        self.lock = threading.Lock()
+        self.groups = groups
+
+    def grade(self, entry: Entry, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
+        ours, theirs = socket.socketpair() if self.groups is not None else (None, None)
+        if theirs is not None:
+            plan = replace(plan, sanitizer_channel=theirs.fileno())
+        task = pickle.dumps((entry.path, config, cases, plan))
+        try:
+            with self.lock:
+                if self.stopping:
+                    raise KeyboardInterrupt
+                process = subprocess.Popen([sys.executable, "-m", WORKER], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           env=_worker_environment(), pass_fds=_fds(theirs))
+                self.running.add(process)
+        except BaseException:
+            if ours is not None:
+                ours.close()
+            raise
+        finally:
+            if theirs is not None:
+                theirs.close()  # the worker holds its end now; its exit closes the channel
+        if ours is not None:
+            threading.Thread(target=self.groups.serve, args=(ours,), daemon=True).start()
+        try:
+            output, errors = process.communicate(task)
+        finally:
+            with self.lock:
+                self.running.discard(process)
+        if process.returncode == 0:
+            try:
+                return SubmissionResult.from_dict(json.loads(output))
+            except (ValueError, TypeError):
+                pass
+        return _worker_died(entry, config, cases, process.returncode, errors.decode("utf-8", "replace"))
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+            for process in self.running:
+                process.kill()
+
+
+def _fds(channel: socket.socket | None) -> tuple[int, ...]:
+    return () if channel is None else (channel.fileno(),)
+
+
+def _worker_died(entry: Entry, config: Config, cases: list[Case], returncode: int, errors: str) -> SubmissionResult:
+    how = (f"was killed by signal {signal.Signals(-returncode).name}" if returncode < 0
+           else f"ended with exit code {returncode}")
+    reason = f"grader error: the process grading this submission {how}; it will be graded again with --resume"
+    result = not_graded(entry.path, config, cases, reason, GRADER_ERROR)
+    result.log = errors[-(64 << 10):]
+    return result
