@@ -39,14 +39,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..result import NAMESPACES, NAMESPACES_AND_UID, NO_SANDBOX, UID_ONLY, UNSAFE_NOTE
 from . import gpu_nodes, parent_death, reachable, seccomp
 from .proc import IN_PID_NAMESPACE, set_session_priority
 
-NAMESPACES_AND_UID = "namespaces+uid"
-NAMESPACES = "namespaces"
-UID_ONLY = "uid-only"
-NONE = "none"
-UNSAFE_NOTE = "graded without a sandbox (--unsafe-no-sandbox): the submission's code ran with the grader's powers"
+NONE = NO_SANDBOX
 
 # Unprivileged uids for sandboxed runs: this base plus the pid of the grading process, so concurrent
 # students never share a uid (RLIMIT_NPROC then binds per student, and one cannot signal another).

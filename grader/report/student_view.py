@@ -11,11 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from grader.execute.sandbox import NONE as NO_SANDBOX
-from grader.execute.sandbox import UNSAFE_NOTE
 from grader.report.points import score_line
 from grader.report.status import status_label
-from grader.result import CASE, HIDDEN, SKIPPED, CheckResult, SubmissionResult
+from grader.result import CASE, HIDDEN, NO_SANDBOX, SKIPPED, UNSAFE_NOTE, CheckResult, SubmissionResult
 
 DEFAULT_LIMIT = 4000
 NOT_CHECKED = "not checked here"  # a check that needs a GPU, on a run without one: neither pass nor fail

@@ -7,12 +7,21 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from grader.execute.sandbox import NONE as NO_SANDBOX
-from grader.execute.sandbox import UNSAFE_NOTE
 from grader.report.faster import faster_lines
 from grader.report.points import format_points, score_line
 from grader.report.student_view import NOT_CHECKED, CauseGroup, cause_groups, shortened, verdict
-from grader.result import CASE, ERROR, FAILED, HIDDEN, NEEDS_GPU_GRADE, PASSED, CheckResult, SubmissionResult
+from grader.result import (
+    CASE,
+    ERROR,
+    FAILED,
+    HIDDEN,
+    NEEDS_GPU_GRADE,
+    NO_SANDBOX,
+    PASSED,
+    UNSAFE_NOTE,
+    CheckResult,
+    SubmissionResult,
+)
 
 STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold magenta", "skipped": "yellow",
                 NOT_CHECKED: "cyan"}
