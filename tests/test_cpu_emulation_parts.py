@@ -55,13 +55,15 @@ def test_shared_accesses_are_instrumented_by_kind():
     out = instrument(source)
     assert out.count("\n") == source.count("\n")
     assert "CUDA_EMU_SHARE(s); CUDA_EMU_SHARE(t);" in out
-    assert "CUDA_EMU_WRITE(s[0][1]) = CUDA_EMU_LOAD(x[0])" in out  # x is a pointer parameter: a global load
+    assert "CUDA_EMU_WRITE(s[0][1]) = CUDA_EMU_LOAD_AT(0, x, (0), (0), x[0])" in out  # a global load: site 0
     assert "CUDA_EMU_UPDATE(s[1][1]) += 2" in out and "CUDA_EMU_UPDATE(t[2])++" in out
     assert "CUDA_EMU_READ(s[0][0]) * CUDA_EMU_READ(t[CUDA_EMU_READ(s[0][0]) > 0])" in out
     assert "&s[0][0]" in out and "= s[1];" in out  # addresses and rows are not accesses
 
 
 def test_stores_outside_shared_memory_are_marked_so_the_emulator_knows_who_stored_c():
+    """Each access through a pointer parameter is a numbered site; an index X * S + Y (S a size parameter) gives
+    the emulator X and S too, and a compound store is an update (a read of C before its store)."""
     source = """__global__ void f(int n, const float *A, float *C) {
     __shared__ float s[4];
     float acc[2];
@@ -73,11 +75,14 @@ def test_stores_outside_shared_memory_are_marked_so_the_emulator_knows_who_store
 }"""
     out = instrument(source)
     assert out.count("\n") == source.count("\n")
-    assert "CUDA_EMU_STORE(C[threadIdx.y * n + threadIdx.x]) = CUDA_EMU_READ(s[0])" in out
-    assert "CUDA_EMU_STORE(C[1]) += CUDA_EMU_LOAD(A[1])" in out and "CUDA_EMU_STORE(C[2])++" in out
+    assert ("CUDA_EMU_STORE_AT(1, C, (threadIdx.y), (n), C[threadIdx.y * n + threadIdx.x]) = CUDA_EMU_READ(s[0])"
+            in out)
+    assert "CUDA_EMU_UPDATE_AT(2, C, (0), (0), C[1]) += CUDA_EMU_LOAD_AT(3, A, (0), (0), A[1])" in out
+    assert "CUDA_EMU_UPDATE_AT(4, C, (0), (0), C[2])++" in out
     assert "CUDA_EMU_WRITE(s[0]) = acc[0]" in out  # a shared store keeps its own wrapper
-    assert "CUDA_EMU_STORE(acc[0]) = CUDA_EMU_LOAD(A[0])" in out  # marked, but only stores into C are recorded
-    assert "STORE(A" not in out and "LOAD(acc" not in out  # reads are not stores; acc is no parameter
+    # marked, but only stores into C are recorded; acc is no parameter, so no site
+    assert "CUDA_EMU_STORE(acc[0]) = CUDA_EMU_LOAD_AT(0, A, (0), (0), A[0])" in out
+    assert "STORE(A" not in out and "LOAD(acc" not in out and "_AT(5" not in out  # reads are not stores
 
 
 def test_macro_barriers_keep_their_line(submission_source):
@@ -181,9 +186,11 @@ def test_an_unbraced_body_is_marked_with_its_own_line():
              "    else\n        C[0] = 0;\n    for (int i = 0; i < k; ++i)\n        C[i] = 1;\n}"
     out = instrument(source)
     assert out.count("\n") == source.count("\n")
-    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = CUDA_EMU_LOAD(B[k]); }" in out
-    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = 0; }" in out
-    assert "for (int i = 0; i < k; ++i)\n        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[i]) = 1; }" in out
+    assert ("        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE_AT(0, C, (0), (0), C[0]) = "
+            "CUDA_EMU_LOAD_AT(1, B, (0), (0), B[k]); }") in out
+    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE_AT(2, C, (0), (0), C[0]) = 0; }" in out
+    assert ("for (int i = 0; i < k; ++i)\n        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE_AT(3, C, (0), (0), C[i]) = 1; }"
+            in out)
 
 
 def test_extern_shared_arrays_become_pointers_to_the_one_dynamic_buffer():
