@@ -213,8 +213,8 @@ def trip_count(record: dict, program: Program, shape: tuple[int, int, int]) -> F
 
 def _counts_like(count: int, names: dict[str, str], shape: tuple[int, int, int], tile: int,
                  read: frozenset[str]) -> list[str]:
-    """The phase counts a wrong loop bound makes that equal `count`, those of the sizes the loop's condition
-    reads first (all of them where it reads none): at most two."""
+    """The phase counts a wrong loop bound makes that equal `count`: the first of a size the loop's condition
+    reads, else the first two of any size."""
     m, n, k = shape
     counts = [("k", f"floor({names['k']} / {tile})", k // tile), ("n", f"ceil({names['n']} / {tile})", -(-n // tile)),
               ("m", f"ceil({names['m']} / {tile})", -(-m // tile)), ("n", f"floor({names['n']} / {tile})", n // tile),
@@ -223,7 +223,7 @@ def _counts_like(count: int, names: dict[str, str], shape: tuple[int, int, int],
               ("n", names["n"], n), ("m", names["m"], m)]
     equal = [(role, said) for role, said, value in counts if value == count]
     by_condition = [said for role, said in equal if names[role] in read]
-    return (by_condition or [said for _, said in equal])[:2]
+    return by_condition[:1] or [said for _, said in equal][:2]
 
 
 # --- the thread-to-element mapping --------------------------------------------------------------------------------
@@ -239,8 +239,12 @@ def transposed(record: dict, program: Program) -> Finding | None:
     line = _row_line(record["line"], program)
     axis, other = ("y", "x") if rows_lab else ("x", "y")
     lab = "rows" if rows_lab else "columns"
+    (bx, by, _), (tx, ty, _) = record["block"], record["thread"]
+    along_x, along_y = bx * tile + tx, by * tile + ty
+    given = (along_x, along_y) if rows_lab else (along_y, along_x)
     fact = (f"every thread stores the element of {matrix} whose row its blockIdx.{axis} and threadIdx.{axis} pick: "
-            f"{by_thread(record)} stores {matrix}[{record['row']}][{record['column']}] (line {record['line']})")
+            f"{by_thread(record)} stores {matrix}[{record['row']}][{record['column']}] (line {record['line']}), where "
+            f"this lab's launch gives it {matrix}[{given[0]}][{given[1]}]")
     fix = (f"line {line} takes the row from threadIdx.{axis}: this lab launches x over {matrix}'s {lab}, so the row "
            f"is blockIdx.{other} * {tile} + threadIdx.{other} and the column blockIdx.{axis} * {tile} + "
            f"threadIdx.{axis}")
