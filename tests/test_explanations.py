@@ -141,8 +141,8 @@ CAUSES = {
                           NOT_A_GUESS + BARRIER_ADVICE),
     # 2. the phase count: the trips the tile loop made, against ceil(k / 16), named by the count they match
     "truncated_phases": (phase_count(14, "p < numPhases"), "ragged_k",
-                         ["the tile loop at line 14 runs floor(k / 16) = 4 times here (m = 64, n = 64, k = 67); the dot "
-                          "product needs ceil(k / 16) = 5"], NOT_A_GUESS + BARRIER_ADVICE),
+                         ["the tile loop at line 14 runs floor(k / 16) = 4 times here (m = 64, n = 64, k = 67); the "
+                          "dot product needs ceil(k / 16) = 5"], NOT_A_GUESS + BARRIER_ADVICE),
     "phases_from_n": (phase_count(14, "p < (n + TILE_SIZE - 1) / TILE_SIZE"), "rect_tall",
                       ["the tile loop at line 14 runs ceil(n / 16) = 3 times here (m = 300, n = 40, k = 170); the dot "
                        "product needs ceil(k / 16) = 11"], NOT_A_GUESS + BARRIER_ADVICE),
@@ -176,8 +176,8 @@ CAUSES = {
                           NOT_A_GUESS + BARRIER_ADVICE),
     # 6. a race told by the tile loop's trips: the store for the next tile overtook this one's reads
     "missing_use_barrier": (USE_BARRIER, "square_64",
-                            ["thread (0, 0) already stores As[0][0] for the next tile (line 16, trip 2 of the tile loop "
-                             "at line 13) while thread (1, 0) still reads this tile's (line 21, trip 1): the "
+                            ["thread (0, 0) already stores As[0][0] for the next tile (line 16, trip 2 of the tile "
+                             "loop at line 13) while thread (1, 0) still reads this tile's (line 21, trip 1): the "
                              "__syncthreads() at line 18 comes before the reads, and no __syncthreads() runs between "
                              "the reads and the end of the loop's body (line 22)"],
                             NOT_A_GUESS + ("between them", "in the same phase")),
@@ -188,9 +188,9 @@ CAUSES = {
     # 8. missing store bounds: the stores the emulator saw outside C's rows and columns, not the threads' order
     "store_unguarded": (UNGUARDED, "ragged_n", ["stores C[0][67] (C[row * n + col] at line 22): column 67 is past C's "
                                                 "last column (n = 67)"], NOT_A_GUESS + BARRIER_ADVICE),
-    "store_bounds_swapped": (SWAPPED, "ragged_m", ["stored nothing into C, where the launch gives it C[64][0], which no "
-                                                   "thread stored: the store at line 22 runs only where `row < n && "
-                                                   "col < m`"], NOT_A_GUESS + BARRIER_ADVICE),
+    "store_bounds_swapped": (SWAPPED, "ragged_m", ["stored nothing into C, where the launch gives it C[64][0], which "
+                                                   "no thread stored: the store at line 22 runs only where `row < n "
+                                                   "&& col < m`"], NOT_A_GUESS + BARRIER_ADVICE),
 }
 ONE_BUG = ["accumulate_into_c", "phases_from_n", "phases_store_in_loop", "row_from_thread_x", "guard_wrong_variable",
            "store_unguarded", "b_column_unbounded", "b_wrong_stride", "c_index_collision", "truncated_phases",
