@@ -546,19 +546,17 @@ def _emulator_feedback(result: SubmissionResult, run: RunEvents, submission: Sub
 
 def _matrix_names(source: str, contract: KernelContract) -> dict[str, str]:
     """What the kernel calls the matrices A, B and C (ECE408's M, N, P), by the parameters' roles."""
-    return {role: name for role, name in _role_names(source, contract).items() if role in ("A", "B", "C")}
+    return {role: name for role, name in _role_names(source, contract) if role in ("A", "B", "C")}
 
 
-def _role_names(source: str, contract: KernelContract) -> dict[str, str]:
-    """What the kernel calls each role, by its parameters: the matrices, and the sizes m, n, k (a square lab's
-    one size names all three)."""
+def _role_names(source: str, contract: KernelContract) -> list[tuple[str, str]]:
+    """What the kernel calls each role, by its parameters, in their order: the matrices, and the sizes m, n, k,
+    a size under each of its names (ECE408's numARows and numCRows are m; a square lab's one size is all three)."""
     parameters = kernel_parameters(source, contract.name) or []
     if len(parameters) != len(contract.roles):
-        return {}
-    named = {role: p.name for role, p in zip(contract.roles, parameters) if p.name}
-    if WIDTH in named:
-        named.update(dict.fromkeys(("m", "n", "k"), named.pop(WIDTH)))
-    return named
+        return []
+    named = [(role, p.name) for role, p in zip(contract.roles, parameters) if p.name]
+    return [(size, name) for role, name in named for size in (("m", "n", "k") if role == WIDTH else (role,))]
 
 
 def _held_for_gpu(result: SubmissionResult, nvcc: CheckResult, emulated: list[Case], failure: BuildFailure,
@@ -677,7 +675,7 @@ def _emulated_program(submission: Submission, contract: KernelContract) -> Progr
     """What the CPU emulator's reports refer to: the sites instrument.py numbers in the device side it builds,
     the kernel's names for the lab's matrices and sizes, and what the launch's x runs over."""
     sites = sites_of(device_side(submission.source, submission.headers))
-    return Program(sites, names=tuple(_role_names(submission.source, contract).items()), x=contract.x)
+    return Program(sites, names=tuple(_role_names(submission.source, contract)), x=contract.x)
 
 
 def _job(submission: Submission, config: Config, cases: list[Case], workdir: str, sandbox: Sandbox,

@@ -203,8 +203,9 @@ def assert_one_cause(result, name: str, every_case: bool = True) -> None:
     cause, example, facts, never = CAUSES[name]
     cases = failing(result)
     assert example in cases, (name, sorted(cases))
-    told = {case.name: case.fixes[:1] for case in cases.values()
-            if every_case or case.metrics.get("emulator") in ("failed", "error")}
+    cases = {case.name: case for case in cases.values()
+             if every_case or case.metrics.get("emulator") in ("failed", "error")}
+    told = {case.name: case.fixes[:1] for case in cases.values()}
     assert told and all(fix == [cause] for fix in told.values()), (name, told)
     for fact in facts:
         assert fact in cases[example].message, (name, cases[example].message)

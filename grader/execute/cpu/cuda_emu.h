@@ -841,17 +841,13 @@ struct Misindexed {
 };
 inline Misindexed last_misindexed;
 
-inline const Matrix *matrix_of(const void *base) {
-    for (const Matrix &matrix : matrices)
-        if (matrix.base == (const char *)base && base != nullptr) return &matrix;
-    return nullptr;
-}
-
 [[gnu::cold, gnu::noinline]]
 inline void misindexed(const Matrix &matrix, const void *address, size_t bytes, int site, long long row,
-                       long long column, long long stride, unsigned kinds) {
+                       long long column, long long stride) {
+    unsigned kinds = (stride != matrix.columns && row != 0 ? STRIDE : 0) | (row < 0 || row >= matrix.rows ? ROW : 0) |
+                     (column < 0 || column >= matrix.columns ? COLUMN : 0);
     last_misindexed = {(const char *)address, bytes, site, matrix.name, row, column, stride};
-    if (site < 0 || site >= MAX_SITES || (kinds & ~site_reported[site]) == 0) return;
+    if (current == nullptr || site < 0 || site >= MAX_SITES || (kinds & ~site_reported[site]) == 0) return;
     site_reported[site] |= kinds;
     uint3 t = current->idx;
     report("{\"event\": \"index\", \"site\": %d, \"matrix\": \"%s\", \"row\": %lld, \"column\": %lld, "
@@ -859,9 +855,13 @@ inline void misindexed(const Matrix &matrix, const void *address, size_t bytes, 
            site, matrix.name, row, column, stride, t.x, t.y, t.z, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
-// A read of an element of C that no thread has stored in this launch: C is not zeroed (the first only).
-[[gnu::cold, gnu::noinline]]
-inline void c_read_first(size_t element, int site) {
+// A read of C: of an element no thread has stored in this launch, C is not zeroed (the first is reported).
+[[gnu::noinline]]
+inline void c_read(const void *address, int site) {
+    const char *p = (const char *)address;
+    if (current == nullptr || p < c_begin || p >= c_end) return;
+    size_t element = (size_t)(p - c_begin) / sizeof(float);
+    if (c_block[element] != 0) return;
     c_read_reported = true;
     uint3 t = current->idx;
     report("{\"event\": \"c_read\", \"site\": %d, \"row\": %zu, \"column\": %zu, \"thread\": [%u, %u, %u], "
@@ -871,25 +871,28 @@ inline void c_read_first(size_t element, int site) {
 
 // What a site's access means: its matrix, the element [row][column] of an index row * stride + column (stride 0:
 // the index is not of that form), and whether it reads C before any thread stored there.
+// Inlined at every load of A and B: their common path is a few compares (stride 0 folds its checks away).
 template <class T, class P>
-inline void site_access(const T *address, const P *base, long long row, long long stride, int site, bool reads) {
-    const Matrix *matrix = current == nullptr ? nullptr : matrix_of((const void *)base);
-    if (matrix == nullptr) return;
+[[gnu::always_inline]] inline void site_access(const T *address, const P *base, long long row, long long stride,
+                                               int site, bool reads) {
+    const Matrix *matrix = (const char *)base == matrices[0].base   ? &matrices[0]
+                           : (const char *)base == matrices[1].base ? &matrices[1]
+                           : (const char *)base == matrices[2].base ? &matrices[2]
+                                                                    : nullptr;
+    if (matrix == nullptr || base == nullptr) return;
     if (stride != 0 && sizeof(T) == sizeof(float) && sizeof(P) == sizeof(float)) {
         long long column = (long long)(address - (const T *)(const void *)base) - row * stride;
         // A stride shows only past row 0: there any stride reaches the element meant
-        unsigned kinds = (stride != matrix->columns && row != 0 ? STRIDE : 0) | (row < 0 || row >= matrix->rows ? ROW : 0) |
-                         (column < 0 || column >= matrix->columns ? COLUMN : 0);
-        if (kinds) misindexed(*matrix, address, sizeof(T), site, row, column, stride, kinds);
+        bool off = (stride != matrix->columns && row != 0) | ((unsigned long long)row >= (unsigned long long)matrix->rows) |
+                   ((unsigned long long)column >= (unsigned long long)matrix->columns);
+        if (__builtin_expect(off, 0)) misindexed(*matrix, address, sizeof(T), site, row, column, stride);
     }
-    const char *p = (const char *)address;
-    if (reads && !c_read_reported && matrix == &matrices[2] && p >= c_begin && p < c_end &&
-        c_block[(size_t)(p - c_begin) / sizeof(float)] == 0)
-        c_read_first((size_t)(p - c_begin) / sizeof(float), site);
+    if (reads && matrix == &matrices[2] && !c_read_reported) c_read(address, site);
 }
 
 template <class T, class P>
-inline T *site_read(T *address, const P *base, long long row, long long stride, int site, int line) {
+[[gnu::always_inline]] inline T *site_read(T *address, const P *base, long long row, long long stride, int site,
+                                           int line) {
     site_access(address, base, row, stride, site, true);
     return global_read(address, line);
 }

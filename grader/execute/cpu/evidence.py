@@ -24,15 +24,21 @@ STRIDE, ROW, COLUMN = "stride", "row", "column"  # an index off its matrix, in t
 @dataclass(frozen=True)
 class Program:
     """What the emulator's reports refer to: the sites, the tile size, the kernel's names for the lab's
-    matrices and sizes (role -> name: ECE408's numAColumns is k), and what the launch's x runs over."""
+    matrices and sizes ((role, name) pairs, a role under several names: ECE408's numAColumns and numBRows are
+    both k), and what the launch's x runs over."""
 
     sites: Sites = NO_SITES
     tile: int = 0
     names: tuple[tuple[str, str], ...] = ()
     x: str = COLUMNS
 
-    def name(self, role: str) -> str:
-        return dict(self.names).get(role, role)
+    def name(self, role: str, near: str = "") -> str:
+        """The role's name: of several, one that has `near` in it (numBColumns near B), else the first."""
+        named = self.all_names(role)
+        return next((name for name in named if near and near in name), named[0])
+
+    def all_names(self, role: str) -> list[str]:
+        return [name for named, name in self.names if named == role] or [role]
 
 
 def xy(values: list[int]) -> str:
@@ -105,7 +111,8 @@ def _end(index: int) -> str:
 
 
 def _dimensions(role: str, program: Program) -> tuple[str, str]:
-    return tuple(program.name(size) for size in DIMENSIONS[role])
+    """What the kernel calls the matrix's rows and columns (ECE408: numBRows, numBColumns for B)."""
+    return tuple(program.name(size, program.name(role)) for size in DIMENSIONS[role])
 
 
 def _index_fix(site: Site, role: str, kind: str, program: Program) -> str:
@@ -131,8 +138,9 @@ def _bounds(site: Site, role: str, program: Program) -> tuple[list[str], list[st
     """The bounds an access of the matrix must keep ("row < m", "col < n"), and those its guard does not."""
     sizes, expressions = _dimensions(role, program), (bare(site.row), site.column)
     bounds = [f"{expression} < {size}" for expression, size in zip(expressions, sizes)]
-    return bounds, [bound for bound, expression, size in zip(bounds, expressions, sizes)
-                    if not site.keeps(expression, size)]
+    kept = [any(site.keeps(expression, name) for name in program.all_names(size))  # any name of that size
+            for expression, size in zip(expressions, DIMENSIONS[role])]
+    return bounds, [bound for bound, keeps in zip(bounds, kept) if not keeps]
 
 
 def fault_meant(problem: dict, program: Program, shape: tuple[int, int, int]) -> Finding | None:
@@ -197,7 +205,8 @@ def trip_count(record: dict, program: Program, shape: tuple[int, int, int]) -> F
     needed = -(-k // tile)
     if count == needed:
         return None
-    names = {role: program.name(role) for role in "mnk"}
+    names = {role: next((name for name in program.all_names(role) if name in loop.names), program.name(role))
+             for role in "mnk"}  # as the loop's condition names them, where it does
     runs = " = ".join([*_counts_like(count, names, shape, tile, loop.names), str(count)])
     fact = (f"the tile loop at line {loop.line} runs {runs} times here ({names['m']} = {m}, {names['n']} = {n}, "
             f"{names['k']} = {k}); the dot product needs ceil({names['k']} / {tile}) = {needed}")
