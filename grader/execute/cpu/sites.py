@@ -193,7 +193,7 @@ def _guard(node: Node, body: Node | None) -> tuple[str, frozenset[tuple[str, str
     child = node
     for parent in cs.ancestors(node, body):
         held = _held(parent, child)
-        if held is not None:
+        if held is not None and cs.constant_value(held[0]) is None:  # `if (1)` guards nothing
             condition, taken = held
             said.append(cs.text(condition) if taken else f"!({cs.text(condition)})")
             bounded |= _bounds(condition, taken)
