@@ -330,7 +330,7 @@ def test_a_race_across_trips_is_the_barrier_ending_the_loop_body_not_one_between
     [found] = describe_races([race], 0, 100, loop=loop)
     assert ("thread (0, 0) already stores As[0][1] for the next tile (line 16, trip 2 of the tile loop at line 13)"
             in found.fact)
-    assert "the __syncthreads() at line 18 comes before the reads" in found.fact and "between them" not in found.fact
+    assert "the __syncthreads() at line 18 precedes the reads" in found.fact and "between them" not in found.fact
     assert "the barrier after using the tiles is missing" in found.fix
     [same] = describe_races([{**race, "store_trip": 1}], 0, 100, loop=loop)
     assert "for the same tile (trip 1" in same.fact and "the barrier after loading the tiles is missing" in same.fix

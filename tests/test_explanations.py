@@ -178,8 +178,8 @@ CAUSES = {
     "missing_use_barrier": (USE_BARRIER, "square_64",
                             ["thread (0, 0) already stores As[0][0] for the next tile (line 16, trip 2 of the tile "
                              "loop at line 13) while thread (1, 0) still reads this tile's (line 21, trip 1): the "
-                             "__syncthreads() at line 18 comes before the reads, and no __syncthreads() runs between "
-                             "the reads and the end of the loop's body (line 22)"],
+                             "__syncthreads() at line 18 precedes the reads, and none follows the reads before the "
+                             "loop body ends (line 22)"],
                             NOT_A_GUESS + ("between them", "in the same phase")),
     "missing_load_barrier": (LOAD_BARRIER, "square_16",
                              ["thread (0, 0) reads As[0][1] at line 20 before thread (1, 0) stores it at line 16 for "

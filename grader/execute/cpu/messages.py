@@ -65,12 +65,14 @@ def _race_in_trips(race: dict, element: str, block: str, loop: TileLoop) -> Find
     storer, reader = f"thread {_xy(race['store_thread'])}", _reader(race)
     at = f"shared-memory race in block {block}: "
     if stored > read:
-        last = f"the __syncthreads() at line {race['barrier_line']} comes before the reads, and " \
-            if race.get("barrier_line") else ""
+        missing = f"follows the reads before the loop body ends (line {loop.end_line})"
+        if race.get("barrier_line"):
+            missing = f"the __syncthreads() at line {race['barrier_line']} precedes the reads, and none {missing}"
+        else:
+            missing = f"no __syncthreads() {missing}"
         return Finding(f"{at}{storer} already stores {element} for the next tile (line {race['store_line']}, trip "
                        f"{stored} of the tile loop at line {loop.line}) while {reader} still reads this tile's "
-                       f"(line {race['other_line']}, trip {read}): {last}no __syncthreads() runs between the reads "
-                       f"and the end of the loop's body (line {loop.end_line})", USE_BARRIER, SHARED_RACE)
+                       f"(line {race['other_line']}, trip {read}): {missing}", USE_BARRIER, SHARED_RACE)
     order = "after" if race["kind"] == "read_after_store" else "before"
     return Finding(f"{at}{reader} reads {element} at line {race['other_line']} {order} {storer} stores it at line "
                    f"{race['store_line']} for the same tile (trip {stored} of the tile loop at line {loop.line}), and "
