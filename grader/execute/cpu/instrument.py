@@ -2,10 +2,11 @@
 
 `As[ty][tx] = v` becomes `CUDA_EMU_WRITE(As[ty][tx]) = v`, a read becomes `CUDA_EMU_READ(...)`, `+=` and
 `++` become `CUDA_EMU_UPDATE(...)`, and each `__shared__` declaration registers its array. A store through
-any other subscript (`C[row * n + col] = sum`) becomes `CUDA_EMU_STORE(...)`, so the emulator knows which
-thread stored each element of C; a load through a subscript of one of the function's pointer parameters
-(`A[row * k + col]`) becomes `CUDA_EMU_LOAD(...)`, so a profile run sees each global load (a load through a
-local copy of the pointer is not seen). Each statement
+any other subscript (`acc[i] = v`) becomes `CUDA_EMU_STORE(...)`, and one straight through a pointer parameter
+(`C[row * n + col] = sum`) a site's `CUDA_EMU_STORE_AT` (below), so the emulator knows which thread stored each
+element of C; a load through one of the function's pointer parameters (`A[row * k + col]`) is a site's
+`CUDA_EMU_LOAD_AT`, so a profile run sees each global load (`CUDA_EMU_LOAD` past the last site number; a load
+through a local copy of the pointer is not seen). Each statement
 of a block starts with `CUDA_EMU_AT(__LINE__);`, so a fault is told with the line the thread was on. Only
 text is inserted, never a newline, so lines stay the student's. Accesses through pointers or macros are not
 seen; the schedule comparison still catches the races they cause.
