@@ -297,6 +297,13 @@ def test_an_index_off_its_matrix_is_told_as_the_element_meant_with_the_bound_its
     assert off_matrix([{**report, "column": 3}], program, (64, 67, 64)) == []  # nothing off: no such report
     [stride] = off_matrix([{**report, "column": 3, "stride": 64}], program, (64, 67, 64))
     assert "in rows n = 64 long, where B's rows are n = 67 long: it reaches B[1][64]" in stride.fact
+    # a fault at that access is told by it; one at no site, by where it landed
+    fault = {"event": "fault", "what": "out_of_bounds", "buffer": "B", "access": "read", "side": "after", "elements": 0,
+             "line": 19, **report, "row": 63, "column": 67}
+    assert describe_problem(fault, (64, 67, 64), program).fact.startswith(
+        "out-of-bounds read of B at line 19: thread (6, 2) of block (4, 0) reads B[63][67]")
+    del fault["site"]
+    assert "reads B[k=64][col=0] (element 4288) past B's end" in describe_problem(fault, (64, 67, 64), program).fact
 
 
 def test_the_trip_count_is_named_by_the_count_it_matches(submission_source):

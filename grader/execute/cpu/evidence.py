@@ -59,7 +59,7 @@ def off_matrix(records: list[dict], program: Program, shape: tuple[int, int, int
     found: dict[int, tuple[int, dict, list[str]]] = {}
     for record in records:
         site, kinds = program.sites.site(record["site"]), _kinds(record, shape)
-        if site is None or not kinds:
+        if site is None or not site.indexed or not kinds:
             continue  # no such site, or nothing off: not a report the harness makes
         rank = min(map([STRIDE, ROW, COLUMN].index, kinds))
         if record["site"] not in found or rank < found[record["site"]][0]:
@@ -69,9 +69,11 @@ def off_matrix(records: list[dict], program: Program, shape: tuple[int, int, int
 
 
 def _kinds(record: dict, shape: tuple[int, int, int]) -> list[str]:
+    """What is off in a report, as the harness tells it (a stride only past row 0: there any stride is right)."""
     rows, columns = _size(record["matrix"], shape)
-    return [kind for kind, off in ((STRIDE, record["stride"] != columns), (ROW, not 0 <= record["row"] < rows),
-                                   (COLUMN, not 0 <= record["column"] < columns)) if off]
+    return [kind for kind, off in ((STRIDE, record["stride"] != columns and record["row"] != 0),
+                                   (ROW, not 0 <= record["row"] < rows), (COLUMN, not 0 <= record["column"] < columns))
+            if off]
 
 
 def _size(matrix: str, shape: tuple[int, int, int]) -> tuple[int, int]:
@@ -147,12 +149,13 @@ def fault_meant(problem: dict, program: Program, shape: tuple[int, int, int]) ->
     """A fault outside A, B or C at a site's access, told by the element the thread meant (None: no such site,
     or the report's element is not off its matrix)."""
     site = program.sites.site(problem.get("site"))
-    if site is None or not all(key in problem for key in ("matrix", "row", "column", "stride", "thread", "block")):
+    fields = ("matrix", "row", "column", "stride", "thread", "block", "buffer", "side")
+    if site is None or not site.indexed or not all(key in problem for key in fields):
         return None
     kinds = _kinds(problem, shape)
     if not kinds:
         return None
-    noun = {"read": "read", "write": "write"}.get(problem["access"], "access")
+    noun = {"read": "read", "write": "write"}.get(problem.get("access"), "access")
     buffer = program.name(problem["buffer"])
     where = f"past {buffer}'s end" if problem["side"] == "after" else f"before {buffer}'s start"
     return Finding(f"out-of-bounds {noun} of {buffer} at line {site.line}: {by_thread(problem)} "
