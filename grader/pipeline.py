@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .build_failure import BuildFailure, classify
 from .cases import Case
 from .config import Config
-from .contract import KernelContract
+from .contract import WIDTH, KernelContract
 from .diagnose.groups import GUARD, Vouched, check_in_group
 from .diagnose.profile import profile_submission
 from .diagnose.resources import add_compiler_feedback, warm_reference
@@ -31,6 +31,8 @@ from .emulation import Emulation, emulation_of, merged, start_beside, with_tool_
 from .execute import check_cache, cubin_cache
 from .execute.compile import CompileOutcome, nvcc_path, prepare_source, reference_module_source
 from .execute.cpu.build import compiler
+from .execute.cpu.evidence import Program
+from .execute.cpu.instrument import sites_of
 from .execute.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.runner import ChildProgram, Limits, Placement, run_job
@@ -544,10 +546,17 @@ def _emulator_feedback(result: SubmissionResult, run: RunEvents, submission: Sub
 
 def _matrix_names(source: str, contract: KernelContract) -> dict[str, str]:
     """What the kernel calls the matrices A, B and C (ECE408's M, N, P), by the parameters' roles."""
+    return {role: name for role, name in _role_names(source, contract) if role in ("A", "B", "C")}
+
+
+def _role_names(source: str, contract: KernelContract) -> list[tuple[str, str]]:
+    """What the kernel calls each role, by its parameters, in their order: the matrices, and the sizes m, n, k,
+    a size under each of its names (ECE408's numARows and numCRows are m; a square lab's one size is all three)."""
     parameters = kernel_parameters(source, contract.name) or []
     if len(parameters) != len(contract.roles):
-        return {}
-    return {role: p.name for role, p in zip(contract.roles, parameters) if role in ("A", "B", "C") and p.name}
+        return []
+    named = [(role, p.name) for role, p in zip(contract.roles, parameters) if p.name]
+    return [(size, name) for role, name in named for size in (("m", "n", "k") if role == WIDTH else (role,))]
 
 
 def _held_for_gpu(result: SubmissionResult, nvcc: CheckResult, emulated: list[Case], failure: BuildFailure,
@@ -640,7 +649,8 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
         program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
         events = run_job(job, limits, lambda: run.timing_turn(), program, placement_of(plan, config))
         first = next(events)  # the child has started meanwhile, and the judge's import with it (warming.py)
-        run = _run_events(config, cases, Path(workdir), timed=job.timing is not None, backend=backend)
+        run = _run_events(config, cases, Path(workdir), timed=job.timing is not None, backend=backend,
+                          submission=submission)
         for event in itertools.chain([first], events):
             if event["event"] == "compiled" and backend == GPU:
                 warm_reference(config.reference_path.read_text(encoding="utf-8"), event["arch"],
@@ -652,11 +662,20 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run_events(config: Config, cases: list[Case], workdir: Path, timed: bool, backend: str) -> RunEvents:
+def _run_events(config: Config, cases: list[Case], workdir: Path, timed: bool, backend: str,
+                submission: Submission) -> RunEvents:
     from .run_events import RunEvents  # the judge, numpy among it: imported once the child has started
 
+    program = _emulated_program(submission, config.kernel.contract()) if backend == CPU else None
     return RunEvents(config, cases, workdir, timed=timed,
-                     child="the CPU emulation process" if backend == CPU else "the GPU process")
+                     child="the CPU emulation process" if backend == CPU else "the GPU process", program=program)
+
+
+def _emulated_program(submission: Submission, contract: KernelContract) -> Program:
+    """What the CPU emulator's reports refer to: the sites instrument.py numbers in the device side it builds,
+    the kernel's names for the lab's matrices and sizes, and what the launch's x runs over."""
+    sites = sites_of(device_side(submission.source, submission.headers))
+    return Program(sites, names=tuple(_role_names(submission.source, contract)), x=contract.x)
 
 
 def _job(submission: Submission, config: Config, cases: list[Case], workdir: str, sandbox: Sandbox,

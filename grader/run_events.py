@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from .cases import Case
 from .config import MAX_LAUNCHES_PER_CASE, Config
+from .execute.cpu.evidence import Program, observed, stores_off_c
 from .execute.cpu.messages import describe_collision, describe_problem, describe_races, describe_unstored_read
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
@@ -95,14 +97,19 @@ def _shape(case: Case) -> str:
     return f"case: m={case.m}, n={case.n}, k={case.k}"
 
 
-def _emulator_findings(event: dict, case: Case) -> tuple[list[Finding], list[Finding], list[Finding]]:
+def _emulator_findings(event: dict, case: Case,
+                       program: Program) -> tuple[list[Finding], list[Finding], list[Finding]]:
     """What the CPU emulator saw in a case (the GPU child reports none of it): the races, what explains wrong
-    elements of C, and the reads of tile entries no thread of the block stored. Such a read is not told after
-    a store and a read raced, which explains it (two stores of one entry do not)."""
-    collisions = event.get("collisions", [])
+    elements of C (or stores outside it), and the reads of tile entries no thread of the block stored. Such a
+    read is not told after a store and a read raced, which explains it (two stores of one entry do not). Two
+    threads storing one element of C are a fact, and their fix only where nothing the emulator saw says more."""
+    collisions, seen = event.get("collisions", []), observed(event, program, (case.m, case.n, case.k))
     races = describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n,
-                           len(collisions))
+                           len(collisions) + stores_off_c(event, program), program.sites.tile_loop)
     evidence = [describe_collision(collision, event.get("c_collisions", 1)) for collision in collisions]
+    if any(finding.fix for finding in seen):
+        evidence = [replace(finding, fix="") for finding in evidence]
+    evidence = seen + evidence
     unsafe_reads = []
     if all(race["kind"] == "store_after_store" for race in event.get("races", [])):
         unsafe_reads = [describe_unstored_read(read) for read in event.get("unstored_reads", [])]
@@ -124,8 +131,10 @@ def describe_fault(error: str) -> str:
 
 class RunEvents:
     def __init__(self, config: Config, cases: list[Case], workdir: Path, timed: bool = False,
-                 child: str = "the GPU process"):
+                 child: str = "the GPU process", program: Program | None = None):
         self.config, self.workdir, self.timed = config, workdir, timed
+        # What the CPU emulator's reports refer to (its sites, the kernel's names; the tile once compiled)
+        self.program = program or Program(x=config.kernel.contract().x)
         self.child = child  # what the messages call the child: the GPU process or the CPU emulator's
         self.cases = {case.name: case for case in cases}
         self.case_results: dict[str, CheckResult] = {}
@@ -255,7 +264,7 @@ class RunEvents:
             return
         if reference is not None:
             reference = reference.reshape(case.m, case.n)
-        races, evidence, unsafe_reads = _emulator_findings(event, case)
+        races, evidence, unsafe_reads = _emulator_findings(event, case, self._program())
 
         def judge() -> CheckResult:
             tolerance = self.config.tolerance
@@ -296,11 +305,14 @@ class RunEvents:
             self._broken({"phase": "case", "case": case.name}, _timed_out(event["problem"]["limit_s"],
                                                                             f"in case {case.name}"))
             return
-        problem = describe_problem(event["problem"], (case.m, case.n, case.k))
+        problem = describe_problem(event["problem"], (case.m, case.n, case.k), self._program())
         self.case_results[case.name] = errored(
             case.name, CASE, case.points, f"{problem.fact}\n({_shape(case)}; thread order: {event['schedule']})",
             visibility=case.visibility, fixes=[problem.fix] if problem.fix else [],
             unsafe=[problem.unsafe] if problem.unsafe else [])
+
+    def _program(self) -> Program:
+        return replace(self.program, tile=self.tile_size or 0)
 
     def on_fault(self, event: dict) -> None:
         self._broken(event, describe_fault(event.get("error", "")))

@@ -182,9 +182,10 @@ def test_loads_through_pointer_parameters_are_instrumented_on_their_own_lines():
     out = instrument(source)
     assert len(out.splitlines()) == len(source.splitlines())
     lines = out.splitlines()
-    assert "&A[1]" in lines[1] and "CUDA_EMU_LOAD(A[1])" not in lines[1]
-    assert "CUDA_EMU_LOAD(A[n])" in lines[2] and "CUDA_EMU_LOAD(p[0])" not in lines[2]
-    assert "CUDA_EMU_STORE(C[n])" in lines[3] and re.search(r"sizeof\(A\[0\]\)", lines[3])
+    assert "&A[1]" in lines[1] and "A[1])" not in lines[1]
+    # each access through a parameter is a numbered site (sites.py); not through a local copy of the pointer
+    assert "CUDA_EMU_LOAD_AT(0, A, (0), (0), A[n])" in lines[2] and "p[0])" not in lines[2]
+    assert "CUDA_EMU_STORE_AT(1, C, (0), (0), C[n])" in lines[3] and re.search(r"sizeof\(A\[0\]\)", lines[3])
 
 
 def test_the_matrices_go_by_the_students_names():

@@ -1,4 +1,6 @@
 """The CPU backend's pure parts: device-side extraction, shared-access instrumentation, student texts."""
+import json
+
 from conftest import SUBMISSIONS
 
 from grader.execute.cpu.instrument import instrument
@@ -55,13 +57,15 @@ def test_shared_accesses_are_instrumented_by_kind():
     out = instrument(source)
     assert out.count("\n") == source.count("\n")
     assert "CUDA_EMU_SHARE(s); CUDA_EMU_SHARE(t);" in out
-    assert "CUDA_EMU_WRITE(s[0][1]) = CUDA_EMU_LOAD(x[0])" in out  # x is a pointer parameter: a global load
+    assert "CUDA_EMU_WRITE(s[0][1]) = CUDA_EMU_LOAD_AT(0, x, (0), (0), x[0])" in out  # a global load: site 0
     assert "CUDA_EMU_UPDATE(s[1][1]) += 2" in out and "CUDA_EMU_UPDATE(t[2])++" in out
     assert "CUDA_EMU_READ(s[0][0]) * CUDA_EMU_READ(t[CUDA_EMU_READ(s[0][0]) > 0])" in out
     assert "&s[0][0]" in out and "= s[1];" in out  # addresses and rows are not accesses
 
 
 def test_stores_outside_shared_memory_are_marked_so_the_emulator_knows_who_stored_c():
+    """Each access through a pointer parameter is a numbered site; an index X * S + Y (S a size parameter) gives
+    the emulator X and S too, and a compound store is an update (a read of C before its store)."""
     source = """__global__ void f(int n, const float *A, float *C) {
     __shared__ float s[4];
     float acc[2];
@@ -73,11 +77,14 @@ def test_stores_outside_shared_memory_are_marked_so_the_emulator_knows_who_store
 }"""
     out = instrument(source)
     assert out.count("\n") == source.count("\n")
-    assert "CUDA_EMU_STORE(C[threadIdx.y * n + threadIdx.x]) = CUDA_EMU_READ(s[0])" in out
-    assert "CUDA_EMU_STORE(C[1]) += CUDA_EMU_LOAD(A[1])" in out and "CUDA_EMU_STORE(C[2])++" in out
+    assert ("CUDA_EMU_STORE_AT(1, C, (threadIdx.y), (n), C[threadIdx.y * n + threadIdx.x]) = CUDA_EMU_READ(s[0])"
+            in out)
+    assert "CUDA_EMU_UPDATE_AT(2, C, (0), (0), C[1]) += CUDA_EMU_LOAD_AT(3, A, (0), (0), A[1])" in out
+    assert "CUDA_EMU_UPDATE_AT(4, C, (0), (0), C[2])++" in out
     assert "CUDA_EMU_WRITE(s[0]) = acc[0]" in out  # a shared store keeps its own wrapper
-    assert "CUDA_EMU_STORE(acc[0]) = CUDA_EMU_LOAD(A[0])" in out  # marked, but only stores into C are recorded
-    assert "STORE(A" not in out and "LOAD(acc" not in out  # reads are not stores; acc is no parameter
+    # marked, but only stores into C are recorded; acc is no parameter, so no site
+    assert "CUDA_EMU_STORE(acc[0]) = CUDA_EMU_LOAD_AT(0, A, (0), (0), A[0])" in out
+    assert "STORE(A" not in out and "LOAD(acc" not in out and "_AT(5" not in out  # reads are not stores
 
 
 def test_macro_barriers_keep_their_line(submission_source):
@@ -181,9 +188,11 @@ def test_an_unbraced_body_is_marked_with_its_own_line():
              "    else\n        C[0] = 0;\n    for (int i = 0; i < k; ++i)\n        C[i] = 1;\n}"
     out = instrument(source)
     assert out.count("\n") == source.count("\n")
-    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = CUDA_EMU_LOAD(B[k]); }" in out
-    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[0]) = 0; }" in out
-    assert "for (int i = 0; i < k; ++i)\n        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE(C[i]) = 1; }" in out
+    assert ("        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE_AT(0, C, (0), (0), C[0]) = "
+            "CUDA_EMU_LOAD_AT(1, B, (0), (0), B[k]); }") in out
+    assert "        { CUDA_EMU_AT(__LINE__); CUDA_EMU_STORE_AT(2, C, (0), (0), C[0]) = 0; }" in out
+    assert ("for (int i = 0; i < k; ++i)\n        { CUDA_EMU_AT(__LINE__); "
+            "CUDA_EMU_STORE_AT(3, C, (0), (0), C[i]) = 1; }") in out
 
 
 def test_extern_shared_arrays_become_pointers_to_the_one_dynamic_buffer():
@@ -212,3 +221,123 @@ def test_a_warp_divergence_names_the_primitive_the_threads_and_what_the_missing_
     half = describe_problem({**problem, "mask": 0xFFFF, "arrived": 1, "other_state": "exited"}).fact
     assert "thread (0, 2) calls" in half and "naming the threads of mask 0x0000ffff" in half
     assert half.endswith("has already returned")
+
+
+# --- sites: what the emulator's reports refer to, found in the source (issue 42) -----------------------------------
+
+SITES = """__global__ void f(int m, int n, int k, const float *A, const float *B, float *C) {
+    int row = blockIdx.y * 16 + threadIdx.y, col = blockIdx.x * 16 + threadIdx.x;
+    int tx = threadIdx.x;
+    float a = (row < m && tx < k) ? A[row * k + p * 16 + tx] : 0.0f;
+    if (col >= n || row >= k) a = 0; else a = B[col + row * n];
+    float b = B[i++ * n + col];
+    C[(row) * n + col] += a;
+}"""
+
+
+def test_an_index_row_times_size_plus_column_is_a_site_with_its_guard():
+    from grader.execute.cpu.instrument import instrumented
+
+    out, found = instrumented(SITES)
+    load_a, load_b, load_side_effect, update = found.sites
+    assert (load_a.line, load_a.matrix, load_a.access, load_a.row, load_a.stride, load_a.column) == \
+        (4, "A", "load", "row", "k", "p * 16 + tx")
+    assert load_a.guard == "row < m && tx < k" and load_a.keeps("row", "m") and not load_a.keeps("p * 16 + tx", "k")
+    assert load_a.row_line == 2  # where row is declared
+    # `Y + X * S` on an else branch: the negated `col >= n || row >= k` keeps both
+    assert (load_b.row, load_b.stride, load_b.column) == ("row", "n", "col") and load_b.keeps("col", "n")
+    assert load_b.guard == "!(col >= n || row >= k)"
+    assert not load_side_effect.indexed  # i++ must not run twice: the plain site wrapper, no X and S
+    assert "CUDA_EMU_LOAD_AT(2, B, (0), (0), B[i++ * n + col])" in out
+    assert update.access == "update" and update.operator == "+=" and update.row == "(row)"
+    assert "CUDA_EMU_UPDATE_AT(3, C, ((row)), (n), C[(row) * n + col]) += a" in out
+
+
+def test_the_tile_loop_is_marked_and_knows_the_sizes_its_condition_reads(submission_source):
+    from grader.execute.cpu.instrument import instrumented
+
+    out, found = instrumented(device_side(submission_source("truncated_phases")))
+    loop = found.tile_loop
+    assert (loop.line, loop.end_line, loop.condition) == (14, 24, "p < numPhases") and "k" in loop.names
+    assert "CUDA_EMU_TILE_LOOP(); CUDA_EMU_AT(__LINE__); for (int p = 0; p < numPhases; ++p) { CUDA_EMU_TRIP();" in out
+
+
+def test_a_report_naming_a_site_the_grader_never_numbered_is_refused():
+    from grader.execute.protocol import harness_report
+
+    index = {"event": "index", "site": 3, "matrix": "B", "row": 63, "column": 67, "stride": 67,
+             "thread": [3, 15, 0], "block": [4, 0, 0]}
+    assert harness_report(json.dumps(index)) == index
+    for forged in ({**index, "site": 256}, {**index, "site": -1}, {**index, "matrix": "D"},
+                   {**index, "expression": "B[0]"}, {"event": "tile_loop", "fewest": -1, "most": 3, "threads": 1},
+                   {"event": "c_read", "site": 0, "row": 0, "column": 0, "thread": [0, 0, 0], "block": [0, 0]}):
+        assert harness_report(json.dumps(forged)) is None, forged
+
+
+# --- evidence: the words, from reports and sites ------------------------------------------------------------------
+
+
+def program_of(source: str, tile: int = 16, x: str = "columns"):
+    from grader.execute.cpu.evidence import Program
+    from grader.execute.cpu.instrument import sites_of
+
+    return Program(sites_of(source), tile, (("A", "A"), ("B", "B"), ("C", "C"), ("m", "m"), ("n", "n"), ("k", "k")), x)
+
+
+def test_an_index_off_its_matrix_is_told_as_the_element_meant_with_the_bound_its_guard_lacks(submission_source):
+    from grader.execute.cpu.evidence import off_matrix
+
+    program = program_of(submission_source("b_column_unbounded"))
+    report = {"site": 1, "matrix": "B", "row": 2, "column": 70, "stride": 67, "thread": [6, 2, 0], "block": [4, 0, 0]}
+    [found] = off_matrix([report, {**report, "site": 200}], program, (64, 67, 64))  # no site 200: not told
+    assert found.fact == ("thread (6, 2) of block (4, 0) reads B[2][70] (B[(p * TILE_SIZE + ty) * n + col] at line "
+                          "19): column 70 is past B's last column (n = 67)")
+    assert found.fix.startswith("line 19 reads B[(p * TILE_SIZE + ty) * n + col] where `p * TILE_SIZE + ty < k`, which "
+                                "does not keep col < n")
+    assert off_matrix([{**report, "column": 3}], program, (64, 67, 64)) == []  # nothing off: no such report
+    [stride] = off_matrix([{**report, "column": 3, "stride": 64}], program, (64, 67, 64))
+    assert "in rows n = 64 long, where B's rows are n = 67 long: it reaches B[1][64]" in stride.fact
+    # a fault at that access is told by it; one at no site, by where it landed
+    fault = {"event": "fault", "what": "out_of_bounds", "buffer": "B", "access": "read", "side": "after", "elements": 0,
+             "line": 19, **report, "row": 63, "column": 67}
+    assert describe_problem(fault, (64, 67, 64), program).fact.startswith(
+        "out-of-bounds read of B at line 19: thread (6, 2) of block (4, 0) reads B[63][67]")
+    del fault["site"]
+    assert "reads B[k=64][col=0] (element 4288) past B's end" in describe_problem(fault, (64, 67, 64), program).fact
+
+
+def test_the_trip_count_is_named_by_the_count_it_matches(submission_source):
+    from grader.execute.cpu.evidence import trip_count
+
+    program = program_of(device_side(submission_source("truncated_phases")))
+    found = trip_count({"fewest": 10, "most": 10, "threads": 4096}, program, (300, 40, 170))
+    assert found.fact.startswith("the tile loop at line 14 runs floor(k / 16) = 10 times here")
+    assert trip_count({"fewest": 11, "most": 11, "threads": 1}, program, (300, 40, 170)) is None  # ceil(170 / 16)
+    assert trip_count({"fewest": 0, "most": 10, "threads": 9}, program, (300, 40, 170)) is None  # not one count
+
+
+def test_a_store_at_the_transposed_element_names_the_line_of_the_row_and_the_matching_launch(submission_source):
+    from grader.execute.cpu.evidence import transposed
+
+    program = program_of(submission_source("row_from_thread_x"))
+    report = {"stores": 4096, "as_launched": 64, "transposed": 4096, "thread": [1, 0, 0], "block": [0, 0, 0], "row": 1,
+              "column": 0, "line": 23}
+    found = transposed(report, program)
+    assert found.fix.startswith("line 10 takes the row from threadIdx.x: this lab launches x over C's columns")
+    assert found.notes == (("launch_matches", "kernel.launch: {x: rows}"),)
+    assert transposed({**report, "transposed": 4000}, program) is None  # not every store: another mistake
+
+
+def test_a_race_across_trips_is_the_barrier_ending_the_loop_body_not_one_between_the_lines(submission_source):
+    from grader.execute.cpu.instrument import sites_of
+
+    loop = sites_of(submission_source("missing_use_barrier")).tile_loop
+    race = {**RACE, "kind": "read_after_store", "store_after_read": True, "store_line": 16, "other_line": 21,
+            "store_thread": [0, 0, 0], "other_thread": [1, 0, 0], "store_trip": 2, "other_trip": 1, "barrier_line": 18}
+    [found] = describe_races([race], 0, 100, loop=loop)
+    assert ("thread (0, 0) already stores As[0][1] for the next tile (line 16, trip 2 of the tile loop at line 13)"
+            in found.fact)
+    assert "the __syncthreads() at line 18 precedes the reads" in found.fact and "between them" not in found.fact
+    assert "the barrier after using the tiles is missing" in found.fix
+    [same] = describe_races([{**race, "store_trip": 1}], 0, 100, loop=loop)
+    assert "for the same tile (trip 1" in same.fact and "the barrier after loading the tiles is missing" in same.fix

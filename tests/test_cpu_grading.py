@@ -16,10 +16,11 @@ from grader.result import ERROR, FAILED, PASSED, SKIPPED
 pytestmark = needs_cxx
 LOAD_MISSING = "the barrier after loading the tiles is missing"
 USE_MISSING = "the barrier after using the tiles is missing"
-A_FIX = ("check the index of the read of A at line 15: A is m×k, so its element [r][c] is A[r * k + c], with r < m "
-         "and c < k")
-B_FIX = ("check the index of the read of B at line 16: B is k×n, so its element [r][c] is B[r * n + c], with r < k "
-         "and c < n")
+# no_bounds_checks's loads have no guard: each fix names the line, the expression and every bound
+A_FIX = ("line 15 reads A[row * k + p * TILE_SIZE + tx] with no bound: read it only where row < m and "
+         "p * TILE_SIZE + tx < k (0 elsewhere)")
+B_FIX = ("line 16 reads B[(p * TILE_SIZE + ty) * n + col] with no bound: read it only where p * TILE_SIZE + ty < k "
+         "and col < n (0 elsewhere)")
 TILE = 16
 
 
@@ -131,22 +132,30 @@ def test_missing_bounds_checks_read_outside_the_inputs(grade_one):
     assert cases["ragged_n"].message.startswith("out-of-bounds read of B at line 16: thread")
 
 
+B_STRIDE_FIX = ("line 19 reads B[(p * TILE_SIZE + ty) * k + col]: B's rows are n long, so its element "
+                "[p * TILE_SIZE + ty][col] is B[(p * TILE_SIZE + ty) * n + col]")
+
+
 def test_wrong_stride_of_b(grade_one):
+    """The emulator sees the stride the read used against B's row length: one cause, at the line, with the
+    expression (the strides of A are right, so no advice about them)."""
     cases = emulated(grade_one(SUBMISSIONS / "b_wrong_stride"))
     assert cases["square_256"].status == PASSED
-    assert cases["rect_wide"].status == FAILED and "strides" in cases["rect_wide"].explained
-    # k > n: the wrong stride runs off the end of B, told with the read's line, B's shape and its stride
+    wide = cases["rect_wide"]
+    assert wide.status == FAILED and wide.fixes == [B_STRIDE_FIX]
+    assert ("thread (0, 1) of block (0, 0) reads B[1][0] (B[(p * TILE_SIZE + ty) * k + col] at line 19) in rows "
+            "k = 170 long, where B's rows are n = 300 long: it reaches B[0][170]") in wide.message
+    # k > n: the wrong stride runs off the end of B, told by the element the thread meant
     tall = cases["rect_tall"]
-    assert tall.status == ERROR and tall.message.startswith("out-of-bounds read of B at line 19: thread")
-    assert "past B's end: B is k×n = 170×40, row stride n = 40" in tall.message
-    assert tall.fixes == [B_FIX.replace("line 16", "line 19")]
+    assert tall.status == ERROR and tall.message.startswith(
+        "out-of-bounds read of B at line 19: thread (0, 8) of block (0, 0) reads B[40][0] (B[(p * TILE_SIZE + ty) * k "
+        "+ col] at line 19) in rows k = 170 long, where B's rows are n = 40 long; that is past B's end")
+    assert tall.fixes == [B_STRIDE_FIX]
 
 
 # --- advice only from evidence (issue 29): each names what the emulator saw ---------------------------------
 
-COLLISION_FIX = ("check the index of your store to C (line 23) and the condition that guards it: C is m×n, so "
-                 "element [row][col] is C[row * n + col], stored only where row < m and col < n, each by its own "
-                 "thread")
+C_STRIDE_FIX = "line 23 stores C[row * k + col]: C's rows are n long, so its element [row][col] is C[row * n + col]"
 
 
 def no_barrier_advice(case) -> bool:
@@ -162,12 +171,16 @@ def test_threads_storing_one_element_of_c_are_named_not_told_to_add_a_barrier(gr
             "by more than one thread") in cases["k_one"].message
     assert ("thread (0, 1) of block (0, 0) and thread (0, 0) of block (4, 0) both store C[0][64] (line 23)"
             in cases["ragged_n"].message)
+    # the collisions are facts; the cause the emulator saw is the stride of the store, in every case
     for name in ("ragged_n", "ragged_all", "rect_wide", "k_one", "sub_tile"):  # k < n
-        assert cases[name].status == FAILED and cases[name].fixes == [COLLISION_FIX], name
-    # k > n: the index runs past C, told with C's shape
-    assert cases["rect_tall"].status == ERROR
-    assert cases["rect_tall"].message.startswith("out-of-bounds write of C at line 23: thread")
-    assert "past C's end: C is m×n = 300×40, row stride n = 40" in cases["rect_tall"].message
+        assert cases[name].status == FAILED and cases[name].fixes == [C_STRIDE_FIX], name
+    assert ("thread (0, 1) of block (0, 0) stores C[1][0] (C[row * k + col] at line 23) in rows k = 1 long, where C's "
+            "rows are n = 48 long: it reaches C[0][1]") in cases["k_one"].message
+    # k > n: the index runs past C, told by the element the thread meant
+    assert cases["rect_tall"].status == ERROR and cases["rect_tall"].fixes == [C_STRIDE_FIX]
+    assert cases["rect_tall"].message.startswith(
+        "out-of-bounds write of C at line 23: thread (0, 7) of block (0, 6) stores C[103][0] (C[row * k + col] at line "
+        "23) in rows k = 170 long, where C's rows are n = 40 long; that is past C's end")
     assert all(no_barrier_advice(c) for c in cases.values())
 
 
@@ -194,12 +207,14 @@ def test_a_read_past_b_names_the_line_the_shape_and_the_stride(grade_one):
     """b_stride_m reads B with row stride m: past B's end where m > n."""
     cases = emulated(grade_one(SUBMISSIONS / "b_stride_m"))
     assert cases["square_256"].status == PASSED
-    tall = cases["rect_tall"]
+    tall = cases["rect_tall"]  # told by the element the thread meant, and the stride it used
     assert tall.status == ERROR
-    assert tall.message.startswith("out-of-bounds read of B at line 16: thread (0, 7) of block (0, 0) reads "
-                                   "B[k=172][col=20] (element 6900) past B's end: B is k×n = 170×40, row stride n = 40")
-    assert tall.fixes == [B_FIX]
-    assert cases["rect_wide"].status == FAILED and "strides" in cases["rect_wide"].explained
+    assert tall.message.startswith("out-of-bounds read of B at line 16: thread (0, 7) of block (0, 0) reads B[23][0] "
+                                   "(B[(ph * TILE_WIDTH + ty) * m + Col] at line 16) in rows m = 300 long, where B's "
+                                   "rows are n = 40 long; that is past B's end")
+    fix = ("line 16 reads B[(ph * TILE_WIDTH + ty) * m + Col]: B's rows are n long, so its element "
+           "[ph * TILE_WIDTH + ty][Col] is B[(ph * TILE_WIDTH + ty) * n + Col]")
+    assert tall.fixes == [fix] and cases["rect_wide"].status == FAILED and cases["rect_wide"].fixes == [fix]
 
 
 def test_a_tile_never_loaded_reads_poison_and_is_named(grade_one):
@@ -230,9 +245,13 @@ def test_headline_says_the_wrong_cells_are_unwritten_not_a_tiny_max_error(grade_
 
 
 def test_truncated_phase_count_is_diagnosed(grade_one):
+    """The emulator counted the tile loop's trips: k / 16 rounded down, where the dot product needs it rounded up."""
     cases = emulated(grade_one(SUBMISSIONS / "truncated_phases"))
     assert cases["square_256"].status == PASSED
-    assert cases["ragged_k"].status == FAILED and "last, partial tile phase" in cases["ragged_k"].message
+    ragged = cases["ragged_k"]
+    assert ragged.status == FAILED and ("the tile loop at line 14 runs floor(k / 16) = 4 times here (m = 64, n = 64, "
+                                        "k = 67); the dot product needs ceil(k / 16) = 5") in ragged.message
+    assert ragged.fixes[0].startswith("the tile loop at line 14 (`p < numPhases`) must run ceil(k / 16) times")
 
 
 def test_store_outside_c_is_an_out_of_bounds_write(grade_one):
@@ -316,7 +335,9 @@ def test_threads_that_return_before_a_barrier_are_divergence(grade_one, tmp_path
 def test_a_read_before_the_start_of_a_is_caught(grade_one, tmp_path):
     cases = emulated(grade_one(submit(tmp_path, kernel(offset="- 1"))))
     assert cases["square_16"].status == ERROR
-    assert "out-of-bounds read of A" in cases["square_16"].message and "before the start" in cases["square_16"].message
+    assert cases["square_16"].message.startswith(  # the element the thread meant: column -1 of A's row 0
+        "out-of-bounds read of A at line 12: thread (0, 0) of block (0, 0) reads A[0][-1] (A[row * k + a - 1] at line "
+        "12): column -1 is before A's first column (k = 16); that is before A's start")
 
 
 def test_a_launch_that_exits_is_a_crash_with_its_exit_code_and_its_printf_is_shown_once(grade_one, tmp_path):

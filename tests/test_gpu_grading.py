@@ -96,17 +96,20 @@ def test_missing_bounds_checks_fail_ragged_cases_only(grade_one):
 def test_wrong_stride_of_b_fails_rectangular_cases_and_says_so(grade_one):
     cases = checks_of(grade_one(SUBMISSIONS / "b_wrong_stride"), "case")
     assert cases["square_256"].status == PASSED
-    assert cases["rect_wide"].status == FAILED and "strides" in cases["rect_wide"].explained
+    # the emulator beside the GPU saw the stride the read used: its words, as on the CPU (test_cpu_grading.py)
+    fix = ("line 19 reads B[(p * TILE_SIZE + ty) * k + col]: B's rows are n long, so its element "
+           "[p * TILE_SIZE + ty][col] is B[(p * TILE_SIZE + ty) * n + col]")
+    assert cases["rect_wide"].status == FAILED and cases["rect_wide"].fixes == [fix]
     # k > n: it also reads past B's end, which the emulator beside the GPU sees, with the stride B has
     tall = cases["rect_tall"]
-    assert tall.status == ERROR and tall.unsafe == ["out-of-bounds read"] and "B[r * n + c]" in tall.explained
+    assert tall.status == ERROR and tall.unsafe == ["out-of-bounds read"] and tall.fixes == [fix]
 
 
 def test_truncated_phase_count_is_diagnosed(grade_one):
     cases = checks_of(grade_one(SUBMISSIONS / "truncated_phases"), "case")
     assert cases["square_256"].status == PASSED
-    assert cases["ragged_k"].status == FAILED
-    assert "last, partial tile phase" in cases["ragged_k"].message
+    assert cases["ragged_k"].status == FAILED  # the emulator beside the GPU counted the tile loop's trips
+    assert "the tile loop at line 14 runs floor(k / 16) = 4 times here" in cases["ragged_k"].message
 
 
 def test_store_outside_c_is_an_out_of_bounds_write(grade_one):

@@ -39,6 +39,9 @@ RECORD = ("record",)  # one harness report
 BUFFER_MAP = ("buffers",)  # {"A": [address, bytes], ...}
 ACCESSES = ("accesses",)  # a list of the harness's "access" reports (the access profile), each checked
 MAX_ACCESS_LINES = 256
+COUNT = ("count",)  # a non-negative int
+SITE = ("site",)  # an instrumented access's number (sites.py): a lookup key into the grader's own texts
+MAX_SITES = 256  # sites.py's
 
 TARGET = one_of("student", "reference")
 # "profile": the CPU emulator's access profile, advice only, after the cases (harness_driver.py)
@@ -59,7 +62,8 @@ EVENTS: dict[str, tuple[dict, dict]] = {
     "kernel_missing": ({"target": TARGET, "message": str}, {}),
     "case": ({"case": str, "seconds": NUMBER, "a_changed": bool, "b_changed": bool},
              {"races": RECORDS, "schedules_differ": int, "launches": int, "distinct_outputs": int,
-              "unstored_reads": RECORDS, "collisions": RECORDS, "c_collisions": int}),
+              "unstored_reads": RECORDS, "collisions": RECORDS, "c_collisions": int, "indices": RECORDS,
+              "c_reads": RECORDS, "tile_loops": RECORDS, "mappings": RECORDS, "unstored": RECORDS}),
     "case_error": ({"case": str, "schedule": str, "problem": RECORD}, {}),
     # A turn on the device for the cases, or for a sanitizer launch (job: which of launch_kernel's): "go"
     "await_device": ({}, {"job": int}),
@@ -81,12 +85,30 @@ EVENTS: dict[str, tuple[dict, dict]] = {
 # What the CPU harness reports (cuda_emu.h, harness.cpp): student code shares its process, so every field
 # is checked before a message is built from it.
 HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
+    # store_trip, other_trip: each access's trip of the tile loop; barrier_line: the barrier both passed last
     "race": ({"kind": one_of("read_after_store", "store_after_read", "store_after_store"), "array": str,
               "two_d": bool, "row": int, "column": int, "store_thread": TRIPLE, "store_line": int,
-              "other_thread": TRIPLE, "other_line": int, "block": TRIPLE, "store_after_read": bool}, {}),
+              "other_thread": TRIPLE, "other_line": int, "block": TRIPLE, "store_after_read": bool},
+             {"store_trip": COUNT, "other_trip": COUNT, "barrier_line": COUNT}),
+    # site, row, column, stride: the element a site's access meant, where the fault is at that access
     "fault": ({"what": str}, {"thread": TRIPLE, "block": TRIPLE, "buffer": one_of("A", "B", "C"),
                               "access": str, "side": one_of("before", "after"), "elements": int, "line": int,
-                              "returncode": OPTIONAL_INT}),
+                              "returncode": OPTIONAL_INT, "site": SITE, "matrix": one_of("A", "B", "C"),
+                              "row": int, "column": int, "stride": int}),
+    # A site's access to the element [row][column] of `matrix` by an index row * stride + column, off the matrix
+    # (a stride not its row length, a row or a column past it): the first of each kind per site and launch.
+    "index": ({"site": SITE, "matrix": one_of("A", "B", "C"), "row": int, "column": int, "stride": int,
+               "thread": TRIPLE, "block": TRIPLE}, {}),
+    # A site read the element of C [row][column] before any thread stored it in the launch (C += v).
+    "c_read": ({"site": SITE, "row": COUNT, "column": COUNT, "thread": TRIPLE, "block": TRIPLE}, {}),
+    # A thread that stored nothing into C, whose element [row][column] (the launch's) no thread stored.
+    "c_unstored": ({"thread": TRIPLE, "block": TRIPLE, "row": COUNT, "column": COUNT}, {}),
+    # The fewest and most trips a thread made through the tile loop, of the threads that reached it.
+    "tile_loop": ({"fewest": COUNT, "most": COUNT, "threads": COUNT}, {}),
+    # Stores into C: how many; at the element the launch gives the thread; at the transposed launch's. The
+    # first store elsewhere than the launch's: thread, block, the element, line.
+    "c_mapping": ({"stores": COUNT, "as_launched": COUNT, "transposed": COUNT},
+                  {"thread": TRIPLE, "block": TRIPLE, "row": COUNT, "column": COUNT, "line": COUNT}),
     "divergence": ({"kind": one_of("different_barriers", "exited"), "line": int, "thread": TRIPLE,
                     "other_line": int, "other_thread": TRIPLE, "block": TRIPLE}, {}),
     # A shared entry read while it still held the poison no thread of its block had overwritten.
@@ -174,6 +196,10 @@ def _matches(value: object, kind) -> bool:
         return isinstance(value, str) and len(value) <= MAX_TEXT
     if kind is int:
         return _int(value)
+    if kind is COUNT:
+        return _int(value) and value >= 0
+    if kind is SITE:
+        return _int(value) and 0 <= value < MAX_SITES
     if kind is bool:
         return isinstance(value, bool)
     if kind == NUMBER:

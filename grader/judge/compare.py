@@ -5,7 +5,7 @@ pattern of wrong elements into a hint a student can act on.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -59,8 +59,8 @@ class CaseRun:
     b_changed: bool = False
     seconds: float = 0.0
     races: list[Finding] = field(default_factory=list)  # what the CPU emulator saw; the GPU backend cannot tell
-    # What the emulator saw that explains wrong elements (two threads storing one element of C): told only
-    # when C is wrong, in place of the guess from the pattern.
+    # What the emulator saw that explains wrong elements (two threads storing one element of C, an index off its
+    # matrix, ...): told only when C is wrong or a store landed outside it, in place of the guess from the pattern.
     evidence: list[Finding] = field(default_factory=list)
     # What the emulator saw that fails the case whatever C holds (a tile entry read before any thread of its
     # block stored it): the kernel computed from poison, and only luck kept it out of C.
@@ -84,7 +84,10 @@ def judge_case(
                        "tell your instructor (the tolerance or the reference is wrong)", **extra)
 
     hit_before, hit_after = (np.nonzero(band.view(np.uint32) != GUARD_BITS)[0] for band in (before, after))
-    problems = [*run.races, *run.unsafe_reads, *_stray_stores(hit_before, hit_after, m, n), *_changed_inputs(run)]
+    stray = _stray_stores(hit_before, hit_after, m, n)
+    if stray and any(finding.fix for finding in run.evidence):  # what the emulator saw says where, not a guess
+        stray = [replace(finding, fix="") for finding in stray]
+    problems = [*run.races, *run.unsafe_reads, *stray, *_changed_inputs(run)]
     wrong = wrong_mask(c, truth)
     metrics.update(_error_figures(c, truth, wrong))
     # Where the kernel may have reached outside its buffers, as figures (pipeline.groupable_tools reads them)
@@ -98,8 +101,13 @@ def judge_case(
         hint = None if run.races or run.evidence or run.unsafe_reads else (a, b, tile, k_factor, abs_tol)
         at = len(run.races)
         problems[at:at] = [_wrong_elements(c, truth, wrong, hint), *run.evidence]
+    elif stray:
+        problems[len(run.races):len(run.races)] = run.evidence
     if problems:
         facts, fixes = facts_and_fixes(problems)
+        notes = dict(note for finding in problems for note in finding.notes)
+        if notes:
+            metrics["notes"] = notes
         return failed(name, CASE, points, f"C = A×B with m={m}, n={n}, k={k}: " + "\n".join(facts), fixes=fixes,
                       unsafe=unsafe_kinds(problems), **extra)
     # The error figure stays in the metrics: the words of a right case are the same whichever engine ran it.

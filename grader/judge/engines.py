@@ -23,6 +23,8 @@ def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResul
     if emulated is None or SKIPPED in (emulated.status, on_gpu.status):  # the GPU gave no values: nothing to merge
         return on_gpu
     metrics = {**on_gpu.metrics, "emulator": emulated.status}
+    if "notes" in emulated.metrics:  # for the instructor: what the emulator's evidence suggests of the config
+        metrics["notes"] = emulated.metrics["notes"]
     if emulated.unsafe:
         return replace(emulated, metrics=metrics)
     if on_gpu.status == ERROR:  # a fault, hang or crash on the GPU is what happened there

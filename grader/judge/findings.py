@@ -37,6 +37,9 @@ class Finding:
     fact: str  # what happened, in this case
     fix: str = ""  # what to change, in words that hold for every case it shows in
     unsafe: str = ""  # one of UNSAFE_KINDS when what happened is unsafe whatever the values
+    # For the instructor, not the student: (key, value) pairs the check's metrics keep under "notes" (the
+    # config under which the kernel would be right, say)
+    notes: tuple[tuple[str, str], ...] = ()
 
 
 def facts_and_fixes(findings: list[Finding]) -> tuple[list[str], list[str]]:

@@ -25,6 +25,8 @@ from grader.result import (
 
 STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold magenta", "skipped": "yellow",
                 NOT_CHECKED: "cyan"}
+# Speed advice shown under "What to fix": a kernel to fix first gets a taste of it, the JSON has every piece
+ADVICE_BESIDE_FIXES = 1
 
 
 def _header(result: SubmissionResult) -> Text:
@@ -91,6 +93,14 @@ def _causes(groups: list[CauseGroup], show_hidden_details: bool) -> Table:
     return _bullets(items, "#" if len(items) > 1 else "-")
 
 
+def _advice(lines: list[str], shown: int) -> list[Text]:
+    """The first `shown` pieces of speed advice, and how many more the JSON report holds."""
+    items = [Text(line.removeprefix("- "), overflow="fold") for line in lines[:shown]]
+    if len(lines) > shown:
+        items.append(Text(f"and {len(lines) - shown} more in the JSON report (fix what fails first)", style="dim"))
+    return items
+
+
 def render(result: SubmissionResult, console: Console | None = None, show_hidden_details: bool = False) -> None:
     console = console or Console()
     console.print(_header(result))
@@ -112,6 +122,6 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
     faster = faster_lines(result)  # issue 26's advice, worded as every student-facing output words it
     if faster:
         console.print(Text(faster[0], style="bold"))
-        console.print(_bullets([Text(line.removeprefix("- "), overflow="fold") for line in faster[1:]]))
+        console.print(_bullets(_advice(faster[1:], ADVICE_BESIDE_FIXES if groups else len(faster))))
     held = f" ({NEEDS_GPU_GRADE}: its grade waits for a GPU)" if result.outcome == NEEDS_GPU_GRADE else ""
     console.print(Text(f"Total: {score_line(result)}{held}", style="bold"))

@@ -26,6 +26,7 @@ PROBLEMS = ("fault", "divergence", "warp_divergence")
 REPORT_BYTES = 1 << 20
 PRINTED_BYTES = 1 << 20  # of one worker's printf output, passed on to the log
 PROFILE = "profile"  # the folder of the profile launch's inputs, beside the cases'
+INDEX_REPORTS = 48  # of a case's off-matrix accesses, passed on (the event's lists hold at most 64)
 
 
 def write_inputs(folder: Path, spec: CaseSpec) -> None:
@@ -39,9 +40,9 @@ def case_line(folder: Path, spec: CaseSpec, tile: int, contract: KernelContract,
     """How a worker runs one case (harness.cpp): the launch, C's image, the inputs, the report and the outputs."""
     launch = contract.launch(spec.m, spec.n, tile)
     segments = [f"{first} {count} {bits:x}" for first, count, bits in guarded_layout(spec.m, spec.n)]
-    return " ".join(map(str, [spec.m, spec.n, spec.k, *launch.grid, *launch.block, launch.shared_bytes, GUARD_BEFORE,
-                              guarded_size(spec.m, spec.n), *segments, folder / "a.bin", folder / "b.bin",
-                              folder / f"report-{task}.jsonl", folder / f"out-{task}"]))
+    return " ".join(map(str, [spec.m, spec.n, spec.k, *launch.grid, *launch.block, contract.x, launch.shared_bytes,
+                              GUARD_BEFORE, guarded_size(spec.m, spec.n), *segments, folder / "a.bin",
+                              folder / "b.bin", folder / f"report-{task}.jsonl", folder / f"out-{task}"]))
 
 
 def profile(server: Server, folder: Path, size: int, tile: int, contract: KernelContract) -> list[dict] | None:
@@ -161,7 +162,20 @@ def _found(reports: dict[str, list[dict]]) -> dict:
                 races.setdefault(event["store_after_read"], event)
     return {"a_changed": any(d["a_changed"] for d in done), "b_changed": any(d["b_changed"] for d in done),
             "races": list(races.values()), "unstored_reads": _first(reports, "unstored_read"),
-            "collisions": _first(reports, "c_collision"), "c_collisions": max(d.get("c_collisions", 0) for d in done)}
+            "collisions": _first(reports, "c_collision"), "c_collisions": max(d.get("c_collisions", 0) for d in done),
+            "indices": _per_site(reports), "c_reads": _first(reports, "c_read"),
+            "tile_loops": _first(reports, "tile_loop"), "mappings": _first(reports, "c_mapping"),
+            "unstored": _first(reports, "c_unstored")}
+
+
+def _per_site(reports: dict[str, list[dict]]) -> list[dict]:
+    """The first reports of each site whose index was off its matrix (one per kind: a stride, a row, a column),
+    the forward order's first; at most INDEX_REPORTS."""
+    kept: dict[int, list[dict]] = {}
+    for event in (event for events in reports.values() for event in events if event["event"] == "index"):
+        if len(kept.get(event["site"], ())) < 3:
+            kept.setdefault(event["site"], []).append(event)
+    return [event for events in kept.values() for event in events][:INDEX_REPORTS]
 
 
 def _first(reports: dict[str, list[dict]], name: str) -> list[dict]:

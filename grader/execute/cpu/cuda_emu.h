@@ -113,6 +113,9 @@ struct Fiber {
     int barrier_line = 0;
     int line = 0;  // the kernel statement this thread runs (instrument.py marks each): where a fault was
     bool read_shared = false;  // read a shared array since the last barrier
+    uint32_t trips = 0;        // trips through the tile loop since the thread last reached it (instrument.py)
+    bool looped = false;       // reached the tile loop
+    bool stored_c = false;     // stored into C
     Collective collective;     // while AT_COLLECTIVE
     Fiber *next_in_warp = nullptr;  // the next lane of this warp in the schedule's order
 #if !defined(__x86_64__)
@@ -122,6 +125,29 @@ struct Fiber {
 
 inline Fiber *current = nullptr;
 inline int report_fd = 2;
+
+// ---- the tile loop's trips ----------------------------------------------------------------------------
+// instrument.py marks the tile loop: CUDA_EMU_TILE_LOOP() where a thread reaches it, CUDA_EMU_TRIP() first in
+// its body. The fewest and most trips any thread made through it in the launch are reported after it
+// (harness.cpp): what the phase count was, to set against ceil(k / TILE).
+inline uint32_t fewest_trips = 0, most_trips = 0;
+inline long looping_threads = 0;  // threads that reached the tile loop (0: no trips to report)
+
+// A thread's count of its last run through the tile loop, added to the launch's.
+inline void count_trips(Fiber &fiber) {
+    if (!fiber.looped) return;
+    fewest_trips = looping_threads == 0 ? fiber.trips : std::min(fewest_trips, fiber.trips);
+    most_trips = std::max(most_trips, fiber.trips);
+    ++looping_threads;
+    fiber.looped = false;
+}
+
+inline void tile_loop_reached() {
+    if (current == nullptr) return;
+    count_trips(*current);  // a thread that reaches the loop again (an outer loop) counts each run
+    current->looped = true;
+    current->trips = 0;
+}
 
 }  // namespace cuda_emu
 
@@ -217,8 +243,12 @@ inline void yield_to_scheduler() {
 #endif
 }
 
+inline void thread_done();  // what the thread stored into C (below)
+
 extern "C" inline void cuda_emu_fiber_entry() {
     kernel_body();
+    count_trips(*current);
+    thread_done();
     current->state = FINISHED;
     yield_to_scheduler();
     __builtin_trap();  // a finished fiber is never resumed
@@ -251,6 +281,9 @@ inline void release_stacks(Fiber *fibers, size_t count) {
 inline void start_fiber(Fiber &fiber) {
     fiber.state = READY;
     fiber.read_shared = false;
+    fiber.trips = 0;
+    fiber.looped = false;
+    fiber.stored_c = false;
 #if defined(__x86_64__)
     // Stacks are a page-multiple apart, so their tops would share cache sets: a warp's lanes, switched
     // through in turn, would evict each other. Each starts at a different offset (its colour).
@@ -294,6 +327,7 @@ struct Cell {
     uint32_t write_sync = 0, read_sync = 0, foreign_sync = 0;
     int32_t last_reader = -1;
     int32_t read_warp = -1;  // the warp of every reader of this phase, -1 when they were of several warps
+    uint32_t write_trip = 0, read_trip = 0;  // the tile-loop trip of the latest store, of `reader`'s read
 };
 
 struct Region {
@@ -316,6 +350,7 @@ inline size_t element_of(const Region &region, const void *address) {
 inline std::vector<Region> regions;
 inline std::vector<Cell> cells;
 inline uint32_t epoch = 1;  // advances at every barrier and every new block
+inline int epoch_line = 0;  // the line of the barrier that began this epoch (0: the block's start)
 inline long races_found = 0;
 inline uint32_t block_serial = 1;  // advances at every new block (new_block)
 
@@ -576,7 +611,8 @@ inline bool collision_reported = false;
 // A store and a read (or two stores) of one shared element by different threads with no barrier between.
 [[gnu::cold, gnu::noinline]]
 inline void race(const Region &region, const void *address, const char *kind, int store_line,
-                 int store_thread, int other_line, int other_thread, bool store_after_read) {
+                 int store_thread, int other_line, int other_thread, bool store_after_read, uint32_t store_trip,
+                 uint32_t other_trip) {
     // The first race of each kind explains the bug (a store before the phase's reads: the barrier after
     // loading is missing; a store after them: the one after using); the total is reported at the end.
     ++races_found;
@@ -588,9 +624,11 @@ inline void race(const Region &region, const void *address, const char *kind, in
     uint3 s = thread_of(store_thread), o = thread_of(other_thread);
     report("{\"event\": \"race\", \"kind\": \"%s\", \"array\": \"%s\", \"two_d\": %s, \"row\": %zu, \"column\": %zu, "
            "\"store_line\": %d, \"store_thread\": [%u, %u, %u], \"other_line\": %d, \"other_thread\": [%u, %u, %u], "
-           "\"block\": [%u, %u, %u], \"store_after_read\": %s}",
+           "\"block\": [%u, %u, %u], \"store_after_read\": %s, \"store_trip\": %u, \"other_trip\": %u, "
+           "\"barrier_line\": %d}",
            kind, region.name, region.row_elements ? "true" : "false", row, column, store_line, s.x, s.y, s.z,
-           other_line, o.x, o.y, o.z, blockIdx.x, blockIdx.y, blockIdx.z, store_after_read ? "true" : "false");
+           other_line, o.x, o.y, o.z, blockIdx.x, blockIdx.y, blockIdx.z, store_after_read ? "true" : "false",
+           store_trip, other_trip, epoch_line);
 }
 
 // The first read of a shared entry that no thread of its block stored (reported once: it explains the NaN).
@@ -621,11 +659,12 @@ template <class T>
     uint32_t sync = warp_syncs[me / WARP];
     if (cell->write_epoch == epoch && cell->writer != me && !ordered_by_syncwarp(cell->writer, cell->write_sync, me))
         race(*region, where, "read_after_store", cell->write_line, cell->writer, line, me,
-             cell->write_after_read);
+             cell->write_after_read, cell->write_trip, current->trips);
     if (cell->read_epoch != epoch) {
         cell->read_epoch = epoch;
         cell->reader = cell->last_reader = me;
         cell->read_line = line;
+        cell->read_trip = current->trips;
         cell->several_readers = false;
         cell->read_warp = me / WARP;
     } else {
@@ -654,11 +693,13 @@ inline T *shared_write(T *address, int line) {
     uint32_t foreign = cell->last_reader != me ? cell->read_sync : cell->foreign_sync;
     bool reads_ordered = cell->read_warp == me / WARP && foreign != warp_syncs[me / WARP];
     if (cell->write_epoch == epoch && cell->writer != me && !ordered_by_syncwarp(cell->writer, cell->write_sync, me))
-        race(*region, where, "store_after_store", line, me, cell->write_line, cell->writer, after_read);
+        race(*region, where, "store_after_store", line, me, cell->write_line, cell->writer, after_read,
+             current->trips, cell->write_trip);
     else if (cell->read_epoch == epoch && (cell->reader != me || cell->several_readers) && !reads_ordered)
         race(*region, where, "store_after_read", line, me, cell->read_line,
-             cell->reader != me ? cell->reader : -1, after_read);
+             cell->reader != me ? cell->reader : -1, after_read, current->trips, cell->read_trip);
     cell->write_sync = warp_syncs[me / WARP];
+    cell->write_trip = current->trips;
     cell->write_epoch = epoch;
     cell->stored_block = block_serial;
     cell->writer = me;
@@ -676,15 +717,46 @@ inline T *shared_update(T *address, int line) {
 // ---- who stored each element of C ------------------------------------------------------------------------
 
 inline char *c_begin = nullptr, *c_end = nullptr;  // C's m×n elements (the harness sets them)
-inline size_t c_columns = 1;
+inline size_t c_rows = 0, c_columns = 1;
 inline std::vector<uint32_t> c_block, c_thread;  // per element: the last writer's block (+1; 0: none) and thread
 inline std::vector<int32_t> c_line;
 inline std::vector<bool> c_twice;  // stored by two threads (counted)
 inline long c_collisions = 0;  // elements of C stored by more than one thread
 
+// Which element each thread stores, against the launch's: the grid's x over C's columns (row = blockIdx.y * T +
+// threadIdx.y, column = blockIdx.x * T + threadIdx.x), or over its rows (launch_x_rows, the case line's).
+inline bool launch_x_rows = false;
+inline long c_stores = 0, c_as_launched = 0, c_transposed = 0;  // stores into C; as the launch maps; transposed
+struct Misplaced {
+    bool seen = false;
+    uint3 thread, block;
+    size_t row, column;
+    int line;
+};
+inline Misplaced first_misplaced;  // the first store into C at another element than the launch's
+
+// Threads that stored nothing into C though the launch gives them an element of it: a few, the first whose
+// element no thread stored by the launch's end is reported (harness.cpp).
+struct Unstored {
+    uint3 thread, block;
+    size_t row, column;
+};
+inline std::vector<Unstored> unstored_threads;
+constexpr size_t MAX_UNSTORED = 64;
+
+// A thread finished: did it store into C, where the launch gives it an element of C?
+inline void thread_done() {
+    if (current->stored_c || c_begin == nullptr || unstored_threads.size() >= MAX_UNSTORED) return;
+    size_t along_x = (size_t)blockIdx.x * blockDim.x + current->idx.x, along_y = (size_t)blockIdx.y * blockDim.y + current->idx.y;
+    size_t row = launch_x_rows ? along_x : along_y, column = launch_x_rows ? along_y : along_x;
+    if (row < c_rows && column < c_columns)
+        unstored_threads.push_back({current->idx, blockIdx, row, column});
+}
+
 inline void watch_c(float *begin, size_t rows, size_t columns) {
     c_begin = (char *)begin;
     c_end = c_begin + rows * columns * sizeof(float);
+    c_rows = rows;
     c_columns = columns ? columns : 1;
     c_block.assign(rows * columns, 0);
     c_thread.assign(rows * columns, 0);
@@ -708,6 +780,19 @@ inline void c_collision(size_t element, int line) {
            c_line[element], o.x, o.y, o.z, ob.x, ob.y, ob.z);
 }
 
+// A store into C's element: is it the one the launch gives the thread, or the one of the transposed launch?
+inline void map_store(size_t element, int line) {
+    current->stored_c = true;
+    size_t row = element / c_columns, column = element % c_columns;
+    size_t along_x = (size_t)blockIdx.x * blockDim.x + current->idx.x, along_y = (size_t)blockIdx.y * blockDim.y + current->idx.y;
+    bool by_columns = row == along_y && column == along_x, by_rows = row == along_x && column == along_y;
+    bool launched = launch_x_rows ? by_rows : by_columns;
+    ++c_stores;
+    c_as_launched += launched;
+    c_transposed += launch_x_rows ? by_columns : by_rows;
+    if (!launched && !first_misplaced.seen) first_misplaced = {true, current->idx, blockIdx, row, column, line};
+}
+
 // Every store through a subscript outside shared memory (instrument.py); only those into C are recorded.
 template <class T>
 inline T *global_write(T *address, int line) {
@@ -725,7 +810,97 @@ inline T *global_write(T *address, int line) {
     c_block[element] = block;
     c_thread[element] = thread;
     c_line[element] = line;
+    map_store(element, line);
     return address;
+}
+
+// ---- the sites: loads and stores through the kernel's pointer parameters (instrument.py, sites.py) ------------
+// Each names its site's number; an index X * S + Y also gives X and S, so the emulator sees which element
+// [X][Y] of which matrix (A, B or C, by the pointer) the thread meant, in rows S long. A site reports, once per
+// launch and kind, the first access whose stride is not the matrix's row length, whose row is past its rows, or
+// whose column is past its row; and a read of an element of C no thread stored yet in the launch (C += v).
+constexpr int MAX_SITES = 256;  // sites.py MAX_SITES
+enum Misindex { STRIDE = 1, ROW = 2, COLUMN = 4 };
+struct Matrix {
+    const char *base;
+    long long rows, columns;
+    const char *name;
+};
+inline Matrix matrices[3];  // A, B and C as the harness launched them
+inline unsigned char site_reported[MAX_SITES];  // per site: the Misindex kinds reported in this launch
+inline bool c_read_reported = false;
+
+// The latest access whose index was off (cold: only such accesses write it): a fault at its address is told
+// in the element the thread meant (harness.cpp, on_fault).
+struct Misindexed {
+    const char *address = nullptr;
+    size_t bytes = 0;
+    int site = -1;
+    const char *matrix = "";
+    long long row = 0, column = 0, stride = 0;
+};
+inline Misindexed last_misindexed;
+
+[[gnu::cold, gnu::noinline]]
+inline void misindexed(const Matrix &matrix, const void *address, size_t bytes, int site, long long row,
+                       long long column, long long stride) {
+    unsigned kinds = (stride != matrix.columns && row != 0 ? STRIDE : 0) | (row < 0 || row >= matrix.rows ? ROW : 0) |
+                     (column < 0 || column >= matrix.columns ? COLUMN : 0);
+    last_misindexed = {(const char *)address, bytes, site, matrix.name, row, column, stride};
+    if (current == nullptr || site < 0 || site >= MAX_SITES || (kinds & ~site_reported[site]) == 0) return;
+    site_reported[site] |= kinds;
+    uint3 t = current->idx;
+    report("{\"event\": \"index\", \"site\": %d, \"matrix\": \"%s\", \"row\": %lld, \"column\": %lld, "
+           "\"stride\": %lld, \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
+           site, matrix.name, row, column, stride, t.x, t.y, t.z, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+// A read of C: of an element no thread has stored in this launch, C is not zeroed (the first is reported).
+[[gnu::noinline]]
+inline void c_read(const void *address, int site) {
+    const char *p = (const char *)address;
+    if (current == nullptr || p < c_begin || p >= c_end) return;
+    size_t element = (size_t)(p - c_begin) / sizeof(float);
+    if (c_block[element] != 0) return;
+    c_read_reported = true;
+    uint3 t = current->idx;
+    report("{\"event\": \"c_read\", \"site\": %d, \"row\": %zu, \"column\": %zu, \"thread\": [%u, %u, %u], "
+           "\"block\": [%u, %u, %u]}", site, element / c_columns, element % c_columns, t.x, t.y, t.z, blockIdx.x,
+           blockIdx.y, blockIdx.z);
+}
+
+// What a site's access means: its matrix, the element [row][column] of an index row * stride + column (stride 0:
+// the index is not of that form), and whether it reads C before any thread stored there.
+// Inlined at every load of A and B: their common path is a few compares (stride 0 folds its checks away).
+template <class T, class P>
+[[gnu::always_inline]] inline void site_access(const T *address, const P *base, long long row, long long stride,
+                                               int site, bool reads) {
+    const Matrix *matrix = (const char *)base == matrices[0].base   ? &matrices[0]
+                           : (const char *)base == matrices[1].base ? &matrices[1]
+                           : (const char *)base == matrices[2].base ? &matrices[2]
+                                                                    : nullptr;
+    if (matrix == nullptr || base == nullptr) return;
+    if (stride != 0 && sizeof(T) == sizeof(float) && sizeof(P) == sizeof(float)) {
+        long long column = (long long)(address - (const T *)(const void *)base) - row * stride;
+        // A stride shows only past row 0: there any stride reaches the element meant
+        bool off = (stride != matrix->columns && row != 0) | ((unsigned long long)row >= (unsigned long long)matrix->rows) |
+                   ((unsigned long long)column >= (unsigned long long)matrix->columns);
+        if (__builtin_expect(off, 0)) misindexed(*matrix, address, sizeof(T), site, row, column, stride);
+    }
+    if (reads && matrix == &matrices[2] && !c_read_reported) c_read(address, site);
+}
+
+template <class T, class P>
+[[gnu::always_inline]] inline T *site_read(T *address, const P *base, long long row, long long stride, int site,
+                                           int line) {
+    site_access(address, base, row, stride, site, true);
+    return global_read(address, line);
+}
+
+template <class T, class P>
+inline T *site_write(T *address, const P *base, long long row, long long stride, int site, int line, bool reads) {
+    site_access(address, base, row, stride, site, reads);
+    return global_write(address, line);
 }
 
 // ---- barriers ------------------------------------------------------------------------------------------
@@ -953,6 +1128,14 @@ inline void new_launch() {
     std::fill(cells.begin(), cells.end(), Cell{});  // the shadow of each shared entry, as never accessed
     races_found = c_collisions = 0;
     race_reported[0] = race_reported[1] = unstored_reported = collision_reported = false;
+    fewest_trips = most_trips = 0;
+    looping_threads = 0;
+    c_stores = c_as_launched = c_transposed = 0;
+    first_misplaced = Misplaced{};
+    unstored_threads.clear();
+    memset(site_reported, 0, sizeof site_reported);
+    c_read_reported = false;
+    last_misindexed = Misindexed{};
     printed_bytes = 0;  // the printf cap is per launch, as the GPU's buffer is flushed after each
     last_site = 0;
     memset(dynamic_shared, 0, sizeof dynamic_shared);  // past the launch's bytes, nothing is poisoned per block
@@ -972,6 +1155,15 @@ inline void new_launch() {
 #define CUDA_EMU_UPDATE(...) (*::cuda_emu::shared_update(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_STORE(...) (*::cuda_emu::global_write(&(__VA_ARGS__), __LINE__))
 #define CUDA_EMU_LOAD(...) (*::cuda_emu::global_read(&(__VA_ARGS__), __LINE__))
+// A site (instrument.py): its number, the pointer, and X and S of an index X * S + Y (0, 0: not of that form).
+#define CUDA_EMU_LOAD_AT(site, base, row, stride, ...)                                                             \
+    (*::cuda_emu::site_read(&(__VA_ARGS__), base, (long long)(row), (long long)(stride), site, __LINE__))
+#define CUDA_EMU_STORE_AT(site, base, row, stride, ...)                                                            \
+    (*::cuda_emu::site_write(&(__VA_ARGS__), base, (long long)(row), (long long)(stride), site, __LINE__, false))
+#define CUDA_EMU_UPDATE_AT(site, base, row, stride, ...)                                                           \
+    (*::cuda_emu::site_write(&(__VA_ARGS__), base, (long long)(row), (long long)(stride), site, __LINE__, true))
+#define CUDA_EMU_TILE_LOOP() ::cuda_emu::tile_loop_reached()
+#define CUDA_EMU_TRIP() (::cuda_emu::current ? (void)++::cuda_emu::current->trips : (void)0)
 #define CUDA_EMU_SHARE(name) ::cuda_emu::share(name, #name)
 #define CUDA_EMU_DYNAMIC_SHARED(name) ::cuda_emu::DynamicShared{#name}
 

@@ -10,9 +10,10 @@
 // and C end at an inaccessible page) or start (they start right after one); LAUNCHES: how often each case
 // runs, on the same inputs, C poisoned again and A and B restored before each launch; STDOUT: where the
 // worker's printf goes ("-": nowhere). A case line (harness_driver.py, case_line):
-//   m n k GRID BLOCK dynamic_shared c_offset c_floats SEGMENTS a.bin b.bin REPORT OUT
-// (GRID, BLOCK: three numbers each; dynamic_shared: bytes of `extern __shared__` memory; c_offset: floats of
-// guard band before C; SEGMENTS: C's image before a launch, three (first word, words, bit pattern)). Reports
+//   m n k GRID BLOCK X dynamic_shared c_offset c_floats SEGMENTS a.bin b.bin REPORT OUT
+// (GRID, BLOCK: three numbers each; X: what the grid's x runs over, "columns" or "rows" of C; dynamic_shared:
+// bytes of `extern __shared__` memory; c_offset: floats of guard band before C; SEGMENTS: C's image before a
+// launch, three (first word, words, bit pattern)). Reports
 // go to REPORT as JSON lines; launch L's C (guards included) to OUT-L.bin.
 //
 // A worker is forked from the server, so each task starts where the student's static initializers left the
@@ -81,6 +82,17 @@ void release(GuardedBuffer &buffer) {
 
 char alternate_stack[64 * 1024];
 
+// The element the faulting thread meant, where the fault is at the access a site last found off its matrix
+// (cuda_emu.h, misindexed): its site, row, column and stride as more fields of the fault's report.
+std::string meant(const char *address) {
+    const cuda_emu::Misindexed &last = cuda_emu::last_misindexed;
+    if (last.address == nullptr || address < last.address || address >= last.address + last.bytes) return "";
+    char fields[192];
+    snprintf(fields, sizeof fields, ", \"site\": %d, \"matrix\": \"%s\", \"row\": %lld, \"column\": %lld, "
+             "\"stride\": %lld", last.site, last.matrix, last.row, last.column, last.stride);
+    return fields;
+}
+
 void on_fault(int signal, siginfo_t *info, void *context) {
     const char *address = (const char *)info->si_addr;
     const char *access = "access";
@@ -105,9 +117,9 @@ void on_fault(int signal, siginfo_t *info, void *context) {
             long offset = before ? (long)((buffer.data - address + 3) / 4) : (long)((address - end) / 4);
             cuda_emu::report("{\"event\": \"fault\", \"what\": \"out_of_bounds\", \"buffer\": \"%s\", "
                              "\"access\": \"%s\", \"side\": \"%s\", \"elements\": %ld, \"thread\": [%u, %u, %u], "
-                             "\"block\": [%u, %u, %u], \"line\": %d}",
+                             "\"block\": [%u, %u, %u], \"line\": %d%s}",
                              buffer.name, access, before ? "before" : "after", offset, t.x, t.y, t.z, blockIdx.x,
-                             blockIdx.y, blockIdx.z, line);
+                             blockIdx.y, blockIdx.z, line, meant(address).c_str());
             _exit(3);
         }
         if (cuda_emu::current != nullptr && address >= cuda_emu::current->stack &&
@@ -220,6 +232,7 @@ void run_block() {
     for (Fiber &fiber : fibers) cuda_emu::start_fiber(fiber);
     std::fill(cuda_emu::warp_syncs.begin(), cuda_emu::warp_syncs.end(), 0);
     ++cuda_emu::epoch;
+    cuda_emu::epoch_line = 0;
     while (true) {
         for (int index : warp_order) run_warp(index);
         const Fiber *finished = nullptr, *waiting = nullptr;
@@ -235,6 +248,7 @@ void run_block() {
         if (waiting == nullptr) return;
         if (finished != nullptr) divergence(*waiting, *finished, "exited");
         ++cuda_emu::epoch;
+        cuda_emu::epoch_line = waiting->barrier_line;
         for (Fiber &fiber : fibers) {
             fiber.state = cuda_emu::READY;
             fiber.read_shared = false;
@@ -321,6 +335,7 @@ bool write_file(const char *path, const void *data, size_t bytes) {
 struct Case {
     int m = 0, n = 0, k = 0;
     unsigned grid[3] = {}, block[3] = {};  // the kernel contract's launch (contract.py)
+    bool x_rows = false;                   // its grid's x runs over C's rows
     size_t dynamic_shared = 0, c_offset = 0, c_floats = 0;
     size_t segments[3][3] = {};  // C's image: (first word, words, bit pattern) each
     std::string a_path, b_path, report, out;
@@ -335,13 +350,14 @@ struct Task {
 };
 
 bool parse_case(const char *line, Case &c) {
-    char a[4096], b[4096], report[4096], out[4096];
-    int read = sscanf(line, "%d %d %d %u %u %u %u %u %u %zu %zu %zu %zu %zu %zx %zu %zu %zx %zu %zu %zx "
+    char a[4096], b[4096], report[4096], out[4096], x[16];
+    int read = sscanf(line, "%d %d %d %u %u %u %u %u %u %15s %zu %zu %zu %zu %zu %zx %zu %zu %zx %zu %zu %zx "
                       "%4095s %4095s %4095s %4095s", &c.m, &c.n, &c.k, &c.grid[0], &c.grid[1], &c.grid[2],
-                      &c.block[0], &c.block[1], &c.block[2], &c.dynamic_shared, &c.c_offset, &c.c_floats,
+                      &c.block[0], &c.block[1], &c.block[2], x, &c.dynamic_shared, &c.c_offset, &c.c_floats,
                       &c.segments[0][0], &c.segments[0][1], &c.segments[0][2], &c.segments[1][0], &c.segments[1][1],
                       &c.segments[1][2], &c.segments[2][0], &c.segments[2][1], &c.segments[2][2], a, b, report, out);
-    if (read != 25 || c.m <= 0 || c.n <= 0 || c.k <= 0 || c.dynamic_shared > cuda_emu::DYNAMIC_SHARED_CAPACITY ||
+    c.x_rows = read >= 10 && strcmp(x, "rows") == 0;
+    if (read != 26 || c.m <= 0 || c.n <= 0 || c.k <= 0 || c.dynamic_shared > cuda_emu::DYNAMIC_SHARED_CAPACITY ||
         c.c_offset + (size_t)c.m * c.n > c.c_floats)
         return false;
     for (const size_t *segment : c.segments)
@@ -384,6 +400,30 @@ bool restored(float *data, const std::vector<float> &pristine) {
     return true;
 }
 
+// What the launch did as a whole: its tile loop's trips, a thread that left its element of C unstored, and which
+// element of C each thread stored.
+void report_launch() {
+    if (cuda_emu::looping_threads > 0)
+        cuda_emu::report("{\"event\": \"tile_loop\", \"fewest\": %u, \"most\": %u, \"threads\": %ld}",
+                         cuda_emu::fewest_trips, cuda_emu::most_trips, cuda_emu::looping_threads);
+    for (const cuda_emu::Unstored &thread : cuda_emu::unstored_threads) {
+        if (cuda_emu::c_block[thread.row * cuda_emu::c_columns + thread.column] != 0) continue;
+        cuda_emu::report("{\"event\": \"c_unstored\", \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u], "
+                         "\"row\": %zu, \"column\": %zu}", thread.thread.x, thread.thread.y, thread.thread.z,
+                         thread.block.x, thread.block.y, thread.block.z, thread.row, thread.column);
+        break;
+    }
+    if (cuda_emu::c_stores == 0) return;
+    const cuda_emu::Misplaced &first = cuda_emu::first_misplaced;
+    char example[256] = "";
+    if (first.seen)
+        snprintf(example, sizeof example, ", \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u], \"row\": %zu, "
+                 "\"column\": %zu, \"line\": %d", first.thread.x, first.thread.y, first.thread.z, first.block.x,
+                 first.block.y, first.block.z, first.row, first.column, first.line);
+    cuda_emu::report("{\"event\": \"c_mapping\", \"stores\": %ld, \"as_launched\": %ld, \"transposed\": %ld%s}",
+                     cuda_emu::c_stores, cuda_emu::c_as_launched, cuda_emu::c_transposed, example);
+}
+
 // One launch of the case on C poisoned again; false when its output cannot be written.
 bool launch_once(const Case &c, const Task &task, Inputs &in, const std::vector<uint32_t> &image, int number) {
     memcpy(in.c, image.data(), in.c_bytes);
@@ -392,11 +432,16 @@ bool launch_once(const Case &c, const Task &task, Inputs &in, const std::vector<
     cuda_emu::watch_c(in.c + c.c_offset, c.m, c.n);  // who stores each element of C
     cuda_emu::global_buffers = {{(const char *)in.a, in.a_bytes, "A"}, {(const char *)in.b, in.b_bytes, "B"},
                                 {(const char *)(in.c + c.c_offset), (size_t)c.m * c.n * 4, "C"}};
+    cuda_emu::matrices[0] = {(const char *)in.a, c.m, c.k, "A"};
+    cuda_emu::matrices[1] = {(const char *)in.b, c.k, c.n, "B"};
+    cuda_emu::matrices[2] = {(const char *)(in.c + c.c_offset), c.m, c.n, "C"};
+    cuda_emu::launch_x_rows = c.x_rows;
     cuda_emu::dynamic_shared_bytes = c.dynamic_shared;
     cuda_emu::share_dynamic();  // a file-scope extern __shared__ array was declared before the launch was known
     launch(dim3(c.grid[0], c.grid[1], c.grid[2]), dim3(c.block[0], c.block[1], c.block[2]), task.order == "reversed");
     fflush(stdout);
     if (cuda_emu::profiling) cuda_emu::report_profile();
+    report_launch();
     std::string out = c.out + "-" + std::to_string(number) + ".bin";
     return write_file(out.c_str(), in.c, in.c_bytes);
 }

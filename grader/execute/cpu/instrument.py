@@ -2,10 +2,11 @@
 
 `As[ty][tx] = v` becomes `CUDA_EMU_WRITE(As[ty][tx]) = v`, a read becomes `CUDA_EMU_READ(...)`, `+=` and
 `++` become `CUDA_EMU_UPDATE(...)`, and each `__shared__` declaration registers its array. A store through
-any other subscript (`C[row * n + col] = sum`) becomes `CUDA_EMU_STORE(...)`, so the emulator knows which
-thread stored each element of C; a load through a subscript of one of the function's pointer parameters
-(`A[row * k + col]`) becomes `CUDA_EMU_LOAD(...)`, so a profile run sees each global load (a load through a
-local copy of the pointer is not seen). Each statement
+any other subscript (`acc[i] = v`) becomes `CUDA_EMU_STORE(...)`, and one straight through a pointer parameter
+(`C[row * n + col] = sum`) a site's `CUDA_EMU_STORE_AT` (below), so the emulator knows which thread stored each
+element of C; a load through one of the function's pointer parameters (`A[row * k + col]`) is a site's
+`CUDA_EMU_LOAD_AT`, so a profile run sees each global load (`CUDA_EMU_LOAD` past the last site number; a load
+through a local copy of the pointer is not seen). Each statement
 of a block starts with `CUDA_EMU_AT(__LINE__);`, so a fault is told with the line the thread was on. Only
 text is inserted, never a newline, so lines stay the student's. Accesses through pointers or macros are not
 seen; the schedule comparison still catches the races they cause.
@@ -18,15 +19,26 @@ Given `sections` (build.py: statics.statics_tag), each registered shared array, 
 `__constant__` variable is put in a section of its own named after it (`<sections>.<n>`), which is how
 statics.py tells them from the student's state; one section each, so no two objects of different kinds (an
 inline function's, a const one) ever share one, which g++ refuses.
+
+A load or store through a pointer parameter is a site (sites.py): `CUDA_EMU_LOAD_AT(3, B, (p * T + ty), (n),
+B[(p * T + ty) * n + col])` gives the emulator the site's number and, for an index X * S + Y, X and S, so it
+sees which element of which matrix each thread meant; a compound store (`C[i] += v`) is `CUDA_EMU_UPDATE_AT`,
+a read of C before it. The tile loop (static_check.py finds it) is marked: `CUDA_EMU_TILE_LOOP();` before it
+and `CUDA_EMU_TRIP();` first in its body, so the emulator counts each thread's trips.
 """
 from __future__ import annotations
 
 from tree_sitter import Node
 
 from ...source import cuda_syntax as cs
+from ...source.static_check import tile_loop_spans
+from . import sites as sites_
 
 READ, WRITE, UPDATE, AT = "CUDA_EMU_READ", "CUDA_EMU_WRITE", "CUDA_EMU_UPDATE", "CUDA_EMU_AT"
 STORE, LOAD = "CUDA_EMU_STORE", "CUDA_EMU_LOAD"
+# A site's wrapper, by what the access does (sites.py)
+AT_SITE = {sites_.LOAD: "CUDA_EMU_LOAD_AT", sites_.STORE: "CUDA_EMU_STORE_AT", sites_.UPDATE: "CUDA_EMU_UPDATE_AT"}
+TILE_LOOP, TRIP = "CUDA_EMU_TILE_LOOP();", "CUDA_EMU_TRIP();"
 
 
 class Sections:
@@ -43,18 +55,65 @@ class Sections:
 
 
 def instrument(source: str, sections: str = "") -> str:
+    return instrumented(source, sections)[0]
+
+
+def sites_of(source: str) -> sites_.Sites:
+    """The sites the emulator's reports number, as instrument numbers them in the same (device-side) source."""
+    return instrumented(source)[1]
+
+
+def instrumented(source: str, sections: str = "") -> tuple[str, sites_.Sites]:
     tree = cs.parse(source)
     placed = Sections(sections)
     blanks, insertions, dynamic = _dynamic_shared(tree.root_node, placed)
     insertions += _constant_sections(tree.root_node, placed)
+    found: list[sites_.Site] = []
+    loops = _tile_loops(tree.root_node, source)
     for function in cs.function_definitions(tree.root_node):
         body = function.child_by_field_name("body")
         if body is not None:
-            insertions.extend(_function_insertions(body, dynamic, _pointer_parameters(function), placed))
+            insertions.extend(_function_insertions(body, dynamic, _pointer_parameters(function), placed,
+                                                   _Sites(function, found)))
+            insertions.extend(_trip_marks(loops, function))
     data = bytearray(source.encode("utf-8", "replace"))
     for start, end in blanks:
         data[start:end] = b" " * (end - start)
-    return cs.insert_text(data.decode("utf-8", "replace"), insertions)
+    tile_loop = next((sites_.tile_loop_of(loop, function) for loop in loops
+                      for function in cs.function_definitions(tree.root_node) if cs.contains(function, loop)), None)
+    return cs.insert_text(data.decode("utf-8", "replace"), insertions), sites_.Sites(tuple(found), tile_loop)
+
+
+def _tile_loops(root: Node, source: str) -> list[Node]:
+    """Each kernel's tile loop whose body is a block (the marks go in it), in file order."""
+    spans = set(tile_loop_spans(source))
+    return [node for node in cs.iter_live(root) if node.type in cs.LOOP_TYPES
+            and (node.start_byte, node.end_byte) in spans
+            and getattr(node.child_by_field_name("body"), "type", "") == "compound_statement"]
+
+
+def _trip_marks(loops: list[Node], function: Node) -> list[tuple[int, str]]:
+    """A thread reaching a tile loop of the function starts counting its trips; each trip counts one."""
+    marks = []
+    for loop in (loop for loop in loops if cs.contains(function, loop)):
+        marks += [(loop.start_byte, f"{TILE_LOOP} "), (loop.child_by_field_name("body").start_byte + 1, f" {TRIP}")]
+    return marks
+
+
+class _Sites:
+    """The sites of one function, numbered on from those before it."""
+
+    def __init__(self, function: Node, found: list[sites_.Site]):
+        self.function, self.found = function, found
+        self.sizes = {name for name, levels in cs.parameters(function) if name and levels == 0}
+
+    def wrapper(self, node: Node, access: str) -> str | None:
+        """The site wrapper's opening for subscript `node` through a pointer parameter, or None past MAX_SITES."""
+        if len(self.found) >= sites_.MAX_SITES:
+            return None
+        site, (row, stride) = sites_.describe(node, len(self.found), access, self.sizes, self.function)
+        self.found.append(site)
+        return f"{AT_SITE[access]}({site.index}, {site.matrix}, ({row or 0}), ({stride or 0}), "
 
 
 def _constant_sections(root: Node, placed: Sections) -> list[tuple[int, str]]:
@@ -124,7 +183,7 @@ def _pointer_parameters(function: Node) -> set[str]:
 
 
 def _function_insertions(body: Node, dynamic: set[str], parameters: set[str] = frozenset(),
-                         placed: Sections | None = None) -> list[tuple[int, str]]:
+                         placed: Sections | None = None, sites: _Sites | None = None) -> list[tuple[int, str]]:
     arrays: dict[str, int] = dict.fromkeys(dynamic, 1)  # name -> dimensions
     insertions: list[tuple[int, str]] = []
     placed = placed or Sections("")
@@ -143,8 +202,9 @@ def _function_insertions(body: Node, dynamic: set[str], parameters: set[str] = f
         if node.type == "subscript_expression":
             wrapper = (_access_wrapper(node, arrays) or _store_wrapper(node, arrays)
                        or _load_wrapper(node, parameters, arrays))
+            opening = _site_wrapper(node, wrapper, parameters, sites) if wrapper in (STORE, LOAD) else None
             if wrapper:
-                insertions += [(node.start_byte, wrapper + "("), (node.end_byte, ")")]
+                insertions += [(node.start_byte, opening or wrapper + "("), (node.end_byte, ")")]
     # Last: of two insertions at one place the later lands first, and the mark goes before an access's macro.
     for node in cs.iter_live(body):
         if node.type not in MARKED_STATEMENTS or node.parent is None:
@@ -154,6 +214,18 @@ def _function_insertions(body: Node, dynamic: set[str], parameters: set[str] = f
         elif _unbraced_body(node):
             insertions += [(node.start_byte, f"{{ {AT}(__LINE__); "), (node.end_byte, " }")]
     return insertions
+
+
+def _site_wrapper(node: Node, wrapper: str, parameters: set[str], sites: _Sites | None) -> str | None:
+    """A site's wrapper for a load or store straight through a pointer parameter (`B[...]`, not `p[...]`)."""
+    base = node.child_by_field_name("argument")
+    if sites is None or base is None or base.type != "identifier" or cs.text(base) not in parameters:
+        return None
+    if wrapper == LOAD:
+        return sites.wrapper(node, sites_.LOAD)
+    parent = node.parent
+    plain = parent.type == "assignment_expression" and cs.text(parent.child_by_field_name("operator")) == "="
+    return sites.wrapper(node, sites_.STORE if plain else sites_.UPDATE)
 
 
 def _unbraced_body(node: Node) -> bool:

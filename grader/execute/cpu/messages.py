@@ -3,7 +3,9 @@ threads storing one element of C, a tile entry read before any thread stored it.
 
 Pure functions of the harness's reports (see harness.cpp and cuda_emu.h for their fields). Each text names
 what the emulator saw; a fix names a barrier only where it saw a store and a read of one shared entry with
-no barrier between them.
+no barrier between them. A race inside the tile loop is told by each access's trip of it: a store for the
+next tile while another thread still reads this one is the barrier that ends the loop's body missing, not
+one between lines that already have one. What the emulator saw of A, B and C: evidence.py.
 """
 from __future__ import annotations
 
@@ -21,13 +23,11 @@ from ...judge.findings import (
     Finding,
 )
 from ...judge.layout import GUARD_BEFORE, guard_after
+from .evidence import Program, fault_meant
+from .evidence import xy as _xy
+from .sites import TileLoop
 
 LOAD_BARRIER, USE_BARRIER = FIX_LOAD_BARRIER, FIX_USE_BARRIER
-
-
-def _xy(values: list[int]) -> str:
-    x, y, z = values
-    return f"({x}, {y})" if z == 0 else f"({x}, {y}, {z})"
 
 
 def _element(race: dict) -> str:
@@ -35,21 +35,48 @@ def _element(race: dict) -> str:
             else f"{race['array']}[{race['column']}]")
 
 
-def describe_race(race: dict) -> Finding:
+def describe_race(race: dict, loop: TileLoop | None = None) -> Finding:
     element, block = _element(race), _xy(race["block"])
+    if race["kind"] == "store_after_store":
+        return _two_stores(race, element, block)
+    if loop is not None and "store_trip" in race and all(loop.holds(race[f"{who}_line"]) for who in ("store", "other")):
+        return _race_in_trips(race, element, block, loop)
     store = f"thread {_xy(race['store_thread'])} stores {element} at line {race['store_line']}"
     other = f"thread {_xy(race['other_thread'])}"
     if race["kind"] == "read_after_store":
         what = (f"{other} reads {element} at line {race['other_line']} after {store}, in the same phase "
-                f"(block {block}, no __syncthreads() between them)")
-    elif race["kind"] == "store_after_read":
-        reader = other if race["other_thread"] != race["store_thread"] else "other threads"
-        what = (f"{store} while {reader} still read it at line {race['other_line']} "
-                f"(block {block}, no __syncthreads() between them)")
+                f"(block {block}, no __syncthreads() ran between them)")
     else:
-        return _two_stores(race, element, block)
+        what = (f"{store} while {_reader(race)} still read it at line {race['other_line']} "
+                f"(block {block}, no __syncthreads() ran between them)")
     return Finding(f"shared-memory race: {what}", USE_BARRIER if race["store_after_read"] else LOAD_BARRIER,
                    SHARED_RACE)
+
+
+def _reader(race: dict) -> str:
+    return f"thread {_xy(race['other_thread'])}" if race["other_thread"] != race["store_thread"] else "other threads"
+
+
+def _race_in_trips(race: dict, element: str, block: str, loop: TileLoop) -> Finding:
+    """A race of two accesses in the tile loop, told by their trips: a store for a later trip than the read's
+    overtook this tile's reads (the barrier at the end of the loop's body is missing); one of the same trip came
+    before or after the read with no barrier between the loads and the reads (the one after loading)."""
+    stored, read = race["store_trip"], race["other_trip"]
+    storer, reader = f"thread {_xy(race['store_thread'])}", _reader(race)
+    at = f"shared-memory race in block {block}: "
+    if stored > read:
+        missing = f"follows the reads before the loop body ends (line {loop.end_line})"
+        if race.get("barrier_line"):
+            missing = f"the __syncthreads() at line {race['barrier_line']} precedes the reads, and none {missing}"
+        else:
+            missing = f"no __syncthreads() {missing}"
+        return Finding(f"{at}{storer} already stores {element} for the next tile (line {race['store_line']}, trip "
+                       f"{stored} of the tile loop at line {loop.line}) while {reader} still reads this tile's "
+                       f"(line {race['other_line']}, trip {read}): {missing}", USE_BARRIER, SHARED_RACE)
+    order = "after" if race["kind"] == "read_after_store" else "before"
+    return Finding(f"{at}{reader} reads {element} at line {race['other_line']} {order} {storer} stores it at line "
+                   f"{race['store_line']} for the same tile (trip {stored} of the tile loop at line {loop.line}), and "
+                   "no __syncthreads() runs between the tile's stores and its reads", LOAD_BARRIER, SHARED_RACE)
 
 
 def _two_stores(race: dict, element: str, block: str) -> Finding:
@@ -62,10 +89,12 @@ def _two_stores(race: dict, element: str, block: str) -> Finding:
                    "its own entry of the tile", SHARED_RACE)
 
 
-def describe_races(races: list[dict], differing: int, elements: int, collisions: int = 0) -> list[Finding]:
+def describe_races(races: list[dict], differing: int, elements: int, collisions: int = 0,
+                   loop: TileLoop | None = None) -> list[Finding]:
     """Every race the run showed (none: an empty list). Outputs that differ between thread orders are told as
-    such; when the emulator saw two threads store one element of C, that finding explains them instead."""
-    found = [describe_race(race) for race in races]
+    such; when the emulator saw two threads store one element of C, or a store off C's rows and columns
+    (`collisions` counts either), that finding explains them instead."""
+    found = [describe_race(race, loop) for race in races]
     if differing and not found and not collisions:
         found.append(Finding(
             f"the result depends on the order the threads run in ({differing} of {elements} elements of C "
@@ -121,9 +150,10 @@ def describe_unstored_read(read: dict) -> Finding:
                    "thread of the block before the barrier that comes before the reads", UNWRITTEN_READ)
 
 
-def describe_problem(problem: dict, shape: tuple[int, int, int] | None = None) -> Finding:
+def describe_problem(problem: dict, shape: tuple[int, int, int] | None = None,
+                     program: Program | None = None) -> Finding:
     """A fault or barrier divergence that ended the emulated launch; `shape` (m, n, k) places an access
-    outside A or B in their rows and columns."""
+    outside A or B in their rows and columns, by the element the thread meant where `program` has the site."""
     if problem["event"] == "divergence":
         return _divergence(problem)
     if problem["event"] == "warp_divergence":
@@ -132,6 +162,9 @@ def describe_problem(problem: dict, shape: tuple[int, int, int] | None = None) -
     where = (f"thread {_xy(problem['thread'])} of block {_xy(problem['block'])}"
              if "thread" in problem else "the kernel")
     if what == "out_of_bounds":
+        meant = fault_meant(problem, program, shape) if program is not None and shape is not None else None
+        if meant is not None:
+            return Finding(meant.fact, meant.fix, _out_of_bounds_kind(problem))
         if shape is not None and problem["buffer"] in LAYOUTS:
             return _outside_input(problem, where, shape)
         return _out_of_bounds(problem, where)
