@@ -215,7 +215,7 @@ def meets(wall: float, count: int) -> bool:
 
 # What the timeline counts, by the sampled processes' labels: the CUDA programs a student starts (the GPU
 # child and each tool's), the compilers, and the workers.
-KINDS = {"child": ("gpu_child",), "racecheck": ("racecheck",), "memcheck": ("memcheck",),
+KINDS = {"child": ("gpu.child",), "racecheck": ("racecheck",), "memcheck": ("memcheck",),
          "synccheck": ("synccheck",), "nvcc": ("cicc", "ptxas", "nvcc", "cudafe++"), "worker": ("batch_worker",)}
 
 

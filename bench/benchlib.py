@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the grader package, wherever the script is started from
 
-from grader.execute.compile import (  # noqa: E402 - after the path is set
+from grader.execute.nvcc.compile import (  # noqa: E402 - after the path is set
     prepare_source,
     reference_module_source,
 )

@@ -19,8 +19,8 @@ from benchlib import ROOT, config_with_cache
 
 from grader.config import load_config
 from grader.diagnose.resources import add_compiler_feedback
-from grader.execute.compile import compile_check
-from grader.execute.sandbox import detect
+from grader.execute.confine.sandbox import detect
+from grader.execute.nvcc.compile import compile_check
 from grader.result import COMPILE, SubmissionResult, passed
 
 KERNEL = ROOT / "tests" / "feedback_kernels" / "register_heavy" / "kernel.cu"

@@ -17,8 +17,8 @@ from benchlib import ROOT, config_with_cache
 
 from grader.cases import load_cases
 from grader.config import load_config
-from grader.execute.gpu_detect import gpu_unavailable_reason
-from grader.execute.sandbox import HARNESS_LIMITS, NONE, Confinement, Sandbox, detect, scratch_folder
+from grader.execute.confine.sandbox import HARNESS_LIMITS, NONE, Confinement, Sandbox, detect, scratch_folder
+from grader.execute.gpu.detect import gpu_unavailable_reason
 from grader.pipeline import CPU, GPU, RunPlan, grade
 
 TARGET_RATIO, TARGET_MS_PER_CHILD = 1.05, 50.0

@@ -34,10 +34,10 @@ from benchlib import ROOT, corpus_cubin, gpu_arch, reference_cubin
 from grader.contract import REFERENCE
 from grader.diagnose.launcher import launcher
 from grader.diagnose.run import TOOLS, launch_command, ragged_shape, sanitizer_path
-from grader.execute import gpu_nodes
-from grader.execute.compile import prepare_source
-from grader.execute.kernel_params import kernel_symbol
-from grader.execute.sandbox import ONE_BLAS_THREAD, bwrap_binary, nvidia_device_nodes
+from grader.execute.confine import gpu_nodes
+from grader.execute.confine.sandbox import ONE_BLAS_THREAD, bwrap_binary, nvidia_device_nodes
+from grader.execute.nvcc.compile import prepare_source
+from grader.execute.nvcc.kernel_params import kernel_symbol
 
 
 def cpu_children() -> float:
@@ -50,7 +50,7 @@ OWN_NODE: list[str] = []  # bwrap, when --own-node: each run sees only its GPU's
 
 def own_node(command: list[str], gpu: str) -> list[str]:
     """command in a bubblewrap mount namespace whose /dev holds the NVIDIA nodes the grader's sandbox gives a
-    run placed on `gpu`: the driver's shared ones and that GPU's alone (execute/gpu_nodes.py)."""
+    run placed on `gpu`: the driver's shared ones and that GPU's alone (execute/confine/gpu_nodes.py)."""
     minor = gpu_nodes.own_node({"CUDA_VISIBLE_DEVICES": gpu})
     binds = [arg for node in nvidia_device_nodes(minor) for arg in ("--dev-bind", node, node)]
     return [OWN_NODE[0], "--dev-bind", "/", "/", "--dev", "/dev", *binds, "--", *command]

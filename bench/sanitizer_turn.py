@@ -22,7 +22,7 @@ from benchlib import corpus_cubin, gpu_arch
 from grader.contract import REFERENCE
 from grader.diagnose.launcher import launcher
 from grader.diagnose.run import TOOLS, launch_command, sanitizer_path, tool_command
-from grader.execute.kernel_params import kernel_symbol
+from grader.execute.nvcc.kernel_params import kernel_symbol
 
 KERNELS = ["good_basic", "missing_load_barrier", "missing_use_barrier", "no_bounds_checks"]
 

@@ -33,7 +33,7 @@ from benchlib import ROOT, archive, config_with_cache, generate, grade_alone
 
 from grader.classroom.cluster import WORKER_CACHE
 from grader.config import load_config
-from grader.execute.gpu_detect import local_gpus
+from grader.execute.gpu.detect import local_gpus
 from grader.judge.verdicts import differences
 from grader.result import SubmissionResult
 

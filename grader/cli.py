@@ -26,14 +26,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from . import blas_threads  # noqa: F401 - before numpy loads (blas_threads.py says why)
 from .cases import load_cases, mix_seed, with_secret
 from .classroom.cluster_tls import DEFAULT_DAYS, make_certificates
 from .config import load_config, preset_names, preset_path
 from .errors import UsageError
+from .execute.confine.sandbox import SandboxUnavailable, detect
 from .execute.cpu.build import compiler
-from .execute.gpu_detect import gpu_unavailable_reason, local_gpus
-from .execute.sandbox import SandboxUnavailable, detect
+from .execute.gpu.detect import gpu_unavailable_reason, local_gpus
 from .intake.submission import SubmissionError, at_the_door, find_kernel_noted, locate, read_headers
 from .leftovers import WORKER, clear_at_start, owned_scratch
 from .phases import Phases, describe, merged, since_process_start
@@ -529,10 +528,7 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
 
 
 def grade_batch(args, config, cases, plan, console: Console, errors: Console) -> int:
-    from .classroom.batch import (  # here, not at the top: one `grade PATH` never needs it (~50 ms)
-        BatchOptions,
-        run_batch,
-    )
+    from .classroom.batch import BatchOptions, run_batch
 
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
                            exports=args.exports, cluster=args.cluster, security=args.security,

@@ -10,7 +10,7 @@ by prefix alone) once they are a day old: no run lives that long. Only this user
 never through a link; a folder whose owner is in another pid namespace is kept, as this process cannot
 tell whether it runs.
 
-Root graders also copy what the sandbox's uid must reach (execute/reachable.py), one copy per grader
+Root graders also copy what the sandbox's uid must reach (execute/confine/reachable.py), one copy per grader
 version, 100-200 MB each: `prune_copies` keeps the newest few of each kind and removes the rest once they
 are a day old (a grader of another version may be starting a sandbox from one; a grader whose copy was
 removed makes it again when it next needs it).
@@ -31,7 +31,7 @@ from pathlib import Path
 GRADE, TASK = "sgemm-grade-", "sgemm-task-"  # a grade's scratch folder (pipeline.run_child), a cluster task's
 WORKER = "sgemm-worker-"  # `grade worker`'s: its Dask workers' local directory (their spill and lock files)
 OWNED_BY = (GRADE, TASK, WORKER)
-# The grader's other per-run folders (execute/sandbox.py's scratch_folder, the CPU profile), named by prefix
+# The grader's other per-run folders (execute/confine/sandbox.py's scratch_folder, the CPU profile), named by prefix
 # and mkdtemp's 8 random characters: cleared by age alone.
 UNOWNED = re.compile(r"^sgemm-(?:grade|task|compile|resources|sanitize|sanitize-group|safety|profile|profile-ref|"
                      r"sandbox-probe)-[A-Za-z0-9_]{8}$")
@@ -123,7 +123,7 @@ class Pruned:
     kept: list[Path] = field(default_factory=list)
 
 
-COPY = re.compile(r"^(?P<kind>[a-z]+)-[0-9a-f]{32}$")  # execute/reachable.py's `<kind>-<key>`
+COPY = re.compile(r"^(?P<kind>[a-z]+)-[0-9a-f]{32}$")  # execute/confine/reachable.py's `<kind>-<key>`
 
 
 def prune_copies(keep: int = KEEP_COPIES) -> Pruned:
@@ -132,7 +132,7 @@ def prune_copies(keep: int = KEEP_COPIES) -> Pruned:
     the folder of copies cannot be trusted, nothing is done."""
     if os.geteuid() != 0:
         return Pruned()
-    from .execute.reachable import CopyUnsafe, copies_root
+    from .execute.confine.reachable import CopyUnsafe, copies_root
 
     try:
         root = copies_root()

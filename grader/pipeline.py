@@ -28,15 +28,15 @@ from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import TOOLS, SanitizerRun, sanitize, sanitizer_path
 from .diagnose.safety import CaseSafety, case_safety
 from .emulation import Emulation, emulation_of, merged, start_beside, with_tool_findings
-from .execute import check_cache, cubin_cache
-from .execute.compile import CompileOutcome, nvcc_path, prepare_source, reference_module_source
+from .execute.confine.sandbox import Sandbox, detect
 from .execute.cpu.build import compiler
 from .execute.cpu.evidence import Program
 from .execute.cpu.instrument import sites_of
-from .execute.device_lock import DeviceLock
+from .execute.gpu.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
+from .execute.nvcc import check_cache, cubin_cache
+from .execute.nvcc.compile import CompileOutcome, nvcc_path, prepare_source, reference_module_source
 from .execute.runner import ChildProgram, Limits, Placement, run_job
-from .execute.sandbox import Sandbox, detect
 from .intake.submission import KERNEL_FILE, Submission, SubmissionError, locate, missing_headers, read_submission
 from .judge.access import access_feedback
 from .judge.timing import NAME as TIMING_NAME

@@ -36,7 +36,7 @@ NOT_GRADED = (GRADER_ERROR, SUBMISSION_ERROR)
 PUBLIC = "public"
 HIDDEN = "hidden"
 
-# How a submission's code was confined (SubmissionResult.sandbox), strongest first; execute/sandbox.py decides.
+# How a submission's code was confined (SubmissionResult.sandbox), strongest first; execute/confine/sandbox.py decides.
 NAMESPACES_AND_UID, NAMESPACES, UID_ONLY, NO_SANDBOX = "namespaces+uid", "namespaces", "uid-only", "none"
 UNSAFE_NOTE = "graded without a sandbox (--unsafe-no-sandbox): the submission's code ran with the grader's powers"
 

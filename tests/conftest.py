@@ -126,7 +126,7 @@ def descendants(pid: int) -> dict[int, str]:
 @pytest.fixture(scope="session")
 def sandbox():
     """The sandbox this machine allows, as `grade` would pick it (CI: namespaces and a real uid)."""
-    from grader.execute.sandbox import detect
+    from grader.execute.confine.sandbox import detect
 
     return detect()
 

@@ -9,9 +9,9 @@ import pytest
 
 from grader.diagnose.profile import ncu_path
 from grader.diagnose.run import sanitizer_path
-from grader.execute.compile import nvcc_path
 from grader.execute.cpu.build import compiler
-from grader.execute.gpu_detect import gpu_unavailable_reason
+from grader.execute.gpu.detect import gpu_unavailable_reason
+from grader.execute.nvcc.compile import nvcc_path
 
 HARDWARE = "hardware:"  # every allowed skip reason starts with this
 

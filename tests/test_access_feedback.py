@@ -12,7 +12,8 @@ from conftest import ROOT, SUBMISSIONS, make_grader
 from hardware import needs_cxx
 from rich.console import Console
 
-from grader.execute.cpu.access_profile import access_records, summarize
+from grader.execute.cpu.access_profile import access_records
+from grader.execute.cpu.figures import summarize
 from grader.execute.cpu.instrument import instrument
 from grader.execute.protocol import EVENTS, ProtocolError, check
 from grader.judge.access import access_feedback

@@ -15,8 +15,8 @@ from test_ncu_profile_gpu import device_arch
 
 from grader.config import load_config
 from grader.diagnose.profile import profile_cubin
-from grader.execute.compile import compile_check
-from grader.execute.cpu.access_profile import emulator_figures
+from grader.execute.cpu.figures import emulator_figures
+from grader.execute.nvcc.compile import compile_check
 from grader.pipeline import GPU, RunPlan, placement_of, sandbox_of
 from grader.source.static_check import find_kernels
 

@@ -8,7 +8,7 @@ from hardware import without_gpu
 from junitparser import JUnitXml, Skipped
 
 from grader.cli import EXIT_NOT_GRADED, main
-from grader.execute.compile import nvcc_path
+from grader.execute.nvcc.compile import nvcc_path
 
 no_gpu_here = without_gpu
 

@@ -294,7 +294,7 @@ def test_kill_9_of_grade_worker_takes_its_dask_worker_with_it(certs, tmp_path):
 
 @pytest.mark.parametrize("backend, child", [
     pytest.param("cpu", "/bin/harness ", marks=needs_cxx),
-    pytest.param("gpu", "grader.execute.gpu_child", marks=[pytest.mark.gpu, needs_gpu])])
+    pytest.param("gpu", "grader.execute.gpu.child", marks=[pytest.mark.gpu, needs_gpu])])
 def test_kill_9_of_grade_worker_mid_grading_leaves_no_process(certs, tmp_path, backend, child, temp_root):
     """`grade batch --cluster` grading a student on the worker (its batch_worker, and in the sandbox the
     child running the student's kernel) when `grade worker` is killed: nothing of it is left running. Its

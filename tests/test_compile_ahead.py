@@ -1,4 +1,4 @@
-"""The parent's builds of a GPU child's cubins while the child starts (execute/compile_ahead.py).
+"""The parent's builds of a GPU child's cubins while the child starts (execute/nvcc/compile_ahead.py).
 
 Real nvcc in the real sandbox, no GPU: what is built for the child's toolchain lands in the cache under the
 key the parent computes, and is offered to the child as a cached cubin; a build for another toolchain, a
@@ -18,14 +18,14 @@ from hardware import needs_nvcc
 from test_runner import CHILD_PRELUDE
 
 from grader.contract import KernelContract
-from grader.execute import cubin_cache
-from grader.execute.compile import cubin_key, nvcc_path, prepare_source, reference_module_source
-from grader.execute.compile_ahead import CompilesAhead
-from grader.execute.cubin_cache import OFFERED, Exchange
+from grader.execute.confine.sandbox import detect
 from grader.execute.job import Job
-from grader.execute.kernel_params import find_kernel
+from grader.execute.nvcc import cubin_cache
+from grader.execute.nvcc.compile import cubin_key, nvcc_path, prepare_source, reference_module_source
+from grader.execute.nvcc.compile_ahead import CompilesAhead
+from grader.execute.nvcc.cubin_cache import OFFERED, Exchange
+from grader.execute.nvcc.kernel_params import find_kernel
 from grader.execute.runner import ChildProgram, Limits, run_job
-from grader.execute.sandbox import detect
 
 pytestmark = needs_nvcc
 ARCH = "sm_90"

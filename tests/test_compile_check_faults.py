@@ -12,7 +12,7 @@ from grader.build_failure import NVCC_EVIDENCE, classify
 from grader.cases import load_cases
 from grader.classroom.batch import BatchOptions, run_batch
 from grader.config import load_config
-from grader.execute.compile import nvcc_path
+from grader.execute.nvcc.compile import nvcc_path
 from grader.pipeline import RunPlan, grade
 from grader.result import COMPILE_ERROR, ERROR, GRADED, GRADER_ERROR
 
@@ -109,7 +109,7 @@ def test_whose_failure_from_nvccs_own_words(log, students):
 
 
 def check(cache_dir, sandbox, source, contract=None):
-    from grader.execute import check_cache
+    from grader.execute.nvcc import check_cache
 
     return check_cache.checked(cache_dir, source, "sm_90", ["-lineinfo"], 60, sandbox, contract)
 
@@ -122,7 +122,7 @@ A_SANDBOX_THAT_CANNOT_START = dict(level="namespaces", bwrap="/nonexistent/bwrap
 
 
 def test_the_same_file_is_compiled_once(tmp_path, sandbox):
-    from grader.execute.sandbox import Sandbox
+    from grader.execute.confine.sandbox import Sandbox
 
     source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text()
     first = check(tmp_path, sandbox, source)
@@ -135,7 +135,7 @@ def test_the_same_file_is_compiled_once(tmp_path, sandbox):
 
 
 def test_a_compile_error_is_kept_with_its_message_and_a_damaged_entry_is_compiled_again(tmp_path, sandbox):
-    from grader.execute.sandbox import Sandbox
+    from grader.execute.confine.sandbox import Sandbox
 
     source = (SUBMISSIONS / "compile_error" / "kernel.cu").read_text()
     first = check(tmp_path, sandbox, source)

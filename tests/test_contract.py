@@ -9,10 +9,10 @@ from hardware import needs_nvcc
 from grader.cases import load_cases
 from grader.config import load_config, preset_path
 from grader.contract import REFERENCE, KernelContract
-from grader.execute.compile import prepare_source
 from grader.execute.cpu.build import emulator_sources
 from grader.execute.job import Job
-from grader.execute.kernel_params import compiled_parameter_sizes, parameter_problem
+from grader.execute.nvcc.compile import prepare_source
+from grader.execute.nvcc.kernel_params import compiled_parameter_sizes, parameter_problem
 from grader.pipeline import RunPlan, grade
 from grader.result import ERROR, SUBMISSION_ERROR
 

@@ -4,8 +4,8 @@ from conftest import ROOT, SUBMISSIONS
 from hardware import needs_nvcc
 
 from grader.config import load_config
-from grader.execute import check_cache
-from grader.execute.compile import compile_check
+from grader.execute.nvcc import check_cache
+from grader.execute.nvcc.compile import compile_check
 from grader.result import FAILED, PASSED
 from grader.source.static_check import find_kernels, static_checks
 

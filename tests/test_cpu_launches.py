@@ -10,13 +10,13 @@ from conftest import RUN_TIMEOUT_S, SUBMISSIONS, make_grader
 from hardware import needs_cxx
 
 from grader.config import load_config
+from grader.execute.confine.sandbox import detect, scratch_folder
 from grader.execute.cpu import case_files, harness_driver
 from grader.execute.cpu.build import build
 from grader.execute.cpu.schedule import Schedule
 from grader.execute.cpu.statics import EMULATOR_NAMED
 from grader.execute.job import CaseSpec, Job
 from grader.execute.protocol import EVENTS, check
-from grader.execute.sandbox import detect, scratch_folder
 from grader.result import ERROR, FAILED, PASSED
 
 pytestmark = needs_cxx

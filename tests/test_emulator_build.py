@@ -4,8 +4,8 @@ import pytest
 from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx
 
+from grader.execute.confine.sandbox import detect, scratch_folder
 from grader.execute.cpu.build import build
-from grader.execute.sandbox import detect, scratch_folder
 
 pytestmark = needs_cxx
 

@@ -24,9 +24,9 @@ import pytest
 from conftest import ROOT, SUBMISSIONS
 
 from grader.cli import main
-from grader.execute.compile import nvcc_path
+from grader.execute.confine.proc import process_tree
 from grader.execute.cpu.build import compiler
-from grader.execute.proc import process_tree
+from grader.execute.nvcc.compile import nvcc_path
 
 pytestmark = pytest.mark.skipif(compiler() is None or nvcc_path() is None,
                                 reason="needs g++ (the CPU emulator) and nvcc (its verdict comes first)")

@@ -62,7 +62,7 @@ def test_a_hip_file_is_told_what_it_uses_at_its_lines():
 
 def test_a_compile_that_passed_tells_only_warnings_about_the_students_lines():
     """nvcc's remark on silencing warnings and ptxas's notes about nothing the student wrote are left out."""
-    from grader.execute.compile import warnings_of
+    from grader.execute.nvcc.compile import warnings_of
 
     log = ('kernel.cu(5): warning #177-D: variable "x" was declared but never referenced\n      int x;\n'
            '          ^\n\nRemark: The warnings can be suppressed with "-diag-suppress <warning-number>"\n\n'

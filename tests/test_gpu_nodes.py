@@ -1,4 +1,4 @@
-"""A sandboxed run placed on one GPU sees that GPU's device node and no other GPU's (execute/gpu_nodes.py).
+"""A sandboxed run placed on one GPU sees that GPU's device node and no other GPU's (execute/confine/gpu_nodes.py).
 
 Without a GPU: which node is which GPU, read from the driver's /proc folder as a host shows it. With one:
 the sandbox's /dev and the device CUDA finds there, for every GPU of the host.
@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from hardware import needs_gpu
 
-from grader.execute import gpu_nodes
-from grader.execute.gpu_detect import local_gpus
-from grader.execute.runner import Placement
-from grader.execute.sandbox import (
+from grader.execute.confine import gpu_nodes
+from grader.execute.confine.sandbox import (
     GPU_LIMITS,
     Confinement,
     child_environment,
     scratch_folder,
 )
+from grader.execute.gpu.detect import local_gpus
+from grader.execute.runner import Placement
 
 
 def driver_folder(root: Path, gpus: dict[str, int]) -> Path:

@@ -120,8 +120,8 @@ def test_the_emulator_builds_the_header_beside_kernel_cu(tmp_path, config):
     """The g++ build of the emulator, on its own (no nvcc before it): an error in the header is located there,
     which makes it the student's (build_failure.py), and names the header."""
     from grader.build_failure import classify
+    from grader.execute.confine.sandbox import detect, scratch_folder
     from grader.execute.cpu.build import build
-    from grader.execute.sandbox import detect, scratch_folder
 
     source = (SUBMISSION / "kernel.cu").read_text()
     contract = config.kernel.contract()

@@ -1,4 +1,4 @@
-"""Late warps (grader/execute/late_warps.py): every kernel the grader compiles can have every other warp held
+"""Late warps (grader/execute/gpu/late_warps.py): every kernel the grader compiles can have every other warp held
 back, so a missing barrier shows on every grading, alone or in a batch.
 
 The text tests run anywhere; the compile test needs nvcc (CI has it); the run tests need a GPU.
@@ -10,8 +10,7 @@ import pytest
 from conftest import SUBMISSIONS
 from hardware import needs_gpu, needs_nvcc
 
-from grader.execute.compile import prepare_source
-from grader.execute.late_warps import (
+from grader.execute.gpu.late_warps import (
     ENTRY_HOOK,
     LATE_CYCLES,
     ODD_WARPS_LATE,
@@ -20,6 +19,7 @@ from grader.execute.late_warps import (
     SKEW_SYMBOL,
     with_late_warps,
 )
+from grader.execute.nvcc.compile import prepare_source
 from grader.result import FAILED, PASSED
 
 TILE = 16

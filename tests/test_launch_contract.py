@@ -14,10 +14,10 @@ from grader.config import load_config, preset_path
 from grader.contract import KernelContract
 from grader.diagnose.run import launch_command, shape_for
 from grader.errors import ConfigError
-from grader.execute.compile import prepare_source
 from grader.execute.cpu.build import emulator_sources
 from grader.execute.job import Job
-from grader.execute.kernel_params import find_kernel, parameter_problem
+from grader.execute.nvcc.compile import prepare_source
+from grader.execute.nvcc.kernel_params import find_kernel, parameter_problem
 from grader.pipeline import CPU, GPU, RunPlan, grade
 from grader.result import PASSED
 

@@ -65,7 +65,7 @@ def test_a_pid_used_again_is_another_owner():
 def test_the_sandbox_copies_of_other_versions_are_pruned_to_the_newest_few(temp_root, monkeypatch):
     """As root (only a root grader makes copies): of each kind, the newest three and any made in the last day
     are kept; older ones go. A grader that is not root makes none and removes none."""
-    from grader.execute import reachable
+    from grader.execute.confine import reachable
 
     if os.geteuid() != 0:
         assert prune_copies() == Pruned()

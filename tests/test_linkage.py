@@ -19,11 +19,11 @@ from grader.config import load_config
 from grader.contract import KernelContract
 from grader.diagnose.run import kernel_symbol_of, launch_command
 from grader.diagnose.sanitizer_log import describe, parse
-from grader.execute.compile import TILE_PROBE_SYMBOL, compile_check, prepare_source
 from grader.execute.cpu.build import emulator_sources
-from grader.execute.kernel_params import find_kernel, parameter_problem, symbols
-from grader.execute.late_warps import SKEW_SYMBOL
-from grader.execute.mangling import demangle
+from grader.execute.gpu.late_warps import SKEW_SYMBOL
+from grader.execute.nvcc.compile import TILE_PROBE_SYMBOL, compile_check, prepare_source
+from grader.execute.nvcc.kernel_params import find_kernel, parameter_problem, symbols
+from grader.execute.nvcc.mangling import demangle
 from grader.pipeline import RunPlan, grade
 from grader.result import ERROR, GRADED, PASSED, SUBMISSION_ERROR
 from grader.source.signature import signature_problem

@@ -14,7 +14,7 @@ from grader.config import load_config
 from grader.contract import REFERENCE
 from grader.diagnose.profile import profile_cubin
 from grader.diagnose.resources import REFERENCE_FILE, build_cubin
-from grader.execute.compile import prepare_source
+from grader.execute.nvcc.compile import prepare_source
 from grader.pipeline import GPU, RunPlan, grade, placement_of, sandbox_of
 from grader.result import OCCUPANCY, THROUGHPUT, TIMING, UNCOALESCED_LOAD, UNCOALESCED_STORE
 
@@ -85,7 +85,7 @@ def test_the_reference_as_a_submission_gets_no_ncu_advice(setup, tmp_path):
 
 def profiled(setup, tmp_path, name: str, tile: int):
     """ncu's figures for one feedback kernel, compiled for this GPU as the grader compiles it."""
-    from grader.execute.compile import compile_check
+    from grader.execute.nvcc.compile import compile_check
 
     config, _ = setup
     plan = RunPlan(GPU)

@@ -9,8 +9,8 @@ from hardware import needs_cxx, needs_nvcc
 from grader.config import load_config
 from grader.contract import KernelContract
 from grader.diagnose.resources import compiler_feedback, launched, reference_launched
-from grader.execute.compile import TILE_PROBE_SYMBOL, compile_check
-from grader.execute.cubin_resources import cubin_arch, device_int, kernel_resources
+from grader.execute.nvcc.compile import TILE_PROBE_SYMBOL, compile_check
+from grader.execute.nvcc.cubin_resources import cubin_arch, device_int, kernel_resources
 from grader.judge.occupancy import ARCHES, Launched, Resources, occupancy, occupancy_feedback
 from grader.result import OCCUPANCY, SPILLS
 

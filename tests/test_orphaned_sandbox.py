@@ -4,7 +4,7 @@ bubblewrap's --die-with-parent sets the kernel's parent-death signal only once b
 never asks whether its parent is still there; the uid drop before it clears any signal set earlier. A
 grader killed before then (kill -9 of `grade serve` or of a batch takes its workers and their drivers at
 once) left the run going: the emulation of a hung kernel until its CPU limit, or nvcc. A run now checks its
-lifeline before its command starts, or at uid-only starts under a guard (execute/parent_death.py).
+lifeline before its command starts, or at uid-only starts under a guard (execute/confine/parent_death.py).
 """
 import os
 import subprocess
@@ -17,9 +17,9 @@ from conftest import ROOT, SUBMISSIONS, live_children
 from hardware import needs_cxx
 
 from grader.config import load_config
+from grader.execute.confine.sandbox import detect, scratch_folder
 from grader.execute.cpu.build import build
 from grader.execute.job import Job
-from grader.execute.sandbox import detect, scratch_folder
 
 # The spawner: a CPU driver that dies the moment the sandbox of a kernel that never finishes starting is
 # started. The kernel's static initializer spins, so the harness never reads the end of its commands either.
@@ -28,7 +28,7 @@ SPAWNER = textwrap.dedent("""
     from pathlib import Path
     from grader.execute.cpu import harness_driver
     from grader.execute.job import Job
-    from grader.execute.sandbox import detect
+    from grader.execute.confine.sandbox import detect
 
     class DyingSandbox(type(detect())):
         def popen(self, *args, **kwargs):
@@ -93,7 +93,7 @@ def _assert_nothing_left(before: set[str], attempt: str) -> None:
 BARE_SPAWNER = textwrap.dedent("""
     import os, sys
     from pathlib import Path
-    from grader.execute.sandbox import UID_ONLY, Confinement, ResourceLimits, Sandbox, detect
+    from grader.execute.confine.sandbox import UID_ONLY, Confinement, ResourceLimits, Sandbox, detect
 
     sandbox = Sandbox(UID_ONLY, drop_uid=True) if sys.argv[2] == "uid-only" else detect()
     sandbox.popen(["/bin/sleep", "30"], Confinement(Path(sys.argv[1]), ResourceLimits(cpu_s=30, processes=64)))

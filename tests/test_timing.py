@@ -77,7 +77,7 @@ def test_the_reference_module_with_the_timing_helpers_compiles(tmp_path):
     student their timing points on the GPU alone, so nvcc checks it here."""
     import subprocess
 
-    from grader.execute.compile import COUNT_KERNEL, FILL_KERNEL, nvcc_path, reference_module_source
+    from grader.execute.nvcc.compile import COUNT_KERNEL, FILL_KERNEL, nvcc_path, reference_module_source
 
     source = tmp_path / "reference.cu"
     source.write_text(reference_module_source((ROOT / "reference" / "kernel.cu").read_text()))

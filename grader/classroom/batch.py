@@ -4,7 +4,7 @@ intake → one grade() per student, each in a worker process of its own (batch_w
 spread over the GPUs → each result written atomically by this process, the only one that writes results,
 as it finishes → the class-wide files, all rendered from the stored results. Grading in a batch is
 grading alone, side by side: every case, timing measurement and sanitizer launch has its GPU alone for
-a short turn (execute/device_lock.py), and no wait for a turn or a CPU counts against a student. A
+a short turn (execute/gpu/device_lock.py), and no wait for a turn or a CPU counts against a student. A
 worker that dies costs its student a "grader error" row, which `--resume` grades again. `--resume` skips
 every student whose stored result has the same fingerprint (their kernel, the config, cases, reference
 and grader) and an intact signature (an HMAC with a key only the grader holds, so an edited result is
@@ -27,7 +27,7 @@ from .. import __version__
 from ..cases import Case
 from ..config import Config
 from ..diagnose.groups import GROUP_SIZE, SanitizerGroups
-from ..execute.gpu_detect import local_gpus
+from ..execute.gpu.detect import local_gpus
 from ..execute.runner import Placement
 from ..intake.intake import Entry, Intake, Refusal, discover
 from ..judge import truths
@@ -202,11 +202,9 @@ def _executor(options: BatchOptions, plan: RunPlan, jobs: int):
     """Where the submissions are graded: worker processes of this host, or a Dask cluster's workers."""
     if not options.cluster:
         return ThreadPoolExecutor(max_workers=jobs), None
-    from distributed import Client  # only a cluster batch needs Dask
+    from .cluster import connect, task_resources
 
-    from .cluster import CONNECT_TIMEOUT, task_resources
-
-    client = Client(options.cluster, security=options.security, timeout=CONNECT_TIMEOUT)
+    client = connect(options.cluster, options.security)
     return client.get_executor(resources=task_resources(plan), pure=False), client
 
 

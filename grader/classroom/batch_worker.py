@@ -11,7 +11,7 @@ import os
 import pickle
 import sys
 
-from ..execute.proc import die_with_parent
+from ..execute.confine.proc import die_with_parent
 from ..pipeline import grade
 
 

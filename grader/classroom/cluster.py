@@ -24,7 +24,7 @@ from pathlib import Path
 from ..cases import Case
 from ..config import Config
 from ..errors import UsageError
-from ..execute.proc import PR_SET_PDEATHSIG
+from ..execute.confine.proc import PR_SET_PDEATHSIG
 from ..intake.intake import Entry
 from ..leftovers import TASK, owned_scratch
 from ..pipeline import GPU, RunPlan, not_graded
@@ -134,18 +134,23 @@ class WorkerWatch:
                 "the batch stopped")
 
 
-def cluster_gpus(address: str, security, wait_s: float = 60.0) -> int:
-    """How many GPU slots the cluster's workers offer, once at least one worker has joined. The batch or
-    service may run on a host without a GPU: the workers' GPUs decide the backend, not this host's."""
+def connect(address: str, security):
+    """A Dask client of the scheduler at `address` (the batch's, the service's and the GPU count's one way
+    in); a UsageError naming the address where Dask is missing or the scheduler cannot be reached."""
     try:
-        from distributed import Client
+        from distributed import Client  # only a class graded on a cluster needs Dask
     except ImportError:
         raise UsageError("--cluster needs Dask's distributed: pip install -e '.[cluster]'") from None
     try:
-        client = Client(address, security=security, timeout=CONNECT_TIMEOUT)
+        return Client(address, security=security, timeout=CONNECT_TIMEOUT)
     except (OSError, ValueError) as error:  # unreachable, refused, a malformed address, a TLS mismatch
         raise UsageError(f"--cluster {address}: cannot reach the scheduler ({error})") from None
-    with client:
+
+
+def cluster_gpus(address: str, security, wait_s: float = 60.0) -> int:
+    """How many GPU slots the cluster's workers offer, once at least one worker has joined. The batch or
+    service may run on a host without a GPU: the workers' GPUs decide the backend, not this host's."""
+    with connect(address, security) as client:
         try:
             client.wait_for_workers(1, timeout=wait_s)
         except TimeoutError:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from ..cases import Case
 from ..config import Config
 from ..diagnose.groups import SanitizerGroups
-from ..execute.sandbox import ONE_BLAS_THREAD
+from ..execute.confine.sandbox import ONE_BLAS_THREAD
 from ..intake.intake import Entry
 from ..pipeline import RunPlan, not_graded
 from ..result import GRADER_ERROR, SubmissionResult

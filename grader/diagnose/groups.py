@@ -38,21 +38,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..execute.compile import MAX_CUBIN_BYTES
+from ..execute.confine.sandbox import Sandbox, scratch_folder
+from ..execute.nvcc.compile import MAX_CUBIN_BYTES
 from ..execute.protocol import read_untrusted, read_untrusted_head
 from ..execute.runner import Placement
-from ..execute.sandbox import Sandbox, scratch_folder
 from .launcher import LauncherUnavailable, launcher, staged_inputs
-from .run import (
-    TOOLS,
-    SanitizerRun,
-    ToolRun,
-    job_arguments,
-    kernel_symbol_of,
-    sanitizer_path,
-    shape_for,
-    watch_tool,
-)
+from .run import TOOLS, SanitizerRun, ToolRun, job_arguments, kernel_symbol_of, sanitizer_path, shape_for, watch_tool
 
 GROUP_SIZE = 8  # students per tool process
 # How long a request waits for others to join it before its group runs as it is. A waiting worker holds

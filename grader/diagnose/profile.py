@@ -22,12 +22,12 @@ from pathlib import Path
 
 from ..cache_file import keep
 from ..contract import REFERENCE, KernelContract
-from ..execute.compile import MAX_CUBIN_BYTES, TILE_PROBE_SYMBOL, nvcc_path, prepare_source
-from ..execute.cubin_resources import cubin_arch, device_int
-from ..execute.proc import BACKGROUND_NICE
+from ..execute.confine.proc import BACKGROUND_NICE
+from ..execute.confine.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
+from ..execute.nvcc.compile import MAX_CUBIN_BYTES, TILE_PROBE_SYMBOL, nvcc_path, prepare_source
+from ..execute.nvcc.cubin_resources import cubin_arch, device_int
 from ..execute.protocol import read_untrusted
 from ..execute.runner import Placement
-from ..execute.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 from ..result import BANK_CONFLICT, THROUGHPUT, UNCOALESCED_LOAD, UNCOALESCED_STORE, Feedback
 from . import run as sanitizer_run
 from .launcher import LauncherUnavailable, launcher, staged_inputs

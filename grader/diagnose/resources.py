@@ -19,12 +19,19 @@ from pathlib import Path
 from ..cache_file import keep
 from ..config import Config
 from ..contract import REFERENCE, KernelContract
-from ..execute.compile import CUBIN_FILE, MAX_CUBIN_BYTES, STUDENT_FILE, TILE_PROBE_SYMBOL, nvcc_path, prepare_source
-from ..execute.cubin_resources import cubin_arch, device_int, kernel_resources
-from ..execute.kernel_params import kernel_symbol
-from ..execute.proc import BACKGROUND_NICE, run_killable
+from ..execute.confine.proc import BACKGROUND_NICE, run_killable
+from ..execute.confine.sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
+from ..execute.nvcc.compile import (
+    CUBIN_FILE,
+    MAX_CUBIN_BYTES,
+    STUDENT_FILE,
+    TILE_PROBE_SYMBOL,
+    nvcc_path,
+    prepare_source,
+)
+from ..execute.nvcc.cubin_resources import cubin_arch, device_int, kernel_resources
+from ..execute.nvcc.kernel_params import kernel_symbol
 from ..execute.protocol import read_untrusted
-from ..execute.sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 from ..judge.occupancy import ArchLimits, Launched, Resources, limits_for, occupancy_feedback, of
 from ..result import CheckResult, Feedback, SubmissionResult
 

@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Callable
 
 from ..contract import REFERENCE, KernelContract
-from ..execute.compile import MAX_CUBIN_BYTES
-from ..execute.deadline import Deadline
-from ..execute.device_lock import Turn
+from ..execute.confine.deadline import Deadline
+from ..execute.confine.proc import BACKGROUND_NICE, TURN_NICE, kill_group, set_tree_priority
+from ..execute.confine.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 from ..execute.event_pipe import TimedOut, read_events
-from ..execute.kernel_params import kernel_symbol
-from ..execute.proc import BACKGROUND_NICE, TURN_NICE, kill_group, set_tree_priority
+from ..execute.gpu.device_lock import Turn
+from ..execute.nvcc.compile import MAX_CUBIN_BYTES
+from ..execute.nvcc.kernel_params import kernel_symbol
 from ..execute.protocol import ProtocolError, read_untrusted
 from ..execute.runner import Placement
-from ..execute.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 from ..result import SANITIZER, CheckResult, errored, failed, passed, skipped
 from .launcher import LauncherUnavailable, launcher, staged_inputs
 from .sanitizer_log import SanitizerReport, describe, parse, syncthreads_lines

@@ -15,15 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cases import Case
+from ..execute.confine.sandbox import Sandbox, scratch_folder
 from ..execute.runner import Placement
-from ..execute.sandbox import Sandbox, scratch_folder
-from ..judge.findings import (
-    DIVERGENT_BARRIER,
-    OUT_OF_BOUNDS_READ,
-    OUT_OF_BOUNDS_WRITE,
-    SHARED_RACE,
-    Finding,
-)
+from ..judge.findings import DIVERGENT_BARRIER, OUT_OF_BOUNDS_READ, OUT_OF_BOUNDS_WRITE, SHARED_RACE, Finding
 from ..result import SANITIZER, CheckResult, errored, failed, passed
 from .launcher import LauncherUnavailable, launcher, staged_inputs
 from .run import (

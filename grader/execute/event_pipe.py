@@ -5,7 +5,7 @@ import os
 import select
 from collections.abc import Iterator
 
-from .deadline import Deadline
+from .confine.deadline import Deadline
 from .protocol import MAX_LINE_BYTES, decode
 
 

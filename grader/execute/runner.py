@@ -22,14 +22,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import bytecode, cubin_cache, reachable
-from .clocks import ClockWatch
-from .compile_ahead import CompilesAhead
-from .deadline import Deadline
-from .device_lock import DeviceLock, Turn
-from .event_pipe import TimedOut, read_events
-from .job import Job
-from .proc import (
+from .confine import bytecode, reachable
+from .confine.deadline import Deadline
+from .confine.proc import (
     BACKGROUND_NICE,
     TURN_NICE,
     ProcessTree,
@@ -39,8 +34,14 @@ from .proc import (
     set_session_priority,
     set_tree_priority,
 )
+from .confine.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
+from .event_pipe import TimedOut, read_events
+from .gpu.clocks import ClockWatch
+from .gpu.device_lock import DeviceLock, Turn
+from .job import Job
+from .nvcc import cubin_cache
+from .nvcc.compile_ahead import CompilesAhead
 from .protocol import ProtocolError
-from .sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
 
 # Events after which the child is gone; in a case, the remaining cases go to a fresh child.
 BROKEN = ("fault", "timeout", "crash", "protocol_error")
@@ -58,7 +59,7 @@ class ChildProgram:
 
     @classmethod
     def gpu_child(cls, sandbox: Sandbox) -> ChildProgram:
-        return cls((sys.executable, "-m", "grader.execute.gpu_child"), sandbox, gpu=True)
+        return cls((sys.executable, "-m", "grader.execute.gpu.child"), sandbox, gpu=True)
 
     @classmethod
     def cpu_driver(cls) -> ChildProgram:

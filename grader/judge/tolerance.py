@@ -23,7 +23,7 @@ def within(c: np.ndarray, expected: np.ndarray, bound: np.ndarray) -> np.ndarray
     """True where c is within the bound of expected; NaN and inf never are.
 
     Computed in the widest dtype given: float64 against a float64 truth. The GPU child's check of timed
-    outputs is the same test in float32, on the GPU (execute/compile.py, COUNT_KERNEL).
+    outputs is the same test in float32, on the GPU (execute/nvcc/compile.py, COUNT_KERNEL).
     """
     with np.errstate(invalid="ignore"):
         return np.abs(c - expected) <= bound

@@ -81,11 +81,9 @@ def serve(config: Config, cases: list[Case], plan: RunPlan, state: Path, tokens:
     requeued = store.requeue_running()
     client = None
     if cluster:
-        from distributed import Client
+        from ..classroom.cluster import connect
 
-        from ..classroom.cluster import CONNECT_TIMEOUT
-
-        client = Client(cluster, security=security, timeout=CONNECT_TIMEOUT)
+        client = connect(cluster, security)
     workers = workers or os.cpu_count() or 2
     if plan.backend is not None and client is None:  # as a batch does: once, before jobs race to compute them
         truths.warm([case for case in cases if plan.backend == GPU or not case.gpu_only], config)

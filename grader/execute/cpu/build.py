@@ -24,10 +24,10 @@ from ...contract import DEFAULT_TILE, KernelContract, TileSource
 from ...source import cuda_syntax as cs
 from ...source.device_side import device_side
 from ...source.toolkit_headers import is_toolkit_header
-from ..compile import MAX_MESSAGE_LINES, STUDENT_FILE, same_place
-from ..proc import BACKGROUND_NICE, kill_group
+from ..confine.proc import BACKGROUND_NICE, kill_group
+from ..confine.sandbox import COMPILER_LIMITS, Confinement, Sandbox
+from ..nvcc.compile import MAX_MESSAGE_LINES, STUDENT_FILE, same_place
 from ..protocol import read_untrusted
-from ..sandbox import COMPILER_LIMITS, Confinement, Sandbox
 from .instrument import instrument
 from .statics import EMULATOR_NAMED, emulator_variables, mutable_statics, names_the_emulator, statics_tag
 

@@ -15,9 +15,9 @@ import numpy as np
 from ...contract import KernelContract
 from ...judge.inputs import make_inputs
 from ...judge.layout import GUARD_BEFORE, guarded_layout, guarded_size
+from ..confine.sandbox import HARNESS_LIMITS
 from ..job import CaseSpec, Job, student_output
 from ..protocol import harness_report, read_untrusted, read_untrusted_head
-from ..sandbox import HARNESS_LIMITS
 from .access_profile import PROFILE_SEED, access_records
 from .schedule import DONE, ORDERS, TIMED_OUT, Ended, Task
 from .server import Server

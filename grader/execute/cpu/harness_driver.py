@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...contract import REFERENCE, KernelContract
+from ..confine.proc import die_with_parent
+from ..confine.sandbox import HARNESS_LIMITS, Sandbox, SandboxFailed
 from ..job import Job
-from ..proc import die_with_parent
 from ..protocol import Channel, harness_report
-from ..sandbox import HARNESS_LIMITS, Sandbox, SandboxFailed
 from .access_profile import access_records, profile_size
 from .build import Build, build, compiler, compiler_version
 from .schedule import Schedule

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..proc import kill_group
-from ..sandbox import HARNESS_LIMITS, Confinement, Sandbox, SandboxFailed
+from ..confine.proc import kill_group
+from ..confine.sandbox import HARNESS_LIMITS, Confinement, Sandbox, SandboxFailed
 
 REPLY = re.compile(rb"(hello|done|exit) (none|-?\d{1,9})(?: (-?\d{1,9}))?")
 READS_AT_ONCE = 16  # a pipe student code floods is read in turns with the rest of the driver's work

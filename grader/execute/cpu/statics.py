@@ -23,7 +23,7 @@ import hashlib
 import struct
 from collections.abc import Iterator
 
-from ..kernel_params import Section, _headers, _string, section_table, symbol_entries
+from ..nvcc.kernel_params import Section, _headers, _string, section_table, symbol_entries
 
 SHF_WRITE, SHF_ALLOC = 0x1, 0x2
 SHT_INIT_ARRAY, SHT_FINI_ARRAY, SHT_PREINIT_ARRAY = 14, 15, 16

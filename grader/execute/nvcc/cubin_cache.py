@@ -19,10 +19,10 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
-from ..cache_file import keep
+from ...cache_file import keep
+from ..job import Job
+from ..protocol import read_untrusted
 from .compile import MAX_CUBIN_BYTES, cubin_key
-from .job import Job
-from .protocol import read_untrusted
 
 OFFERED, BUILT = "cubins", "new-cubins"
 GRADED = "graded-student.cubin"  # in the child's folder: the student's module it loaded and ran

@@ -32,7 +32,7 @@ COPIES_VARIABLE = "SGEMM_GRADER_SANDBOX_COPIES"
 # Part of every copy's name: a grader that lays its copies out differently must not take an older one's.
 LAYOUT = "sgemm-grader-sandbox-copies 1"
 DEFAULT_ROOTS = (Path("/var/cache/sgemm-grader-sandbox"), Path(tempfile.gettempdir(), "sgemm-grader-sandbox-root"))
-PACKAGE_DIR = Path(__file__).resolve().parent.parent  # grader/
+PACKAGE_DIR = Path(__file__).resolve().parents[2]  # grader/
 # What the grader package holds that a sandbox reads: its modules and the CPU emulator's sources.
 PACKAGE_SUFFIXES = (".py", ".h", ".hpp", ".cpp", ".c")
 # Parts of the standard library no child imports; the rest of a copied interpreter's library is kept.

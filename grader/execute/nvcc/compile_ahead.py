@@ -18,12 +18,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..confine.deadline import Deadline
+from ..confine.proc import BACKGROUND_NICE, kill_group
+from ..confine.sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment
+from ..protocol import read_untrusted
 from .compile import CUBIN_FILE, MAX_CUBIN_BYTES, cubin_command, nvcc_path, write_sources
 from .cubin_cache import Exchange
-from .deadline import Deadline
-from .proc import BACKGROUND_NICE, kill_group
-from .protocol import read_untrusted
-from .sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment
 
 DEADLINE_CHECK_S = 0.5  # how often a build's deadline is looked at while it runs
 

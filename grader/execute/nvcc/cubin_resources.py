@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 
-from ..judge.occupancy import Resources
+from ...judge.occupancy import Resources
 from .kernel_params import _headers, _section, info_records, symbol_entries
 
 REGCOUNT, FRAME_SIZE = 0x2F, 0x11

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..contract import MATRICES, KernelContract
-from ..source.signature import namespaced_kernel_problem, template_kernel_problem
+from ...contract import MATRICES, KernelContract
+from ...source.signature import namespaced_kernel_problem, template_kernel_problem
 from .mangling import Demangled, demangle
 
 KPARAM_INFO = 0x17  # EIATTR_KPARAM_INFO: index u32, ordinal u16, offset u16, flags u32 (size in bits 18..31)

@@ -17,10 +17,10 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from ..cache_file import keep
-from ..contract import KernelContract
+from ...cache_file import keep
+from ...contract import KernelContract
+from ..confine.sandbox import Sandbox
 from .compile import CompileOutcome, compile_check, cubin_key, nvcc_path
-from .sandbox import Sandbox
 
 FOLDER = "compile-check"
 MAX_ENTRY_BYTES = 1 << 20

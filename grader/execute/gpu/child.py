@@ -1,6 +1,6 @@
 """The GPU child: compiles one submission and the reference, runs the cases, times them.
 
-Runs as `python -m grader.execute.gpu_child JOB_FILE EVENT_FD CONTROL_FD` in a process of its own; the only code that
+Runs as `python -m grader.execute.gpu.child JOB_FILE EVENT_FD CONTROL_FD` in a process of its own; the only code that
 touches CUDA. After any CUDA error it reports and exits: a fault poisons the context for good.
 """
 # ruff: noqa: E402 - run as the GPU child, CUDA starts initialising before the imports below (EarlyInit)
@@ -57,11 +57,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..contract import REFERENCE, KernelContract
-from ..judge.inputs import make_inputs
-from ..judge.layout import GUARD_BEFORE, POISON_BITS, guard_after, guarded_layout, guarded_size
-from ..judge.tolerance import uniform_bound
-from .compile import (
+from ...contract import REFERENCE, KernelContract
+from ...judge.inputs import make_inputs
+from ...judge.layout import GUARD_BEFORE, POISON_BITS, guard_after, guarded_layout, guarded_size
+from ...judge.tolerance import uniform_bound
+from ..confine.proc import BACKGROUND_NICE, die_with_parent
+from ..job import CaseSpec, Job, TimingSpec, student_output
+from ..nvcc.compile import (
     COUNT_KERNEL,
     DIFFER_KERNEL,
     FILL_KERNEL,
@@ -72,12 +74,10 @@ from .compile import (
     cubin_key,
     student_compile_message,
 )
-from .cubin_cache import BUILT, GRADED, OFFERED
-from .job import CaseSpec, Job, TimingSpec, student_output
-from .kernel_params import kernel_symbol, parameter_problem
+from ..nvcc.cubin_cache import BUILT, GRADED, OFFERED
+from ..nvcc.kernel_params import kernel_symbol, parameter_problem
+from ..protocol import Channel
 from .late_warps import OFF, SKEW_SYMBOL, skew_for
-from .proc import BACKGROUND_NICE, die_with_parent
-from .protocol import Channel
 
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
 

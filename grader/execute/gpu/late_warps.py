@@ -27,8 +27,8 @@ Only text is inserted, never a newline, so every line keeps the student's number
 """
 from __future__ import annotations
 
-from ..judge.layout import POISON_BITS
-from ..source import cuda_syntax as cs
+from ...judge.layout import POISON_BITS
+from ...source import cuda_syntax as cs
 
 SKEW_SYMBOL = "sgemm_grader_late_warps_"
 HOOK = "sgemm_grader_hold_back_"

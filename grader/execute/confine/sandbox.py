@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..result import NAMESPACES, NAMESPACES_AND_UID, NO_SANDBOX, UID_ONLY, UNSAFE_NOTE
+from ...result import NAMESPACES, NAMESPACES_AND_UID, NO_SANDBOX, UID_ONLY, UNSAFE_NOTE
 from . import gpu_nodes, parent_death, reachable, seccomp
 from .proc import IN_PID_NAMESPACE, set_session_priority
 
@@ -57,7 +57,7 @@ ALLOWED_PREFIXES = ("NVIDIA_", "CUDA_")
 # A child's numpy needs no thread pool: OpenBLAS would start one per core in each of a batch's processes.
 ONE_BLAS_THREAD = dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), "1")
 OUTPUT_FILE_BYTES = 256 << 20  # the largest case output is a few MB; a printf flood stops here
-PACKAGE_DIR = Path(__file__).resolve().parent.parent  # grader/
+PACKAGE_DIR = Path(__file__).resolve().parents[2]  # grader/
 PACKAGE_ROOT = PACKAGE_DIR.parent  # what PYTHONPATH names, so children import this very grader
 
 

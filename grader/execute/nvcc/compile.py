@@ -18,14 +18,14 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..build_failure import NVCC_EVIDENCE, classify
-from ..contract import DEFAULT_TILE, KernelContract, TileSource
+from ...build_failure import NVCC_EVIDENCE, classify
+from ...contract import DEFAULT_TILE, KernelContract, TileSource
+from ..confine.proc import BACKGROUND_NICE, run_killable
+from ..confine.sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
+from ..gpu.late_warps import PRELUDE as LATE_WARPS_PRELUDE
+from ..gpu.late_warps import with_late_warps
+from ..protocol import read_untrusted
 from .kernel_params import parameter_problem
-from .late_warps import PRELUDE as LATE_WARPS_PRELUDE
-from .late_warps import with_late_warps
-from .proc import BACKGROUND_NICE, run_killable
-from .protocol import read_untrusted
-from .sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 
 STUDENT_FILE, CUBIN_FILE = "kernel.cu", "kernel.cubin"
 MAX_CUBIN_BYTES = 64 << 20
