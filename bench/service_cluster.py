@@ -58,12 +58,13 @@ def grade_batch(folder: Path, config: Path, outdir: Path) -> tuple[float, dict[s
 
 
 class Service:
-    """The scheduler, the workers and the service, as an instructor starts them (README), stopped on exit."""
+    """The scheduler, the workers and the service, as an instructor starts them (docs/service-and-cluster.md),
+    stopped on exit."""
 
     def __init__(self, work: Path, config: Path, stack: ExitStack):
         scheduler_port, service_port = str(free_port()), str(free_port())
         self.scheduler = f"tls://127.0.0.1:{scheduler_port}"
-        self.certs = work / "certs"  # the cluster's mutual TLS, as the README sets it up
+        self.certs = work / "certs"  # the cluster's mutual TLS, as docs/service-and-cluster.md sets it up
         subprocess.run([sys.executable, "-m", "grader", "cluster-certs", str(self.certs)], check=True, cwd=ROOT,
                        stdout=subprocess.DEVNULL)
         tls = ["--certs", str(self.certs)]

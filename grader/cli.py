@@ -277,7 +277,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                             help="the score from a run without a GPU (timing and the large cases not checked): "
                                  "hold (default) scores the points checked, for an assignment worth the points "
                                  "checkable without a GPU; scale scores their share of the full total, for an "
-                                 "assignment worth the full total (README: which total to give the assignment)")
+                                 "assignment worth the full total (docs/instructors.md: which total to give the "
+                                 "assignment)")
     if command == "gradescope":
         parser.add_argument("--hidden-visibility", choices=HIDDEN_VISIBILITIES, default=DEFAULT_HIDDEN_VISIBILITY,
                             help="Gradescope visibility of hidden cases (default: %(default)s); students see only "

@@ -124,7 +124,7 @@ def test_half_a_tls_setup_is_misuse(tmp_path):
 
 
 def test_grade_worker_serves_a_scheduler_that_grade_batch_sends_to(tmp_path):
-    """The commands as the README has an instructor run them, TLS throughout (on 127.0.0.1): `grade
+    """The commands as docs/service-and-cluster.md has an instructor run them, TLS throughout (on 127.0.0.1): `grade
     cluster-certs`, `grade scheduler`, `grade worker` on this (GPU-less) host, and `grade batch --cluster`.
     Stopping `grade worker` stops the Dask processes it started."""
     certs = tmp_path / "certs"

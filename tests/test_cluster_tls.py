@@ -1,6 +1,6 @@
-"""The cluster as the README starts it, on 127.0.0.1 only: `grade cluster-certs`, `grade scheduler`, `grade
-worker`. Whoever lacks a certificate of the cluster's CA gets no code run (through the scheduler, or a
-worker's or nanny's own port); plain TCP is refused unless --insecure; and `kill -9` of `grade worker`
+"""The cluster as docs/service-and-cluster.md starts it, on 127.0.0.1 only: `grade cluster-certs`, `grade
+scheduler`, `grade worker`. Whoever lacks a certificate of the cluster's CA gets no code run (through the scheduler,
+or a worker's or nanny's own port); plain TCP is refused unless --insecure; and `kill -9` of `grade worker`
 leaves no Dask process running or registered."""
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def other_certs(tmp_path_factory) -> Path:
 
 
 class Cluster:
-    """`grade scheduler` and `grade worker` on 127.0.0.1, the way the README starts them."""
+    """`grade scheduler` and `grade worker` on 127.0.0.1, the way docs/service-and-cluster.md starts them."""
 
     def __init__(self, certs: Path, logs: Path):
         self.certs, self.logs, self.port = certs, logs, free_port()

@@ -31,3 +31,25 @@ def test_every_configuration_key_is_documented():
 def test_every_case_field_is_documented():
     missing = [item.name for item in fields(Case) if f"`{item.name}`" not in REFERENCE]
     assert missing == []
+
+
+README = ROOT / "README.md"
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+
+
+def test_the_readme_is_a_short_page_with_a_map_of_every_docs_page():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    assert all(f"](docs/{page.name})" in text for page in PAGES), "a docs/ page the README's map leaves out"
+    assert "<!-- test-command -->" in text  # .ci/run reads the test command under it
+
+
+def test_every_relative_link_of_the_docs_names_a_file_that_exists():
+    import re
+
+    broken = []
+    for page in [README, *PAGES]:
+        for target in re.findall(r"\]\(([^)#\s]+)[^)]*\)", page.read_text()):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert broken == []

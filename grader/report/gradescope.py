@@ -110,7 +110,7 @@ def to_gradescope(result: SubmissionResult, execution_time: float | None = None,
                              "checkable_max_score": result.checkable_max, "without_gpu": without_gpu}
     if result.graded:  # a result not graded marks nothing as needing a GPU: it cannot say the run's total
         extra["assignment_points"] = assignment_points(result, without_gpu)
-    if result.regrade_reason:  # the instructor's marker: this row needs grading again (README: regrade)
+    if result.regrade_reason:  # the instructor's marker: this row needs grading again (docs/instructors.md)
         extra["regrade_reason"] = result.regrade_reason
     figures = timing_figures(result)
     if figures:

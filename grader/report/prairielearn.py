@@ -94,7 +94,7 @@ def to_prairielearn(result: SubmissionResult, limit: int = DEFAULT_LIMIT, compil
         # Not graded: every check would repeat the one reason, which format_errors gives once.
         "tests": [_test(check, told[check.name]) for check in result.checks if check.checkable and result.graded],
     }
-    if result.regrade_reason:  # the instructor's marker: this submission needs grading again (README)
+    if result.regrade_reason:  # the instructor's marker: this submission needs grading again (docs/instructors.md)
         data["regrade_reason"] = result.regrade_reason
     if not result.graded:
         data["format_errors"] = [cap(result.message or "the submission could not be graded", limit)]
