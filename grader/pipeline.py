@@ -22,7 +22,7 @@ from .cases import Case
 from .config import Config
 from .contract import WIDTH, KernelContract
 from .diagnose.groups import GUARD, Vouched, check_in_group
-from .diagnose.profile import profile_submission
+from .diagnose.profile import profile_lines, profile_submission
 from .diagnose.resources import add_compiler_feedback, warm_reference
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import TOOLS, SanitizerRun, sanitize, sanitizer_path
@@ -38,7 +38,7 @@ from .execute.nvcc import check_cache, cubin_cache
 from .execute.nvcc.compile import CompileOutcome, nvcc_path, prepare_source, reference_module_source
 from .execute.runner import ChildProgram, Limits, Placement, run_job
 from .intake.submission import KERNEL_FILE, Submission, SubmissionError, locate, missing_headers, read_submission
-from .judge.access import access_feedback
+from .judge.access import access_feedback, measured_on_the_gpu
 from .judge.timing import NAME as TIMING_NAME
 from .judge.warming import Warming
 from .leftovers import GRADE, owned_folder
@@ -257,7 +257,7 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
         if diagnosis.status == ERROR and result.outcome == GRADED:
             result.outcome = GRADER_ERROR  # the diagnosis could not run: graded again by --resume
     if plan.profile and run.compile_check.passed and run.tile_size:
-        _profile(result, made, config, run, plan)
+        _profile(result, made, config, run, plan, submission.source)
         phases.mark("profile")
     result.checks = rubric.results(made, run.not_run_reason)
     return _settled(result, config)
@@ -317,18 +317,27 @@ def _joined(*parts: str) -> str:
 
 
 def _profile(result: SubmissionResult, made: list[CheckResult], config: Config, run: RunEvents,
-             plan: RunPlan) -> None:
-    """Nsight Compute's findings (advice, no points) and its figures on the timing check (or the compile check)."""
+             plan: RunPlan, source: str) -> None:
+    """Nsight Compute's findings (advice, no points) and its figures on the timing check (or the compile check);
+    what it measured at each line the emulator's findings name, said with them."""
     t = config.timing
+    contract, shape = config.kernel.contract(), (t.m, t.n, t.k)
+    placement, sandbox = placement_of(plan, config), sandbox_of(plan)
     try:
-        found, figures = profile_submission(run.student_cubin, config.kernel.contract(), run.tile_size,
-                                            (t.m, t.n, t.k), config.reference_path.read_text(encoding="utf-8"),
-                                            config.compile.options, run.device, placement_of(plan, config),
-                                            sandbox_of(plan), config.cache_dir, config.timeouts.compile_s)
+        found, figures = profile_submission(run.student_cubin, contract, run.tile_size, shape,
+                                            config.reference_path.read_text(encoding="utf-8"),
+                                            config.compile.options, run.device, placement, sandbox, config.cache_dir,
+                                            config.timeouts.compile_s)
+        lines, problem = profile_lines(run.student_cubin, source, contract, run.tile_size, shape, placement,
+                                       sandbox, config.cache_dir)
     except Exception:  # advice must never cost a grade
         result.log += "\n[grader] Nsight Compute's profile failed:\n" + traceback.format_exc()
         return
-    result.feedback += found
+    result.feedback = measured_on_the_gpu(result.feedback, lines) + found
+    figures["lines"] = {str(line): counters.figures() for line, counters in sorted(lines.items())
+                        if any(value is not None for value in counters.figures().values())}
+    if problem and "skipped" not in figures:  # ncu ran, but its lines could not be read
+        figures["lines_problem"] = problem
     shown = next((c for c in made if c.kind == TIMING), run.compile_check)
     shown.metrics["ncu"] = figures
 

@@ -101,3 +101,54 @@ def test_a_table_in_ncus_automatic_units_reads_as_in_base_units():
     auto, base = saved("reference_auto_units.csv"), saved("reference.csv")
     assert auto.figures() == base.figures()
     assert auto.metrics[GLOBAL_LD_SECTORS] == base.metrics[GLOBAL_LD_SECTORS] == 83_886_080
+
+
+def test_the_source_page_reads_each_lines_counters():
+    """`ncu --page source --csv --print-source cuda,sass` of bank_conflict_tile on an H200 (256³, tile 32): the
+    transposed store of Bs (line 18) takes 32 wavefronts for each it needs, the read at line 22 mixes As's
+    broadcast with Bs's column; the global loads and the store of C are as coalesced as their bytes allow."""
+    from grader.diagnose.ncu_csv import parse_source_lines
+
+    lines = parse_source_lines((SAVED / "bank_conflict_tile_source.csv").read_text())
+    assert lines[18].shared_ways() == 32 and lines[17].shared_ways() == 1
+    assert 5 < lines[22].shared_ways() < 6 and lines[22].excess_sectors() is None
+    assert lines[17].excess_sectors() == 1 and lines[27].excess_sectors() == 1
+    assert 11 in lines and lines[11].figures() == {"excess_sectors": None, "shared_ways": None}
+
+
+def test_a_source_page_that_is_not_ncus_reads_as_no_lines():
+    from grader.diagnose.ncu_csv import parse_source_lines
+
+    text = (SAVED / "bank_conflict_tile_source.csv").read_text()
+    assert parse_source_lines("") == {} and parse_source_lines(text.replace('"L1 Wavefronts Shared"', '"x"')) == {}
+    forged = text + '"99","",' + ",".join(['"1e12"'] * 3) + "\n"  # a row of the wrong width is not a line
+    assert 99 not in parse_source_lines(forged)
+
+
+def test_only_the_students_files_table_is_read():
+    """A module's page has a table per source file: the grader's helpers (late warps) have lines 18 and 27 too."""
+    from grader.diagnose.ncu_csv import parse_source_lines
+
+    text = (SAVED / "bank_conflict_tile_source.csv").read_text()
+    helpers = text.replace('"File Path","kernel.cu"', '"File Path","<grader: helpers>"').replace('"524288","16384"',
+                                                                                                 '"16384","16384"')
+    assert parse_source_lines(helpers + text)[18].shared_ways() == 32
+    assert parse_source_lines(text + helpers)[18].shared_ways() == 32
+    assert parse_source_lines(helpers) == {} and parse_source_lines(helpers, "<grader: helpers>")[18].shared_ways() == 1
+
+
+def test_the_emulators_findings_carry_what_ncu_measured_at_their_lines():
+    from grader.diagnose.ncu_csv import parse_source_lines
+    from grader.judge.access import measured_on_the_gpu
+    from grader.result import Feedback
+
+    lines = parse_source_lines((SAVED / "bank_conflict_tile_source.csv").read_text())
+    conflict = Feedback(BANK_CONFLICT, "line 18: 32-way bank conflict on Bs", "pad it", line=18, source="emulator")
+    elsewhere = Feedback(BANK_CONFLICT, "line 40: a line ncu never saw", "pad it", line=40, source="emulator")
+    measured = Feedback(BANK_CONFLICT, "measured on the timing shape", "", source="ncu")
+    told = measured_on_the_gpu([conflict, elsewhere, measured], lines)
+    assert told[0].message == ("line 18: 32-way bank conflict on Bs; Nsight Compute measured this line's "
+                               "shared-memory accesses on the GPU at 32 wavefronts for each one they need")
+    assert told[1:] == [elsewhere, measured]
+    load = Feedback(UNCOALESCED_LOAD, "line 17: each warp's load of A ...", "", line=17, source="emulator")
+    assert measured_on_the_gpu([load], lines)[0].message.endswith("on the GPU at 1× the sectors their bytes need")

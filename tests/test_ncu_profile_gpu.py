@@ -119,3 +119,30 @@ def test_a_graded_bank_conflict_is_told_and_right_answers_keep_their_points(setu
     result = graded(setup, tmp_path, KERNELS / name / "kernel.cu", True)
     assert all(c.passed for c in result.checks if c.kind == CASE), [c.message for c in result.checks]
     assert (BANK_CONFLICT in {f.what for f in result.feedback if f.source == "ncu"}) == told, result.feedback
+
+
+@pytest.mark.parametrize("name", ["bank_conflict_tile", "uncoalesced_a_load", "uncoalesced_c_store",
+                                  "bank_conflict_padded"])
+def test_nsight_compute_measures_each_line_as_the_emulator_found_it(setup, tmp_path, name):
+    """`--profile`: ncu's counters by source line (the timing shape, the whole grid) stand beside the emulator's
+    findings (64³, two blocks) at the same lines: where the emulator told a bank conflict or an uncoalesced
+    access, the GPU measured that line at twice what its bytes need or more, and the finding says so; where the
+    emulator told nothing, no line is measured that far from ideal."""
+    from conftest import SUBMISSIONS
+
+    from grader.result import BANK_CONFLICT
+
+    result = graded(setup, tmp_path, SUBMISSIONS / name / "kernel.cu", True)
+    [figures] = [c.metrics["ncu"] for c in result.checks if "ncu" in c.metrics]
+    lines = {int(line): measured for line, measured in figures["lines"].items()}
+    assert lines, figures
+    told = [f for f in result.feedback if f.source == "emulator"
+            and f.what in (BANK_CONFLICT, UNCOALESCED_LOAD, UNCOALESCED_STORE)]
+    assert bool(told) == (name != "bank_conflict_padded"), result.feedback
+    for finding in told:
+        key = "shared_ways" if finding.what == BANK_CONFLICT else "excess_sectors"
+        assert (lines.get(finding.line, {}).get(key) or 0) >= 2, (finding, lines, figures.get("lines_problem"))
+        assert "Nsight Compute measured this line's" in finding.message, finding
+    for line, measured in lines.items():
+        if line not in {f.line for f in told}:
+            assert all((measured[key] or 1) <= 1.5 for key in ("shared_ways", "excess_sectors")), (line, measured)

@@ -193,3 +193,70 @@ def _details(header: list[str], rows: list[list[str]]) -> list[KernelProfile]:
         if name in METRICS and value is not None:
             by_id[launch].metrics[name] = value
     return list(by_id.values())
+
+
+# The source page (`ncu --import REP --page source --csv --print-source cuda,sass`, from a run with the
+# SourceCounters section): a row per line of the kernel's CUDA source (its number under "Line No"), each
+# followed by its SASS rows (no number). These columns are the line's memory counters, its SASS added up.
+LINE_COLUMNS = {
+    "global_requests": "L1 Tag Requests Global",
+    "global_sectors": "L2 Theoretical Sectors Global",
+    "global_ideal_sectors": "L2 Theoretical Sectors Global Ideal",
+    "shared_wavefronts": "L1 Wavefronts Shared",
+    "shared_ideal_wavefronts": "L1 Wavefronts Shared Ideal",
+}
+MAX_SOURCE_LINES = 100_000
+
+
+@dataclass
+class LineCounters:
+    """What ncu measured at one line of the student's file, over the whole launch: the 32-byte sectors its
+    global accesses took and needed at best, the shared-memory wavefronts taken and needed at best. (Its
+    "L1 Tag Requests Global" counts tag lookups, not a warp's requests: kept, never divided by.)"""
+
+    global_requests: float = 0.0
+    global_sectors: float = 0.0
+    global_ideal_sectors: float = 0.0
+    shared_wavefronts: float = 0.0
+    shared_ideal_wavefronts: float = 0.0
+
+    def excess_sectors(self) -> float | None:
+        """Sectors taken per sector needed (1: as coalesced as the bytes allow)."""
+        return self.global_sectors / self.global_ideal_sectors if self.global_ideal_sectors else None
+
+    def shared_ways(self) -> float | None:
+        """Wavefronts taken per wavefront needed: the line's mean bank-conflict ways (1: none)."""
+        return self.shared_wavefronts / self.shared_ideal_wavefronts if self.shared_ideal_wavefronts else None
+
+    def figures(self) -> dict[str, float | None]:
+        rounded = {"excess_sectors": self.excess_sectors(), "shared_ways": self.shared_ways()}
+        return {name: None if value is None else round(value, 2) for name, value in rounded.items()}
+
+
+def parse_source_lines(text: str, file_name: str = "kernel.cu") -> dict[int, LineCounters]:
+    """The source page's counters by line of `file_name` (the student's file, as its `#line` names it); {}
+    when the page holds no table of it. The page has a table per source file of the module (the grader's own
+    helpers have one too), each under its "File Path" row: only the student's file's lines are read."""
+    csv.field_size_limit(MAX_FIELD)
+    try:
+        rows = list(csv.reader(io.StringIO(text[:MAX_CSV_BYTES])))
+    except csv.Error:
+        return {}
+    counted: dict[int, LineCounters] = {}
+    current, header = "", []
+    for row in rows[:MAX_SOURCE_LINES]:
+        if len(row) == 2 and row[0] in ("File Path", "File Name"):
+            current, header = row[1].replace("\\", "/").rsplit("/", 1)[-1], []
+        elif row and row[0] == "Line No":
+            header = row if all(column in row for column in LINE_COLUMNS.values()) else []
+        elif current == file_name and header and len(row) == len(header):
+            line = number(row[0])
+            if line is not None and line == int(line) and line >= 1:  # else a SASS row under its line
+                counted[int(line)] = _line_counters(header, row)
+    return counted
+
+
+def _line_counters(header: list[str], row: list[str]) -> LineCounters:
+    values = {name: number(row[header.index(column)]) if column in header else None
+              for name, column in LINE_COLUMNS.items()}
+    return LineCounters(**{name: value or 0.0 for name, value in values.items()})

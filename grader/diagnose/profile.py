@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..cache_file import keep
 from ..contract import REFERENCE, KernelContract
-from ..execute.confine.proc import BACKGROUND_NICE
+from ..execute.confine.proc import BACKGROUND_NICE, run_killable
 from ..execute.confine.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 from ..execute.nvcc.compile import MAX_CUBIN_BYTES, TILE_PROBE_SYMBOL, nvcc_path, prepare_source
 from ..execute.nvcc.cubin_resources import cubin_arch, device_int
@@ -31,7 +31,7 @@ from ..execute.runner import Placement
 from ..result import BANK_CONFLICT, THROUGHPUT, UNCOALESCED_LOAD, UNCOALESCED_STORE, Feedback
 from . import run as sanitizer_run
 from .launcher import LauncherUnavailable, launcher, staged_inputs
-from .ncu_csv import MAX_CSV_BYTES, METRICS, KernelProfile, parse
+from .ncu_csv import MAX_CSV_BYTES, METRICS, KernelProfile, LineCounters, parse, parse_source_lines
 from .resources import REFERENCE_FILE, build_cubin
 
 NCU_PATHS = ("/usr/local/cuda/bin/ncu",)
@@ -73,14 +73,58 @@ def profile_cubin(cubin: str | Path, contract: KernelContract, tile: int, shape:
                   placement: Placement, sandbox: Sandbox, cache_dir: Path) -> Profiled:
     """ncu's figures for one launch of the contract's kernel in `cubin` on `shape` (the lead's comparisons
     with the emulator call this: .profile.sectors_per_load, .profile.shared_load_ways, ...)."""
+    def options(tool: str, symbol: str, work: Path) -> list[str]:
+        return ncu_command(tool, symbol, work / "ncu.csv", [])
+
+    def figures(tool: str, work: Path, confinement: Confinement) -> tuple[KernelProfile | None, str]:
+        profiles = [p for p in parse(_read(work / "ncu.csv")) if p.metrics]
+        return (profiles[0], "") if profiles else (None, "ncu gave no figures")
+
+    profile, problem, seconds = _under_ncu(cubin, contract, tile, shape, placement, sandbox, cache_dir, options,
+                                           figures)
+    return Profiled(profile, problem, seconds)
+
+
+def profile_lines(cubin: str | Path, source: str, contract: KernelContract, tile: int, shape: tuple[int, int, int],
+                  placement: Placement, sandbox: Sandbox, cache_dir: Path) -> tuple[dict[int, LineCounters], str]:
+    """What ncu measured at each line of the student's file (its SourceCounters section, read back from the
+    report's source page: the cubin's -lineinfo names kernel.cu's own lines), over one launch on `shape`; and
+    why there is nothing, where there is not."""
+    def options(tool: str, symbol: str, work: Path) -> list[str]:
+        return [tool, "--section", "SourceCounters", "--kernel-name-base", "mangled", "--kernel-name", symbol,
+                "--launch-count", "1", "--cache-control", "all", "--clock-control", "base", "-f", "-o",
+                str(work / "lines")]
+
+    def counters(tool: str, work: Path, confinement: Confinement) -> tuple[dict[int, LineCounters], str]:
+        (work / "kernel.cu").write_text(source, encoding="utf-8")  # the text the line numbers are of
+        command = [tool, "--import", str(work / "lines.ncu-rep"), "--page", "source", "--csv", "--print-source",
+                   "cuda,sass", "--resolve-source-file", str(work / "kernel.cu"), "--log-file",
+                   str(work / "lines.csv")]
+        try:  # the report was written beside a launch of student code: read in the sandbox too
+            finished = run_killable(command, PROFILE_TIMEOUT_S, env=child_environment(str(work), {}),
+                                    start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
+        except (OSError, RuntimeError) as error:
+            return {}, f"ncu could not read its report: {error}"
+        lines = parse_source_lines(_read(work / "lines.csv") or finished.output[:MAX_CSV_BYTES])
+        return lines, "" if lines else "ncu's report has no counters by source line"
+
+    lines, problem, _ = _under_ncu(cubin, contract, tile, shape, placement, sandbox, cache_dir, options, counters)
+    return lines or {}, problem
+
+
+def _under_ncu(cubin: str | Path, contract: KernelContract, tile: int, shape: tuple[int, int, int],
+               placement: Placement, sandbox: Sandbox, cache_dir: Path, options, read) -> tuple[object, str, float]:
+    """One launch of the kernel in `cubin` under ncu (`options(tool, symbol, work)`: ncu and its options, the
+    launch program after them), in the sandbox, holding the device alone; then `read(tool, work, confinement)`
+    -> (what it measured, why nothing) while its folder exists. (value, problem, seconds)."""
     started = time.perf_counter()
     tool = ncu_path()
     if tool is None:
-        return Profiled(None, "Nsight Compute (ncu) is not installed")
+        return None, "Nsight Compute (ncu) is not installed", 0.0
     try:
         program = launcher(cache_dir)
     except LauncherUnavailable as error:
-        return Profiled(None, str(error))
+        return None, str(error), 0.0
     with scratch_folder("sgemm-profile-") as root:
         inputs = staged_inputs(root, program, {"kernel.cubin": Path(cubin)})
         symbol = sanitizer_run.kernel_symbol_of(inputs / "kernel.cubin", contract)
@@ -88,22 +132,20 @@ def profile_cubin(cubin: str | Path, contract: KernelContract, tile: int, shape:
                                               shape, symbol)
         work = root / "ncu"
         work.mkdir()
-        report = work / "ncu.csv"
         confinement = Confinement(work, GPU_LIMITS, cuda=True, gpu=True,
                                   readable=(inputs, Path(tool).resolve().parent), nice=BACKGROUND_NICE)
-        watched = sanitizer_run.watch(ncu_command(tool, symbol, report, launch), confinement, sandbox,
+        watched = sanitizer_run.watch([*options(tool, symbol, work), *launch], confinement, sandbox,
                                       child_environment(str(work), placement.environment()), PROFILE_TIMEOUT_S,
                                       PROFILE_LAUNCH_S, placement, TURN)
-        text = _read(report)
-    seconds = time.perf_counter() - started
-    launched = next((e for e in watched.events if e["event"] == "launched"), None)
-    if watched.timed_out or launched is None:
-        return Profiled(None, "timed out under ncu" if watched.timed_out else "the kernel was not launched under ncu",
-                        seconds)
-    profiles = [p for p in parse(text) if p.metrics]
-    if launched["status"] != "ok" or not profiles:
-        return Profiled(None, f"ncu gave no figures (launch: {launched['status']}, exit {watched.returncode})", seconds)
-    return Profiled(profiles[0], seconds=seconds)
+        launched = next((e for e in watched.events if e["event"] == "launched"), None)
+        if watched.timed_out or launched is None:
+            problem = "timed out under ncu" if watched.timed_out else "the kernel was not launched under ncu"
+            return None, problem, time.perf_counter() - started
+        value, problem = read(tool, work, confinement)
+    if launched["status"] != "ok" or value is None:
+        why = problem or "ncu gave no figures"
+        return None, f"{why} (launch: {launched['status']}, exit {watched.returncode})", time.perf_counter() - started
+    return value, "", time.perf_counter() - started
 
 
 def ncu_command(tool: str, symbol: str, report: Path, launch: list[str]) -> list[str]:

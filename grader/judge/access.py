@@ -8,6 +8,8 @@ the profile saw (the stride between neighbouring threads, the shared array's sha
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..result import BANK_CONFLICT, UNCOALESCED_LOAD, UNCOALESCED_STORE, Feedback
 
 MARGIN = 0.5  # per request: a figure less than this above the ideal or the reference's is no finding
@@ -99,3 +101,25 @@ def _bank_conflict(record: dict, mean: float, ideal: float) -> tuple[str, str]:
 
 def _figure(value: float) -> str:
     return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
+
+
+def measured_on_the_gpu(feedback: list[Feedback], lines: dict) -> list[Feedback]:
+    """Each of the emulator's findings with what Nsight Compute measured at its line on the GPU (`lines`:
+    ncu_csv.LineCounters by line), said after it: the same line, seen two ways. A finding whose line ncu
+    measured nothing of that kind for is left as it was."""
+    told = []
+    for item in feedback:
+        counters = lines.get(item.line) if item.source == "emulator" else None
+        said = _measured(item.what, counters) if counters is not None else ""
+        told.append(replace(item, message=f"{item.message}; {said}") if said else item)
+    return told
+
+
+def _measured(what: str, counters) -> str:
+    if what == BANK_CONFLICT and counters.shared_ways() is not None:
+        return (f"Nsight Compute measured this line's shared-memory accesses on the GPU at "
+                f"{counters.shared_ways():.3g} wavefronts for each one they need")
+    if what in (UNCOALESCED_LOAD, UNCOALESCED_STORE) and counters.excess_sectors() is not None:
+        return (f"Nsight Compute measured this line's global accesses on the GPU at {counters.excess_sectors():.3g}× "
+                "the sectors their bytes need")
+    return ""
