@@ -17,8 +17,10 @@ import json
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..cache_file import keep
 from ..contract import REFERENCE, KernelContract
@@ -113,7 +115,8 @@ def profile_lines(cubin: str | Path, source: str, contract: KernelContract, tile
 
 
 def _under_ncu(cubin: str | Path, contract: KernelContract, tile: int, shape: tuple[int, int, int],
-               placement: Placement, sandbox: Sandbox, cache_dir: Path, options, read) -> tuple[object, str, float]:
+               placement: Placement, sandbox: Sandbox, cache_dir: Path, options: Callable[[str, str, Path], list[str]],
+               read: Callable[[str, Path, Confinement], tuple[Any, str]]) -> tuple[Any, str, float]:
     """One launch of the kernel in `cubin` under ncu (`options(tool, symbol, work)`: ncu and its options, the
     launch program after them), in the sandbox, holding the device alone; then `read(tool, work, confinement)`
     -> (what it measured, why nothing) while its folder exists. (value, problem, seconds)."""
