@@ -334,8 +334,9 @@ def _profile(result: SubmissionResult, made: list[CheckResult], config: Config, 
         result.log += "\n[grader] Nsight Compute's profile failed:\n" + traceback.format_exc()
         return
     result.feedback = measured_on_the_gpu(result.feedback, lines) + found
-    figures["lines"] = {str(line): counters.figures() for line, counters in sorted(lines.items())
-                        if any(value is not None for value in counters.figures().values())}
+    by_line = {str(line): counters.figures() for line, counters in sorted(lines.items())}
+    figures["lines"] = {line: measured for line, measured in by_line.items()
+                        if any(value is not None for value in measured.values())}
     if problem and "skipped" not in figures:  # ncu ran, but its lines could not be read
         figures["lines_problem"] = problem
     shown = next((c for c in made if c.kind == TIMING), run.compile_check)
@@ -649,8 +650,9 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
     sandbox = sandbox_of(plan)
     warming = Warming(cases, config)  # the judge ready by the time the first outputs are judged
+    device = device_side(submission.source, submission.headers)  # what the emulator builds, its sites numbered
     try:
-        job = _job(submission, config, cases, workdir, sandbox, timed=backend == GPU,
+        job = _job(submission, device, config, cases, workdir, sandbox, timed=backend == GPU,
                    emulator_workers=plan.emulator_workers)
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
@@ -659,7 +661,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
         events = run_job(job, limits, lambda: run.timing_turn(), program, placement_of(plan, config))
         first = next(events)  # the child has started meanwhile, and the judge's import with it (warming.py)
         run = _run_events(config, cases, Path(workdir), timed=job.timing is not None, backend=backend,
-                          submission=submission)
+                          submission=submission, device=device)
         for event in itertools.chain([first], events):
             if event["event"] == "compiled" and backend == GPU:
                 warm_reference(config.reference_path.read_text(encoding="utf-8"), event["arch"],
@@ -672,26 +674,25 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
 
 
 def _run_events(config: Config, cases: list[Case], workdir: Path, timed: bool, backend: str,
-                submission: Submission) -> RunEvents:
+                submission: Submission, device: str) -> RunEvents:
     from .run_events import RunEvents  # the judge, numpy among it: imported once the child has started
 
-    program = _emulated_program(submission, config.kernel.contract()) if backend == CPU else None
+    program = _emulated_program(submission, device, config.kernel.contract()) if backend == CPU else None
     return RunEvents(config, cases, workdir, timed=timed,
                      child="the CPU emulation process" if backend == CPU else "the GPU process", program=program)
 
 
-def _emulated_program(submission: Submission, contract: KernelContract) -> Program:
-    """What the CPU emulator's reports refer to: the sites instrument.py numbers in the device side it builds,
-    the kernel's names for the lab's matrices and sizes, and what the launch's x runs over."""
-    sites = sites_of(device_side(submission.source, submission.headers))
-    return Program(sites, names=tuple(_role_names(submission.source, contract)), x=contract.x)
+def _emulated_program(submission: Submission, device: str, contract: KernelContract) -> Program:
+    """What the CPU emulator's reports refer to: the sites instrument.py numbers in the device side it builds
+    (`device`), the kernel's names for the lab's matrices and sizes, and what the launch's x runs over."""
+    return Program(sites_of(device), names=tuple(_role_names(submission.source, contract)), x=contract.x)
 
 
-def _job(submission: Submission, config: Config, cases: list[Case], workdir: str, sandbox: Sandbox,
+def _job(submission: Submission, device: str, config: Config, cases: list[Case], workdir: str, sandbox: Sandbox,
          timed: bool, emulator_workers: int = 0) -> Job:
+    """The child's job; `device`: the submission's device side (device_side.py)."""
     reference = config.reference_path.read_text(encoding="utf-8")
     t = config.timing
-    device = device_side(submission.source, submission.headers)
     contract = config.kernel.contract()
     tile = contract.tile_source(tile_constant(_with_headers_after(submission), contract.name))
     return Job(

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .. import __version__
+from ..cache_file import write_whole
 from ..cases import Case
 from ..config import Config
 from ..diagnose.groups import GROUP_SIZE, SanitizerGroups
@@ -36,7 +37,7 @@ from ..pipeline import CPU, GPU, RunPlan, device_lock, not_graded, sandbox_of
 from ..report.exports import ExportOptions, class_files
 from ..report.points import full_marks
 from ..result import GRADER_ERROR, NEEDS_GPU_GRADE, SubmissionResult
-from .store import KEY_FILE, ResultStore, atomic_write
+from .store import KEY_FILE, ResultStore
 from .workers import Workers, emulator_share
 
 STUDENTS = "students"  # per-student files, each written when that student is done
@@ -260,9 +261,9 @@ def write_class_files(results: list[SubmissionResult], outdir: Path, options: Ex
     for name, content in class_files(results, options).items():
         path = outdir / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, content)
+        write_whole(path, content)
 
 
 def _write_intake_notes(intake: Intake, outdir: Path) -> None:
     lines = [*intake.notes, *(f"refused: {refusal.message}" for refusal in intake.refused)]
-    atomic_write(outdir / "intake.txt", "\n".join(lines) + "\n" if lines else "")
+    write_whole(outdir / "intake.txt", "\n".join(lines) + "\n" if lines else "")

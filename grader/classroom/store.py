@@ -12,9 +12,9 @@ import hashlib
 import hmac
 import json
 import os
-import threading
 from pathlib import Path
 
+from ..cache_file import write_whole
 from ..report.json_report import to_json
 from ..report.junit_report import to_junit_xml
 from ..result import GRADER_ERROR, SubmissionResult
@@ -34,11 +34,11 @@ class ResultStore:
         and graded again, though the batch had counted it done)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         if result.log.strip():
-            atomic_write(self.folder / f"{key}.log", result.log)
-        atomic_write(self.folder / f"{key}.junit.xml", to_junit_xml([result]))
+            write_whole(self.folder / f"{key}.log", result.log)
+        write_whole(self.folder / f"{key}.junit.xml", to_junit_xml([result]))
         text = to_json(result)
-        atomic_write(self.folder / f"{key}.json.sig", self._signature(text.encode()))
-        atomic_write(self.folder / f"{key}.json", text)
+        write_whole(self.folder / f"{key}.json.sig", self._signature(text.encode()))
+        write_whole(self.folder / f"{key}.json", text)
 
     def get(self, key: str) -> SubmissionResult | None:
         """The result stored under `key` as the grader wrote it (its signature holds), else None."""
@@ -72,13 +72,3 @@ class ResultStore:
         with os.fdopen(fd, "wb") as handle:
             handle.write(os.urandom(32))
         return self.key_file.read_bytes()
-
-
-def atomic_write(path: Path, content: str | bytes) -> None:
-    """`path` replaced whole or not at all (a temporary file beside it, renamed into place)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    if isinstance(content, bytes):
-        temporary.write_bytes(content)
-    else:
-        temporary.write_text(content, encoding="utf-8")
-    os.replace(temporary, path)

@@ -146,12 +146,8 @@ def parse(text: str) -> list[KernelProfile]:
     """Every kernel the CSV profiles, in order; [] when it holds no table."""
     lines = text[:MAX_CSV_BYTES].splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
-    if start is None:
-        return []
-    csv.field_size_limit(MAX_FIELD)
-    try:
-        rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
-    except csv.Error:
+    rows = _csv_rows("\n".join(lines[start:])) if start is not None else []
+    if not rows:
         return []
     header = rows[0]
     if "Metric Name" in header and "Metric Value" in header:
@@ -237,26 +233,25 @@ def parse_source_lines(text: str, file_name: str = "kernel.cu") -> dict[int, Lin
     """The source page's counters by line of `file_name` (the student's file, as its `#line` names it); {}
     when the page holds no table of it. The page has a table per source file of the module (the grader's own
     helpers have one too), each under its "File Path" row: only the student's file's lines are read."""
-    csv.field_size_limit(MAX_FIELD)
-    try:
-        rows = list(csv.reader(io.StringIO(text[:MAX_CSV_BYTES])))
-    except csv.Error:
-        return {}
     counted: dict[int, LineCounters] = {}
-    current, header = "", []
-    for row in rows[:MAX_SOURCE_LINES]:
+    current, width, where = "", 0, {}  # the table's file, its row width, and each counter's column
+    for row in _csv_rows(text[:MAX_CSV_BYTES])[:MAX_SOURCE_LINES]:
         if len(row) == 2 and row[0] in ("File Path", "File Name"):
-            current, header = row[1].replace("\\", "/").rsplit("/", 1)[-1], []
+            current, where = row[1].replace("\\", "/").rsplit("/", 1)[-1], {}
         elif row and row[0] == "Line No":
-            header = row if all(column in row for column in LINE_COLUMNS.values()) else []
-        elif current == file_name and header and len(row) == len(header):
+            found = all(column in row for column in LINE_COLUMNS.values())
+            width, where = len(row), {name: row.index(column) for name, column in LINE_COLUMNS.items()} if found else {}
+        elif current == file_name and where and len(row) == width:
             line = number(row[0])
             if line is not None and line == int(line) and line >= 1:  # else a SASS row under its line
-                counted[int(line)] = _line_counters(header, row)
+                counted[int(line)] = LineCounters(**{name: number(row[index]) or 0.0 for name, index in where.items()})
     return counted
 
 
-def _line_counters(header: list[str], row: list[str]) -> LineCounters:
-    values = {name: number(row[header.index(column)]) if column in header else None
-              for name, column in LINE_COLUMNS.items()}
-    return LineCounters(**{name: value or 0.0 for name, value in values.items()})
+def _csv_rows(text: str) -> list[list[str]]:
+    """ncu's CSV as rows, each field bounded; [] where it is not CSV."""
+    csv.field_size_limit(MAX_FIELD)
+    try:
+        return list(csv.reader(io.StringIO(text)))
+    except csv.Error:
+        return []
