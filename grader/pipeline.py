@@ -39,6 +39,7 @@ from .execute.nvcc.compile import CompileOutcome, nvcc_path, prepare_source, ref
 from .execute.runner import ChildProgram, Limits, Placement, run_job
 from .intake.submission import KERNEL_FILE, Submission, SubmissionError, locate, missing_headers, read_submission
 from .judge.access import access_feedback, measured_on_the_gpu
+from .judge.printed import kernel_output
 from .judge.timing import NAME as TIMING_NAME
 from .judge.warming import Warming
 from .leftovers import GRADE, owned_folder
@@ -422,6 +423,7 @@ def _unscored(check: CheckResult, message: str, skipped_too: bool = False) -> Ch
 def _take_run(result: SubmissionResult, run: RunEvents) -> None:
     """What the child's run says of the submission as a whole: device, tile, log and the outcome."""
     result.device, result.tile_size, result.log = run.device, run.tile_size, run.log
+    result.printed = kernel_output(run.log)
     result.outcome = run.outcome
     run.compile_check.metrics["turn_wait_s"] = round(run.waited_s, 3)  # the instructor's figure: not its time
     run.compile_check.metrics["turn_held_s"] = {kind: round(s, 3) for kind, s in run.held_s.items()}

@@ -138,6 +138,8 @@ class SubmissionResult:
     duration_s: float = 0.0
     # Full child output, kept for the instructor; student-facing reports never show it.
     log: str = ""
+    # The first lines the student's kernel printed (judge/printed.py), shown back to the student with a note.
+    printed: list[str] = field(default_factory=list)
     # What the grade depends on (kernel, config, cases, grader), so a batch --resume can trust it.
     fingerprint: str = ""
     # Who handed it in, by the ids a gradebook matches (batch intake fills what the LMS told it): a Canvas

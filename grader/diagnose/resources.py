@@ -30,7 +30,7 @@ from ..execute.nvcc.compile import (
     prepare_source,
 )
 from ..execute.nvcc.cubin_resources import cubin_arch, device_int, kernel_resources
-from ..execute.nvcc.kernel_params import kernel_symbol
+from ..execute.nvcc.kernel_params import calls_printf, kernel_symbol
 from ..execute.protocol import read_untrusted
 from ..judge.occupancy import ArchLimits, Launched, Resources, limits_for, occupancy_feedback, of
 from ..result import CheckResult, Feedback, SubmissionResult
@@ -57,7 +57,8 @@ def compiler_feedback(student_cubin: bytes, contract: KernelContract, tile: int 
     arch = limits_for(gpu or cubin_arch(student_cubin) or "")
     if student is None or arch is None:
         return [], {}
-    return occupancy_feedback(arch, student, reference), _figures(arch, student, reference)
+    prints = calls_printf(student_cubin)
+    return occupancy_feedback(arch, student, reference, prints), _figures(arch, student, reference)
 
 
 def _figures(arch: ArchLimits, student: Launched, reference: Launched | None) -> dict:

@@ -109,9 +109,11 @@ def of(arch: ArchLimits, kernel: Launched) -> Occupancy:
                      kernel.threads)
 
 
-def occupancy_feedback(arch: ArchLimits, student: Launched, reference: Launched | None) -> list[Feedback]:
+def occupancy_feedback(arch: ArchLimits, student: Launched, reference: Launched | None,
+                       prints: bool = False) -> list[Feedback]:
     """An OCCUPANCY finding when the student's kernel fits fewer warps per SM than the reference's (or, with no
-    reference, under half the SM), and a SPILLS finding when it uses local memory the reference does not."""
+    reference, under half the SM), and a SPILLS finding when it uses local memory the reference does not
+    (`prints`: the kernel calls printf)."""
     found = []
     mine = of(arch, student)
     theirs = of(arch, reference) if reference else None
@@ -119,14 +121,25 @@ def occupancy_feedback(arch: ArchLimits, student: Launched, reference: Launched 
         found.append(_occupancy_finding(arch, student, mine, reference, theirs))
     spilled = student.resources.local_bytes
     if spilled > (reference.resources.local_bytes if reference else 0):
-        found.append(Feedback(
-            SPILLS, f"the kernel uses {spilled} bytes of local memory per thread (register spills, or a per-thread "
-                    "array the compiler could not keep in registers): each access goes to memory as slow as global",
-            "keep per-thread arrays small and index them only with constants (fully unrolled loops), or use "
-            "fewer live values per thread", value=float(spilled),
-            reference_value=float(reference.resources.local_bytes) if reference else None, unit="bytes",
-            source="compiler"))
+        found.append(_spills_finding(spilled, reference, prints))
     return found
+
+
+def _spills_finding(spilled: int, reference: Launched | None, prints: bool) -> Feedback:
+    """Local memory: where the kernel calls printf, that is where printf's arguments go (a debug line left in),
+    and advice about per-thread arrays would send the student looking for arrays they do not have."""
+    if prints:
+        said = (f"the kernel uses {spilled} bytes of local memory per thread: printf passes its arguments through "
+                "local memory, and each call costs time (the grader switches it off to time the kernel)")
+        advice = "remove the debug printf once the kernel works"
+    else:
+        said = (f"the kernel uses {spilled} bytes of local memory per thread (register spills, or a per-thread "
+                "array the compiler could not keep in registers): each access goes to memory as slow as global")
+        advice = ("keep per-thread arrays small and index them only with constants (fully unrolled loops), or use "
+                  "fewer live values per thread")
+    return Feedback(SPILLS, said, advice, value=float(spilled),
+                    reference_value=float(reference.resources.local_bytes) if reference else None, unit="bytes",
+                    source="compiler")
 
 
 def _occupancy_finding(arch: ArchLimits, student: Launched, mine: Occupancy, reference: Launched | None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from grader.judge.printed import PRINTS_NOTE
 from grader.report.points import score_line
 from grader.report.status import status_label
 from grader.result import CASE, HIDDEN, NO_SANDBOX, SKIPPED, UNSAFE_NOTE, CheckResult, SubmissionResult
@@ -129,6 +130,11 @@ def shortened(message: str, samples: int = SHOWN_SAMPLES) -> str:
     return "\n".join(kept)
 
 
+def printed_lines(result: SubmissionResult) -> list[str]:
+    """The note that the kernel prints, and its first lines, quoted."""
+    return [f"Note: {PRINTS_NOTE}", *(f"  | {line}" for line in result.printed)] if result.printed else []
+
+
 def student_summary(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> str:
     """The text shown for the whole submission: the outcome, the score, and why it was not graded."""
     label = status_label(result)
@@ -141,6 +147,7 @@ def student_summary(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> str
     elif result.message:
         lines.append(f"Note: {result.message}")
     lines += [f"Note: {note}" for note in result.intake_notes]  # which file was graded, what was refused
+    lines += printed_lines(result)
     fixes = what_to_fix(result)
     if fixes:
         lines += ["What to fix:", *(f"- {fix}" for fix in fixes)]

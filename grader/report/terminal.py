@@ -9,7 +9,7 @@ from rich.text import Text
 
 from grader.report.faster import faster_lines
 from grader.report.points import format_points, score_line
-from grader.report.student_view import NOT_CHECKED, CauseGroup, cause_groups, shortened, verdict
+from grader.report.student_view import NOT_CHECKED, CauseGroup, cause_groups, printed_lines, shortened, verdict
 from grader.result import (
     CASE,
     ERROR,
@@ -112,6 +112,8 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
         console.print(Text("Note: ", style="bold").append(result.message))
     for note in result.intake_notes:  # which file was graded, what was not
         console.print(Text("Note: ", style="bold").append(note))
+    for line in printed_lines(result):  # the student's own output, quoted: never markup
+        console.print(Text(line, style="bold" if line.startswith("Note:") else "dim"))
     if result.checks:
         console.print(_table(result, show_hidden_details))
     groups = [group for group in cause_groups(result, show_hidden_details)

@@ -23,6 +23,14 @@ time-slices between processes' contexts, so another context's kernel could run b
 leave finite values behind, and `missing_load_barrier` then passed the 1×1×1 case in one grading of a
 class and failed it in another (bench/racy_under_load.py).
 
+Device printf is part of the prelude too: students leave debug lines in (`printf("C[%d][%d] = %f\\n", …)`
+before the store), and a million threads printing through the driver's FIFO took 119 s for one 1031×1031
+launch on an H200 (9.3 s at 512), so such a kernel timed out in the large cases and lost its timing check
+on the GPU only. `printf` is routed through a wrapper that prints only while the switch's PRINTS bit is
+on: the GPU child turns it on for the first launch of the first case alone (the student still sees what
+their kernel prints), and every other launch, the timing's, the sanitizer's and the profiler's run as if
+the kernel did not print.
+
 Only text is inserted, never a newline, so every line keeps the student's number.
 """
 from __future__ import annotations
@@ -37,8 +45,10 @@ SINK_SYMBOL = "sgemm_grader_sink_"
 THREAD_IN_BLOCK = "sgemm_grader_thread_in_block_"
 HELD_BACK_BLOCK = "sgemm_grader_block_held_back_"
 NEAR_BORDER = "sgemm_grader_near_border_"
-# The switch's bits: which warps are late (none, odd, even), and whether blocks poison their shared memory.
-OFF, ODD_WARPS_LATE, EVEN_WARPS_LATE, POISON_SHARED = 0, 1, 2, 4
+PRINTF = "sgemm_grader_printf_"
+# The switch's bits: which warps are late (none, odd, even), whether blocks poison their shared memory, and
+# whether the kernel's printf prints (off unless the child says so: a launch the child does not set is quiet).
+OFF, ODD_WARPS_LATE, EVEN_WARPS_LATE, POISON_SHARED, PRINTS = 0, 1, 2, 4, 8
 # 10,000 cycles (~5 µs at an H100's clock): several global-memory latencies, so the early warps finish
 # a tile's loads, stores and reads before the late ones store anything. And some of it in the late warp's
 # own work, a chain of dependent multiply-adds (4 cycles a step with the SM to itself, up to 16 with
@@ -97,13 +107,31 @@ static __device__ __forceinline__ void {ENTRY_HOOK}(void)
     {HOOK}();
 }}
 #define __syncthreads() (__syncthreads(), {HOOK}())
+/* The C library's declarations first (a later #include of them is a no-op), then printf as the wrapper;
+   C++ linkage, as the reference's module is compiled inside SourceModule's extern "C". */
+extern "C++" {{
+#include <cstdio>
+#include <stdio.h>
+template <typename... Arguments>
+static __host__ __device__ __forceinline__ int {PRINTF}(const char *format, Arguments... arguments)
+{{
+#ifdef __CUDA_ARCH__
+    if (!({SKEW_SYMBOL} & {PRINTS}u))
+        return 0;
+#endif
+    return printf(format, arguments...);
+}}
+namespace std {{ using ::{PRINTF}; }}
+}}
+#define printf {PRINTF}
 """
 
 
-def skew_for(launch: int) -> int:
+def skew_for(launch: int, prints: bool = False) -> int:
     """A case's launches, each on poisoned shared memory: the first as the GPU schedules it, then odd warps
-    late, then even warps late, …"""
-    return POISON_SHARED | (OFF if launch == 0 else (ODD_WARPS_LATE if launch % 2 else EVEN_WARPS_LATE))
+    late, then even warps late, …; the kernel's printf prints only where `prints` says so."""
+    late = OFF if launch == 0 else (ODD_WARPS_LATE if launch % 2 else EVEN_WARPS_LATE)
+    return POISON_SHARED | late | (PRINTS if prints else OFF)
 
 
 def with_late_warps(source: str) -> str:

@@ -114,6 +114,11 @@ def symbols(cubin: bytes) -> list[Symbol] | None:
         return None
 
 
+def calls_printf(cubin: bytes) -> bool:
+    """Whether the module's device code prints: device printf compiles to a call of the driver's vprintf."""
+    return any(symbol.name == "vprintf" for symbol in symbols(cubin) or [])
+
+
 def _entry_functions(elf: bytes) -> list[str] | None:
     found = _symbols(elf)
     return None if found is None else [symbol.name for symbol in found if symbol.function and symbol.entry]
