@@ -10,7 +10,7 @@ Decided from evidence: a diagnostic the compiler located in kernel.cu or in a he
 (g++'s `kernel.cu:12:5: error`, nvcc's `kernel.cu(12): error`; an error there, or a note there saying the
 student's line called what failed in the emulator's headers) makes it the student's. No such diagnostic,
 or no compiler output at all, makes it the grader's. The same rule serves nvcc's GPU-less compile check
-(pipeline.compile_without_gpu), where ptxas's verdict on one of the student's functions (too much shared
+(execute/nvcc/without_gpu.py), where ptxas's verdict on one of the student's functions (too much shared
 memory, an undefined device function) and an error in the code the grader adds around the file (which only
 the student's macros can break) count as the student's too (NVCC_EVIDENCE). The student's own words for it name the
 construct and the line ("uses inline PTX (line 14)", "uses <mma.h> (line 2)": a toolkit header the emulator

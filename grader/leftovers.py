@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-GRADE, TASK = "sgemm-grade-", "sgemm-task-"  # a grade's scratch folder (pipeline.run_child), a cluster task's
+GRADE, TASK = "sgemm-grade-", "sgemm-task-"  # a grade's scratch folder (execute/child_run.py), a cluster task's
 WORKER = "sgemm-worker-"  # `grade worker`'s: its Dask workers' local directory (their spill and lock files)
 OWNED_BY = (GRADE, TASK, WORKER)
 # The grader's other per-run folders (execute/confine/sandbox.py's scratch_folder, the CPU profile), named by prefix

@@ -14,7 +14,8 @@ from conftest import ROOT
 PACKAGE = ROOT / "grader"
 # A class walks intake -> classroom -> pipeline -> report; the stages below a class never reach back up.
 ENTRIES = ("grader.cli", "grader.__main__", "grader.serve")
-ONE_SUBMISSION = ("grader.intake", "grader.source", "grader.execute", "grader.judge", "grader.diagnose",
+ONE_SUBMISSION = ("grader.intake", "grader.source", "grader.execute", "grader.judge", "grader.diagnose", "grader.plan",
+                  "grader.on_gpu", "grader.on_cpu", "grader.settle",
                   "grader.report", "grader.pipeline", "grader.emulation", "grader.rubric", "grader.run_events")
 # What starts workers over many students or reaches a cluster's: the class's stage alone uses these (the service
 # hands its jobs to classroom/'s Workers or to its cluster client).

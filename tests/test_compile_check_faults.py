@@ -1,4 +1,4 @@
-"""nvcc's GPU-less compile check (pipeline.compile_without_gpu): a failure is the student's "compile error" only
+"""nvcc's GPU-less compile check (execute/nvcc/without_gpu.py): a failure is the student's "compile error" only
 with evidence in their files (build_failure.py, the rule the CPU emulator's build follows); nvcc that cannot
 run is the grader's error, graded again by --resume, never a compile error charged to the student.
 """

@@ -9,7 +9,7 @@ from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx
 
 from grader.cli import main
-from grader.pipeline import NOT_BUILT
+from grader.settle import NOT_BUILT
 from grader.report.gradescope import to_gradescope
 from grader.report.prairielearn import to_prairielearn
 from grader.result import (

@@ -208,7 +208,7 @@ def test_the_launch_program_takes_whole_jobs_only_and_names_the_job_it_could_not
 
 
 def test_a_kernel_is_offered_only_for_the_tools_its_gpu_run_gives_no_reason_to_expect_a_finding_from():
-    from grader.pipeline import groupable_tools
+    from grader.diagnose.checks import groupable_tools
     from grader.result import CASE, COMPILE, STATIC, TIMING, errored, failed, passed, skipped
 
     inside = {"stray_stores": 0, "inputs_changed": False, "stored_nonfinite": 0}

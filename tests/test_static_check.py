@@ -525,7 +525,8 @@ def test_a_submission_is_parsed_once_and_the_tree_shared_by_every_stage(monkeypa
     from grader.config import load_config
     from grader.execute.confine.sandbox import detect
     from grader.intake.submission import read_submission
-    from grader.pipeline import RunPlan, _job, grade
+    from grader.execute.child_run import job_of
+    from grader.pipeline import RunPlan, grade
     from grader.source.device_side import device_side
 
     parsed = []
@@ -537,7 +538,7 @@ def test_a_submission_is_parsed_once_and_the_tree_shared_by_every_stage(monkeypa
     cases = load_cases(config.testcases_dir)
     grade(SUBMISSIONS / "ece408_mp3", config, cases, RunPlan(None, "no backend"))
     submission = read_submission(SUBMISSIONS / "ece408_mp3")
-    _job(submission, device_side(submission.source, submission.headers), config, cases, "/tmp", detect(), timed=True)
+    job_of(submission, device_side(submission.source, submission.headers), config, cases, "/tmp", detect(), timed=True)
     source = (SUBMISSIONS / "ece408_mp3" / "kernel.cu").read_text()
     assert parsed.count(source) == 1
     assert len(parsed) == len(set(parsed))

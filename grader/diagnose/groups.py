@@ -7,7 +7,7 @@ pace (bench/cuda_start.py). Here one tool process launches the kernels of up to 
 turn (launch_kernel.c takes several jobs), so a group pays for one start per tool.
 
 A student is offered to a group for the tools the GPU run gives no reason to expect a finding from
-(pipeline.py): memcheck always; synccheck where no barrier is under a condition; racecheck only where every
+(diagnose/checks.py): memcheck always; synccheck where no barrier is under a condition; racecheck only where every
 barrier is in place. Students of all the host's GPUs gather together where their modules are built for one
 architecture (module_kind), so on several GPUs groups fill as fast as on one. A group may
 only ever vouch that a tool found nothing in any of the kernels it checked there. A tool vouches when its

@@ -90,7 +90,7 @@ def judge_case(
     problems = [*run.races, *run.unsafe_reads, *stray, *_changed_inputs(run)]
     wrong = wrong_mask(c, truth)
     metrics.update(_error_figures(c, truth, wrong))
-    # Where the kernel may have reached outside its buffers, as figures (pipeline.groupable_tools reads them)
+    # Where the kernel may have reached outside its buffers, as figures (diagnose/checks.py groupable_tools reads them)
     metrics.update(stray_stores=int(hit_before.size + hit_after.size),
                    inputs_changed=bool(run.a_changed or run.b_changed))
     if run.reference is not None:

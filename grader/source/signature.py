@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..contract import MATRICES, KernelContract
+from ..contract import MATRICES, WIDTH, KernelContract
 from . import cuda_syntax as cs
 
 # C spellings that are a 32-bit int, as the launchers pass them.
@@ -158,3 +158,18 @@ def hip_problem(source: str) -> str:
     more = f" and {len(used) - MAX_HIP_NAMED} more" if len(used) > MAX_HIP_NAMED else ""
     return (f"this is HIP code, which nvcc does not compile: {'; '.join(named)}{more}. The lab needs CUDA: write "
             "those the CUDA way, or hand in the kernel alone")
+
+
+def role_names(source: str, contract: KernelContract) -> list[tuple[str, str]]:
+    """What the kernel calls each role, by its parameters, in their order: the matrices, and the sizes m, n, k,
+    a size under each of its names (ECE408's numARows and numCRows are m; a square lab's one size is all three)."""
+    parameters = kernel_parameters(source, contract.name) or []
+    if len(parameters) != len(contract.roles):
+        return []
+    named = [(role, p.name) for role, p in zip(contract.roles, parameters) if p.name]
+    return [(size, name) for role, name in named for size in (("m", "n", "k") if role == WIDTH else (role,))]
+
+
+def matrix_names(source: str, contract: KernelContract) -> dict[str, str]:
+    """What the kernel calls the matrices A, B and C (ECE408's M, N, P), by the parameters' roles."""
+    return {role: name for role, name in role_names(source, contract) if role in ("A", "B", "C")}

@@ -5,7 +5,7 @@ Why: a student's file often includes <cublas_v2.h> or <curand.h> for its host co
 kernel against cublasSgemm, a main that fills the matrices with cuRAND), and each library comes in a package
 of its own that a grading machine may lack (an LMS container often installs the compiler alone, or no nvcc at
 all). The verdict must not depend on which packages are there: a library header whose library no device code
-references is dropped before anything compiles, on every machine (pipeline._grade), as the host code that
+references is dropped before anything compiles, on every machine (source/before_compile.py), as the host code that
 needed it is left out; any other header of this table is accepted by its name even where this machine lacks it
 (include_policy.HeaderPolicy), not compiled by nvcc there, and graded on a GPU where the emulator cannot
 build it.

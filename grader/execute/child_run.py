@@ -1,0 +1,115 @@
+"""One child run of a submission's cases: the job built from the config and the kernel contract, the child
+started in its sandbox on its engine (the GPU child or the CPU emulator's driver), its events read into a
+RunEvents; only the parent writes what they say into the result."""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..cases import Case
+from ..config import Config
+from ..contract import KernelContract
+from ..intake.submission import Submission
+from ..judge.printed import kernel_output
+from ..judge.warming import Warming
+from ..leftovers import GRADE, owned_folder
+from ..plan import CPU, GPU, RunPlan, placement_of, sandbox_of
+from ..result import SubmissionResult
+from ..source.before_compile import with_headers_after
+from ..source.device_side import device_side
+from ..source.signature import role_names
+from ..source.tile_size import tile_constant
+from .confine.sandbox import Sandbox
+from .cpu.evidence import Program
+from .cpu.instrument import sites_of
+from .job import CaseSpec, Job, TimingSpec
+from .nvcc.compile import prepare_source, reference_module_source
+from .runner import ChildProgram, Limits, run_job
+
+if TYPE_CHECKING:
+    from ..run_events import RunEvents
+
+
+def run_child(submission: Submission, config: Config, cases: list[Case], backend: str, plan: RunPlan,
+              on_compiled: Callable[[str], None] | None = None) -> RunEvents:
+    """Runs the cases in a child process of the backend's kind; the parent only reads its events. `on_compiled`
+    hears the GPU's architecture once the child compiled for it (the reference's figures are made meanwhile)."""
+    workdir = str(owned_folder(GRADE))  # named for this process: a later start clears it if we die unclean
+    os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
+    sandbox = sandbox_of(plan)
+    warming = Warming(cases, config)  # the judge ready by the time the first outputs are judged
+    device = device_side(submission.source, submission.headers)  # what the emulator builds, its sites numbered
+    try:
+        job = job_of(submission, device, config, cases, workdir, sandbox, timed=backend == GPU,
+                     emulator_workers=plan.emulator_workers)
+        limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
+                        run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
+                        case_s=config.timeouts.gpu_hang_s if backend == GPU else None)
+        program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
+        events = run_job(job, limits, lambda: run.timing_turn(), program, placement_of(plan, config))
+        first = next(events)  # the child has started meanwhile, and the judge's import with it (warming.py)
+        run = _run_events(config, cases, Path(workdir), timed=job.timing is not None, backend=backend,
+                          submission=submission, device=device)
+        for event in itertools.chain([first], events):
+            if event["event"] == "compiled" and on_compiled is not None:
+                on_compiled(event["arch"])
+            run.handle(event)
+        return run
+    finally:
+        warming.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def take_run(result: SubmissionResult, run: RunEvents) -> None:
+    """What the child's run says of the submission as a whole: device, tile, log, what the kernel printed and
+    the outcome."""
+    result.device, result.tile_size, result.log = run.device, run.tile_size, run.log
+    result.printed = kernel_output(run.log)
+    result.outcome = run.outcome
+    run.compile_check.metrics["turn_wait_s"] = round(run.waited_s, 3)  # the instructor's figure: not its time
+    run.compile_check.metrics["turn_held_s"] = {kind: round(s, 3) for kind, s in run.held_s.items()}
+    if run.grader_error:
+        result.message = run.grader_error
+
+
+def _run_events(config: Config, cases: list[Case], workdir: Path, timed: bool, backend: str,
+                submission: Submission, device: str) -> RunEvents:
+    from ..run_events import RunEvents  # the judge, numpy among it: imported once the child has started
+
+    program = _emulated_program(submission, device, config.kernel.contract()) if backend == CPU else None
+    return RunEvents(config, cases, workdir, timed=timed,
+                     child="the CPU emulation process" if backend == CPU else "the GPU process", program=program)
+
+
+def _emulated_program(submission: Submission, device: str, contract: KernelContract) -> Program:
+    """What the CPU emulator's reports refer to: the sites instrument.py numbers in the device side it builds
+    (`device`), the kernel's names for the lab's matrices and sizes, and what the launch's x runs over."""
+    return Program(sites_of(device), names=tuple(role_names(submission.source, contract)), x=contract.x)
+
+
+def job_of(submission: Submission, device: str, config: Config, cases: list[Case], workdir: str, sandbox: Sandbox,
+           timed: bool, emulator_workers: int = 0) -> Job:
+    """The child's job; `device`: the submission's device side (device_side.py)."""
+    reference = config.reference_path.read_text(encoding="utf-8")
+    t = config.timing
+    contract = config.kernel.contract()
+    tile = contract.tile_source(tile_constant(with_headers_after(submission), contract.name))
+    return Job(
+        student_source=prepare_source(submission.source, tile=tile),
+        reference_source=reference_module_source(reference),
+        contract=contract, options=config.compile.options, cache_dir=str(config.cache_dir), workdir=workdir,
+        cases=[CaseSpec(c.name, c.m, c.n, c.k, c.seed, c.distribution) for c in cases],
+        timing=TimingSpec(t.m, t.n, t.k, t.seed, t.warmup, t.repetitions,
+                          config.tolerance.k_factor, config.tolerance.abs) if timed else None,
+        original_source=submission.source,
+        device_side_source=(prepare_source(device, tile=tile)
+                            if device != submission.source else ""),
+        tile_constant=tile.constant, launches_per_case=config.kernel.launches_per_case, headers=submission.headers,
+        sandbox=asdict(sandbox), access_profile=config.feedback.emulator and not timed, reference_original=reference,
+        parallel_cases=emulator_workers,
+    )

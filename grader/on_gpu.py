@@ -1,0 +1,119 @@
+"""A grade on a GPU: the GPU child runs every case and times the kernel, the CPU emulator runs beside it (its
+view decides each case's safety and explains it), compute-sanitizer where the emulator cannot judge, and
+Nsight Compute where asked."""
+from __future__ import annotations
+
+import functools
+import os
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from .cases import Case
+from .config import Config
+from .diagnose.checks import diagnosis, profile_check, sanitizer_run_of
+from .diagnose.resources import add_compiler_feedback, warm_reference
+from .diagnose.run import NAME as SANITIZER_NAME
+from .diagnose.run import sanitizer_path
+from .diagnose.safety import CaseSafety, case_safety
+from .emulation import Emulation, emulation_of, emulator_feedback, merged, start_beside, with_tool_findings
+from .execute.child_run import run_child, take_run
+from .execute.cpu.build import compiler
+from .execute.runner import Placement
+from .intake.submission import Submission
+from .phases import Phases
+from .plan import CPU, GPU, RunPlan, device_lock, placement_of, sandbox_of
+from .result import ERROR, GRADED, GRADER_ERROR, CheckResult, SubmissionResult
+from .rubric import Rubric
+
+if TYPE_CHECKING:
+    from .run_events import RunEvents
+
+
+def grade_on_gpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
+                 plan: RunPlan, phases: Phases, rubric: Rubric,
+                 statics: list[CheckResult]) -> tuple[list[CheckResult], str]:
+    """Run (the GPU child, the emulator beside it) → judge by both → diagnose → profile; the checks made and why a
+    check none made was not run. The static checks tell the sanitizer's groups what to expect."""
+    beside = _emulate_beside(submission, config, cases, plan)
+    run = run_child(submission, config, _emulated_first(cases), GPU, plan, _reference_warmer(config, plan))
+    phases.mark_split(run.phases, "grading_other")
+    take_run(result, run)
+    if run.compile_check.passed:
+        add_compiler_feedback(result, run.compile_check, run.student_cubin, config, sandbox_of(plan), run.tile_size)
+    phases.mark("feedback")
+    emulation = emulation_of(beside, submission, "no C++ compiler (g++) for the CPU emulator on this host")
+    phases.mark("emulator_wait")
+    made, safety = _judged_by_both(submission, config, cases, result, plan, run, emulation)
+    phases.mark("judge")
+    checked = (diagnosis(submission, config, run, plan, [*made, *statics], safety) if rubric.has(SANITIZER_NAME)
+               else None)
+    phases.mark("sanitizer")
+    if checked is not None:
+        made.append(checked)
+        if checked.status == ERROR and result.outcome == GRADED:
+            result.outcome = GRADER_ERROR  # the diagnosis could not run: graded again by --resume
+    if plan.profile and run.compile_check.passed and run.tile_size:
+        profile_check(result, made, config, run, plan, submission.source)
+        phases.mark("profile")
+    return made, run.not_run_reason
+
+
+def _reference_warmer(config: Config, plan: RunPlan):
+    """Once the child names the GPU's architecture, the reference's compiled figures are made meanwhile."""
+    reference = config.reference_path.read_text(encoding="utf-8")
+    return lambda arch: warm_reference(reference, arch, config.compile.options, config.timeouts.compile_s,
+                                       sandbox_of(plan), config.cache_dir)
+
+
+def _emulated_first(cases: list[Case]) -> list[Case]:
+    """The GPU child's order: the cases the emulator also runs first, in the config's order, then the large
+    ones. Both engines then launch the kernel in the same sequence, so a kernel that counts its launches in
+    a device global behaves the same on both (execute/cpu: launches per case)."""
+    return [case for case in cases if not case.gpu_only] + [case for case in cases if case.gpu_only]
+
+
+def _emulate_beside(submission: Submission, config: Config, cases: list[Case], plan: RunPlan) -> Future | None:
+    """The emulator's run of every case it can run, started now, beside the GPU child: None where this host
+    has no C++ compiler for it (the tools then judge safety)."""
+    emulated = [case for case in cases if not case.gpu_only]
+    if not emulated or compiler() is None:
+        return None
+    workers = plan.emulator_workers or max(1, len(os.sched_getaffinity(0)) - 1)
+    on_cpu = replace(plan, backend=CPU, placement=Placement(lock=device_lock(config, CPU)), sanitizer_channel=None,
+                     emulator_workers=workers)
+    return start_beside(functools.partial(run_child, submission, config, emulated, CPU, on_cpu))
+
+
+def _judged_by_both(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
+                    plan: RunPlan, run: RunEvents, emulation: Emulation) -> tuple[list[CheckResult],
+                                                                                    CaseSafety | None]:
+    """The GPU run's checks, each case decided by the rule for every engine: right values (the GPU's) and
+    nothing unsafe (the emulator's view; where it cannot judge, compute-sanitizer's on the same cases, whose
+    run is returned too)."""
+    made = run.made_checks()
+    if not run.compile_check.passed or not run.tile_size:
+        return made, None
+    if emulation.judged:
+        emulator_feedback(result, emulation.run, submission, config)
+        # where the emulator's time went, beside the GPU's (bench/grade_time.py)
+        run.compile_check.metrics["emulator_phases"] = {phase: round(seconds, 3)
+                                                        for phase, seconds in emulation.run.phases.items()}
+        return merged(made, emulation), None
+    if emulation.log:
+        result.log += f"\n[grader] the CPU emulator could not judge this kernel:\n{emulation.log}\n"
+    emulated = [case for case in cases if not case.gpu_only]
+    safety = case_safety(sanitizer_run_of(submission, config, run), emulated, placement_of(plan, config),
+                         sandbox_of(plan), config.cache_dir) if emulated else CaseSafety()
+    run.compile_check.metrics["safety_tools_s"] = round(safety.tools_s, 3)
+    if safety.problem:
+        result.message = _joined(result.message, f"Not checked for out-of-bounds accesses, races or divergent "
+                                 f"barriers: {emulation.why_not}, and compute-sanitizer could not check it "
+                                 f"({safety.problem})")
+        if result.outcome == GRADED and sanitizer_path() is not None:
+            result.outcome = GRADER_ERROR  # the tools could not run here this time: graded again by --resume
+    return with_tool_findings(made, safety.findings), safety
+
+
+def _joined(*parts: str) -> str:
+    return ". ".join(part for part in parts if part)

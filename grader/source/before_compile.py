@@ -1,0 +1,72 @@
+"""What the source decides before anything compiles: the headers left out, whether the file is compiled at all,
+and what the barriers cost where the static check found them."""
+from __future__ import annotations
+
+from ..config import Config
+from ..intake.submission import KERNEL_FILE, Submission, missing_headers
+from ..result import COMPILE_ERROR, GRADED, SUBMISSION_ERROR, THROUGHPUT, CheckResult, Feedback
+from .include_policy import check_source, drop_host_headers
+from .include_policy import describe as describe_violations
+from .signature import hip_problem, signature_problem
+from .toolkit_headers import unneeded_headers
+
+
+def drop_unneeded_headers(submission: Submission, host_only: list[str]) -> None:
+    """Before anything compiles, on every machine and every engine alike: the lab's host-only headers (wb.h),
+    and the toolkit's library headers no device code uses (cuBLAS's for a host wrapper), whose packages a
+    grading machine may lack (toolkit_headers.py). Host code that needed them is then left out as usual."""
+    files = [submission.source, *submission.headers.values()]
+    libraries = unneeded_headers(files, submission.headers)
+    submission.source = drop_host_headers(submission.source, host_only, libraries)
+    submission.headers = {name: drop_host_headers(text, host_only, libraries)
+                          for name, text in submission.headers.items()}
+
+
+def with_headers_after(submission: Submission) -> str:
+    """kernel.cu with the handed-in headers' text after it, for the static checks and the tile size: the
+    helpers, macros and constants a header defines are found, and every line of kernel.cu keeps its number."""
+    return "\n".join([submission.source, *submission.headers.values()])
+
+
+def refusal_before_compiling(source: str, kernels: list[str], config: Config, accepted: tuple[str, ...] = (),
+                             headers: dict[str, str] | None = None) -> tuple[str, str]:
+    """Why the file is not compiled at all, or '', and the outcome that makes: HIP, no such kernel, or
+    anything that could make a compiler open a file (no byte of one may reach a report), in kernel.cu or a
+    header handed in with it; a handed-in header that is included but missing, or a declaration the
+    launchers cannot call, is a submission error (the file may well compile)."""
+    hip = hip_problem(source)
+    if hip:
+        return hip, COMPILE_ERROR
+    if config.kernel.name not in kernels:
+        found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
+        return f"kernel {' or '.join(accepted or config.kernel.names)} not found; {found}", COMPILE_ERROR
+    refused = _include_refusal({KERNEL_FILE: source, **(headers or {})}, config)
+    if refused:
+        return refused, COMPILE_ERROR
+    missing = missing_headers([source, *(headers or {}).values()], config.compile.handed_in_headers, headers or {})
+    if missing:
+        return missing, SUBMISSION_ERROR
+    declared = signature_problem(source, config.kernel.contract())
+    return (declared, SUBMISSION_ERROR) if declared else ("", GRADED)
+
+
+def _include_refusal(files: dict[str, str], config: Config) -> str:
+    """The include policy's refusal of kernel.cu or of a handed-in header (named: its line numbers are its own)."""
+    allowed, handed_in = config.compile.allowed_headers, config.compile.handed_in_headers
+    for name, text in files.items():
+        violations = check_source(text, allowed, handed_in)
+        if violations:
+            described = describe_violations(violations, allowed, handed_in)
+            if name == KERNEL_FILE:
+                return described
+            return described.replace("these lines", f"these lines of {name} (handed in with it)", 1)
+    return ""
+
+
+def barrier_cost(statics: list[CheckResult]) -> list[Feedback]:
+    """What a barrier that counts costs where it runs more often than it needs to (advice, no points)."""
+    return [Feedback(THROUGHPUT, f"line {check.metrics['line']}: the __syncthreads() inside the inner loop runs "
+                     "once per iteration of it, a whole block waiting each time",
+                     "move it after the inner loop: one barrier there keeps the next tiles from overwriting these",
+                     line=check.metrics["line"], source="static check")
+            for check in statics if check.passed and check.metrics.get("in_inner_loop")]
