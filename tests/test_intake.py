@@ -101,11 +101,11 @@ def test_folder_of_student_folders(tmp_path):
 
     refused = {r.key: r for r in intake.refused}
     assert sorted(refused) == ["carol", "erin"]
-    assert "no kernel.cu among the files handed in" in refused["carol"].reason
-    assert "carol/notes.txt" in refused["carol"].reason
+    # The words of every path (submission.choose_kernel), relative to the student's own folder.
+    assert "no kernel.cu and no .cu file; found: notes.txt" in refused["carol"].reason
+    assert refused["carol"].entry == "carol/"
     assert refused["erin"].source == str(cls)
-    assert "2 files named kernel.cu" in refused["erin"].reason
-    assert "erin/a/kernel.cu" in refused["erin"].reason and "erin/b/kernel.cu" in refused["erin"].reason
+    assert "2 files named kernel.cu in your submission (a/kernel.cu, b/kernel.cu)" in refused["erin"].reason
 
 
 def test_workdir_inside_the_class_folder_and_a_path_given_twice(tmp_path):

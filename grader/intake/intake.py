@@ -67,6 +67,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 import unicodedata
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -419,15 +420,23 @@ class _Run:
     def _keep_the_last(self, same: list[Entry | Refusal]) -> None:
         kept, earlier = same[-1], same[:-1]
         where = "; ".join(f"{row.source}: {row.entry or row.key}" for row in earlier)
+        first_key = earlier[0].key
+        for row in earlier:
+            if isinstance(row, Entry):
+                self.intake.submissions.remove(row)
+                shutil.rmtree(row.path)  # the copy intake made of a kernel that is not graded
+            else:
+                row.key = ""  # still named in intake.txt, no longer a row of its own
+        self._rename(kept, first_key)  # the student's key, not a "-2" that reads as a second student
         kept.notes.append(f"also handed in in {where}: not graded, the submission in {kept.source} (the PATH "
                           "given later) is graded")
         self.intake.notes.append(f"{kept.key}: the same student in {where} and in {kept.source}; graded the one in "
                                  f"{kept.source} (the PATH given later)")
-        for row in earlier:
-            if isinstance(row, Entry):
-                self.intake.submissions.remove(row)
-            else:
-                row.key = ""  # still named in intake.txt, no longer a row of its own
+
+    def _rename(self, row: Entry | Refusal, key: str) -> None:
+        if isinstance(row, Entry):
+            row.path = row.path.rename(self.workdir / key)
+        row.key = key
 
     # PATHs
 

@@ -54,6 +54,8 @@ def read_student_archive(data: bytes, folder: Path, limits: Limits | None = None
             source = files[chosen].read(limits.file_bytes)
             headers = _headers_beside(chosen, tree, handed_in, limits)
         except SubmissionError as exc:
+            if not files and notes:  # handed in, but every file refused: not "nothing handed in"
+                exc = SubmissionError(f"no {KERNEL_FILE}: every file in the archive was refused (the notes say why)")
             return StudentArchive(None, refusal=str(exc), notes=notes)
         except Refused as exc:
             return StudentArchive(None, refusal=exc.reason, notes=notes)

@@ -99,7 +99,7 @@ def choose_kernel(files: Iterable[str], depth: int = KERNEL_DEPTH) -> tuple[str,
 def nothing_to_grade(handed_in: Sequence[str], depth: int = KERNEL_DEPTH) -> str:
     """Why a submission with no .cu file within reach cannot be graded, naming what it holds."""
     if not handed_in:
-        return f"{NOTHING_HANDED_IN}: {HAND_IN}"
+        return f"no {KERNEL_FILE}: {NOTHING_HANDED_IN}; {HAND_IN}"
     deeper = [f for f in handed_in if _is_kernel_name(f)]
     if deeper:
         return f"{KERNEL_FILE} is too deep ({deeper[0]}): put it at most {depth} folders down"
