@@ -108,6 +108,16 @@ def test_folder_of_student_folders(tmp_path):
     assert "2 files named kernel.cu in your submission (a/kernel.cu, b/kernel.cu)" in refused["erin"].reason
 
 
+def test_an_empty_folder_given_among_others_is_a_student_who_handed_in_nothing(tmp_path):
+    """`grade batch alice/ bob/`: each PATH names a student, so an empty one is a row, not a lost student."""
+    (tmp_path / "alice").mkdir()
+    write(tmp_path / "bob" / "kernel.cu", kernel("bob"))
+    intake = discover([tmp_path / "alice", tmp_path / "bob"], tmp_path / "work")
+    assert sorted(by_key(intake)) == ["bob"]
+    refused = {r.key: r for r in intake.refused}
+    assert list(refused) == ["alice"] and "nothing handed in" in refused["alice"].reason
+
+
 def test_workdir_inside_the_class_folder_and_a_path_given_twice(tmp_path):
     cls = tmp_path / "class"
     write(cls / "alice" / "kernel.cu", kernel("alice"))

@@ -37,10 +37,17 @@ Formats, as relied on:
   uploaded. Unknown YAML tags (Ruby objects) are read as plain values. A group submission is one entry:
   `student_id` and `student_name` join the members (`members` lists them one by one).
 
-How a student's kernel is found (the same for every layout): a file named `kernel.cu` (any case) at
-most `Limits.kernel_depth` folders down, the shallowest; two at the same depth are ambiguous and
-refused. Without one, the only `.cu` file is graded (with a note); without any `.cu`, a single `.zip`
-the student handed in is opened, one level only: a zip inside a student's zip is not opened.
+How a student's kernel is found: the rule of every path (submission.choose_kernel, with
+`Limits.kernel_depth`): a file named `kernel.cu` (any case), the shallowest; two at the same depth are
+ambiguous and refused. Without one, the only `.cu` file is graded (with a note); without any `.cu`, a
+single `.zip` the student handed in is opened, one level only: a zip inside a student's zip is not opened.
+A binary or empty kernel refuses the student here (submission.kernel_text), so intake.txt names it.
+
+Every student a layout names is an Entry or a keyed Refusal: a class's empty folder ("nothing handed in"),
+and a Canvas entry whose name is refused as unsafe (`../evil_1002_5002_kernel.cu`: its last part still
+names Canvas user 1002, whose row gives the reason; nothing is written for it). The same student named by
+two PATHs (the same gradebook id; folders without an id are never merged) is one row: the PATH given
+later is graded, keeping the student's first key; the other is named in its notes and in `Intake.notes`.
 
 Safety: archives are never extracted whole. Members with unsafe names ('..', absolute, drive letters,
 backslashes, control characters), symbolic links and other non-regular entries, encrypted members,
@@ -525,6 +532,8 @@ class _Run:
             students += _empty_folders(tree, prefix, students)
         for item in stray:  # refused members that belong to no student
             self._refuse(source, item.name, item.reason)
+        if not students and not stray and not self.lone_path:  # a PATH among others is a student: still a row
+            students = [_Student(outer_name, "", *reversed(_folder_person(outer_name)))]
         if not students and not stray:
             self._refuse(source, "", f"holds no submissions: no {KERNEL_FILE}, .cu or .zip file was found")
             return
