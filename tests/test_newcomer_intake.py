@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, SUBMISSIONS
+from test_handed_in_headers import zipped
 
 from grader.intake.student_archive import read_student_archive
 
@@ -205,17 +206,10 @@ def test_an_lms_lists_what_a_submission_without_cu_holds(lms, field, readme_only
 
 def test_the_service_reads_an_archive_by_the_same_rule(tmp_path):
     """`grade serve`'s intake of one student's archive (serve/runner.py calls it): the same choice and words."""
-    def archive(files: dict[str, bytes]) -> bytes:
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w") as zipped:
-            for name, data in files.items():
-                zipped.writestr(name, data)
-        return buffer.getvalue()
-
-    taken = read_student_archive(archive({"sgemm.cu": GOOD}), tmp_path / "a")
+    taken = read_student_archive(zipped({"sgemm.cu": GOOD}), tmp_path / "a")
     assert taken.folder is not None and (taken.folder / "kernel.cu").read_bytes() == GOOD
     assert taken.notes == [GRADED_NOTE]
-    refused = read_student_archive(archive({"readme.txt": b"hi"}), tmp_path / "b")
+    refused = read_student_archive(zipped({"readme.txt": b"hi"}), tmp_path / "b")
     assert refused.folder is None and NOTHING_NOTE in refused.refusal
 
 

@@ -155,12 +155,13 @@ def find_kernel_noted(folder: Path, depth: int = KERNEL_DEPTH) -> tuple[Path, li
     return folder / chosen, notes
 
 
-def files_below(folder: Path, levels: int) -> tuple[list[str], list[str]]:
+def files_below(folder: Path, levels: int, most: int = 10_000) -> tuple[list[str], list[str]]:
     """(plain files, symbolic links) in folder and at most `levels` folders below it, as relative '/'-separated
-    paths; links are listed, never followed; hidden folders are never entered."""
+    paths; links are listed, never followed; hidden folders are never entered. At most `most` entries: a
+    submission is a few files, and a home folder given by mistake must not be walked whole."""
     files, links = [], []
     stack = [(folder, "")]
-    while stack:
+    while stack and len(files) + len(links) < most:
         here, rel = stack.pop()
         try:
             entries = list(os.scandir(here))
