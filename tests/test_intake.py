@@ -118,6 +118,21 @@ def test_an_empty_folder_given_among_others_is_a_student_who_handed_in_nothing(t
     assert list(refused) == ["alice"] and "nothing handed in" in refused["alice"].reason
 
 
+def test_the_same_student_in_two_paths_is_one_row_from_the_later_path_run_after_run(tmp_path):
+    """The later PATH's submission counts even when it is the refused one; the row keeps the student's first key,
+    and a second run into the same workdir (--resume) finds the same."""
+    for section, data in (("s1", kernel("first")), ("s2", b"")):
+        write(tmp_path / section / "Sam Lee (s42)" / "kernel.cu", data)
+        write(tmp_path / section / "other" / "kernel.cu", kernel(section))
+    for _ in range(2):
+        intake = discover([tmp_path / "s1", tmp_path / "s2"], tmp_path / "work")
+        assert "Sam_Lee_s42" not in by_key(intake)
+        sam = [r for r in intake.refused if r.key and r.sis_user_id == "s42"]
+        assert [r.key for r in sam] == ["Sam_Lee_s42"] and "empty" in sam[0].reason
+        assert any(f"also handed in in {tmp_path / 's1'}" in note for note in sam[0].notes)
+        assert sorted(by_key(intake)) == ["other", "other-2"]  # no id: never merged
+
+
 def test_workdir_inside_the_class_folder_and_a_path_given_twice(tmp_path):
     cls = tmp_path / "class"
     write(cls / "alice" / "kernel.cu", kernel("alice"))

@@ -442,6 +442,7 @@ class _Run:
 
     def _rename(self, row: Entry | Refusal, key: str) -> None:
         if isinstance(row, Entry):
+            shutil.rmtree(self.workdir / key, ignore_errors=True)  # an earlier run's copy under that key
             row.path = row.path.rename(self.workdir / key)
         row.key = key
 
