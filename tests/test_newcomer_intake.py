@@ -87,12 +87,12 @@ def a_class(tmp_path_factory):
 
 
 def test_an_empty_student_folder_is_a_row_and_a_line_in_intake_txt(a_class):
-    out, run, _ = a_class
+    out, _, root = a_class
     row = grades_rows(out)["empty"]
     assert row["status"] == "submission error" and "nothing handed in" in row["intake notes"]
-    assert "refused: " in (out / "intake.txt").read_text() and "empty/: no kernel.cu: nothing handed in" in \
-        (out / "intake.txt").read_text()
-    assert "section1: read as a folder of student submissions; 6 students" in (out / "intake.txt").read_text()
+    intake = (out / "intake.txt").read_text()
+    assert f"refused: {root / 'section1'}: empty/: no kernel.cu: nothing handed in" in intake
+    assert "section1: read as a folder of student submissions; 6 students" in intake  # 6 folders, 6 students
 
 
 def test_canvas_entries_with_unsafe_names_are_refused_but_their_students_are_rows(a_class):
