@@ -33,6 +33,7 @@ from .errors import UsageError
 from .execute.confine.sandbox import SandboxUnavailable, detect
 from .execute.cpu.build import compiler
 from .execute.gpu.detect import gpu_unavailable_reason, local_gpus
+from .intake.intake import looks_like_a_class
 from .intake.submission import SubmissionError, at_the_door, find_kernel_noted, locate, read_headers
 from .leftovers import WORKER, clear_at_start, owned_scratch
 from .phases import Phases, describe, merged, since_process_start
@@ -431,6 +432,11 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
             continue
         phases.mark("grading_other")  # between submissions: nothing but the loop
         begun = started if not names else phases.last
+        hint = looks_like_a_class(path)
+        if hint:  # a class, or a zip: `grade batch` reads it; grading it as one student would only mislead
+            errors.print(Text("error: ", style="bold red").append(hint), highlight=False)
+            code = EXIT_USAGE
+            continue
         door = at_the_door(path)
         if door.refusal:  # nothing there to grade: one line, not a table of skipped checks
             write_outputs(not_graded(path, config, cases, door.refusal), args.output, unique_name(
@@ -439,7 +445,8 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
             code = EXIT_NOT_GRADED
             continue
         try:
-            result = grade(path, config, cases, plan)
+            result = grade(door.kernel, config, cases, plan)  # the file choose_kernel()'s rule took
+            result.submission = locate(path)[0]
             result.intake_notes += door.notes
         except KeyboardInterrupt:
             # The runner has already killed the child's process group; results so far are on disk.

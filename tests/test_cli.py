@@ -80,9 +80,9 @@ def test_unreadable_submissions_get_an_error_row_not_a_crash(tmp_path, content, 
 
 
 @pytest.mark.parametrize("files, words", [
-    ((), "holds no kernel.cu (and no .cu file): put your kernel in"),
-    (("mykernel.cu",), "has no kernel.cu, only mykernel.cu: rename it to kernel.cu, or grade the file itself"),
-    (("a.cu", "b.cu"), "has no kernel.cu, but 2 .cu files (a.cu, b.cu): name the one to grade kernel.cu"),
+    ((), "no kernel.cu: nothing handed in; hand in your kernel as kernel.cu"),
+    (("notes.txt",), "no kernel.cu and no .cu file; found: notes.txt. Hand in your kernel as kernel.cu"),
+    (("a.cu", "b.cu"), "no kernel.cu, but 2 .cu files (a.cu, b.cu): name the one to grade kernel.cu"),
 ])
 def test_a_folder_without_kernel_cu_is_told_what_it_holds_and_what_to_do(tmp_path, capsys, files, words):
     folder = tmp_path / "student"
@@ -100,8 +100,9 @@ def test_a_folder_with_kernel_cu_and_other_cu_files_says_which_was_graded(tmp_pa
     for name in ("kernel.cu", "old.cu"):
         shutil.copy(SUBMISSIONS / "good_basic" / "kernel.cu", folder / name)
     assert main([str(folder), "--no-run", "-o", str(tmp_path / "out")]) == 0
-    assert "Note: graded kernel.cu; not graded: old.cu" in capsys.readouterr().out
-    assert load(tmp_path / "out", "student")["intake_notes"] == ["graded kernel.cu; not graded: old.cu"]
+    note = "graded kernel.cu at the top of your submission; not graded: old.cu"
+    assert f"Note: {note}" in " ".join(capsys.readouterr().out.split())
+    assert load(tmp_path / "out", "student")["intake_notes"] == [note]
 
 
 def test_wrong_kernel_name_is_reported_without_compiling(tmp_path):

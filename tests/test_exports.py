@@ -302,7 +302,9 @@ def test_canvas_grader_error_is_an_empty_cell_and_listed_never_zero():
     rows, notes = canvas_rows([with_ids(erin(), canvas="1005"), with_ids(dave(), canvas="1004")])
     assert rows[2] == ["Erin Eve", "1005", "", "", "", ""]
     assert rows[3][5] == "0"  # dave handed in nothing gradable: that is his 0
-    assert notes == ["Erin Eve [erin_sub]: empty cell, grading broke (grader error): grade again, then import"]
+    # Both listed: the empty cell, and the 0 that is a submission error (the instructor checks who got it and why).
+    assert notes == ["Erin Eve [erin_sub]: empty cell, grading broke (grader error): grade again, then import",
+                     "Dave Doe [dave_sub]: 0, a submission error (no kernel file found: hand in kernel.cu)"]
 
 
 def cpu_run() -> SubmissionResult:

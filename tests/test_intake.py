@@ -101,11 +101,36 @@ def test_folder_of_student_folders(tmp_path):
 
     refused = {r.key: r for r in intake.refused}
     assert sorted(refused) == ["carol", "erin"]
-    assert "no kernel.cu among the files handed in" in refused["carol"].reason
-    assert "carol/notes.txt" in refused["carol"].reason
+    # The words of every path (submission.choose_kernel), relative to the student's own folder.
+    assert "no kernel.cu and no .cu file; found: notes.txt" in refused["carol"].reason
+    assert refused["carol"].entry == "carol/"
     assert refused["erin"].source == str(cls)
-    assert "2 files named kernel.cu" in refused["erin"].reason
-    assert "erin/a/kernel.cu" in refused["erin"].reason and "erin/b/kernel.cu" in refused["erin"].reason
+    assert "2 files named kernel.cu in your submission (a/kernel.cu, b/kernel.cu)" in refused["erin"].reason
+
+
+def test_an_empty_folder_given_among_others_is_a_student_who_handed_in_nothing(tmp_path):
+    """`grade batch alice/ bob/`: each PATH names a student, so an empty one is a row, not a lost student."""
+    (tmp_path / "alice").mkdir()
+    write(tmp_path / "bob" / "kernel.cu", kernel("bob"))
+    intake = discover([tmp_path / "alice", tmp_path / "bob"], tmp_path / "work")
+    assert sorted(by_key(intake)) == ["bob"]
+    refused = {r.key: r for r in intake.refused}
+    assert list(refused) == ["alice"] and "nothing handed in" in refused["alice"].reason
+
+
+def test_the_same_student_in_two_paths_is_one_row_from_the_later_path_run_after_run(tmp_path):
+    """The later PATH's submission counts even when it is the refused one; the row keeps the student's first key,
+    and a second run into the same workdir (--resume) finds the same."""
+    for section, data in (("s1", kernel("first")), ("s2", b"")):
+        write(tmp_path / section / "Sam Lee (s42)" / "kernel.cu", data)
+        write(tmp_path / section / "other" / "kernel.cu", kernel(section))
+    for _ in range(2):
+        intake = discover([tmp_path / "s1", tmp_path / "s2"], tmp_path / "work")
+        assert "Sam_Lee_s42" not in by_key(intake)
+        sam = [r for r in intake.refused if r.key and r.sis_user_id == "s42"]
+        assert [r.key for r in sam] == ["Sam_Lee_s42"] and "empty" in sam[0].reason
+        assert any(f"also handed in in {tmp_path / 's1'}" in note for note in sam[0].notes)
+        assert sorted(by_key(intake)) == ["other", "other-2"]  # no id: never merged
 
 
 def test_workdir_inside_the_class_folder_and_a_path_given_twice(tmp_path):

@@ -30,10 +30,12 @@ from ..config import Config
 from ..diagnose.groups import GROUP_SIZE, SanitizerGroups
 from ..execute.gpu.detect import local_gpus
 from ..execute.runner import Placement
+from ..intake.archive import refused_note, safe_name
 from ..intake.intake import Entry, Intake, Refusal, discover
 from ..judge import truths
 from ..leftovers import clear_at_start
 from ..pipeline import CPU, GPU, RunPlan, device_lock, not_graded, sandbox_of
+from ..report.canvas_csv import RosterRow, roster_match
 from ..report.exports import ExportOptions, class_files
 from ..report.points import full_marks
 from ..result import GRADER_ERROR, NEEDS_GPU_GRADE, SubmissionResult
@@ -110,6 +112,7 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
     reused = len(rows) - sum(1 for r in intake.refused if r.key)
     graded, interrupted, stopped = _grade_all(todo, config, cases, plan, options, console, rows)
     _add_intake(intake, rows, outdir)
+    rows.update(_roster_rows(options.exports.canvas.roster or [], rows, config, cases))
     results = [rows[key] for key in sorted(rows)]
     if not interrupted:
         write_class_files(results, outdir, options.exports)
@@ -245,7 +248,36 @@ def _refused(refusal: Refusal, config: Config, cases: list[Case]) -> SubmissionR
     result = not_graded(Path(refusal.key), config, cases, f"not graded: {refusal.reason}")
     result.submission = refusal.key
     _identified(result, refusal)
+    # Why they are not graded comes first in their notes, so grades.csv's "intake notes" cell says it too.
+    result.intake_notes.insert(0, refused_note(refusal.entry or refusal.source, refusal.reason))
     return result
+
+
+NO_SUBMISSION = "no submission: on the roster (--roster), nothing of theirs was handed in"
+
+
+def _roster_rows(roster: list[RosterRow], rows: dict[str, SubmissionResult], config: Config,
+                 cases: list[Case]) -> dict[str, SubmissionResult]:
+    """A "submission error" row for each roster student no submission matched: a roster line names a student,
+    who is then a row in every class file. Not stored in students/: the roster given to each run makes them."""
+    matched = {roster_match(result, roster) for result in rows.values()}
+    taken = {key.casefold() for key in rows}
+    added: dict[str, SubmissionResult] = {}
+    for row in roster:
+        if row in matched:
+            continue
+        key = base = safe_name(f"{row.student}_{row.canvas_id}")
+        n = 1
+        while key.casefold() in taken:
+            n += 1
+            key = f"{base}-{n}"
+        taken.add(key.casefold())
+        result = not_graded(Path(key), config, cases, NO_SUBMISSION)
+        result.submission, result.student_id, result.student_name = key, row.canvas_id, row.student
+        result.canvas_user_id, result.sis_user_id, result.sis_login_id = row.canvas_id, row.sis_user_id, row.sis_login_id
+        result.intake_notes = [NO_SUBMISSION]
+        added[key] = result
+    return added
 
 
 # --- files ------------------------------------------------------------------------------------------------

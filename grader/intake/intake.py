@@ -37,10 +37,17 @@ Formats, as relied on:
   uploaded. Unknown YAML tags (Ruby objects) are read as plain values. A group submission is one entry:
   `student_id` and `student_name` join the members (`members` lists them one by one).
 
-How a student's kernel is found (the same for every layout): a file named `kernel.cu` (any case) at
-most `Limits.kernel_depth` folders down, the shallowest; two at the same depth are ambiguous and
-refused. Without one, the only `.cu` file is graded (with a note); without any `.cu`, a single `.zip`
-the student handed in is opened, one level only: a zip inside a student's zip is not opened.
+How a student's kernel is found: the rule of every path (submission.choose_kernel, with
+`Limits.kernel_depth`): a file named `kernel.cu` (any case), the shallowest; two at the same depth are
+ambiguous and refused. Without one, the only `.cu` file is graded (with a note); without any `.cu`, a
+single `.zip` the student handed in is opened, one level only: a zip inside a student's zip is not opened.
+A binary or empty kernel refuses the student here (submission.kernel_text), so intake.txt names it.
+
+Every student a layout names is an Entry or a keyed Refusal: a class's empty folder ("nothing handed in"),
+and a Canvas entry whose name is refused as unsafe (`../evil_1002_5002_kernel.cu`: its last part still
+names Canvas user 1002, whose row gives the reason; nothing is written for it). The same student named by
+two PATHs (the same gradebook id; folders without an id are never merged) is one row: the PATH given
+later is graded, keeping the student's first key; the other is named in its notes and in `Intake.notes`.
 
 Safety: archives are never extracted whole. Members with unsafe names ('..', absolute, drive letters,
 backslashes, control characters), symbolic links and other non-regular entries, encrypted members,
@@ -67,6 +74,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 import unicodedata
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -90,9 +98,9 @@ from .archive import (
     safe_name,
     zip_tree,
 )
-from .submission import KERNEL_FILE
+from .submission import KERNEL_FILE, SubmissionError, choose_kernel, files_below, kernel_text, is_hidden
 
-__all__ = ["Entry", "Intake", "Limits", "Refusal", "discover", "safe_name"]
+__all__ = ["Entry", "Intake", "Limits", "Refusal", "discover", "looks_like_a_class", "safe_name"]
 
 GRADESCOPE_METADATA = "submission_metadata.yml"
 
@@ -169,7 +177,42 @@ def discover(paths: Iterable[str | os.PathLike[str]], workdir: str | os.PathLike
     run.lone_path = len(paths) == 1
     for path in paths:
         run.add_path(path)
+    run.one_row_per_student()
     return run.intake
+
+
+def looks_like_a_class(path: str | os.PathLike[str]) -> str:
+    """Why `grade PATH` (one student's submission) was given what `grade batch` reads: a class's folder or
+    zip, or any zip (which `grade` does not open). The words, ending in the command to run, or ""."""
+    path = Path(path)
+    batch = f"grade it with `grade batch {path} -o results/`"
+    if path.is_dir():
+        kind = _class_kind(files_below(path, 3)[0])
+        return f"{path} looks like a class ({kind}), not one student's submission: {batch}" if kind else ""
+    if path.suffix.lower() != ".zip" or not path.is_file():
+        return ""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            kind = _class_kind(archive.namelist())
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError):
+        kind = ""
+    if kind:
+        return f"{path} looks like a class ({kind}), which `grade` does not read: {batch}"
+    return f"{path} is a zip archive, which `grade` does not open: unzip it and grade the folder, or {batch}"
+
+
+def _class_kind(names: Iterable[str]) -> str:
+    """Which class layout these paths ('/'-separated, relative) are, as intake reads them, or ""."""
+    files = [tuple(n.split("/")) for n in names if n and not n.endswith("/")]
+    files = [f for f in files if not is_junk(f) and not is_hidden(f)]
+    if any(f[-1].casefold() == GRADESCOPE_METADATA for f in files):
+        return _LAYOUT_NAMES["gradescope"]
+    if any(_parse_canvas(f[-1]) is not None for f in files):
+        return _LAYOUT_NAMES["canvas"]
+    if any(len(f) == 1 and f[0].casefold().endswith(".cu") for f in files):
+        return ""  # a .cu file at the top: one student's
+    students = {f[0] for f in files if len(f) > 1 and f[-1].casefold().endswith((".cu", ".zip"))}
+    return f"{len(students)} student folders" if len(students) > 1 else ""
 
 
 def _unicode_key(name: str) -> str:
@@ -229,6 +272,15 @@ def _folders_at(tree: Tree, prefix: tuple[str, ...]) -> set[str]:
             and not is_junk(parts[len(prefix):len(prefix) + 1])}
 
 
+def _empty_folders(tree: Tree, prefix: tuple[str, ...], students: list[_Student]) -> list[_Student]:
+    """A student for each folder of a class that holds nothing of theirs: a folder names a student, who gets a
+    row saying nothing was handed in, never silence."""
+    named = {student.base for student in students}
+    empty = sorted(_folders_at(tree, prefix) - named)
+    return [_Student(folder, "/".join((*prefix, folder)) + "/", *reversed(_folder_person(folder)))
+            for folder in empty]
+
+
 def _folder_person(folder: str) -> tuple[str, str]:
     """(name, id) from a student's folder or file name: "Alice Smith (s1234567)" -> ("Alice Smith",
     "s1234567"); any other name is the student's name as it is, in any script ("学生")."""
@@ -247,6 +299,19 @@ def _ids(student: _Student) -> dict[str, str]:
     if student.canvas_user:
         return {"canvas_user_id": found}
     return {"sis_login_id": found} if "@" in found else {"sis_user_id": found}
+
+
+def _last_part(name: str) -> str:
+    """The file name at the end of an archive member's name, safe or not ("../x_1_2_kernel.cu" -> "x_1_2_kernel.cu")."""
+    return name.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+
+
+def _gradebook_id(row: Entry | Refusal) -> tuple[str, str] | None:
+    """The id a gradebook knows this student by, or None (a folder without an id, a group)."""
+    for kind in ("canvas_user_id", "sis_user_id", "sis_login_id"):
+        if getattr(row, kind):
+            return kind, getattr(row, kind).casefold()
+    return None
 
 
 def _is_kernel(name: str) -> bool:
@@ -344,6 +409,43 @@ class _Run:
         refusal.late = student.late
         refusal.notes = student.notes + student.refused_notes(refusal)
 
+    def one_row_per_student(self) -> None:
+        """A student named by two PATHs (the same Canvas user id, SIS id or login; a name alone never merges two
+        students) is one row: the submission in the PATH given later is the one graded, as a resubmission would
+        be (within one PATH, the later key); the others are named in its notes and in intake.txt."""
+        order = {source: i for i, source in enumerate(self.seen_paths.values())}
+        rows = [*self.intake.submissions, *(r for r in self.intake.refused if r.key)]
+        by_student: dict[tuple[str, str], list[Entry | Refusal]] = {}
+        for row in sorted(rows, key=lambda r: (order.get(r.source, -1), r.key.casefold())):
+            ident = _gradebook_id(row)
+            if ident is not None:
+                by_student.setdefault(ident, []).append(row)
+        for same in by_student.values():
+            if len(same) > 1:
+                self._keep_the_last(same)
+
+    def _keep_the_last(self, same: list[Entry | Refusal]) -> None:
+        kept, earlier = same[-1], same[:-1]
+        where = "; ".join(f"{row.source}: {row.entry or row.key}" for row in earlier)
+        first_key = earlier[0].key
+        for row in earlier:
+            if isinstance(row, Entry):
+                self.intake.submissions.remove(row)
+                shutil.rmtree(row.path)  # the copy intake made of a kernel that is not graded
+            else:
+                row.key = ""  # still named in intake.txt, no longer a row of its own
+        self._rename(kept, first_key)  # the student's key, not a "-2" that reads as a second student
+        kept.notes.append(f"also handed in in {where}: not graded, the submission in {kept.source} (the PATH "
+                          "given later) is graded")
+        self.intake.notes.append(f"{kept.key}: the same student in {where} and in {kept.source}; graded the one in "
+                                 f"{kept.source} (the PATH given later)")
+
+    def _rename(self, row: Entry | Refusal, key: str) -> None:
+        if isinstance(row, Entry):
+            shutil.rmtree(self.workdir / key, ignore_errors=True)  # an earlier run's copy under that key
+            row.path = row.path.rename(self.workdir / key)
+        row.key = key
+
     # PATHs
 
     def add_path(self, raw: str | os.PathLike[str]) -> None:
@@ -427,8 +529,12 @@ class _Run:
             "single": self._single,
             "class": self._class,
         }[layout](members, bad, prefix, source, outer_name)
+        if layout == "class":
+            students += _empty_folders(tree, prefix, students)
         for item in stray:  # refused members that belong to no student
             self._refuse(source, item.name, item.reason)
+        if not students and not stray and not self.lone_path:  # a PATH among others is a student: still a row
+            students = [_Student(outer_name, "", *reversed(_folder_person(outer_name)))]
         if not students and not stray:
             self._refuse(source, "", f"holds no submissions: no {KERNEL_FILE}, .cu or .zip file was found")
             return
@@ -539,7 +645,12 @@ class _Run:
             found = student_for(rel)
             return (found[0], (found[1].file,)) if found else None
 
-        stray = self._attach_bad(bad, prefix, bad_for)
+        unplaced = [item for item in bad if item.parts is None and bad_for((_last_part(item.name),))]
+        for item in unplaced:  # `../evil_1002_5002_kernel.cu`: never written anywhere, but user 1002 gets a row
+            student, rel = bad_for((_last_part(item.name),))
+            student.bad.append((rel, Refusal("", item.name, item.reason, student_id=student.student_id,
+                                             student_name=student.student_name)))
+        stray = self._attach_bad([item for item in bad if item not in unplaced], prefix, bad_for)
         return list(students.values()), stray
 
     def _gradescope(self, members, bad, prefix, source, outer_name):
@@ -611,45 +722,37 @@ class _Run:
                    nested: bool) -> tuple[bytes, str, list[str], dict[str, bytes]]:
         """(content, entry name, notes, the handed-in headers beside it) of the student's kernel, or Refused."""
         limits = self.limits
-        within = [f for f in files if len(f.rel) - 1 <= limits.kernel_depth]
-        named = [f for f in within if _is_kernel(f.rel[-1])]
-        notes: list[str] = []
-        if named:
-            depth = min(len(f.rel) for f in named)
-            top = [f for f in named if len(f.rel) == depth]
-            if len(top) > 1:
-                listed = ", ".join(f.display for f in top)
-                raise Refused(f"{len(top)} files named {KERNEL_FILE} ({listed}): keep only the one to grade")
-            chosen = top[0]
-        else:
-            sources = [f for f in within if f.rel[-1].casefold().endswith(".cu")]
-            zips = [f for f in within if f.rel[-1].casefold().endswith(".zip")]
-            if len(sources) == 1:
-                chosen = sources[0]
-                notes.append(f"no {KERNEL_FILE} was handed in; graded {'/'.join(chosen.rel)}, the only .cu file")
-            elif sources:
-                listed = ", ".join("/".join(f.rel) for f in sources[:8])
-                raise Refused(f"no {KERNEL_FILE}, and {len(sources)} .cu files ({listed}): name the one to "
-                              f"grade {KERNEL_FILE}")
-            elif len(zips) == 1:
-                return self._kernel_in_zip(student, zips[0], source, budget, nested)
-            elif zips:
-                listed = ", ".join("/".join(f.rel) for f in zips[:8])
-                raise Refused(f"no {KERNEL_FILE}, and {len(zips)} zip files ({listed}): hand in one")
-            else:
-                deeper = [f for f in files if _is_kernel(f.rel[-1])]
-                if deeper:
-                    raise Refused(f"{KERNEL_FILE} is too deep ({'/'.join(deeper[0].rel)}): put it at most "
-                                  f"{limits.kernel_depth} folders down", deeper[0].display)
-                if not files and student.not_files:
-                    raise Refused(f"no {KERNEL_FILE} was handed in, only {', '.join(student.not_files)}")
-                seen = ", ".join(sorted(f.display for f in files)[:8]) or "nothing"
-                raise Refused(f"no {KERNEL_FILE} among the files handed in ({seen})")
+        by_path = {"/".join(f.rel): f for f in files}
+        try:
+            chosen_path, notes = choose_kernel(by_path, limits.kernel_depth)  # the rule of every path
+        except SubmissionError as exc:
+            return self._no_kernel(student, files, source, budget, nested, str(exc))
+        chosen = by_path[chosen_path]
         try:
             data = chosen.member.read(limits.file_bytes)
+            kernel_text(chosen.rel[-1], data)  # binary or empty: refused here, so intake.txt names it
         except Refused as exc:
             raise Refused(exc.reason, chosen.display) from None
+        except SubmissionError as exc:
+            raise Refused(str(exc), chosen.display) from None
         return data, chosen.display, notes, self._headers_beside(chosen, files, student)
+
+    def _no_kernel(self, student: _Student, files: list[_File], source: str, budget: Budget, nested: bool,
+                   reason: str) -> tuple[bytes, str, list[str], dict[str, bytes]]:
+        """No .cu file to grade by the rule (`reason` says why): a single zip the student handed in is opened
+        instead; otherwise the student is refused with the rule's words."""
+        within = [f for f in files if len(f.rel) - 1 <= self.limits.kernel_depth]
+        if any(f.rel[-1].casefold().endswith(".cu") for f in within):  # .cu files there, none chosen
+            raise Refused(reason)
+        zips = [f for f in within if f.rel[-1].casefold().endswith(".zip")]
+        if len(zips) == 1:
+            return self._kernel_in_zip(student, zips[0], source, budget, nested)
+        if zips:
+            listed = ", ".join("/".join(f.rel) for f in zips[:8])
+            raise Refused(f"no {KERNEL_FILE}, and {len(zips)} zip files ({listed}): hand in one")
+        if not files and student.not_files:
+            raise Refused(f"no {KERNEL_FILE} was handed in, only {', '.join(student.not_files)}")
+        raise Refused(reason)
 
     def _headers_beside(self, kernel: _File, files: list[_File], student: _Student) -> dict[str, bytes]:
         """The handed-in headers in the kernel's folder, read as it is; one refused (a link, too large) refuses

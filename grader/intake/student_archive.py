@@ -1,8 +1,8 @@
 """One student's archive (the zip an LMS container posts to `grade serve`) to the folder that is graded.
 
-The kernel is chosen by the rule of everything one student hands in, Gradescope's upload included
-(submission.choose_kernel): kernel.cu at the archive's top, else the only kernel.cu up to four folders down;
-several below the top are refused, naming each. The student is told which file was graded. The archive is
+The kernel is chosen by the rule of every path (submission.choose_kernel): kernel.cu nearest the archive's
+top, up to four folders down (two as near are refused, naming each); else the only .cu file, with a note;
+with none, the refusal lists what the archive holds. The student is told which file was graded. The archive is
 read as batch intake reads one (archive.zip_tree): nothing is extracted but the chosen kernel, and
 every member refused on the way (`../etc/passwd`, links, devices, encrypted, zip bombs, names that collide)
 is listed in the notes with the reason, whether or not the kernel was found.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .archive import ArchiveRefused, Budget, Limits, Refused, refused_note, zip_tree
-from .submission import KERNEL_DEPTH, KERNEL_FILE, SubmissionError, choose_kernel, is_hidden
+from .submission import KERNEL_FILE, SubmissionError, choose_kernel, is_hidden
 
 
 @dataclass
@@ -48,17 +48,15 @@ def read_student_archive(data: bytes, folder: Path, limits: Limits | None = None
                            and not is_hidden(bad.parts)), None)
         if bad_kernel is not None:  # never grade some other file in place of a refused kernel.cu
             return StudentArchive(None, refusal=f"{bad_kernel.name} {bad_kernel.reason}", notes=notes)
-        kernels = {"/".join(m.parts): m for m in tree.members if m.parts[-1] == KERNEL_FILE
-                   and len(m.parts) <= KERNEL_DEPTH + 1 and not is_hidden(m.parts)}
+        files = {"/".join(m.parts): m for m in tree.members if not is_hidden(m.parts)}
         try:
-            chosen, how = choose_kernel(list(kernels))
-            source = kernels[chosen].read(limits.file_bytes)
+            chosen, how = choose_kernel(files)  # the rule of every path: the same choice and words
+            source = files[chosen].read(limits.file_bytes)
             headers = _headers_beside(chosen, tree, handed_in, limits)
         except SubmissionError as exc:
-            held = sorted("/".join(m.parts) for m in tree.members if not is_hidden(m.parts))
-            listed = f" (it holds {', '.join(held[:8])}{', …' if len(held) > 8 else ''})" if held else ""
-            reason = str(exc) + (listed if not kernels else "")
-            return StudentArchive(None, refusal=reason, notes=notes)
+            if not files and notes:  # handed in, but every file refused: not "nothing handed in"
+                exc = SubmissionError(f"no {KERNEL_FILE}: every file in the archive was refused (the notes say why)")
+            return StudentArchive(None, refusal=str(exc), notes=notes)
         except Refused as exc:
             return StudentArchive(None, refusal=exc.reason, notes=notes)
     folder.mkdir(parents=True, exist_ok=True)

@@ -44,52 +44,87 @@ class AtTheDoor:
 
     refusal: str = ""
     notes: list[str] = field(default_factory=list)
+    kernel: Path | None = None  # the file (or the folder holding kernel.cu) that is graded
 
 
 def at_the_door(path: Path) -> AtTheDoor:
-    """A folder or file handed to `grade`: why it cannot be graded (no kernel.cu, an empty or binary one), or
-    which file is graded where the folder holds others."""
+    """A folder or file handed to `grade`: why it cannot be graded (no kernel to grade by choose_kernel()'s rule,
+    an empty or binary one), or which file is graded (`kernel`) and the notes saying so."""
     path = Path(path)
-    notes = []
+    kernel, notes = path, []
     if path.is_dir():
-        others = sorted(p.name for p in path.glob("*.cu") if p.name != KERNEL_FILE and not is_hidden((p.name,)))
-        if not ((path / KERNEL_FILE).exists() or (path / KERNEL_FILE).is_symlink()):
-            return _no_kernel(path, others)
-        notes = [f"graded {KERNEL_FILE}; not graded: {', '.join(others)}"] if others else []
+        try:
+            kernel, notes = find_kernel_noted(path)
+        except SubmissionError as error:
+            return AtTheDoor(f"{path}: {error}")
     try:
-        _read_kernel(locate(path)[1])
+        _read_kernel(locate(kernel)[1])
     except SubmissionError as error:
         where = f"{path}: " if path.is_dir() else ""  # the file's own messages name the file
-        return AtTheDoor(f"{where}{error}", notes)
-    return AtTheDoor(notes=notes)
+        return AtTheDoor(f"{where}{error}", notes, kernel)
+    return AtTheDoor(notes=notes, kernel=kernel)
 
 
-def _no_kernel(path: Path, others: list[str]) -> AtTheDoor:
-    if len(others) == 1:
-        return AtTheDoor(f"{path} has no {KERNEL_FILE}, only {others[0]}: rename it to {KERNEL_FILE}, or grade "
-                         f"the file itself (grade {path / others[0]})")
-    if others:
-        return AtTheDoor(f"{path} has no {KERNEL_FILE}, but {len(others)} .cu files ({', '.join(others)}): name the "
-                         f"one to grade {KERNEL_FILE}, or grade it by its path")
-    return AtTheDoor(f"{path} holds no {KERNEL_FILE} (and no .cu file): put your kernel in {path / KERNEL_FILE}")
+NOTHING_HANDED_IN = "nothing handed in"
+HAND_IN = f"hand in your kernel as {KERNEL_FILE}"
 
 
-def choose_kernel(found: list[str]) -> tuple[str, list[str]]:
-    """Which kernel.cu of a submission is graded, the rule for everything one student hands in (Gradescope's
-    upload, an archive sent to `grade serve`): `found` are the kernel.cu files (paths relative to the
-    submission's top, '/'-separated, at most KERNEL_DEPTH folders down). The one at the top wins; else the
-    only one below; several below are refused, by name, so the student knows which to remove.
-    Returns (the chosen path, notes telling the student which was graded)."""
-    if KERNEL_FILE in found:
-        others = sorted(f for f in found if f != KERNEL_FILE)
-        return KERNEL_FILE, ([f"graded {KERNEL_FILE} at the top of your submission; not graded: "
-                              f"{', '.join(others)}"] if others else [])
-    if len(found) > 1:
-        raise SubmissionError(f"{len(found)} files named {KERNEL_FILE} in your submission "
-                              f"({', '.join(sorted(found))}): keep only the one to grade")
-    if found:
-        return found[0], [f"graded {found[0]}, the only {KERNEL_FILE} in your submission"]
-    raise SubmissionError(f"no {KERNEL_FILE} in your submission")
+def choose_kernel(files: Iterable[str], depth: int = KERNEL_DEPTH) -> tuple[str, list[str]]:
+    """Which file of one student's submission is graded: the one rule of every path (`grade DIR`, `grade batch`,
+    Gradescope, PrairieLearn, an archive sent to `grade serve`). `files` are every file handed in, as paths
+    relative to the submission's top ('/'-separated). A file named kernel.cu (any case) at most `depth` folders
+    down, the one nearest the top (two as near are refused, naming both); else the only .cu file, whatever
+    its name, graded with a note (an LMS cannot ask for a rename after the deadline); several .cu files are
+    refused, naming each; with none, the refusal lists what was handed in.
+    Returns (the chosen path, notes telling the student which was graded); SubmissionError says why none is."""
+    handed_in = sorted(f for f in files if not is_hidden(tuple(f.split("/"))))
+    within = [f for f in handed_in if f.count("/") <= depth]
+    sources = [f for f in within if f.casefold().endswith(".cu")]
+    named = [f for f in sources if _is_kernel_name(f)]
+    if named:
+        nearest = min(f.count("/") for f in named)
+        top = [f for f in named if f.count("/") == nearest]
+        if len(top) > 1:
+            raise SubmissionError(f"{len(top)} files named {KERNEL_FILE} in your submission ({', '.join(top)}): "
+                                  "keep only the one to grade")
+        return top[0], _graded_note(top[0], named, sources)
+    if len(sources) == 1:
+        return sources[0], [f"no {KERNEL_FILE} was handed in; graded {sources[0]}, the only .cu file"]
+    if sources:
+        raise SubmissionError(f"no {KERNEL_FILE}, but {len(sources)} .cu files ({_listed(sources)}): name the one "
+                              f"to grade {KERNEL_FILE}")
+    raise SubmissionError(nothing_to_grade(handed_in, depth))
+
+
+def nothing_to_grade(handed_in: Sequence[str], depth: int = KERNEL_DEPTH) -> str:
+    """Why a submission with no .cu file within reach cannot be graded, naming what it holds."""
+    if not handed_in:
+        return f"no {KERNEL_FILE}: {NOTHING_HANDED_IN}; {HAND_IN}"
+    deeper = [f for f in handed_in if _is_kernel_name(f)]
+    if deeper:
+        return f"{KERNEL_FILE} is too deep ({deeper[0]}): put it at most {depth} folders down"
+    return f"no {KERNEL_FILE} and no .cu file; found: {_listed(handed_in)}. {HAND_IN[0].upper()}{HAND_IN[1:]}"
+
+
+def _graded_note(chosen: str, named: list[str], sources: list[str]) -> list[str]:
+    others = [f for f in sources if f != chosen]
+    if "/" not in chosen:
+        where = f"graded {chosen} at the top of your submission"
+    elif len(named) == 1:
+        where = f"graded {chosen}, the only {KERNEL_FILE} in your submission"
+    else:
+        where = f"graded {chosen}, the {KERNEL_FILE} nearest the top of your submission"
+    if not others:
+        return [where] if "/" in chosen else []
+    return [f"{where}; not graded: {_listed(others)}"]
+
+
+def _listed(files: Sequence[str], most: int = 8) -> str:
+    return ", ".join(files[:most]) + (f", … ({len(files) - most} more)" if len(files) > most else "")
+
+
+def _is_kernel_name(path: str) -> bool:
+    return path.rsplit("/", 1)[-1].casefold() == KERNEL_FILE
 
 
 def is_hidden(parts: tuple[str, ...]) -> bool:
@@ -104,20 +139,46 @@ def find_kernel(folder: Path, depth: int = KERNEL_DEPTH) -> Path:
 
 
 def find_kernel_noted(folder: Path, depth: int = KERNEL_DEPTH) -> tuple[Path, list[str]]:
-    """find_kernel(), with the notes that tell the student which kernel.cu was graded."""
+    """find_kernel(), with the notes that tell the student which file was graded: the folder holding the chosen
+    kernel.cu, or the chosen file itself when it has another name (choose_kernel()). SubmissionError when
+    nothing there can be graded."""
     folder = Path(folder)
     if not folder.is_dir():
         return folder, []
-    candidates = [p for p in folder.rglob(KERNEL_FILE) if len(p.relative_to(folder).parts) <= depth + 1
-                  and not is_hidden(p.relative_to(folder).parts)]
-    links = sorted(p.relative_to(folder).as_posix() for p in candidates if p.is_symlink())
-    if links:  # never read through it, nor grade another file in its place
-        raise SubmissionError(f"{', '.join(links)}: a symbolic link, not a file; hand in {KERNEL_FILE} itself")
-    found = [p.relative_to(folder).as_posix() for p in candidates if p.is_file()]
-    if not found:
-        return folder, []  # read_submission says what is missing
-    chosen, notes = choose_kernel(found)
-    return (folder / chosen).parent, notes
+    files, links = files_below(folder, depth + 1)
+    linked = sorted(f for f in links if f.casefold().endswith(".cu"))
+    chosen, notes = choose_kernel([*files, *linked], depth)
+    if chosen in linked:  # never read through it, nor grade another file in its place
+        raise SubmissionError(f"{chosen}: a symbolic link, not a file; hand in {KERNEL_FILE} itself")
+    if chosen.rsplit("/", 1)[-1] == KERNEL_FILE:
+        return (folder / chosen).parent, notes
+    return folder / chosen, notes
+
+
+def files_below(folder: Path, levels: int, most: int = 10_000) -> tuple[list[str], list[str]]:
+    """(plain files, symbolic links) in folder and at most `levels` folders below it, as relative '/'-separated
+    paths; links are listed, never followed; hidden folders are never entered. At most `most` entries: a
+    submission is a few files, and a home folder given by mistake must not be walked whole."""
+    files, links = [], []
+    stack = [(folder, "")]
+    while stack and len(files) + len(links) < most:
+        here, rel = stack.pop()
+        try:
+            entries = list(os.scandir(here))
+        except OSError:
+            continue
+        for entry in entries:
+            path = f"{rel}{entry.name}"
+            if is_hidden((entry.name,)):
+                continue
+            if entry.is_symlink():
+                links.append(path)
+            elif entry.is_dir(follow_symlinks=False):
+                if path.count("/") < levels:
+                    stack.append((Path(entry.path), path + "/"))
+            elif entry.is_file(follow_symlinks=False):
+                files.append(path)
+    return files, links
 
 
 def read_submission(path: Path, handed_in: Sequence[str] = ()) -> Submission:
@@ -179,12 +240,17 @@ def _read_kernel(file: Path) -> str:
     if size > MAX_BYTES:
         raise SubmissionError(f"{file.name} is {size // 1024} kB: larger than {MAX_BYTES // 1024} kB, "
                               "so it is not graded")
-    data = file.read_bytes()
+    return kernel_text(file.name, file.read_bytes())
+
+
+def kernel_text(name: str, data: bytes) -> str:
+    """A kernel's text as handed in, or SubmissionError where it is none: binary, or empty. Every intake asks
+    this before a student is taken, so the refusal is said where refusals are (intake.txt, the row's notes)."""
     if b"\0" in data:
-        raise SubmissionError(f"{file.name} is a binary file, not CUDA source")
+        raise SubmissionError(f"{name} is a binary file, not CUDA source")
     source = decode_source(data)
     if not source.strip():
-        raise SubmissionError(f"{file.name} is empty: write your kernel in it")
+        raise SubmissionError(f"{name} is empty: write your kernel in it")
     return source
 
 

@@ -15,7 +15,8 @@ A student whose grading broke (outcome "grader error") gets an empty cell, which
 never a 0; so does, by default, a student graded without a GPU (checks that need one were not made):
 `without_gpu="scale"` writes those scores scaled to what could be checked instead. A kernel the CPU
 emulator cannot run (outcome "needs GPU grade") is held either way: its CPU score is never scaled up into a
-grade. Every empty cell is listed in the notes. Scores are the results' own, rescaled to `points_possible`
+grade. Every empty cell is listed in the notes, and so is every 0 that is a submission error (refused at
+intake, or a roster student with no submission: `grade batch --roster` makes them rows), with its reason. Scores are the results' own, rescaled to `points_possible`
 when that is given.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ import io
 from dataclasses import dataclass, field
 
 from grader.report.points import HOLD, checked_without_gpu, format_points, scaled
-from grader.result import GRADER_ERROR, NEEDS_GPU_GRADE, SubmissionResult
+from grader.result import GRADER_ERROR, NEEDS_GPU_GRADE, SUBMISSION_ERROR, SubmissionResult
 
 IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 POINTS_POSSIBLE = "Points Possible"
@@ -69,7 +70,7 @@ def _own_row(result: SubmissionResult) -> RosterRow:
                      result.sis_login_id)
 
 
-def _match(result: SubmissionResult, roster: list[RosterRow]) -> RosterRow | None:
+def roster_match(result: SubmissionResult, roster: list[RosterRow]) -> RosterRow | None:
     """The roster row with the same Canvas id, else SIS id, else login (case-insensitive)."""
     for mine, theirs in ((result.canvas_user_id, "canvas_id"), (result.sis_user_id, "sis_user_id"),
                          (result.sis_login_id, "sis_login_id")):
@@ -109,7 +110,7 @@ def to_canvas(results: list[SubmissionResult], options: CanvasOptions) -> Canvas
     notes: list[str] = []
     matched: set[RosterRow] = set()
     for result in results:
-        who = _match(result, options.roster) if options.roster is not None else None
+        who = roster_match(result, options.roster) if options.roster is not None else None
         if who is not None:
             matched.add(who)
         elif options.roster is not None:
@@ -118,6 +119,8 @@ def to_canvas(results: list[SubmissionResult], options: CanvasOptions) -> Canvas
         cell, why = _cell(result, options)
         if why:
             notes.append(f"{row.student} [{result.submission}]: empty cell, {why}")
+        elif result.outcome == SUBMISSION_ERROR:  # refused at intake, or on the roster with nothing handed in
+            notes.append(f"{row.student} [{result.submission}]: {cell}, a submission error ({result.message})")
         if not (row.canvas_id or row.sis_user_id or row.sis_login_id):
             notes.append(f"{row.student} [{result.submission}]: no id Canvas can match this row by")
         writer.writerow([row.student, row.canvas_id, row.sis_user_id, row.sis_login_id, row.section, cell])
