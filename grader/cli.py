@@ -15,6 +15,7 @@ batch stopped because no worker was connected for --worker-wait, 130 on Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import sys
@@ -24,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
 from .cases import load_cases, mix_seed, with_secret
@@ -62,6 +64,12 @@ COMMANDS = {
     "scheduler": "the cluster's Dask scheduler, on TLS",
     "worker": "this host's Dask workers for a cluster's batches (one per GPU)",
 }
+
+
+def _sentence(line: str) -> str:
+    """A command's line as its --help's description: a capital first letter, the rest as written (not
+    str.capitalize, which writes canvas, gradescope and gpu for Canvas, Gradescope and GPU)."""
+    return line[:1].upper() + line[1:] + "."
 
 
 def _commands_epilog() -> str:
@@ -109,14 +117,34 @@ def _tls_options(group) -> None:
                             "workers. Only on a network nobody else can reach")
 
 
+def say_error(errors: Console, message: object) -> None:
+    """`error: ` and the message as plain text: a message's `[cluster]` or `[serve]` is what to type, not markup."""
+    errors.print(Text("error: ", style="bold red").append(str(message)), highlight=False)
+
+
 def _misuse(error: UsageError) -> int:
-    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
+    say_error(Console(stderr=True, soft_wrap=True), error)
     return EXIT_USAGE
+
+
+# What each optional part of the grader imports, and the pyproject extra that installs it.
+EXTRAS = {"cluster": ("distributed", "cryptography"), "serve": ("fastapi", "uvicorn")}
+
+
+def require_extra(command: str, extra: str) -> None:
+    """Refuse, with the command that installs them, a command whose optional libraries are not installed
+    (the README's install has no extras): one line, not a traceback from deep inside the command."""
+    for module in EXTRAS[extra]:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise UsageError(f"{command} needs the grader's {extra} libraries ({module} is not installed): "
+                             f"pip install -e '.[{extra}]'") from None
 
 
 def worker_main(argv: list[str]) -> int:
     """`grade worker --scheduler ADDRESS`: Dask workers for this host's GPUs (or its CPU emulator)."""
-    parser = argparse.ArgumentParser(prog="grade worker", description=COMMANDS["worker"].capitalize() + ".")
+    parser = argparse.ArgumentParser(prog="grade worker", description=_sentence(COMMANDS["worker"]))
     parser.add_argument("--scheduler", required=True, metavar="ADDRESS", help="tls://HOST:8786 (tcp:// with "
                                                                               "--insecure)")
     parser.add_argument("--slots", type=int, default=0, metavar="N",
@@ -131,6 +159,7 @@ def worker_main(argv: list[str]) -> int:
     from .classroom.cluster_tls import checked_files
 
     try:
+        require_extra("grade worker", "cluster")
         files = checked_files(args.scheduler, "worker", args.certs, args.tls_ca_file, args.tls_cert, args.tls_key,
                               args.insecure, "--scheduler")
     except UsageError as exc:
@@ -159,7 +188,7 @@ def _sandbox_words() -> str:
 def scheduler_main(argv: list[str]) -> int:
     """`grade scheduler --certs DIR`: Dask's scheduler, requiring a certificate of the cluster's CA from every
     client and worker (mutual TLS). It replaces this process: stopping it stops the scheduler."""
-    parser = argparse.ArgumentParser(prog="grade scheduler", description=COMMANDS["scheduler"].capitalize() + ".")
+    parser = argparse.ArgumentParser(prog="grade scheduler", description=_sentence(COMMANDS["scheduler"]))
     parser.add_argument("--certs", type=Path, required=True, metavar="DIR",
                         help="the folder `grade cluster-certs DIR` made (ca.pem, scheduler.pem, scheduler-key.pem)")
     parser.add_argument("--host", default="", help="address to listen on (default: every interface)")
@@ -173,6 +202,7 @@ def scheduler_main(argv: list[str]) -> int:
     from .classroom.cluster_tls import ROLE_GATE, tls_files
 
     try:
+        require_extra("grade scheduler", "cluster")
         ca, cert, key = tls_files("scheduler", args.certs, None, None, None)
     except UsageError as exc:
         return _misuse(exc)
@@ -188,7 +218,7 @@ def scheduler_main(argv: list[str]) -> int:
 def certs_main(argv: list[str]) -> int:
     """`grade cluster-certs DIR`: the cluster's CA and the scheduler's, workers' and clients' certificates."""
     parser = argparse.ArgumentParser(prog="grade cluster-certs",
-                                     description=COMMANDS["cluster-certs"].capitalize() + ".")
+                                     description=_sentence(COMMANDS["cluster-certs"]))
     parser.add_argument("folder", type=Path, metavar="DIR", help="a new folder for them (made mode 700)")
     parser.add_argument("--days", type=int, default=DEFAULT_DAYS, help="how long they are valid (default: %(default)s)")
     parser.add_argument("--host", action="append", default=[], metavar="NAME",
@@ -196,14 +226,16 @@ def certs_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     try:
+        require_extra("grade cluster-certs", "cluster")
         made = make_certificates(args.folder, args.days, tuple(args.host))
     except UsageError as exc:
         return _misuse(exc)
     print("\n".join(str(path) for path in made))
     print("Copy to each host only what it needs: ca.pem and worker.pem, worker-key.pem to grading hosts (`grade "
           "worker`); ca.pem and client.pem, client-key.pem where `grade batch`/`grade serve` run; ca.pem and "
-          "scheduler.pem, scheduler-key.pem to the scheduler's host. Anyone holding a key can run code on the "
-          "workers: keep the keys mode 600.")
+          "scheduler.pem, scheduler-key.pem to the scheduler's host. Whoever holds client-key.pem can run code on "
+          "the workers (a worker's or the scheduler's key cannot: their roles are refused); any key lets its holder "
+          "join the cluster in its role: keep the keys mode 600.")
     return EXIT_OK
 
 
@@ -233,7 +265,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     command = argv[0] if argv and argv[0] in ("batch", "serve", *LMS_ENTRIES) else "grade"
     rest = argv[1:] if command != "grade" else argv
     parser = argparse.ArgumentParser(prog="grade" if command == "grade" else f"grade {command}",
-                                     description=COMMANDS.get(command, COMMANDS["grade"]).capitalize() + ".",
+                                     description=_sentence(COMMANDS.get(command, COMMANDS["grade"])),
                                      epilog=_commands_epilog() if command == "grade" else None,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     if command == "serve":
@@ -366,6 +398,7 @@ def _cluster_security(args: argparse.Namespace):
         if args.certs or args.tls_ca_file or args.tls_cert or args.tls_key or args.insecure:
             raise UsageError("--certs, --tls-* and --insecure are for --cluster")
         return None
+    require_extra(f"grade {args.command} --cluster", "cluster")
     from .classroom.cluster_tls import client_security
 
     return client_security(args.cluster, args.certs, args.tls_ca_file, args.tls_cert, args.tls_key, args.insecure)
@@ -390,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] and argv[0] in cluster_commands:
         return cluster_commands[argv[0]](argv[1:])
     args = parse_args(argv)
-    console, errors = Console(), Console(stderr=True, soft_wrap=True)
+    console, errors = ResultConsole(), Console(stderr=True, soft_wrap=True)
     try:
         config = load_config(preset_path(args.preset) if args.preset else args.config)
         cases = load_cases(config.testcases_dir, config.kernel.square)
@@ -399,13 +432,14 @@ def main(argv: list[str] | None = None) -> int:
             cases = with_secret(cases, secret)
             config.timing.seed = mix_seed(config.timing.seed, secret)
         phases.mark("config")
+        fail_under_checked(getattr(args, "fail_under", None), config, cases)
         if args.command in ("batch", "serve"):
             args.security = _cluster_security(args)
         plan = run_plan(args)
         phases.mark("sandbox")
         args.exports = export_options(args, config)
     except UsageError as exc:
-        errors.print(f"[bold red]error:[/] {exc}", highlight=False)
+        say_error(errors, exc)
         return EXIT_USAGE
     # Said once, before anything is graded (a service says it in its first log line: serve/main.py's announce).
     # A cluster's workers run the student code, in their own hosts' sandboxes: this host's level is not theirs.
@@ -426,7 +460,7 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
     started = phases.last - sum(phases.seconds.values())  # the process's start (main()'s, off Linux)
     for path in args.paths:
         if not path.exists():
-            errors.print(f"[bold red]error:[/] {path}: no such file or folder", highlight=False)
+            say_error(errors, f"{path}: no such file or folder")
             code = EXIT_USAGE
             continue
         phases.mark("grading_other")  # between submissions: nothing but the loop
@@ -435,7 +469,7 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
         if door.refusal:  # nothing there to grade: one line, not a table of skipped checks
             write_outputs(not_graded(path, config, cases, door.refusal), args.output, unique_name(
                 locate(path)[0], names))
-            errors.print(Text("error: ", style="bold red").append(door.refusal), highlight=False)
+            say_error(errors, door.refusal)
             code = EXIT_NOT_GRADED
             continue
         try:
@@ -443,7 +477,7 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
             result.intake_notes += door.notes
         except KeyboardInterrupt:
             # The runner has already killed the child's process group; results so far are on disk.
-            errors.print(f"[bold red]interrupted[/] while grading {path}", highlight=False)
+            errors.print(f"[bold red]interrupted[/] while grading {escape(str(path))}", highlight=False)
             return EXIT_INTERRUPTED
         phases.last = time.perf_counter()
         # The first submission carries the process's own start and set-up; the grade's phases follow.
@@ -457,9 +491,27 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
         phases.seconds.clear()
         if args.phases:
             print_phases(result, report_s, begun, errors)
-        if code == EXIT_OK and args.fail_under is not None and below(result, args.fail_under):
-            code = EXIT_BELOW_THRESHOLD
+        if args.fail_under is not None and below(result, args.fail_under):
+            say_error(errors, below_words(result, args.fail_under))
+            code = EXIT_BELOW_THRESHOLD if code == EXIT_OK else code
     return code
+
+
+class ResultConsole(Console):
+    """stdout for results: when its reader leaves (`grade … | head`), the rest is not printed and grading goes on
+    (Rich's own answer is exit 1, unexplained, and the later submissions not graded)."""
+
+    def on_broken_pipe(self) -> None:
+        closed_stdout()
+        self.quiet = True
+
+
+def closed_stdout() -> None:
+    """Whatever is still to print goes nowhere once stdout's reader has gone, so neither a BrokenPipeError nor
+    Python's flush at exit turns a finished grade into a failure."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def print_phases(result: SubmissionResult, report_s: float, started: float, errors: Console) -> None:
@@ -476,6 +528,27 @@ def below(result: SubmissionResult, threshold: float) -> bool:
     if result.needs_gpu_points and result.max_score > 0:
         threshold = threshold * result.checkable_max / result.max_score
     return result.score < threshold - 1e-9
+
+
+def below_words(result: SubmissionResult, threshold: float) -> str:
+    """Why --fail-under gives exit 1: the score against the threshold, on the same total."""
+    if result.needs_gpu_points and result.max_score > 0:
+        scaled = threshold * result.checkable_max / result.max_score
+        return (f"{result.submission}: {format_points(result.score)} of the {format_points(result.checkable_max)} "
+                f"points checkable without a GPU is below --fail-under {threshold:g} (scaled to "
+                f"{format_points(scaled)} of them): exit 1")
+    return (f"{result.submission}: {format_points(result.score)}/{format_points(result.max_score)} is below "
+            f"--fail-under {threshold:g}: exit 1")
+
+
+def fail_under_checked(threshold: float | None, config, cases) -> None:
+    """--fail-under is out of the full total: a threshold outside 0..total would fail or pass every grade."""
+    from .rubric import Rubric
+
+    total = sum(check.points for check in Rubric.of(config, cases).checks)
+    if threshold is not None and not 0 <= threshold <= total:
+        raise UsageError(f"--fail-under {threshold:g}: give a score from 0 to {format_points(total)} (the full "
+                         "total of this configuration's points)")
 
 
 def unique_name(name: str, taken: set[str]) -> str:
@@ -537,13 +610,14 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
     outcome = run_batch(args.paths, config, cases, plan, options, console)
     if outcome.interrupted:
         errors.print(f"[bold red]interrupted[/]: {outcome.graded_now} submissions graded and saved in "
-                     f"{args.output}/students; run the same command with --resume to grade the rest", highlight=False)
+                     f"{escape(str(args.output))}/students; run the same command with --resume to grade the rest",
+                     highlight=False)
         return EXIT_INTERRUPTED
     if outcome.stopped:
         left = sum(1 for result in outcome.results if result.outcome == GRADER_ERROR)
-        errors.print(f"[bold red]stopped[/]: {outcome.stopped}. {outcome.graded_now} submissions graded and saved in "
-                     f"{args.output}/students; {left} rows are grader errors: start a worker and run the same "
-                     "command with --resume to grade them", highlight=False)
+        errors.print(f"[bold red]stopped[/]: {escape(outcome.stopped)}. {outcome.graded_now} submissions graded and "
+                     f"saved in {escape(str(args.output))}/students; {left} rows are grader errors: start a worker "
+                     "and run the same command with --resume to grade them", highlight=False)
         write_summary_lines(args, outcome, console)
         return EXIT_NO_WORKERS
     write_summary_lines(args, outcome, console)
@@ -572,17 +646,13 @@ def write_summary_lines(args, outcome, console: Console) -> None:
 
 def grade_serve(args, config, cases, plan, errors: Console) -> int:
     try:
+        require_extra("grade serve", "serve")
         from .serve.app import ServiceLimits
         from .serve.main import load_tokens, serve
-    except ImportError as exc:
-        errors.print(f"[bold red]error:[/] grade serve needs the service's libraries ({exc.name}): "
-                     "pip install -e '.[serve]'", highlight=False)
-        return EXIT_USAGE
 
-    try:
         tokens = load_tokens(args.tokens)
     except UsageError as exc:
-        errors.print(f"[bold red]error:[/] {exc}", highlight=False)
+        say_error(errors, exc)
         return EXIT_USAGE
     limits = ServiceLimits(max_bytes=int(args.max_mb * (1 << 20)), per_window=args.per_hour,
                            window_s=args.rate_window)
