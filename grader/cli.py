@@ -50,6 +50,7 @@ from .result import GRADER_ERROR, SubmissionResult
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_NOT_GRADED = 4  # `grade PATH`: nothing there to grade (no kernel.cu, an empty or binary one)
 EXIT_NO_WORKERS = 3  # a cluster batch stopped: no worker was connected for --worker-wait
+EXIT_REMOTE_NOT_GRADED = 5  # --remote: the service gave no grade; the results file says it is not one
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
 
 
@@ -294,7 +295,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                             help="send the kernel to a `grade serve` service and write its result")
         remote.add_argument("--token-file", type=Path, default=None, metavar="FILE", help="the course's token")
         remote.add_argument("--student", default="", metavar="ID",
-                            help="the student's LMS id (default: Gradescope's submission_metadata.json)")
+                            help="the student's LMS id; the service keeps each student's newest upload by it "
+                                 + ("(default: Gradescope's submission_metadata.json)" if command == "gradescope"
+                                    else "(required with --remote: PrairieLearn's container does not say who "
+                                         "submitted)"))
         remote.add_argument("--submitted-at", default="", metavar="ISO",
                             help="when the LMS took the submission (ISO 8601 with its zone), so the service grades "
                                  "the student's newest (default: Gradescope's submission_metadata.json, or the time "
@@ -671,8 +675,11 @@ def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
         token = args.token_file.read_text(encoding="utf-8").strip() if args.token_file else ""
         student = student_of(args.submission, args.student)
         if not token or not student:
-            raise RemoteUnavailable("--remote needs --token-file and the student's id (--student, or Gradescope's "
-                                    "submission_metadata.json)")
+            missing = " and ".join(what for what, given in (("--token-file FILE (a file holding the course's "
+                                                           "token)", token), ("--student ID", student)) if not given)
+            raise RemoteUnavailable(f"--remote needs {missing}" + (" (on Gradescope, or its "
+                                    "submission_metadata.json beside the submission)" if not student and
+                                    args.command == "gradescope" else ""))
         if not kernel.is_file():
             raise SubmissionError(f"{args.submission}: no kernel.cu to send")
         headers = {name: text.encode() for name, text in
@@ -708,7 +715,21 @@ def lms_entry(args, config, cases, plan) -> int:
         result = not_graded(args.submission, config, cases, str(exc))
     args.results.parent.mkdir(parents=True, exist_ok=True)
     LMS_ENTRIES[args.command].write(result, args.results, time.perf_counter() - started, args.exports)
-    return EXIT_OK
+    return _remote_said(args, result)
+
+
+def _remote_said(args, result: SubmissionResult) -> int:
+    """--remote without the service's grade: the reason on stderr (the LMS's log), for the instructor, and exit 5
+    where nothing graded it; a CPU fallback's grade stands (exit 0) with the reason said."""
+    if not (args.remote and result.regrade_reason):
+        return EXIT_OK
+    errors = Console(stderr=True, soft_wrap=True)
+    if result.outcome != GRADER_ERROR:
+        errors.print(Text("warning: ", style="bold yellow").append(result.regrade_reason), highlight=False)
+        return EXIT_OK
+    say_error(errors, f"not graded: {result.regrade_reason}. {args.results} says so to the student; fix the cause "
+                      "and grade this submission again (docs/service-and-cluster.md: when no grade comes)")
+    return EXIT_REMOTE_NOT_GRADED
 
 
 if __name__ == "__main__":
