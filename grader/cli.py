@@ -45,10 +45,10 @@ from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
 from .report.points import HOLD, WITHOUT_GPU, format_points, run_gpu_note, run_total
 from .report.status import status_label
-from .result import GRADER_ERROR, SubmissionResult
+from .result import GRADER_ERROR, SUBMISSION_ERROR, SubmissionResult
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_NOT_GRADED = 4  # `grade PATH`: nothing there to grade (no kernel.cu, an empty or binary one)
+EXIT_NOT_GRADED = 4  # `grade PATH`: not graded (no kernel.cu, an empty or binary one; a submission error)
 EXIT_NO_WORKERS = 3  # a cluster batch stopped: no worker was connected for --worker-wait
 EXIT_REMOTE_NOT_GRADED = 5  # --remote: the service gave no grade; the results file says it is not one
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
@@ -495,7 +495,9 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
         phases.seconds.clear()
         if args.phases:
             print_phases(result, report_s, begun, errors)
-        if args.fail_under is not None and below(result, args.fail_under):
+        if result.outcome == SUBMISSION_ERROR:  # not graded (a tile size or kernel the lab does not take): exit 4
+            code = EXIT_NOT_GRADED if code == EXIT_OK else code
+        elif args.fail_under is not None and below(result, args.fail_under):
             say_error(errors, below_words(result, args.fail_under))
             code = EXIT_BELOW_THRESHOLD if code == EXIT_OK else code
     return code

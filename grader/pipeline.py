@@ -218,8 +218,10 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     result.feedback += _barrier_cost(statics)
     refusal, outcome = _refusal_before_compiling(submission.source, kernels, config, accepted, submission.headers)
     phases.mark("static")
-    if refusal:
-        result.checks = rubric.results([errored("compile", COMPILE, config.points.compile, refusal), *statics])
+    if refusal:  # on the CPU, its total is still the points checkable here (the GPU's are said as such)
+        on_cpu = _needs_gpu_checks(config, cases, "not run: " + refusal) if plan.backend == CPU else []
+        result.checks = rubric.results([errored("compile", COMPILE, config.points.compile, refusal), *statics,
+                                        *on_cpu])
         result.outcome = outcome
         return _settled(result, config)
     if plan.backend is None:
@@ -368,8 +370,7 @@ def _refusal_before_compiling(source: str, kernels: list[str], config: Config, a
     if hip:
         return hip, COMPILE_ERROR
     if config.kernel.name not in kernels:
-        found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
-        return f"kernel {' or '.join(accepted or config.kernel.names)} not found; {found}", COMPILE_ERROR
+        return _no_such_kernel(kernels, accepted or config.kernel.names), SUBMISSION_ERROR
     refused = _include_refusal({KERNEL_FILE: source, **(headers or {})}, config)
     if refused:
         return refused, COMPILE_ERROR
@@ -378,6 +379,18 @@ def _refusal_before_compiling(source: str, kernels: list[str], config: Config, a
         return missing, SUBMISSION_ERROR
     declared = signature_problem(source, config.kernel.contract())
     return (declared, SUBMISSION_ERROR) if declared else ("", GRADED)
+
+
+def _no_such_kernel(kernels: list[str], names: tuple[str, ...]) -> str:
+    """The file defines no kernel of the lab's names: a submission error (it may well compile), saying which
+    kernels it does define and what to rename."""
+    wanted = " or ".join(names)
+    if not kernels:
+        return (f"kernel {wanted} not found; found no __global__ kernel: define `__global__ void {names[0]}(…)` "
+                "with the lab's parameters")
+    which = kernels[0] if len(kernels) == 1 else "the tiled one of them"
+    return (f"kernel {wanted} not found; found: {', '.join(kernels)}. Rename {which} to {names[0]}, the name the "
+            "grader launches, keeping its parameters")
 
 
 def _include_refusal(files: dict[str, str], config: Config) -> str:
@@ -400,6 +413,7 @@ def _settled(result: SubmissionResult, config: Config) -> SubmissionResult:
     compiled = next((check for check in result.checks if check.kind == COMPILE), None)
     if result.outcome == SUBMISSION_ERROR and compiled is not None:
         result.message = compiled.message
+        result.feedback = []  # no advice on making faster a kernel that was not graded
         result.checks = [check if check is compiled else _unscored(check, "not graded: " + compiled.message, True)
                          for check in result.checks]
     elif (result.outcome in (COMPILE_ERROR, TIMED_OUT) and compiled is not None and compiled.status == ERROR
@@ -504,6 +518,14 @@ def _kept_inside(case: CheckResult) -> bool:
                            and case.metrics.get("inputs_changed") is False)
 
 
+def _needs_gpu_checks(config: Config, cases: list[Case], large_reason: str) -> list[CheckResult]:
+    """The checks a CPU run cannot make (timing, the large cases), skipped as needing a GPU: the machine and
+    the config decide them, nothing a submission does."""
+    timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE, needs_gpu=NEEDS_GPU_TIMING)
+    return [timing, *(skipped(c.name, CASE, c.points, large_reason, visibility=c.visibility,
+                              needs_gpu=NEEDS_GPU_LARGE) for c in cases if c.gpu_only)]
+
+
 def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
                    plan: RunPlan, phases: Phases) -> tuple[list[CheckResult], str]:
     """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, and the checks only
@@ -512,13 +534,9 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
     compiled = compile_without_gpu(submission, config, sandbox_of(plan))
     phases.mark("nvcc_check")
     nvcc = compiled.check
-    needs_gpu = [skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE,
-                         needs_gpu=NEEDS_GPU_TIMING)]
-    reason = (nvcc.message if compiled.outcome == GRADER_ERROR else
-              "not run: the kernel did not compile" if nvcc.status == ERROR else
-              "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
-    needs_gpu += [skipped(c.name, CASE, c.points, reason, visibility=c.visibility, needs_gpu=NEEDS_GPU_LARGE)
-                  for c in cases if c.gpu_only]
+    needs_gpu = _needs_gpu_checks(config, cases, nvcc.message if compiled.outcome == GRADER_ERROR else
+                                  "not run: the kernel did not compile" if nvcc.status == ERROR else
+                                  "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
     if nvcc.status == ERROR:
         result.outcome = compiled.outcome
         if compiled.outcome == GRADER_ERROR:
