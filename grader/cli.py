@@ -36,7 +36,7 @@ from .execute.confine.sandbox import SandboxUnavailable, detect
 from .execute.cpu.build import compiler
 from .execute.gpu.detect import gpu_unavailable_reason, local_gpus
 from .intake.submission import SubmissionError, at_the_door, find_kernel_noted, locate, read_headers
-from .leftovers import WORKER, clear_at_start, owned_scratch
+from .leftovers import SCHEDULER, WORKER, clear_at_start, owned_scratch
 from .phases import Phases, describe, merged, since_process_start
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
 from .report import render, write_json, write_junit
@@ -188,7 +188,8 @@ def _sandbox_words() -> str:
 
 def scheduler_main(argv: list[str]) -> int:
     """`grade scheduler --certs DIR`: Dask's scheduler, requiring a certificate of the cluster's CA from every
-    client and worker (mutual TLS). It replaces this process: stopping it stops the scheduler."""
+    client and worker (mutual TLS), as a child that stopping this command stops (and a kill -9 of it kills).
+    Its scratch space is a folder of this command's, removed when it ends (by the next start after kill -9)."""
     parser = argparse.ArgumentParser(prog="grade scheduler", description=_sentence(COMMANDS["scheduler"]))
     parser.add_argument("--certs", type=Path, required=True, metavar="DIR",
                         help="the folder `grade cluster-certs DIR` made (ca.pem, scheduler.pem, scheduler-key.pem)")
@@ -212,8 +213,20 @@ def scheduler_main(argv: list[str]) -> int:
                args.http, "--dashboard" if args.dashboard else "--no-dashboard", "--preload", ROLE_GATE]
     if args.host:
         command += ["--host", args.host]
-    sys.stdout.flush()
-    os.execv(sys.executable, command)
+    from .classroom.cluster import run_workers
+
+    clear_at_start()
+    with owned_scratch(SCHEDULER) as scratch:
+        return run_workers([(command, {"DASK_TEMPORARY_DIRECTORY": str(scratch),
+                                       "DASK_DISTRIBUTED__DASHBOARD__LINK": _http_words(args)})])
+
+
+def _http_words(args: argparse.Namespace) -> str:
+    """What Dask's start-up line `dashboard at:` says: what the HTTP address serves (it named a dashboard's page
+    at the scheduler's public address, where nothing is served without --dashboard)."""
+    if args.dashboard:
+        return f"http://{args.http}/status (no authentication: reach it through SSH)"
+    return f"none (--dashboard serves one); health and metrics at http://{args.http}/health"
 
 
 def certs_main(argv: list[str]) -> int:
@@ -381,6 +394,8 @@ def _backend_plan(args: argparse.Namespace) -> RunPlan:
         return RunPlan(None, "not run: --no-run asks for the static check and compilation only")
     cluster = getattr(args, "cluster", "")
     gpu_missing = _cluster_gpu_missing(args) if cluster else gpu_unavailable_reason()
+    if getattr(args, "no_worker", False):  # nothing will be graded: whichever backend was asked for
+        return RunPlan(GPU if args.backend == GPU else CPU, note=gpu_missing)
     if args.backend == GPU or (args.backend == "auto" and gpu_missing is None):
         if gpu_missing is not None:
             raise UsageError(f"--backend gpu: {gpu_missing}")
@@ -410,9 +425,16 @@ def _cluster_security(args: argparse.Namespace):
 
 def _cluster_gpu_missing(args: argparse.Namespace) -> str | None:
     """With --cluster the workers grade, so their GPUs count, not this host's: why none can, or None."""
-    from .classroom.cluster import cluster_gpus
+    from .classroom.cluster import cluster_gpus, no_worker_words
 
-    if cluster_gpus(args.cluster, args.security, getattr(args, "worker_wait", 60.0)):
+    wait_s = getattr(args, "worker_wait", 60.0)
+    gpus = cluster_gpus(args.cluster, args.security, wait_s)
+    if gpus is None:  # a batch stops at once (exit 3: a grader-error row for each student, the class files)
+        if args.command != "batch":
+            raise UsageError(no_worker_words(args.cluster, wait_s))
+        args.no_worker = True
+        return no_worker_words(args.cluster, wait_s)
+    if gpus:
         return None
     return f"no worker of the cluster at {args.cluster} has a GPU (`grade worker` on a GPU host offers one)"
 
@@ -612,7 +634,7 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
 
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
                            exports=args.exports, cluster=args.cluster, security=args.security,
-                           worker_wait_s=args.worker_wait)
+                           worker_wait_s=args.worker_wait, no_worker=getattr(args, "no_worker", False))
     outcome = run_batch(args.paths, config, cases, plan, options, console)
     if outcome.interrupted:
         errors.print(f"[bold red]interrupted[/]: {outcome.graded_now} submissions graded and saved in "

@@ -52,6 +52,7 @@ class BatchOptions:
     cluster: str = ""  # a Dask scheduler's address: each submission a task there (cluster.py); "" grades here
     security: object | None = None  # distributed.Security for a TLS cluster
     worker_wait_s: float = 60.0  # how long a cluster batch waits with no worker connected before it stops
+    no_worker: bool = False  # a cluster batch none of whose workers joined in worker_wait_s: it stops at once
     exports: ExportOptions = field(default_factory=ExportOptions)
 
 
@@ -173,7 +174,8 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
                 placed = replace(plan, placement=placements[i % len(placements)],
                                  emulator_workers=emulator_share(jobs))
                 pending[pool.submit(workers.grade, entry, config, cases, placed)] = entry
-        watch = WorkerWatch(client, options.cluster, options.worker_wait_s, progress.console.print) if client else None
+        watch = WorkerWatch(client, options.cluster, options.worker_wait_s, progress.console.print,
+                            options.no_worker) if client else None
         try:
             while pending:
                 done, _ = wait(pending, timeout=watch.poll_s if watch else None, return_when=FIRST_COMPLETED)
