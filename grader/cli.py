@@ -9,8 +9,10 @@
     grade scheduler --certs DIR           the cluster's Dask scheduler, requiring those certificates
     grade worker --scheduler tls://…      Dask workers grading on this host's GPUs
 
-Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2 for misuse, 3 when a cluster
-batch stopped because no worker was connected for --worker-wait, 130 on Ctrl-C.
+Exit codes (docs/instructors.md lists them): 0 whenever grading ran (whatever the score), 1 below --fail-under,
+2 for misuse (and optional libraries not installed), 3 when a cluster batch stopped because no worker was
+connected for --worker-wait, 4 when `grade PATH` could not grade a submission, 5 when --remote got no grade,
+130 on Ctrl-C. Every code but 0 comes with a line on stderr saying why and what to do.
 """
 from __future__ import annotations
 
