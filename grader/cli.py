@@ -217,7 +217,8 @@ def scheduler_main(argv: list[str]) -> int:
         command += ["--host", args.host]
     from .classroom.cluster import run_workers
 
-    clear_at_start()
+    for line in clear_at_start():  # what a kill -9 of an earlier scheduler (or grader) left
+        print(f"grade scheduler: {line}", file=sys.stderr, flush=True)
     with owned_scratch(SCHEDULER) as scratch:
         return run_workers([(command, {"DASK_TEMPORARY_DIRECTORY": str(scratch),
                                        "DASK_DISTRIBUTED__DASHBOARD__LINK": _http_words(args)})])
