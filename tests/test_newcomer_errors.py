@@ -17,13 +17,15 @@ import pytest
 from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx
 
-GRADE = Path(sys.executable).with_name("grade")  # the console script the README installs
+SCRIPT = Path(sys.executable).with_name("grade")  # the console script the README installs
+# Where the tests run from an interpreter without it (the GPU host's wheels), its module form: the same entry.
+GRADE = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "grader"]
 GOOD = SUBMISSIONS / "good_basic" / "kernel.cu"
 EXIT_BELOW, EXIT_USAGE, EXIT_NO_WORKERS, EXIT_NOT_GRADED, EXIT_REMOTE = 1, 2, 3, 4, 5
 
 
 def grade(*args, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    finished = subprocess.run([str(GRADE), *map(str, args)], cwd=cwd, capture_output=True, text=True,
+    finished = subprocess.run([*GRADE, *map(str, args)], cwd=cwd, capture_output=True, text=True,
                               env=env, timeout=timeout)
     assert "Traceback" not in finished.stderr + finished.stdout, finished.stderr
     return finished
@@ -123,7 +125,7 @@ def test_fail_under_says_why_it_exits_1_and_refuses_a_threshold_past_the_total(t
 
 def test_a_reader_that_leaves_early_costs_no_grade_and_no_failure(tmp_path):
     """`grade a b | head -1`: the grades go on, their files are written, the exit code is the grades'."""
-    process = subprocess.Popen([str(GRADE), GOOD.parent, SUBMISSIONS / "compile_error", "--no-run", "-o", "out"],
+    process = subprocess.Popen([*GRADE, GOOD.parent, SUBMISSIONS / "compile_error", "--no-run", "-o", "out"],
                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     process.stdout.readline()
     process.stdout.close()
@@ -230,6 +232,7 @@ def test_cluster_certs_says_only_the_clients_key_runs_code(tmp_path):
     assert "Whoever holds client-key.pem can run code on the workers" in said
 
 
+@pytest.mark.slow
 def test_a_cluster_batch_with_no_worker_stops_with_rows_and_files_and_its_scheduler_leaves_nothing(tmp_path):
     """Exit 3 with a grader-error row per student and the class files (it was exit 2 and no files), and
     `grade scheduler`'s start-up line and scratch space (it left /tmp/dask-scratch-space)."""
@@ -240,7 +243,7 @@ def test_a_cluster_batch_with_no_worker_stops_with_rows_and_files_and_its_schedu
     temp.mkdir()
     log = tmp_path / "scheduler.log"
     with log.open("w") as written:
-        scheduler = subprocess.Popen([str(GRADE), "scheduler", "--certs", "certs", "--port", str(port), "--http",
+        scheduler = subprocess.Popen([*GRADE, "scheduler", "--certs", "certs", "--port", str(port), "--http",
                                       f"127.0.0.1:{free_port()}"], cwd=tmp_path, stdout=written,
                                      stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(temp)})
     try:
