@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -78,9 +78,10 @@ def grader_digest() -> str:
 
 
 def fingerprint(config: Config, cases: list[Case], backend: str | None, source: bytes) -> str:
-    """Everything a grade depends on; a stored result with the same fingerprint is still right."""
+    """Everything a grade depends on; a stored result with the same fingerprint is still right. The config as
+    graded (a file's keys over the project's config.yaml), not the file alone: a change to either counts."""
     digest = hashlib.sha256()
-    for part in (grader_digest(), backend or "none", Path(config.source).read_bytes() if config.source else b"",
+    for part in (grader_digest(), backend or "none", json.dumps(asdict(config), sort_keys=True, default=str),
                  config.reference_path.read_bytes(), json.dumps([vars(c) for c in cases], sort_keys=True), source):
         digest.update(part if isinstance(part, bytes) else part.encode())
         digest.update(b"\0")
