@@ -158,7 +158,7 @@ def worker_main(argv: list[str]) -> int:
                              "interface)")
     _tls_options(parser)
     args = parser.parse_args(argv)
-    from .classroom.cluster import run_workers, worker_commands
+    from .classroom.cluster import run_until_stopped, worker_commands
     from .classroom.cluster_tls import checked_files
 
     try:
@@ -175,7 +175,7 @@ def worker_main(argv: list[str]) -> int:
     cores = os.cpu_count() or 2
     slots = args.slots or max(1, cores // max(len(gpus), 1))
     with owned_scratch(WORKER) as local:  # Dask's files: removed when it stops, by the next start after kill -9
-        return run_workers(worker_commands(args.scheduler, gpus, slots, cores, tls, args.listen, local))
+        return run_until_stopped(worker_commands(args.scheduler, gpus, slots, cores, tls, args.listen, local))
 
 
 def _sandbox_words() -> str:
@@ -215,12 +215,12 @@ def scheduler_main(argv: list[str]) -> int:
                args.http, "--dashboard" if args.dashboard else "--no-dashboard", "--preload", ROLE_GATE]
     if args.host:
         command += ["--host", args.host]
-    from .classroom.cluster import run_workers
+    from .classroom.cluster import run_until_stopped
 
     for line in clear_at_start():  # what a kill -9 of an earlier scheduler (or grader) left
         print(f"grade scheduler: {line}", file=sys.stderr, flush=True)
     with owned_scratch(SCHEDULER) as scratch:
-        return run_workers([(command, {"DASK_TEMPORARY_DIRECTORY": str(scratch),
+        return run_until_stopped([(command, {"DASK_TEMPORARY_DIRECTORY": str(scratch),
                                        "DASK_DISTRIBUTED__DASHBOARD__LINK": _http_words(args)})])
 
 

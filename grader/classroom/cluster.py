@@ -198,8 +198,9 @@ def _die_with_parent(parent: int):
     return arm
 
 
-def run_workers(commands: list[tuple[list[str], dict]]) -> int:
-    """`grade worker`: the workers until Ctrl-C, SIGTERM or one of them ends; none outlives it."""
+def run_until_stopped(commands: list[tuple[list[str], dict]]) -> int:
+    """`grade worker`'s Dask workers, `grade scheduler`'s scheduler: run until Ctrl-C, SIGTERM or one of them
+    ends; none outlives this process."""
     signal.signal(signal.SIGTERM, _stop)  # a service manager's stop takes the workers with it
     processes: list[subprocess.Popen] = []
     try:
