@@ -1,4 +1,4 @@
-"""Test cases from testcases/*.yaml: each file holds `cases:`, a list of shapes with seed and points."""
+"""Test cases from testcases/*.yaml (or .yml): each file holds `cases:`, a list of shapes with seed and points."""
 from __future__ import annotations
 
 import hashlib
@@ -11,6 +11,7 @@ from .judge.layout import DISTRIBUTIONS
 from .result import HIDDEN, PUBLIC
 from .schema import build, load_yaml
 
+CASE_SUFFIXES = (".yaml", ".yml")  # both YAML spellings: a .yml file is read, never skipped unsaid
 MAX_DIM = 8192  # keeps one case's buffers and its float64 truth within a few hundred MB
 
 
@@ -52,17 +53,21 @@ class CaseFile:
 
 
 def load_cases(folder: Path, square: bool = False) -> list[Case]:
-    """Every case of the folder's *.yaml files; for a square lab (a kernel taking one size, width) each must
-    be square, m = n = k, and a file with one that is not is refused, naming it."""
-    files = sorted(Path(folder).glob("*.yaml"))
+    """Every case of the folder's *.yaml and *.yml files, in name order; for a square lab (a kernel taking one
+    size, width) each must be square, m = n = k, and a file with one that is not is refused, naming it."""
+    files = sorted(path for path in Path(folder).iterdir() if path.suffix in CASE_SUFFIXES) \
+        if Path(folder).is_dir() else []
     if not files:
-        raise ConfigError(str(folder), "", "no *.yaml case files found")
+        raise ConfigError(str(folder), "", "no *.yaml case files found (nor *.yml)")
     cases: list[Case] = []
     seen: dict[str, str] = {}
     for path in files:
         data = load_yaml(path)
         if not data:
             raise ConfigError(str(path), "cases", "the file holds no cases; remove it or add some")
+        if isinstance(data, list):
+            raise ConfigError(str(path), "", "the file is a bare list; put the cases under `cases:` (a line "
+                                             "`cases:` first, each case below it indented)")
         loaded = build(CaseFile, data, str(path))
         for index, case in enumerate(loaded.cases):
             if case.name in seen:

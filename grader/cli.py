@@ -9,12 +9,15 @@
     grade scheduler --certs DIR           the cluster's Dask scheduler, requiring those certificates
     grade worker --scheduler tls://…      Dask workers grading on this host's GPUs
 
-Exit codes: 0 whenever grading ran (whatever the score), 1 below --fail-under, 2 for misuse, 3 when a cluster
-batch stopped because no worker was connected for --worker-wait, 130 on Ctrl-C.
+Exit codes (docs/instructors.md lists them): 0 whenever grading ran (whatever the score), 1 below --fail-under,
+2 for misuse (and optional libraries not installed), 3 when a cluster batch stopped because no worker was
+connected for --worker-wait, 4 when `grade PATH` could not grade a submission, 5 when --remote got no grade,
+130 on Ctrl-C. Every code but 0 comes with a line on stderr saying why and what to do.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import sys
@@ -24,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
 from .cases import load_cases, mix_seed, with_secret
@@ -35,7 +39,7 @@ from .execute.cpu.build import compiler
 from .execute.gpu.detect import gpu_unavailable_reason, local_gpus
 from .intake.intake import looks_like_a_class
 from .intake.submission import SubmissionError, at_the_door, find_kernel_noted, locate, read_headers
-from .leftovers import WORKER, clear_at_start, owned_scratch
+from .leftovers import SCHEDULER, WORKER, clear_at_start, owned_scratch
 from .phases import Phases, describe, merged, since_process_start
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
 from .report import render, write_json, write_junit
@@ -44,11 +48,12 @@ from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
 from .report.points import HOLD, WITHOUT_GPU, format_points, run_gpu_note, run_total
 from .report.status import status_label
-from .result import GRADER_ERROR, SubmissionResult
+from .result import GRADER_ERROR, SUBMISSION_ERROR, SubmissionResult
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_NOT_GRADED = 4  # `grade PATH`: nothing there to grade (no kernel.cu, an empty or binary one)
+EXIT_NOT_GRADED = 4  # `grade PATH`: not graded (no kernel.cu, an empty or binary one; a submission error)
 EXIT_NO_WORKERS = 3  # a cluster batch stopped: no worker was connected for --worker-wait
+EXIT_REMOTE_NOT_GRADED = 5  # --remote: the service gave no grade; the results file says it is not one
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
 
 
@@ -63,6 +68,12 @@ COMMANDS = {
     "scheduler": "the cluster's Dask scheduler, on TLS",
     "worker": "this host's Dask workers for a cluster's batches (one per GPU)",
 }
+
+
+def _sentence(line: str) -> str:
+    """A command's line as its --help's description: a capital first letter, the rest as written (not
+    str.capitalize, which writes canvas, gradescope and gpu for Canvas, Gradescope and GPU)."""
+    return line[:1].upper() + line[1:] + "."
 
 
 def _commands_epilog() -> str:
@@ -110,14 +121,34 @@ def _tls_options(group) -> None:
                             "workers. Only on a network nobody else can reach")
 
 
+def say_error(errors: Console, message: object) -> None:
+    """`error: ` and the message as plain text: a message's `[cluster]` or `[serve]` is what to type, not markup."""
+    errors.print(Text("error: ", style="bold red").append(str(message)), highlight=False)
+
+
 def _misuse(error: UsageError) -> int:
-    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
+    say_error(Console(stderr=True, soft_wrap=True), error)
     return EXIT_USAGE
+
+
+# What each optional part of the grader imports, and the pyproject extra that installs it.
+EXTRAS = {"cluster": ("distributed", "cryptography"), "serve": ("fastapi", "uvicorn")}
+
+
+def require_extra(command: str, extra: str) -> None:
+    """Refuse, with the command that installs them, a command whose optional libraries are not installed
+    (the README's install has no extras): one line, not a traceback from deep inside the command."""
+    for module in EXTRAS[extra]:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise UsageError(f"{command} needs the grader's {extra} libraries ({module} is not installed): "
+                             f"pip install -e '.[{extra}]'") from None
 
 
 def worker_main(argv: list[str]) -> int:
     """`grade worker --scheduler ADDRESS`: Dask workers for this host's GPUs (or its CPU emulator)."""
-    parser = argparse.ArgumentParser(prog="grade worker", description=COMMANDS["worker"].capitalize() + ".")
+    parser = argparse.ArgumentParser(prog="grade worker", description=_sentence(COMMANDS["worker"]))
     parser.add_argument("--scheduler", required=True, metavar="ADDRESS", help="tls://HOST:8786 (tcp:// with "
                                                                               "--insecure)")
     parser.add_argument("--slots", type=int, default=0, metavar="N",
@@ -128,10 +159,11 @@ def worker_main(argv: list[str]) -> int:
                              "interface)")
     _tls_options(parser)
     args = parser.parse_args(argv)
-    from .classroom.cluster import run_workers, worker_commands
+    from .classroom.cluster import run_until_stopped, worker_commands
     from .classroom.cluster_tls import checked_files
 
     try:
+        require_extra("grade worker", "cluster")
         files = checked_files(args.scheduler, "worker", args.certs, args.tls_ca_file, args.tls_cert, args.tls_key,
                               args.insecure, "--scheduler")
     except UsageError as exc:
@@ -144,7 +176,7 @@ def worker_main(argv: list[str]) -> int:
     cores = os.cpu_count() or 2
     slots = args.slots or max(1, cores // max(len(gpus), 1))
     with owned_scratch(WORKER) as local:  # Dask's files: removed when it stops, by the next start after kill -9
-        return run_workers(worker_commands(args.scheduler, gpus, slots, cores, tls, args.listen, local))
+        return run_until_stopped(worker_commands(args.scheduler, gpus, slots, cores, tls, args.listen, local))
 
 
 def _sandbox_words() -> str:
@@ -159,8 +191,9 @@ def _sandbox_words() -> str:
 
 def scheduler_main(argv: list[str]) -> int:
     """`grade scheduler --certs DIR`: Dask's scheduler, requiring a certificate of the cluster's CA from every
-    client and worker (mutual TLS). It replaces this process: stopping it stops the scheduler."""
-    parser = argparse.ArgumentParser(prog="grade scheduler", description=COMMANDS["scheduler"].capitalize() + ".")
+    client and worker (mutual TLS), as a child that stopping this command stops (and a kill -9 of it kills).
+    Its scratch space is a folder of this command's, removed when it ends (by the next start after kill -9)."""
+    parser = argparse.ArgumentParser(prog="grade scheduler", description=_sentence(COMMANDS["scheduler"]))
     parser.add_argument("--certs", type=Path, required=True, metavar="DIR",
                         help="the folder `grade cluster-certs DIR` made (ca.pem, scheduler.pem, scheduler-key.pem)")
     parser.add_argument("--host", default="", help="address to listen on (default: every interface)")
@@ -174,6 +207,7 @@ def scheduler_main(argv: list[str]) -> int:
     from .classroom.cluster_tls import ROLE_GATE, tls_files
 
     try:
+        require_extra("grade scheduler", "cluster")
         ca, cert, key = tls_files("scheduler", args.certs, None, None, None)
     except UsageError as exc:
         return _misuse(exc)
@@ -182,14 +216,27 @@ def scheduler_main(argv: list[str]) -> int:
                args.http, "--dashboard" if args.dashboard else "--no-dashboard", "--preload", ROLE_GATE]
     if args.host:
         command += ["--host", args.host]
-    sys.stdout.flush()
-    os.execv(sys.executable, command)
+    from .classroom.cluster import run_until_stopped
+
+    for line in clear_at_start():  # what a kill -9 of an earlier scheduler (or grader) left
+        print(f"grade scheduler: {line}", file=sys.stderr, flush=True)
+    with owned_scratch(SCHEDULER) as scratch:
+        return run_until_stopped([(command, {"DASK_TEMPORARY_DIRECTORY": str(scratch),
+                                       "DASK_DISTRIBUTED__DASHBOARD__LINK": _http_words(args)})])
+
+
+def _http_words(args: argparse.Namespace) -> str:
+    """What Dask's start-up line `dashboard at:` says: what the HTTP address serves (it named a dashboard's page
+    at the scheduler's public address, where nothing is served without --dashboard)."""
+    if args.dashboard:
+        return f"http://{args.http}/status (no authentication: reach it through SSH)"
+    return f"none (--dashboard serves one); health and metrics at http://{args.http}/health"
 
 
 def certs_main(argv: list[str]) -> int:
     """`grade cluster-certs DIR`: the cluster's CA and the scheduler's, workers' and clients' certificates."""
     parser = argparse.ArgumentParser(prog="grade cluster-certs",
-                                     description=COMMANDS["cluster-certs"].capitalize() + ".")
+                                     description=_sentence(COMMANDS["cluster-certs"]))
     parser.add_argument("folder", type=Path, metavar="DIR", help="a new folder for them (made mode 700)")
     parser.add_argument("--days", type=int, default=DEFAULT_DAYS, help="how long they are valid (default: %(default)s)")
     parser.add_argument("--host", action="append", default=[], metavar="NAME",
@@ -197,14 +244,16 @@ def certs_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     try:
+        require_extra("grade cluster-certs", "cluster")
         made = make_certificates(args.folder, args.days, tuple(args.host))
     except UsageError as exc:
         return _misuse(exc)
     print("\n".join(str(path) for path in made))
     print("Copy to each host only what it needs: ca.pem and worker.pem, worker-key.pem to grading hosts (`grade "
           "worker`); ca.pem and client.pem, client-key.pem where `grade batch`/`grade serve` run; ca.pem and "
-          "scheduler.pem, scheduler-key.pem to the scheduler's host. Anyone holding a key can run code on the "
-          "workers: keep the keys mode 600.")
+          "scheduler.pem, scheduler-key.pem to the scheduler's host. Whoever holds client-key.pem can run code on "
+          "the workers (a worker's or the scheduler's key cannot: their roles are refused); any key lets its holder "
+          "join the cluster in its role: keep the keys mode 600.")
     return EXIT_OK
 
 
@@ -234,7 +283,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     command = argv[0] if argv and argv[0] in ("batch", "serve", *LMS_ENTRIES) else "grade"
     rest = argv[1:] if command != "grade" else argv
     parser = argparse.ArgumentParser(prog="grade" if command == "grade" else f"grade {command}",
-                                     description=COMMANDS.get(command, COMMANDS["grade"]).capitalize() + ".",
+                                     description=_sentence(COMMANDS.get(command, COMMANDS["grade"])),
                                      epilog=_commands_epilog() if command == "grade" else None,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     if command == "serve":
@@ -263,7 +312,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                             help="send the kernel to a `grade serve` service and write its result")
         remote.add_argument("--token-file", type=Path, default=None, metavar="FILE", help="the course's token")
         remote.add_argument("--student", default="", metavar="ID",
-                            help="the student's LMS id (default: Gradescope's submission_metadata.json)")
+                            help="the student's LMS id; the service keeps each student's newest upload by it "
+                                 + ("(default: Gradescope's submission_metadata.json)" if command == "gradescope"
+                                    else "(required with --remote: PrairieLearn's container does not say who "
+                                         "submitted)"))
         remote.add_argument("--submitted-at", default="", metavar="ISO",
                             help="when the LMS took the submission (ISO 8601 with its zone), so the service grades "
                                  "the student's newest (default: Gradescope's submission_metadata.json, or the time "
@@ -346,6 +398,8 @@ def _backend_plan(args: argparse.Namespace) -> RunPlan:
         return RunPlan(None, "not run: --no-run asks for the static check and compilation only")
     cluster = getattr(args, "cluster", "")
     gpu_missing = _cluster_gpu_missing(args) if cluster else gpu_unavailable_reason()
+    if getattr(args, "no_worker", False):  # nothing will be graded: whichever backend was asked for
+        return RunPlan(GPU if args.backend == GPU else CPU, note=gpu_missing)
     if args.backend == GPU or (args.backend == "auto" and gpu_missing is None):
         if gpu_missing is not None:
             raise UsageError(f"--backend gpu: {gpu_missing}")
@@ -367,6 +421,7 @@ def _cluster_security(args: argparse.Namespace):
         if args.certs or args.tls_ca_file or args.tls_cert or args.tls_key or args.insecure:
             raise UsageError("--certs, --tls-* and --insecure are for --cluster")
         return None
+    require_extra(f"grade {args.command} --cluster", "cluster")
     from .classroom.cluster_tls import client_security
 
     return client_security(args.cluster, args.certs, args.tls_ca_file, args.tls_cert, args.tls_key, args.insecure)
@@ -374,9 +429,16 @@ def _cluster_security(args: argparse.Namespace):
 
 def _cluster_gpu_missing(args: argparse.Namespace) -> str | None:
     """With --cluster the workers grade, so their GPUs count, not this host's: why none can, or None."""
-    from .classroom.cluster import cluster_gpus
+    from .classroom.cluster import cluster_gpus, no_worker_words
 
-    if cluster_gpus(args.cluster, args.security, getattr(args, "worker_wait", 60.0)):
+    wait_s = getattr(args, "worker_wait", 60.0)
+    gpus = cluster_gpus(args.cluster, args.security, wait_s)
+    if gpus is None:  # a batch stops at once (exit 3: a grader-error row for each student, the class files)
+        if args.command != "batch":
+            raise UsageError(no_worker_words(args.cluster, wait_s))
+        args.no_worker = True
+        return no_worker_words(args.cluster, wait_s)
+    if gpus:
         return None
     return f"no worker of the cluster at {args.cluster} has a GPU (`grade worker` on a GPU host offers one)"
 
@@ -391,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] and argv[0] in cluster_commands:
         return cluster_commands[argv[0]](argv[1:])
     args = parse_args(argv)
-    console, errors = Console(), Console(stderr=True, soft_wrap=True)
+    console, errors = ResultConsole(), Console(stderr=True, soft_wrap=True)
     try:
         config = load_config(preset_path(args.preset) if args.preset else args.config)
         cases = load_cases(config.testcases_dir, config.kernel.square)
@@ -400,13 +462,14 @@ def main(argv: list[str] | None = None) -> int:
             cases = with_secret(cases, secret)
             config.timing.seed = mix_seed(config.timing.seed, secret)
         phases.mark("config")
+        fail_under_checked(getattr(args, "fail_under", None), config, cases)
         if args.command in ("batch", "serve"):
             args.security = _cluster_security(args)
         plan = run_plan(args)
         phases.mark("sandbox")
         args.exports = export_options(args, config)
     except UsageError as exc:
-        errors.print(f"[bold red]error:[/] {exc}", highlight=False)
+        say_error(errors, exc)
         return EXIT_USAGE
     # Said once, before anything is graded (a service says it in its first log line: serve/main.py's announce).
     # A cluster's workers run the student code, in their own hosts' sandboxes: this host's level is not theirs.
@@ -427,7 +490,7 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
     started = phases.last - sum(phases.seconds.values())  # the process's start (main()'s, off Linux)
     for path in args.paths:
         if not path.exists():
-            errors.print(f"[bold red]error:[/] {path}: no such file or folder", highlight=False)
+            say_error(errors, f"{path}: no such file or folder")
             code = EXIT_USAGE
             continue
         phases.mark("grading_other")  # between submissions: nothing but the loop
@@ -441,7 +504,7 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
         if door.refusal:  # nothing there to grade: one line, not a table of skipped checks
             write_outputs(not_graded(path, config, cases, door.refusal), args.output, unique_name(
                 locate(path)[0], names))
-            errors.print(Text("error: ", style="bold red").append(door.refusal), highlight=False)
+            say_error(errors, door.refusal)
             code = EXIT_NOT_GRADED
             continue
         try:
@@ -450,7 +513,7 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
             result.intake_notes += door.notes
         except KeyboardInterrupt:
             # The runner has already killed the child's process group; results so far are on disk.
-            errors.print(f"[bold red]interrupted[/] while grading {path}", highlight=False)
+            errors.print(f"[bold red]interrupted[/] while grading {escape(str(path))}", highlight=False)
             return EXIT_INTERRUPTED
         phases.last = time.perf_counter()
         # The first submission carries the process's own start and set-up; the grade's phases follow.
@@ -464,9 +527,29 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
         phases.seconds.clear()
         if args.phases:
             print_phases(result, report_s, begun, errors)
-        if code == EXIT_OK and args.fail_under is not None and below(result, args.fail_under):
-            code = EXIT_BELOW_THRESHOLD
+        if result.outcome == SUBMISSION_ERROR:  # not graded (a tile size or kernel the lab does not take): exit 4
+            code = EXIT_NOT_GRADED if code == EXIT_OK else code
+        elif args.fail_under is not None and below(result, args.fail_under):
+            say_error(errors, below_words(result, args.fail_under))
+            code = EXIT_BELOW_THRESHOLD if code == EXIT_OK else code
     return code
+
+
+class ResultConsole(Console):
+    """stdout for results: when its reader leaves (`grade … | head`), the rest is not printed and grading goes on
+    (Rich's own answer is exit 1, unexplained, and the later submissions not graded)."""
+
+    def on_broken_pipe(self) -> None:
+        closed_stdout()
+        self.quiet = True
+
+
+def closed_stdout() -> None:
+    """Whatever is still to print goes nowhere once stdout's reader has gone, so neither a BrokenPipeError nor
+    Python's flush at exit turns a finished grade into a failure."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def print_phases(result: SubmissionResult, report_s: float, started: float, errors: Console) -> None:
@@ -483,6 +566,27 @@ def below(result: SubmissionResult, threshold: float) -> bool:
     if result.needs_gpu_points and result.max_score > 0:
         threshold = threshold * result.checkable_max / result.max_score
     return result.score < threshold - 1e-9
+
+
+def below_words(result: SubmissionResult, threshold: float) -> str:
+    """Why --fail-under gives exit 1: the score against the threshold, on the same total."""
+    if result.needs_gpu_points and result.max_score > 0:
+        scaled = threshold * result.checkable_max / result.max_score
+        return (f"{result.submission}: {format_points(result.score)} of the {format_points(result.checkable_max)} "
+                f"points checkable without a GPU is below --fail-under {threshold:g} (scaled to "
+                f"{format_points(scaled)} of them): exit 1")
+    return (f"{result.submission}: {format_points(result.score)}/{format_points(result.max_score)} is below "
+            f"--fail-under {threshold:g}: exit 1")
+
+
+def fail_under_checked(threshold: float | None, config, cases) -> None:
+    """--fail-under is out of the full total: a threshold outside 0..total would fail or pass every grade."""
+    from .rubric import Rubric
+
+    total = sum(check.points for check in Rubric.of(config, cases).checks)
+    if threshold is not None and not 0 <= threshold <= total:
+        raise UsageError(f"--fail-under {threshold:g}: give a score from 0 to {format_points(total)} (the full "
+                         "total of this configuration's points)")
 
 
 def unique_name(name: str, taken: set[str]) -> str:
@@ -540,17 +644,18 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
 
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
                            exports=args.exports, cluster=args.cluster, security=args.security,
-                           worker_wait_s=args.worker_wait)
+                           worker_wait_s=args.worker_wait, no_worker=getattr(args, "no_worker", False))
     outcome = run_batch(args.paths, config, cases, plan, options, console)
     if outcome.interrupted:
         errors.print(f"[bold red]interrupted[/]: {outcome.graded_now} submissions graded and saved in "
-                     f"{args.output}/students; run the same command with --resume to grade the rest", highlight=False)
+                     f"{escape(str(args.output))}/students; run the same command with --resume to grade the rest",
+                     highlight=False)
         return EXIT_INTERRUPTED
     if outcome.stopped:
         left = sum(1 for result in outcome.results if result.outcome == GRADER_ERROR)
-        errors.print(f"[bold red]stopped[/]: {outcome.stopped}. {outcome.graded_now} submissions graded and saved in "
-                     f"{args.output}/students; {left} rows are grader errors: start a worker and run the same "
-                     "command with --resume to grade them", highlight=False)
+        errors.print(f"[bold red]stopped[/]: {escape(outcome.stopped)}. {outcome.graded_now} submissions graded and "
+                     f"saved in {escape(str(args.output))}/students; {left} rows are grader errors: start a worker "
+                     "and run the same command with --resume to grade them", highlight=False)
         write_summary_lines(args, outcome, console)
         return EXIT_NO_WORKERS
     write_summary_lines(args, outcome, console)
@@ -579,17 +684,13 @@ def write_summary_lines(args, outcome, console: Console) -> None:
 
 def grade_serve(args, config, cases, plan, errors: Console) -> int:
     try:
+        require_extra("grade serve", "serve")
         from .serve.app import ServiceLimits
         from .serve.main import load_tokens, serve
-    except ImportError as exc:
-        errors.print(f"[bold red]error:[/] grade serve needs the service's libraries ({exc.name}): "
-                     "pip install -e '.[serve]'", highlight=False)
-        return EXIT_USAGE
 
-    try:
         tokens = load_tokens(args.tokens)
     except UsageError as exc:
-        errors.print(f"[bold red]error:[/] {exc}", highlight=False)
+        say_error(errors, exc)
         return EXIT_USAGE
     limits = ServiceLimits(max_bytes=int(args.max_mb * (1 << 20)), per_window=args.per_hour,
                            window_s=args.rate_window)
@@ -608,8 +709,11 @@ def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
         token = args.token_file.read_text(encoding="utf-8").strip() if args.token_file else ""
         student = student_of(args.submission, args.student)
         if not token or not student:
-            raise RemoteUnavailable("--remote needs --token-file and the student's id (--student, or Gradescope's "
-                                    "submission_metadata.json)")
+            missing = " and ".join(what for what, given in (("--token-file FILE (a file holding the course's "
+                                                           "token)", token), ("--student ID", student)) if not given)
+            raise RemoteUnavailable(f"--remote needs {missing}" + (" (on Gradescope, or its "
+                                    "submission_metadata.json beside the submission)" if not student and
+                                    args.command == "gradescope" else ""))
         if not kernel.is_file():
             raise SubmissionError(f"{args.submission}: no kernel.cu to send")
         headers = {name: text.encode() for name, text in
@@ -645,7 +749,21 @@ def lms_entry(args, config, cases, plan) -> int:
         result = not_graded(args.submission, config, cases, str(exc))
     args.results.parent.mkdir(parents=True, exist_ok=True)
     LMS_ENTRIES[args.command].write(result, args.results, time.perf_counter() - started, args.exports)
-    return EXIT_OK
+    return _remote_said(args, result)
+
+
+def _remote_said(args, result: SubmissionResult) -> int:
+    """--remote without the service's grade: the reason on stderr (the LMS's log), for the instructor, and exit 5
+    where nothing graded it; a CPU fallback's grade stands (exit 0) with the reason said."""
+    if not (args.remote and result.regrade_reason):
+        return EXIT_OK
+    errors = Console(stderr=True, soft_wrap=True)
+    if result.outcome != GRADER_ERROR:
+        errors.print(Text("warning: ", style="bold yellow").append(result.regrade_reason), highlight=False)
+        return EXIT_OK
+    say_error(errors, f"not graded: {result.regrade_reason}. {args.results} says so to the student; fix the cause "
+                      "and grade this submission again (docs/service-and-cluster.md: when no grade comes)")
+    return EXIT_REMOTE_NOT_GRADED
 
 
 if __name__ == "__main__":

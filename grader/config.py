@@ -246,8 +246,8 @@ class Config:
     compile: CompileConfig = field(default_factory=CompileConfig)
     prairielearn: PrairieLearnConfig = field(default_factory=PrairieLearnConfig)
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
-    # Set by load_config: the file the values came from, for messages and relative paths.
-    source: str = ""
+    # Set by load_config: the file the values came from, for messages and relative paths (not a key of the file).
+    source: str = field(default="", metadata={"derived": True})
 
     def validate(self):
         t = self.timing
@@ -295,18 +295,42 @@ def preset_path(name: str) -> Path:
     return path
 
 
+# The project's keys that are paths: in the project's config.yaml they are relative to the project's folder.
+PATH_KEYS = ("testcases", "reference")
+
+
 def load_config(path: Path | str | None = None) -> Config:
+    """A config file, over the project's config.yaml: a key the file does not give is the project's (its
+    paths the project's folders), wherever the file is; a key it gives, relative paths against its folder."""
     path = Path(path) if path else DEFAULT_CONFIG
     data = load_yaml(path)
     if data is None:
         # An empty file (a failed copy, a truncated upload) would silently grade with every default.
         raise ConfigError(str(path), "", "the file is empty; give the keys to change, or leave out --config")
-    if isinstance(data, dict) and "source" in data:
-        raise ConfigError(str(path), "source", "unknown key")
+    if isinstance(data, dict) and path.resolve() != DEFAULT_CONFIG and DEFAULT_CONFIG.is_file():
+        data = merged_over(_project_defaults(), data)
     config = build(Config, data, str(path))
     config.source = str(path)
     _check_files(config)
     return config
+
+
+def _project_defaults() -> dict:
+    """The project's config.yaml, its paths made absolute (so they mean the same from any other file)."""
+    defaults = load_yaml(DEFAULT_CONFIG) or {}
+    for key in PATH_KEYS:
+        if isinstance(defaults.get(key), str):
+            defaults[key] = str(DEFAULT_CONFIG.parent / defaults[key])
+    return defaults
+
+
+def merged_over(base: dict, given: dict) -> dict:
+    """`given` over `base`, mapping by mapping: a key given replaces the base's (a list whole), others stay."""
+    merged = dict(base)
+    for key, value in given.items():
+        merged[key] = (merged_over(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict)
+                       else value)
+    return merged
 
 
 def _check_files(config: Config) -> None:

@@ -30,7 +30,8 @@ from pathlib import Path
 
 GRADE, TASK = "sgemm-grade-", "sgemm-task-"  # a grade's scratch folder (execute/child_run.py), a cluster task's
 WORKER = "sgemm-worker-"  # `grade worker`'s: its Dask workers' local directory (their spill and lock files)
-OWNED_BY = (GRADE, TASK, WORKER)
+SCHEDULER = "sgemm-scheduler-"  # `grade scheduler`'s: Dask's scratch space, not /tmp/dask-scratch-space
+OWNED_BY = (GRADE, TASK, WORKER, SCHEDULER)
 # The grader's other per-run folders (execute/confine/sandbox.py's scratch_folder, the CPU profile), named by prefix
 # and mkdtemp's 8 random characters: cleared by age alone.
 UNOWNED = re.compile(r"^sgemm-(?:grade|task|compile|resources|sanitize|sanitize-group|safety|profile|profile-ref|"

@@ -37,6 +37,14 @@ CPU_NOTE = "CPU emulation: correctness checked, timing skipped"
 NEEDS_GPU_TIMING, NEEDS_GPU_LARGE = "timing", "large cases"
 
 
+def needs_gpu_checks(config: Config, cases: list[Case], large_reason: str) -> list[CheckResult]:
+    """The checks a CPU run cannot make (timing, the large cases), skipped as needing a GPU: the machine and
+    the config decide them, nothing a submission does."""
+    timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE, needs_gpu=NEEDS_GPU_TIMING)
+    return [timing, *(skipped(c.name, CASE, c.points, large_reason, visibility=c.visibility,
+                              needs_gpu=NEEDS_GPU_LARGE) for c in cases if c.gpu_only)]
+
+
 def compile_only(submission: Submission, config: Config, plan: RunPlan, result: SubmissionResult,
                  phases: Phases) -> tuple[list[CheckResult], str]:
     """The static check and nvcc's compile, no case run (`grade --no-run`)."""
@@ -59,13 +67,9 @@ def grade_on_cpu(submission: Submission, config: Config, cases: list[Case], resu
     compiled = compile_without_gpu(submission, config, sandbox_of(plan))
     phases.mark("nvcc_check")
     nvcc = compiled.check
-    needs_gpu = [skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE,
-                         needs_gpu=NEEDS_GPU_TIMING)]
-    reason = (nvcc.message if compiled.outcome == GRADER_ERROR else
-              "not run: the kernel did not compile" if nvcc.status == ERROR else
-              "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
-    needs_gpu += [skipped(c.name, CASE, c.points, reason, visibility=c.visibility, needs_gpu=NEEDS_GPU_LARGE)
-                  for c in cases if c.gpu_only]
+    needs_gpu = needs_gpu_checks(config, cases, nvcc.message if compiled.outcome == GRADER_ERROR else
+                                 "not run: the kernel did not compile" if nvcc.status == ERROR else
+                                 "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
     if nvcc.status == ERROR:
         result.outcome = compiled.outcome
         if compiled.outcome == GRADER_ERROR:

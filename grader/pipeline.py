@@ -13,7 +13,7 @@ from .config import Config
 from .execute.nvcc import cubin_cache
 from .execute.runner import Placement
 from .intake.submission import Submission, SubmissionError, read_submission
-from .on_cpu import CPU_NOTE, compile_only, grade_on_cpu  # noqa: F401  (CPU_NOTE: the commands say it)
+from .on_cpu import CPU_NOTE, compile_only, grade_on_cpu, needs_gpu_checks  # noqa: F401  (CPU_NOTE: the commands say it)
 from .on_gpu import grade_on_gpu
 from .phases import Phases
 # the grade's plan, as the commands, the class stage and the service name it
@@ -71,9 +71,11 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     refusal, outcome = refusal_before_compiling(submission.source, kernels, config, accepted, submission.headers)
     phases.mark("static")
     # compile and run on the engines, judge, diagnose
-    if refusal:
+    if refusal:  # on the CPU, its total is still the points checkable here (the GPU's are said as such)
         result.outcome = outcome
         made, not_run = [errored("compile", COMPILE, config.points.compile, refusal)], "not run"
+        if plan.backend == CPU:
+            made += needs_gpu_checks(config, cases, "not run: " + refusal)
     elif plan.backend is None:
         made, not_run = compile_only(submission, config, plan, result, phases)
     elif plan.backend == CPU:

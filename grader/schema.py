@@ -17,6 +17,25 @@ import yaml
 from .errors import ConfigError
 
 
+class _DuplicateKey(yaml.MarkedYAMLError):
+    pass
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last, silently: a second
+    `timing:` would drop the first one's keys)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise _DuplicateKey(problem=f"the key {key!r} is given twice in the same mapping (keep one)",
+                                    problem_mark=key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
@@ -25,7 +44,10 @@ def load_yaml(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), "", f"cannot read: {exc}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+    except _DuplicateKey as exc:
+        mark = exc.problem_mark
+        raise ConfigError(str(path), "", f"line {mark.line + 1}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -39,7 +61,8 @@ def build(cls: type, data: Any, file: str, key: str = "") -> Any:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(file, key, f"expected a mapping, got {_show(data)}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    # A field marked `derived` (Config.source: the file's own path) is set by the loader, never by a file.
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("derived")}
     unknown = sorted(set(map(str, data)) - set(fields))
     if unknown:
         raise ConfigError(file, _join(key, unknown[0]), f"unknown key (allowed: {', '.join(sorted(fields))})")

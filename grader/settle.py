@@ -32,6 +32,7 @@ def settled(result: SubmissionResult, config: Config) -> SubmissionResult:
     compiled = _compile_check(result)
     if result.outcome == SUBMISSION_ERROR and compiled is not None:
         result.message = compiled.message
+        result.feedback = []  # no advice on making faster a kernel that was not graded
         result.checks = [check if check is compiled else _unscored(check, "not graded: " + compiled.message, True)
                          for check in result.checks]
     elif (result.outcome in (COMPILE_ERROR, TIMED_OUT) and compiled is not None and compiled.status == ERROR

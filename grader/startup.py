@@ -28,8 +28,19 @@ def paused_collection() -> Iterator[None]:
 def grade() -> int:
     """The `grade` command (console script and `python -m grader`)."""
     with paused_collection():
-        from .cli import main
-    return main()
+        from .cli import closed_stdout, main
+    try:
+        code = main()
+    except BrokenPipeError:  # stdout's reader left (`… | head`) while a command that cannot go on printed
+        closed_stdout()
+        print("grade: stopped: stdout was closed before the command finished; run it again without the pipe",
+              file=sys.stderr)
+        return 1
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left before the last line (`grade sub/ | head`): the grade stands
+        closed_stdout()
+    return code
 
 
 def cpu_driver() -> int:

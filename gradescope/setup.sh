@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image.
 # The autograder zip holds this file and run_autograder at its root, next to the grader's source
-# (pyproject.toml, README.md, grader/, config.yaml, testcases/, reference/), extracted to
+# (pyproject.toml, README.md, grader/, config.yaml, testcases/, reference/, presets/), extracted to
 # /autograder/source. Build it from the repository root with:
-#   zip -r autograder.zip pyproject.toml README.md grader config.yaml testcases reference
+#   zip -r autograder.zip pyproject.toml README.md grader config.yaml testcases reference presets
 #   zip -j autograder.zip gradescope/setup.sh gradescope/run_autograder
 set -euo pipefail
 

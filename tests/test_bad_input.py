@@ -79,6 +79,8 @@ def test_an_empty_secret_file_is_refused(capsys, tmp_path):
 def test_decoding_a_kernel_as_editors_save_it():
     assert decode_source(b"\xef\xbb\xbf#define T 16\r\n// ok\r\n") == "#define T 16\n// ok\n"
     assert decode_source(b"// caf\xe9 au lait\n") == "// café au lait\n"  # Latin-1
+    # An editor that puts a BOM before a Latin-1 file: the BOM goes, the rest is Latin-1 (never "ï»¿" at line 1).
+    assert decode_source(b"\xef\xbb\xbf// caf\xe9\n") == "// café\n"
     assert decode_source("// 学生\n".encode()) == "// 学生\n"
 
 
@@ -86,7 +88,8 @@ def test_decoding_a_kernel_as_editors_save_it():
 def test_bom_crlf_and_latin1_kernels_grade_like_the_plain_one(graders, tmp_path):
     crlf = GOOD.replace(b"\n", b"\r\n")
     variants = {"bom": b"\xef\xbb\xbf" + GOOD, "crlf": crlf,
-                "latin1": b"// r\xe9sum\xe9 de l'\xe9tudiant\r\n" + crlf}
+                "latin1": b"// r\xe9sum\xe9 de l'\xe9tudiant\r\n" + crlf,
+                "bom_latin1": b"\xef\xbb\xbf// r\xe9sum\xe9\n" + GOOD}
     grade = graders("cpu")
     for name, data in variants.items():
         (tmp_path / name).mkdir()

@@ -106,10 +106,12 @@ def test_a_folder_with_kernel_cu_and_other_cu_files_says_which_was_graded(tmp_pa
 
 
 def test_wrong_kernel_name_is_reported_without_compiling(tmp_path):
-    main([str(SUBMISSIONS / "wrong_kernel_name"), "--no-run", "-o", str(tmp_path)])
-    compile_check = load(tmp_path, "wrong_kernel_name")["checks"][0]
-    assert compile_check["status"] == "error"
-    assert compile_check["message"] == "kernel mysgemm not found; found: MySgemm"
+    # It may well compile: a submission error (exit 4), saying what to rename, never "did not compile".
+    assert main([str(SUBMISSIONS / "wrong_kernel_name"), "--no-run", "-o", str(tmp_path)]) == 4
+    stored = load(tmp_path, "wrong_kernel_name")
+    assert stored["outcome"] == "submission error" and stored["checks"][0]["status"] == "error"
+    assert stored["checks"][0]["message"] == ("kernel mysgemm not found; found: MySgemm. Rename MySgemm to mysgemm, "
+                                              "the name the grader launches, keeping its parameters")
 
 
 def test_a_file_path_is_graded_under_its_stem(tmp_path):

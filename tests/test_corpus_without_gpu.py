@@ -93,6 +93,7 @@ def test_compile_timeout_is_reported_not_waited_for(submission_source, sandbox):
     ("double_pointers", "mysgemm takes double *A; this lab uses float\nthis lab launches mysgemm(int m, int n, int k, "
                         "const float *A, const float *B, float *C)", "submission error"),
     ("hip_port", "this is HIP code", "compile error"),
+    ("wrong_kernel_name", "kernel mysgemm not found; found: MySgemm. Rename MySgemm to mysgemm", "submission error"),
 ])
 def test_a_declaration_the_lab_cannot_launch_is_told_as_such_before_compiling(name, words, outcome):
     """Refused before any compiler runs, on every backend alike, naming the mistake: a declaration the lab

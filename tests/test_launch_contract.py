@@ -216,7 +216,8 @@ def test_the_graded_name_is_the_first_accepted_one_the_file_defines():
 def test_a_file_with_none_of_the_names_is_told_all_of_them(tmp_path):
     result = grade(SUBMISSIONS / "good_basic", ECE408, load_cases(ECE408.testcases_dir)[:1], RunPlan(None, "x"))
     compiled = next(c for c in result.checks if c.kind == "compile")
-    assert compiled.message == "kernel matrixMultiplyShared or matrixMultiply not found; found: mysgemm"
+    assert compiled.message.startswith("kernel matrixMultiplyShared or matrixMultiply not found; found: mysgemm. "
+                                       "Rename mysgemm to matrixMultiplyShared")
 
 
 @needs_nvcc

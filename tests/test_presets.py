@@ -73,7 +73,8 @@ def test_the_preset_is_refused_as_the_default_config_would_grade_it(tmp_path):
     config = load_config()
     result = grade(SUBMISSIONS / "ece408_mp3", config, load_cases(config.testcases_dir)[:1], RunPlan(None, "x"))
     compiled = next(c for c in result.checks if c.kind == "compile")
-    assert compiled.message == "kernel mysgemm not found; found: matrixMultiplyShared"
+    assert compiled.message.startswith("kernel mysgemm not found; found: matrixMultiplyShared. Rename")
+    assert result.outcome == "submission error"
 
 
 def test_an_unknown_preset_is_misuse_naming_the_ones_there_are():

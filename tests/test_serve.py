@@ -453,7 +453,8 @@ def assert_marked(results: dict, code_words: str, student_words: str) -> None:
 
 def test_a_wrong_token_is_a_marked_grader_error_not_a_zero(service, tmp_path):
     finished, results, _ = lms_remote(tmp_path, f"http://127.0.0.1:{service.port}", token=WRONG_TOKEN)
-    assert finished.returncode == 0, finished.stderr
+    assert finished.returncode == 5, finished.stderr  # not graded: said on stderr, for the LMS's log
+    assert "--token-file must hold this course's token" in " ".join(finished.stderr.split())
     assert_marked(results, "answered 401 to POST /v1/jobs", "did not accept this course's key")
     assert WRONG_TOKEN not in json.dumps(results)
 
@@ -462,7 +463,7 @@ def test_an_archive_over_the_cap_is_a_marked_grader_error(service, tmp_path):
     noise = base64.b64encode(os.urandom(120_000)).decode()  # compresses to more than --max-mb 0.05
     finished, results, _ = lms_remote(tmp_path, f"http://127.0.0.1:{service.port}",
                                       kernel=f"{BROKEN}\n/* {noise} */\n")
-    assert finished.returncode == 0, finished.stderr
+    assert finished.returncode == 5 and "answered 413" in finished.stderr, finished.stderr
     assert_marked(results, "answered 413", "too large")
 
 
@@ -470,7 +471,7 @@ def test_the_hourly_limit_past_the_timeout_is_a_marked_grader_error(service, tmp
     for _ in range(2):  # --per-hour 2: the limit is reached
         assert service.submit("heidi", zipped({"kernel.cu": BROKEN}))[0] == 202
     finished, results, seconds = lms_remote(tmp_path, f"http://127.0.0.1:{service.port}", "--remote-timeout", "20")
-    assert finished.returncode == 0, finished.stderr
+    assert finished.returncode == 5 and "answered 429" in finished.stderr, finished.stderr
     assert_marked(results, "answered 429", "more often in the last hour")
     assert "more than the 20 s left of --remote-timeout" in results["extra_data"]["regrade_reason"]
     assert seconds < 20  # an hour's Retry-After is not waited out in a 20 s budget
@@ -583,7 +584,7 @@ def test_the_lms_time_of_a_submission_is_read_where_each_lms_puts_it(tmp_path):
 def test_prairielearn_gets_the_marker_and_an_attempt_that_does_not_count(service, tmp_path):
     finished, results, _ = lms_remote(tmp_path, f"http://127.0.0.1:{service.port}", command="prairielearn",
                                       token=WRONG_TOKEN)
-    assert finished.returncode == 0, finished.stderr
+    assert finished.returncode == 5, finished.stderr
     assert results["gradable"] is False and "401" in results["regrade_reason"]
     assert "did not accept this course's key" in results["format_errors"][0]
     assert results["message"] == "grader error: not graded"
@@ -594,7 +595,9 @@ def test_a_service_that_cannot_be_reached_is_the_instructors_choice(tmp_path, fa
     finished, results, seconds = lms_remote(tmp_path, f"http://127.0.0.1:{free_port()}", "--remote-fallback",
                                             fallback, "--remote-timeout", "4")
     text = json.dumps(results)
-    assert finished.returncode == 0 and "could not be reached" in text
+    # Not graded: exit 5, the reason on stderr; graded here on the CPU: its grade stands (exit 0), the reason said.
+    assert finished.returncode == (5 if fallback == "fail" else 0) and "could not be reached" in text
+    assert "could not be reached" in finished.stderr
     assert "still so after --remote-timeout 4 s" in results["extra_data"]["regrade_reason"]  # it tried again
     if fallback == "fail":
         assert_marked(results, "could not be reached", "could not be reached")

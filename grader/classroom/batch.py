@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -54,6 +54,7 @@ class BatchOptions:
     cluster: str = ""  # a Dask scheduler's address: each submission a task there (cluster.py); "" grades here
     security: object | None = None  # distributed.Security for a TLS cluster
     worker_wait_s: float = 60.0  # how long a cluster batch waits with no worker connected before it stops
+    no_worker: bool = False  # a cluster batch none of whose workers joined in worker_wait_s: it stops at once
     exports: ExportOptions = field(default_factory=ExportOptions)
 
 
@@ -79,9 +80,10 @@ def grader_digest() -> str:
 
 
 def fingerprint(config: Config, cases: list[Case], backend: str | None, source: bytes) -> str:
-    """Everything a grade depends on; a stored result with the same fingerprint is still right."""
+    """Everything a grade depends on; a stored result with the same fingerprint is still right. The config as
+    graded (a file's keys over the project's config.yaml), not the file alone: a change to either counts."""
     digest = hashlib.sha256()
-    for part in (grader_digest(), backend or "none", Path(config.source).read_bytes() if config.source else b"",
+    for part in (grader_digest(), backend or "none", json.dumps(asdict(config), sort_keys=True, default=str),
                  config.reference_path.read_bytes(), json.dumps([vars(c) for c in cases], sort_keys=True), source):
         digest.update(part if isinstance(part, bytes) else part.encode())
         digest.update(b"\0")
@@ -176,7 +178,8 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
                 placed = replace(plan, placement=placements[i % len(placements)],
                                  emulator_workers=emulator_share(jobs))
                 pending[pool.submit(workers.grade, entry, config, cases, placed)] = entry
-        watch = WorkerWatch(client, options.cluster, options.worker_wait_s, progress.console.print) if client else None
+        watch = WorkerWatch(client, options.cluster, options.worker_wait_s, progress.console.print,
+                            options.no_worker) if client else None
         try:
             while pending:
                 done, _ = wait(pending, timeout=watch.poll_s if watch else None, return_when=FIRST_COMPLETED)

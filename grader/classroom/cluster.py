@@ -102,9 +102,10 @@ class WorkerWatch:
 
     poll_s = 1.0  # how often it asks, while no result arrives
 
-    def __init__(self, client, address: str, wait_s: float, say):
+    def __init__(self, client, address: str, wait_s: float, say, waited: bool = False):
+        """`waited`: no worker joined in the wait_s before the batch began (cluster_gpus), so it stops at once."""
         self.client, self.address, self.wait_s, self.say = client, address, wait_s, say
-        self.gone_since: float | None = None
+        self.gone_since: float | None = time.monotonic() - wait_s if waited else None
 
     def gone_for_good(self) -> bool:
         """Whether no worker has been connected for wait_s."""
@@ -147,15 +148,19 @@ def connect(address: str, security):
         raise UsageError(f"--cluster {address}: cannot reach the scheduler ({error})") from None
 
 
-def cluster_gpus(address: str, security, wait_s: float = 60.0) -> int:
-    """How many GPU slots the cluster's workers offer, once at least one worker has joined. The batch or
-    service may run on a host without a GPU: the workers' GPUs decide the backend, not this host's."""
+def no_worker_words(address: str, wait_s: float) -> str:
+    return (f"--cluster {address}: no worker joined in {wait_s:g} s (start `grade worker --scheduler {address} "
+            "--certs DIR` on a grading host)")
+
+
+def cluster_gpus(address: str, security, wait_s: float = 60.0) -> int | None:
+    """How many GPU slots the cluster's workers offer, once at least one worker has joined (None: none joined in
+    wait_s). The batch or service may run on a host without a GPU: the workers' GPUs decide the backend."""
     with connect(address, security) as client:
         try:
             client.wait_for_workers(1, timeout=wait_s)
         except TimeoutError:
-            raise UsageError(f"--cluster {address}: no worker joined in {wait_s:g} s (start `grade worker "
-                             f"--scheduler {address} --certs DIR` on a grading host)") from None
+            return None
         workers = client.scheduler_info(n_workers=-1)["workers"].values()
         return int(sum(worker.get("resources", {}).get(SLOTS, 0) for worker in workers))
 
@@ -193,8 +198,9 @@ def _die_with_parent(parent: int):
     return arm
 
 
-def run_workers(commands: list[tuple[list[str], dict]]) -> int:
-    """`grade worker`: the workers until Ctrl-C, SIGTERM or one of them ends; none outlives it."""
+def run_until_stopped(commands: list[tuple[list[str], dict]]) -> int:
+    """`grade worker`'s Dask workers, `grade scheduler`'s scheduler: run until Ctrl-C, SIGTERM or one of them
+    ends; none outlives this process."""
     signal.signal(signal.SIGTERM, _stop)  # a service manager's stop takes the workers with it
     processes: list[subprocess.Popen] = []
     try:

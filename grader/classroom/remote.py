@@ -112,7 +112,7 @@ def _call(method: str, url: str, token: str, body: bytes | None = None) -> dict:
             return json.loads(answer.read())
     except urllib.error.HTTPError as error:
         failure = RemoteUnavailable(f"{where} answered {error.code} to {method} {url[len(where):].split('?')[0]}: "
-                                    f"{_detail(error)}", _student_words(error.code))
+                                    f"{_detail(error)}{_instructor_fix(error.code)}", _student_words(error.code))
         if error.code in WAIT_CODES or error.code >= 500:
             raise _Again(failure, _retry_after(error.headers.get("Retry-After")) if error.code in WAIT_CODES
                          else None) from None
@@ -121,6 +121,15 @@ def _call(method: str, url: str, token: str, body: bytes | None = None) -> dict:
         reason = getattr(error, "reason", error)
         raise _Again(RemoteUnavailable(f"the grading service at {where} could not be reached ({reason})",
                                        f"The grading service could not be reached. {NOT_A_GRADE}"), None) from None
+
+
+def _instructor_fix(code: int) -> str:
+    """What the instructor changes for a refusal that is the set-up's, not the student's."""
+    if code in (401, 403):
+        return " (--token-file must hold this course's token exactly as the service's --tokens file lists it)"
+    if code == 413:
+        return " (the service's --max-mb is below this archive's size)"
+    return ""
 
 
 def _student_words(code: int) -> str:

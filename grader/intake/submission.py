@@ -254,13 +254,19 @@ def kernel_text(name: str, data: bytes) -> str:
     return source
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def decode_source(data: bytes) -> str:
     """The text of a kernel as an editor saved it: UTF-8 with or without a byte-order mark, or Latin-1
     (a Windows editor's accented comment); CRLF line ends become LF, so line numbers stay the student's.
 
-    Why: nvcc stops at a BOM, and a comment in Latin-1 is not the student's error to be graded on."""
+    Why: nvcc stops at a BOM, and a comment in Latin-1 is not the student's error to be graded on. The BOM
+    goes first, whatever the rest is: a file with both (an editor that adds one to a Latin-1 file) would
+    otherwise keep it as three Latin-1 characters, which nvcc refuses at line 1."""
+    data = data.removeprefix(UTF8_BOM)
     try:
-        text = data.decode("utf-8-sig")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = data.decode("latin-1")  # every byte is a Latin-1 character: this never fails
     return text.replace("\r\n", "\n")

@@ -38,8 +38,7 @@ def refusal_before_compiling(source: str, kernels: list[str], config: Config, ac
     if hip:
         return hip, COMPILE_ERROR
     if config.kernel.name not in kernels:
-        found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
-        return f"kernel {' or '.join(accepted or config.kernel.names)} not found; {found}", COMPILE_ERROR
+        return _no_such_kernel(kernels, accepted or config.kernel.names), SUBMISSION_ERROR
     refused = _include_refusal({KERNEL_FILE: source, **(headers or {})}, config)
     if refused:
         return refused, COMPILE_ERROR
@@ -48,6 +47,18 @@ def refusal_before_compiling(source: str, kernels: list[str], config: Config, ac
         return missing, SUBMISSION_ERROR
     declared = signature_problem(source, config.kernel.contract())
     return (declared, SUBMISSION_ERROR) if declared else ("", GRADED)
+
+
+def _no_such_kernel(kernels: list[str], names: tuple[str, ...]) -> str:
+    """The file defines no kernel of the lab's names: a submission error (it may well compile), saying which
+    kernels it does define and what to rename."""
+    wanted = " or ".join(names)
+    if not kernels:
+        return (f"kernel {wanted} not found; found no __global__ kernel: define `__global__ void {names[0]}(…)` "
+                "with the lab's parameters")
+    which = kernels[0] if len(kernels) == 1 else "the tiled one of them"
+    return (f"kernel {wanted} not found; found: {', '.join(kernels)}. Rename {which} to {names[0]}, the name the "
+            "grader launches, keeping its parameters")
 
 
 def _include_refusal(files: dict[str, str], config: Config) -> str:
