@@ -34,6 +34,7 @@ from .execute.cpu.evidence import Program
 from .execute.cpu.instrument import sites_of
 from .execute.gpu.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
+from .execute.macros import pastes_judged
 from .execute.nvcc import check_cache, cubin_cache
 from .execute.nvcc.compile import CompileOutcome, nvcc_path, prepare_source, reference_module_source
 from .execute.runner import ChildProgram, Limits, Placement, run_job
@@ -68,7 +69,8 @@ from .result import (
 )
 from .rubric import Rubric
 from .source.device_side import HOST_CODE_LEFT_OUT, device_side
-from .source.include_policy import check_source, drop_host_headers, missing_here
+from .source.include_policy import check_source, drop_host_headers, missing_here, needs_expansion
+from .source.include_policy import unproven_pasting_macros
 from .source.include_policy import describe as describe_violations
 from .source.signature import hip_problem, kernel_parameters, signature_problem
 from .source.static_check import find_kernels, static_checks
@@ -216,7 +218,8 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     rubric = Rubric.of(config, cases, sanitize=plan.sanitize and plan.backend == GPU)
     statics = static_checks(_with_headers_after(submission), config.kernel.name, vars(config.points.static))
     result.feedback += _barrier_cost(statics)
-    refusal, outcome = _refusal_before_compiling(submission.source, kernels, config, accepted, submission.headers)
+    refusal, outcome = _refusal_before_compiling(submission.source, kernels, config, sandbox, accepted,
+                                                 submission.headers)
     phases.mark("static")
     if refusal:
         result.checks = rubric.results([errored("compile", COMPILE, config.points.compile, refusal), *statics])
@@ -358,8 +361,8 @@ def _with_headers_after(submission: Submission) -> str:
     return "\n".join([submission.source, *submission.headers.values()])
 
 
-def _refusal_before_compiling(source: str, kernels: list[str], config: Config, accepted: tuple[str, ...] = (),
-                              headers: dict[str, str] | None = None) -> tuple[str, str]:
+def _refusal_before_compiling(source: str, kernels: list[str], config: Config, sandbox: Sandbox,
+                              accepted: tuple[str, ...] = (), headers: dict[str, str] | None = None) -> tuple[str, str]:
     """Why the file is not compiled at all, or '', and the outcome that makes: HIP, no such kernel, or
     anything that could make a compiler open a file (no byte of one may reach a report), in kernel.cu or a
     header handed in with it; a handed-in header that is included but missing, or a declaration the
@@ -370,7 +373,7 @@ def _refusal_before_compiling(source: str, kernels: list[str], config: Config, a
     if config.kernel.name not in kernels:
         found = f"found: {', '.join(kernels)}" if kernels else "found no __global__ kernel"
         return f"kernel {' or '.join(accepted or config.kernel.names)} not found; {found}", COMPILE_ERROR
-    refused = _include_refusal({KERNEL_FILE: source, **(headers or {})}, config)
+    refused = _include_refusal({KERNEL_FILE: source, **(headers or {})}, config, sandbox)
     if refused:
         return refused, COMPILE_ERROR
     missing = missing_headers([source, *(headers or {}).values()], config.compile.handed_in_headers, headers or {})
@@ -380,11 +383,16 @@ def _refusal_before_compiling(source: str, kernels: list[str], config: Config, a
     return (declared, SUBMISSION_ERROR) if declared else ("", GRADED)
 
 
-def _include_refusal(files: dict[str, str], config: Config) -> str:
-    """The include policy's refusal of kernel.cu or of a handed-in header (named: its line numbers are its own)."""
+def _include_refusal(files: dict[str, str], config: Config, sandbox: Sandbox) -> str:
+    """The include policy's refusal of kernel.cu or of a handed-in header (named: its line numbers are its own).
+    A paste the text alone cannot judge is judged by what the files' macros expand to, in the sandbox."""
     allowed, handed_in = config.compile.allowed_headers, config.compile.handed_in_headers
-    for name, text in files.items():
-        violations = check_source(text, allowed, handed_in)
+    pasting = unproven_pasting_macros(files.values())
+    found = {name: check_source(text, allowed, handed_in, pasting=pasting) for name, text in files.items()}
+    if needs_expansion([v for violations in found.values() for v in violations]):
+        found, _ = pastes_judged(files, found, config.compile.options, config.compile.arch_without_gpu, sandbox,
+                                 config.timeouts.compile_s)
+    for name, violations in found.items():
         if violations:
             described = describe_violations(violations, allowed, handed_in)
             if name == KERNEL_FILE:
