@@ -4,8 +4,8 @@ A paste of two macro arguments (`#define J(a, b) a ## b`) can assemble any name,
 them, and only its uses say which (source/include_policy.py proves the other pastes harmless from the text).
 So such a file is preprocessed, following its includes (the policy has already accepted each by where it
 resolves), by the preprocessors that will compile it: g++ as the CPU emulator compiles it (its headers, its
-`__CUDA_ARCH__`), and nvcc's device pass for the lab's architecture where nvcc is here; the policy then
-reads what each made of the student's own lines. The preprocessor runs on student-controlled text (a pasted
+`__CUDA_ARCH__`), and nvcc's device pass for the lab's architecture where nvcc is here, each such paste
+wrapped so that the output shows the token it made (include_policy.pastes_shown); the policy then reads them. The preprocessor runs on student-controlled text (a pasted
 `_Pragma` acts while it runs), so it runs confined, as the compilers do, in a folder of its own with nothing
 secret in reach; its output is read bounded and never shown (a report quotes the student's own line).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,29 +37,42 @@ MAX_EXPANDED_BYTES = 64 << 20  # a file that includes cuda_runtime.h expands to 
 
 @dataclass(frozen=True)
 class Expansions:
-    texts: tuple[str, ...]  # each preprocessor's output (`-E`, with line markers), when every one finished
+    texts: tuple[str, ...]  # each preprocessor's output (`-E`), when every one finished
     seconds: float  # what expanding cost, all preprocessors together
     problem: str = ""  # why there are none: a preprocessor failed or ran past its time (then texts is empty)
 
 
 def expand(files: dict[str, str], prelude: str, options: list[str], arch: str, sandbox: Sandbox,
            timeout_s: float) -> Expansions:
-    """kernel.cu (`files[STUDENT_FILE]`) and the headers handed in with it, expanded by each compiler here,
-    with `prelude` (the grader's macros) included before kernel.cu."""
+    """kernel.cu (`files[STUDENT_FILE]`) and the headers handed in with it, expanded by each compiler here (side
+    by side), with `prelude` (the grader's macros) included before kernel.cu."""
     started = time.perf_counter()
-    texts: list[str] = []
-    for command, confinement_of in _preprocessors(options, arch):
-        with scratch_folder("sgemm-expand-") as work:
-            write_sources(Path(work), files[STUDENT_FILE], {n: t for n, t in files.items() if n != STUDENT_FILE})
-            Path(work, PRELUDE).write_text(prelude, encoding="utf-8")
-            confinement = confinement_of(Path(work))
-            finished = run_killable(command, timeout_s, env=child_environment(str(work), {}),
-                                    start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
-            if finished.timed_out or finished.returncode != 0:
-                why = "ran past its time" if finished.timed_out else f"stopped (exit {finished.returncode})"
-                return Expansions((), time.perf_counter() - started, f"{command[0]} -E {why}")
-            texts.append(read_untrusted(Path(work, EXPANDED), MAX_EXPANDED_BYTES).decode("utf-8", "replace"))
-    return Expansions(tuple(texts), time.perf_counter() - started)
+    preprocessors = list(_preprocessors(options, arch))
+    with ThreadPoolExecutor(max(1, len(preprocessors))) as pool:
+        outcomes = list(pool.map(lambda p: _expanded(files, prelude, *p, sandbox, timeout_s), preprocessors))
+    seconds = time.perf_counter() - started
+    problem = next((outcome for outcome in outcomes if not isinstance(outcome, bytes)), "")
+    if problem:
+        return Expansions((), seconds, problem)
+    return Expansions(tuple(outcome.decode("utf-8", "replace") for outcome in outcomes), seconds)
+
+
+def _expanded(files: dict[str, str], prelude: str, command: list[str], confinement_of, sandbox: Sandbox,
+              timeout_s: float) -> bytes | str:
+    """One preprocessor's output, or why there is none."""
+    with scratch_folder("sgemm-expand-") as work:
+        write_sources(Path(work), files[STUDENT_FILE], {n: t for n, t in files.items() if n != STUDENT_FILE})
+        Path(work, PRELUDE).write_text(prelude, encoding="utf-8")
+        confinement = confinement_of(Path(work))
+        finished = run_killable(command, timeout_s, env=child_environment(str(work), {}),
+                                start=lambda cmd, **kw: sandbox.popen(cmd, confinement, **kw))
+        if finished.timed_out or finished.returncode != 0:
+            return f"{command[0]} -E " + ("ran past its time" if finished.timed_out
+                                          else f"stopped (exit {finished.returncode})")
+        try:
+            return read_untrusted(Path(work, EXPANDED), MAX_EXPANDED_BYTES)
+        except OSError as error:  # not a plain file, or too large: written so by the student's text
+            return f"{command[0]} -E: {error}"
 
 
 def _preprocessors(options: list[str], arch: str):

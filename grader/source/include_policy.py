@@ -335,7 +335,7 @@ def pasted_violations(expansions: Sequence[str], sources: Sequence[str], tag: st
                     line, _printable(_physical_line(sources[file], line)),
                     f"where this macro is used, token pasting (##) builds {name}, which is not allowed",
                     _kind_of(name))
-    return sorted(found.items())
+    return [(file, violation) for (file, _), violation in sorted(found.items())]
 
 
 def _kind_of(name: str) -> str:
