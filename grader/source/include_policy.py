@@ -23,7 +23,13 @@ file is refused before the compiler sees the source:
   `comment`, any unknown `#pragma GCC ...`), `_Pragma` with anything but a plain string, `__pragma`;
 - inline assembly whose text is not a plain string literal, or whose text uses `.incbin`, `.include` or
   the assembler's macro features (which could assemble those directives from pieces);
-- token pasting (`##`, `%:%:`): it can assemble any of the names above from harmless-looking pieces;
+- token pasting (`##`, `%:%:`) that assembles `_Pragma`, `__pragma`, `asm`, `__has_include` or `import`
+  (ASSEMBLED) from harmless-looking pieces. A paste is accepted from the text where a written-out operand
+  holds text no such name contains (`num##M##Columns`, `ld_##M`: the token made contains it), or where it is
+  written out entirely and spells none; one of macro arguments (`a ## b`) is PASTE, judged by what the file's
+  macros expand to (execute/macros.py expands pastes_shown's text in the sandbox; pasted_violations reads
+  it); and no `#if`/`#elif` may use a macro that holds such a paste (a pasted `__has_include` would probe a
+  file there and leave no expanded text);
 - C++20 header-unit imports (`import <x>;`).
 
 Strictness: directives are looked for everywhere, including inside `#if 0` groups; a `#` counts as
