@@ -240,10 +240,10 @@ def trip_count(record: dict, program: Program, shape: tuple[int, int, int]) -> F
         return None
     m, n, k = shape
     needed = -(-k // tile)
-    if count == needed:
-        return None
     names = {role: next((name for name in program.all_names(role) if name in loop.names), program.name(role))
              for role in "mnk"}  # as the loop's condition names them, where it does
+    if count == needed:
+        return _thread_guard(loop, program, f"ceil({names['k']} / {tile}) = {needed}")
     runs = " = ".join([*_counts_like(count, names, shape, tile, loop.names), str(count)])
     fact = (f"the tile loop at line {loop.line} runs {runs} times here ({names['m']} = {m}, {names['n']} = {n}, "
             f"{names['k']} = {k}); the dot product needs ceil({names['k']} / {tile}) = {needed}")
@@ -255,6 +255,26 @@ def trip_count(record: dict, program: Program, shape: tuple[int, int, int]) -> F
     return Finding(fact, f"the tile loop at line {loop.line}{condition} must run ceil({names['k']} / {tile}) times, "
                          f"({names['k']} + {tile - 1}) / {tile} in integer arithmetic: one trip per tile of the "
                          f"{names['k']} terms of each dot product")
+
+
+def _thread_guard(loop, program: Program, runs: str) -> Finding | None:
+    """Where the trips are right, an inner-product guard that tests the thread's index (`p * TILE + tx < k` in the
+    loop over i), not the loop's: it drops whole phases for some threads, however many phases run."""
+    guard = next((g for g in loop.thread_guards if set(program.all_names("k")) & set(_NAME.findall(g[1]))), None)
+    if guard is None:
+        return None
+    line, condition, counter, thread = guard
+    meant = re.sub(rf"\b{re.escape(thread)}\b", counter, condition)
+    return Finding(f"the tile loop at line {loop.line} runs {runs} times, as it must; inside it, the inner product "
+                   f"at line {line} runs only where `{condition}`, which tests the thread's {thread}, not the term {counter}",
+                   f"line {line} guards each term of the dot product with `{condition}`: it tests the thread's own "
+                   f"{thread}, so a thread drops every term of a phase or none: test the term's index, `{meant}`")
+
+
+def phases_all_ran(event: dict, program: Program, shape: tuple[int, int, int]) -> bool:
+    """Whether every thread's tile loop ran ceil(k / TILE) times: the phase count is right, whatever C holds."""
+    loops, tile = event.get("tile_loops", []), program.tile
+    return bool(loops) and tile > 0 and all(r["fewest"] == r["most"] == -(-shape[2] // tile) for r in loops)
 
 
 def _counts_like(count: int, names: dict[str, str], shape: tuple[int, int, int], tile: int,
