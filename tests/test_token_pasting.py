@@ -39,8 +39,9 @@ def test_a_class_with_pasting_macros_grades_in_full_in_a_batch(tmp_path):
     for name in PASTING:
         (tmp_path / "class" / name).mkdir(parents=True)
         (tmp_path / "class" / name / "kernel.cu").write_bytes((SUBMISSIONS / name / "kernel.cu").read_bytes())
-    subprocess.run([sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "-o", str(tmp_path / "out"),
-                    "--config", str(config), "--backend", "cpu"], cwd=ROOT, check=True, capture_output=True, timeout=600)
+    command = [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "-o", str(tmp_path / "out"),
+               "--config", str(config), "--backend", "cpu"]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=600)
     rows = csv.DictReader(io.StringIO((tmp_path / "out" / "grades.csv").read_text()))
     students = {row["submission"]: row for row in rows if row["submission"] != "points possible"}
     assert sorted(students) == PASTING

@@ -6,7 +6,7 @@ import re
 
 import pytest
 from conftest import SUBMISSIONS
-from hardware import needs_cxx
+from hardware import needs_cxx, needs_gpu
 
 from grader.execute.cpu.evidence import ROW, Program, _index_fix
 from grader.execute.cpu.sites import STORE, Site, Sites
@@ -84,3 +84,14 @@ def test_no_message_of_any_corpus_kernel_compares_an_expression_with_itself(grad
     found = {folder.name: match.group(0) for folder in folders
              if (match := SELF_COMPARED.search(words(grade(folder))))}
     assert found == {}
+
+
+@pytest.mark.gpu
+@needs_gpu
+@needs_cxx
+@pytest.mark.parametrize("name", ["inner_guard_thread_index", "store_constant_past_c"])
+def test_on_the_gpu_the_cases_the_emulator_runs_are_told_as_on_the_cpu(graders, name):
+    """The GPU decides the values; the emulator's words explain the cases it runs (judge/engines.py)."""
+    on_gpu, on_cpu = failing(graders("gpu")(SUBMISSIONS / name)), failing(graders("cpu")(SUBMISSIONS / name))
+    assert {case: on_gpu[case].fixes for case in on_cpu} == {case: check.fixes for case, check in on_cpu.items()}
+    assert not any(ROUND_UP in fix for check in on_gpu.values() for fix in check.fixes if check.name in on_cpu)

@@ -1,13 +1,14 @@
 """The student's macros expanded as the compilers will expand them, in the sandbox, for the include policy.
 
-A paste of two macro arguments (`#define J(a, b) a ## b`) can assemble any name, `_Pragma` or `asm` among
-them, and only its uses say which (source/include_policy.py proves the other pastes harmless from the text).
-So such a file is preprocessed, following its includes (the policy has already accepted each by where it
-resolves), by the preprocessors that will compile it: g++ as the CPU emulator compiles it (its headers, its
-`__CUDA_ARCH__`), and nvcc's device pass for the lab's architecture where nvcc is here, each such paste
-wrapped so that the output shows the token it made (include_policy.pastes_shown); the policy then reads them. The preprocessor runs on student-controlled text (a pasted
-`_Pragma` acts while it runs), so it runs confined, as the compilers do, in a folder of its own with nothing
-secret in reach; its output is read bounded and never shown (a report quotes the student's own line).
+A paste of two macro arguments (`#define J(a, b) a ## b`) can assemble any name, `_Pragma` or `asm` among them, and
+only its uses say which (source/include_policy.py proves the other pastes harmless from the text). So such a file is
+preprocessed, following its includes (the policy has already accepted each by where it resolves), by the
+preprocessors that will compile it: g++ as the CPU emulator compiles it (its headers, its `__CUDA_ARCH__`), and
+nvcc's device pass for the lab's architecture where nvcc is here, each such paste wrapped so that the output shows
+the token it made (include_policy.pastes_shown); the policy then reads them. The preprocessor runs on student-
+controlled text (a pasted `_Pragma` acts while it runs), so it runs confined, as the compilers do, in a folder of
+its own with nothing secret in reach; its output is read bounded and never shown (a report quotes the student's own
+line).
 """
 from __future__ import annotations
 
@@ -79,8 +80,8 @@ def _preprocessors(options: list[str], arch: str):
     """(command, confinement for a folder) of each compiler that will compile the file on this machine."""
     cxx, nvcc = compiler(), nvcc_path()
     if cxx:  # as build.py compiles the emulator's unit: its shims for the toolkit's headers, cuda_emu.h first
-        yield ([cxx, "-E", "-x", "c++", "-std=c++17", "-include", "cuda_emu.h", "-include", PRELUDE, "-I", str(HERE), "-I", str(SHIMS),
-                "-I.", STUDENT_FILE, "-o", EXPANDED],
+        yield ([cxx, "-E", "-x", "c++", "-std=c++17", "-include", "cuda_emu.h", "-include", PRELUDE,
+                "-I", str(HERE), "-I", str(SHIMS), "-I.", STUDENT_FILE, "-o", EXPANDED],
                lambda work: Confinement(work, COMPILER_LIMITS, seccomp=True, readable=(HERE, *toolchain(cxx)),
                                         nice=BACKGROUND_NICE))
     if nvcc:  # as compile.py's cubin_command compiles it: the device pass

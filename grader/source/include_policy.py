@@ -326,7 +326,8 @@ def pastes_shown(source: str, file: int, tag: str) -> str:
     return "".join(out) + physical[position:]
 
 
-def pasted_violations(expansions: Sequence[str], sources: Sequence[str], tag: str) -> list[tuple[int, IncludeViolation]]:
+def pasted_violations(expansions: Sequence[str], sources: Sequence[str],
+                      tag: str) -> list[tuple[int, IncludeViolation]]:
     """What the pastes pastes_shown wrapped made, in each preprocessor's output: (file index, violation) for each
     line of a #define whose paste made a name of ASSEMBLED somewhere it was used, with the student's own line."""
     made = re.compile(rf'{tag}_MADE\s*\(\s*(\d+)\s*,\s*(\d+)\s*,\s*("(?:[^"\\\n]|\\.)*")\s*\)')

@@ -266,7 +266,8 @@ def _thread_guard(loop, program: Program, runs: str) -> Finding | None:
     line, condition, counter, thread = guard
     meant = re.sub(rf"\b{re.escape(thread)}\b", counter, condition)
     return Finding(f"the tile loop at line {loop.line} runs {runs} times, as it must; inside it, the inner product "
-                   f"at line {line} runs only where `{condition}`, which tests the thread's {thread}, not the term {counter}",
+                   f"at line {line} runs only where `{condition}`, which tests the thread's {thread}, not the term "
+                   f"{counter}",
                    f"line {line} guards each term of the dot product with `{condition}`: it tests the thread's own "
                    f"{thread}, so a thread drops every term of a phase or none: test the term's index, `{meant}`")
 
