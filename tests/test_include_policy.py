@@ -331,7 +331,11 @@ def test_template_reference_and_corpus_are_accepted():
     files = [f for f in files if f.parent.name not in ("hip_port", "include_refused")]
     assert len(files) > 3
     for file in files:  # an ECE408 file passes once the preset's host-only headers are dropped
-        assert check_source(drop_host_headers(file.read_text(), ["wb.h", "gputk.h"])) == [], file
+        violations = check_source(drop_host_headers(file.read_text(), ["wb.h", "gputk.h"]))
+        if file.parent.name == "paste_helper_macro":  # accepted once its macros are expanded (test_token_pasting)
+            assert needs_expansion(violations), violations
+        else:
+            assert violations == [], file
 
 
 @pytest.mark.parametrize("line, dropped", [
