@@ -4,13 +4,14 @@ the count wrong. Each kernel is in tests/submissions (README: its verdict)."""
 import json
 import re
 
+import numpy as np
 import pytest
 from conftest import SUBMISSIONS
 from hardware import needs_cxx, needs_gpu
 
 from grader.execute.cpu.evidence import ROW, Program, _index_fix
 from grader.execute.cpu.sites import STORE, Site, Sites
-from grader.judge.locate import ROUND_UP
+from grader.judge.locate import ROUND_UP, locate_errors
 from grader.report.student_view import what_to_fix
 from grader.result import CASE, PASSED, SKIPPED
 
@@ -95,3 +96,14 @@ def test_on_the_gpu_the_cases_the_emulator_runs_are_told_as_on_the_cpu(graders, 
     on_gpu, on_cpu = failing(graders("gpu")(SUBMISSIONS / name)), failing(graders("cpu")(SUBMISSIONS / name))
     assert {case: on_gpu[case].fixes for case in on_cpu} == {case: check.fixes for case, check in on_cpu.items()}
     assert not any(ROUND_UP in fix for check in on_gpu.values() for fix in check.fixes if check.name in on_cpu)
+
+
+def test_a_c_over_whole_tiles_only_is_a_phase_count_only_where_the_trips_are_not_known_right():
+    """The pattern alone suggests rounding down; the emulator's trip count, where it shows ceil(k / TILE), rules
+    that out (judge/locate.py)."""
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((20, 20)).astype(np.float32), rng.standard_normal((20, 20)).astype(np.float32)
+    c = (a[:, :16] @ b[:16, :]).astype(np.float32)  # the last, partial phase (4 terms) skipped everywhere
+    wrong, unwritten = np.ones_like(c, dtype=bool), np.zeros_like(c, dtype=bool)
+    assert locate_errors(wrong, unwritten, c, a, b, 16, 4.0, 1e-5).fix == ROUND_UP
+    assert locate_errors(wrong, unwritten, c, a, b, 16, 4.0, 1e-5, phase_count_right=True).fix != ROUND_UP
