@@ -68,7 +68,8 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     # static check, and what is refused before anything compiles
     statics = static_checks(with_headers_after(submission), config.kernel.name, vars(config.points.static))
     result.feedback += barrier_cost(statics)
-    refusal, outcome = refusal_before_compiling(submission.source, kernels, config, accepted, submission.headers)
+    refusal, outcome = refusal_before_compiling(submission.source, kernels, config, sandbox, accepted,
+                                                submission.headers)
     phases.mark("static")
     # compile and run on the engines, judge, diagnose
     if refusal:  # on the CPU, its total is still the points checkable here (the GPU's are said as such)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .cases import Case
 from .config import MAX_LAUNCHES_PER_CASE, Config
-from .execute.cpu.evidence import Program, observed, stores_off_c
+from .execute.cpu.evidence import Program, observed, phases_all_ran, stores_off_c
 from .execute.cpu.messages import describe_collision, describe_problem, describe_races, describe_unstored_read
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
@@ -274,7 +274,8 @@ class RunEvents:
                     case.name, case.points, a, b,
                     CaseRun(buffer=buffer.ravel(), reference=reference, a_changed=event["a_changed"],
                             b_changed=event["b_changed"], seconds=event["seconds"], races=races,
-                            evidence=evidence, unsafe_reads=unsafe_reads),
+                            evidence=evidence, unsafe_reads=unsafe_reads,
+                            phase_count_right=phases_all_ran(event, self._program(), (case.m, case.n, case.k))),
                     self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth),
                 buffers, launches)
             if len(buffers) > 1 and check.status != PASSED:

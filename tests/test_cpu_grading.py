@@ -63,7 +63,8 @@ def test_reference_passes_every_emulated_case_and_timing_is_skipped(grade_one, t
 
 @pytest.mark.parametrize("name, tile", [("good_basic", 16), ("good_tile8_renamed", 8),
                                         ("good_tile32_macro_sync", 32), ("slow_uncoalesced", 16),
-                                        ("tile_width_named", 16), ("tile_const_int", 16),
+                                        ("tile_width_named", 16), ("tile_const_int", 16), ("index_macro_pasting", 16),
+                                        ("paste_helper_macro", 16),
                                         ("tile_custom_macro", 16)])
 def test_good_submissions_pass_every_emulated_case(grade_one, name, tile):
     result = grade_one(SUBMISSIONS / name)

@@ -65,6 +65,8 @@ class CaseRun:
     # What the emulator saw that fails the case whatever C holds (a tile entry read before any thread of its
     # block stored it): the kernel computed from poison, and only luck kept it out of C.
     unsafe_reads: list[Finding] = field(default_factory=list)
+    # The emulator saw every thread's tile loop run ceil(k / TILE) times: no guess that the phase count is wrong.
+    phase_count_right: bool = False
 
 
 def judge_case(
@@ -100,7 +102,7 @@ def judge_case(
         # says more than the pattern: no location hint then.
         hint = None if run.races or run.evidence or run.unsafe_reads else (a, b, tile, k_factor, abs_tol)
         at = len(run.races)
-        problems[at:at] = [_wrong_elements(c, truth, wrong, hint), *run.evidence]
+        problems[at:at] = [_wrong_elements(c, truth, wrong, hint, run.phase_count_right), *run.evidence]
     elif stray:
         problems[len(run.races):len(run.races)] = run.evidence
     if problems:
@@ -114,7 +116,7 @@ def judge_case(
     return passed(name, CASE, points, f"correct ({m}×{n}×{k})", **extra)
 
 
-def _wrong_elements(c, truth, wrong, hint) -> Finding:
+def _wrong_elements(c, truth, wrong, hint, phase_count_right: bool = False) -> Finding:
     m, n = c.shape
     count = int(wrong.sum())
     unwritten = c.view(np.uint32) == POISON_BITS
@@ -126,7 +128,7 @@ def _wrong_elements(c, truth, wrong, hint) -> Finding:
         lines.append(f"  ... and {count - SHOWN_ELEMENTS} more")
     if hint is None:
         return Finding("\n".join(lines))
-    located = locate_errors(wrong, unwritten, c, *hint, truth=truth)
+    located = locate_errors(wrong, unwritten, c, *hint, truth=truth, phase_count_right=phase_count_right)
     return Finding("\n".join([*lines, located.fact]), located.fix)
 
 

@@ -18,8 +18,10 @@ ROUND_UP = "round the phase count up, (k + TILE - 1) / TILE, and load out-of-ran
 
 
 def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np.ndarray, b: np.ndarray,
-                  tile: int, k_factor: float, abs_tol: float, truth=None) -> Finding:
-    """`truth` (compare.Truth), when given, lets a wrong element be recognised as another element's value."""
+                  tile: int, k_factor: float, abs_tol: float, truth=None, phase_count_right: bool = False) -> Finding:
+    """`truth` (compare.Truth), when given, lets a wrong element be recognised as another element's value. Where
+    the emulator saw the tile loop run ceil(k / TILE) times (`phase_count_right`), a C that looks like the product
+    over whole tiles only is not told as a phase count that rounds down."""
     m, n = wrong.shape
     k = a.shape[1]
     rows, cols = np.nonzero(wrong)
@@ -29,7 +31,7 @@ def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np
              f"(of {grid_rows}×{grid_cols} tiles of {tile}×{tile})")
     for hint in (
         _nothing_stored(unwritten),
-        _last_partial_phase(c, wrong, rows, cols, a, b, tile, k_factor, abs_tol),
+        None if phase_count_right else _last_partial_phase(c, wrong, rows, cols, a, b, tile, k_factor, abs_tol),
         _misplaced(c, wrong, truth),
         _partial_edges(rows, cols, m, n, tile),
         _unwritten_only(wrong, unwritten, where),

@@ -5,7 +5,9 @@ from __future__ import annotations
 from ..config import Config
 from ..intake.submission import KERNEL_FILE, Submission, missing_headers
 from ..result import COMPILE_ERROR, GRADED, SUBMISSION_ERROR, THROUGHPUT, CheckResult, Feedback
-from .include_policy import check_source, drop_host_headers
+from ..execute.confine.sandbox import Sandbox
+from ..execute.macros import pastes_judged
+from .include_policy import check_source, drop_host_headers, needs_expansion, unproven_pasting_macros
 from .include_policy import describe as describe_violations
 from .signature import hip_problem, signature_problem
 from .toolkit_headers import unneeded_headers
@@ -28,8 +30,8 @@ def with_headers_after(submission: Submission) -> str:
     return "\n".join([submission.source, *submission.headers.values()])
 
 
-def refusal_before_compiling(source: str, kernels: list[str], config: Config, accepted: tuple[str, ...] = (),
-                             headers: dict[str, str] | None = None) -> tuple[str, str]:
+def refusal_before_compiling(source: str, kernels: list[str], config: Config, sandbox: Sandbox,
+                             accepted: tuple[str, ...] = (), headers: dict[str, str] | None = None) -> tuple[str, str]:
     """Why the file is not compiled at all, or '', and the outcome that makes: HIP, no such kernel, or
     anything that could make a compiler open a file (no byte of one may reach a report), in kernel.cu or a
     header handed in with it; a handed-in header that is included but missing, or a declaration the
@@ -39,7 +41,7 @@ def refusal_before_compiling(source: str, kernels: list[str], config: Config, ac
         return hip, COMPILE_ERROR
     if config.kernel.name not in kernels:
         return _no_such_kernel(kernels, accepted or config.kernel.names), SUBMISSION_ERROR
-    refused = _include_refusal({KERNEL_FILE: source, **(headers or {})}, config)
+    refused = _include_refusal({KERNEL_FILE: source, **(headers or {})}, config, sandbox)
     if refused:
         return refused, COMPILE_ERROR
     missing = missing_headers([source, *(headers or {}).values()], config.compile.handed_in_headers, headers or {})
@@ -61,11 +63,16 @@ def _no_such_kernel(kernels: list[str], names: tuple[str, ...]) -> str:
             "grader launches, keeping its parameters")
 
 
-def _include_refusal(files: dict[str, str], config: Config) -> str:
-    """The include policy's refusal of kernel.cu or of a handed-in header (named: its line numbers are its own)."""
+def _include_refusal(files: dict[str, str], config: Config, sandbox: Sandbox) -> str:
+    """The include policy's refusal of kernel.cu or of a handed-in header (named: its line numbers are its own).
+    A paste the text alone cannot judge is judged by what the files' macros expand to, in the sandbox."""
     allowed, handed_in = config.compile.allowed_headers, config.compile.handed_in_headers
-    for name, text in files.items():
-        violations = check_source(text, allowed, handed_in)
+    pasting = unproven_pasting_macros(files.values())
+    found = {name: check_source(text, allowed, handed_in, pasting=pasting) for name, text in files.items()}
+    if needs_expansion([v for violations in found.values() for v in violations]):
+        found, _ = pastes_judged(files, found, config.compile.options, config.compile.arch_without_gpu, sandbox,
+                                 config.timeouts.compile_s)
+    for name, violations in found.items():
         if violations:
             described = describe_violations(violations, allowed, handed_in)
             if name == KERNEL_FILE:

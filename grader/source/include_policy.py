@@ -23,7 +23,13 @@ file is refused before the compiler sees the source:
   `comment`, any unknown `#pragma GCC ...`), `_Pragma` with anything but a plain string, `__pragma`;
 - inline assembly whose text is not a plain string literal, or whose text uses `.incbin`, `.include` or
   the assembler's macro features (which could assemble those directives from pieces);
-- token pasting (`##`, `%:%:`): it can assemble any of the names above from harmless-looking pieces;
+- token pasting (`##`, `%:%:`) that assembles `_Pragma`, `__pragma`, `asm`, `__has_include` or `import`
+  (ASSEMBLED) from harmless-looking pieces. A paste is accepted from the text where a written-out operand
+  holds text no such name contains (`num##M##Columns`, `ld_##M`: the token made contains it), or where it is
+  written out entirely and spells none; one of macro arguments (`a ## b`) is PASTE, judged by what the file's
+  macros expand to (execute/macros.py expands pastes_shown's text in the sandbox; pasted_violations reads
+  it); and no `#if`/`#elif` may use a macro that holds such a paste (a pasted `__has_include` would probe a
+  file there and leave no expanded text);
 - C++20 header-unit imports (`import <x>;`).
 
 Strictness: directives are looked for everywhere, including inside `#if 0` groups; a `#` counts as
@@ -244,11 +250,12 @@ def missing_here(headers: Iterable[str]) -> list[str]:
 
 
 def check_includes(source: str, allowed: Sequence[str] | None = None, handed_in: Sequence[str] = (),
-                   policy: HeaderPolicy | None = None) -> list[IncludeViolation]:
+                   policy: HeaderPolicy | None = None, pasting: frozenset[str] | None = None) -> list[IncludeViolation]:
     """Everything in source that could make the preprocessor, compiler or assembler open a file it may not,
-    except #line (see line_directive_violations). Empty when the source is acceptable."""
+    except #line (see line_directive_violations). Empty when the source is acceptable. `pasting`: the macros
+    of every file compiled with it that no #if may use (unproven_pasting_macros); None: this file's."""
     policy = policy or header_policy(allowed, handed_in)
-    return _collect(source, lambda reading: _include_findings(reading, policy))
+    return _collect(source, lambda reading: _include_findings(reading, policy, pasting))
 
 
 def line_directive_violations(source: str) -> list[IncludeViolation]:
@@ -257,9 +264,9 @@ def line_directive_violations(source: str) -> list[IncludeViolation]:
 
 
 def check_source(source: str, allowed: Sequence[str] | None = None, handed_in: Sequence[str] = (),
-                 policy: HeaderPolicy | None = None) -> list[IncludeViolation]:
+                 policy: HeaderPolicy | None = None, pasting: frozenset[str] | None = None) -> list[IncludeViolation]:
     """Both checks, in line order: what the grader runs before compiling a submission."""
-    found = check_includes(source, allowed, handed_in, policy) + line_directive_violations(source)
+    found = check_includes(source, allowed, handed_in, policy, pasting) + line_directive_violations(source)
     return sorted(found, key=lambda v: v.line)
 
 
@@ -277,6 +284,77 @@ def describe(violations: Sequence[IncludeViolation], allowed: Sequence[str] | No
     if any(v.kind == INCLUDE for v in violations):
         lines.append(_what_may_be_included(allowed, handed_in))
     return "\n".join(lines)
+
+
+def needs_expansion(violations: Sequence[IncludeViolation]) -> bool:
+    """Whether every violation is a paste the text alone cannot judge (PASTE): what the file's macros expand
+    to decides (pastes_shown, pasted_violations)."""
+    return bool(violations) and all(v.kind == PASTE for v in violations)
+
+
+ARCH_DEPENDENT = ("token pasting (##) here joins macro arguments with nothing written out that rules out names "
+                  "such as asm or _Pragma, in files that test __CUDA_ARCH__: what it makes depends on the GPU, so "
+                  "it cannot be checked once")
+
+
+def arch_dependent(sources: Iterable[str]) -> bool:
+    """Whether what the files' macros expand to may differ by GPU (the expansion is made for one)."""
+    return any("__CUDA_ARCH" in source for source in sources)
+
+
+def shown_pastes_header(tag: str) -> str:
+    """What a preprocessor is given first (-include) for pastes_shown's text: the macro that shows a paste."""
+    return f"#define {tag}_SHOW(file, line, ...) {tag}_MADE(file, line, #__VA_ARGS__) __VA_ARGS__\n"
+
+
+def pastes_shown(source: str, file: int, tag: str) -> str:
+    """The source with each paste a text alone cannot judge (PASTE) wrapped so that its expansion shows what it
+    made: `a ## b` becomes `TAG_SHOW(file, line, a ## b)`, which expands to `TAG_MADE(file, line, "<the token
+    pasted>")` before the pasted token, wherever and however often the macro is used (a `_Pragma` the
+    preprocessor runs leaves no trace of its own in its output). Lines keep their numbers; `tag` is the
+    grader's, unknown to the student, so no macro of theirs can hide it."""
+    physical = source.replace("\r\n", "\n").replace("\r", "\n")
+    reading = _Reading(physical, *_readings(physical)[0])  # GCC's, as both compilers read it
+    scan = _Scan(reading)
+    spans = sorted({paste.span for paste in _pastes(scan) if not paste.harmless and paste.kind == PASTE})
+    out, position = [], 0
+    for start, end in spans:
+        first, last = reading.phys(start), reading.phys(end - 1) + 1
+        out += [physical[position:first], f"{tag}_SHOW({file}, {reading.line_of(start)}, ",
+                physical[first:last], ")"]
+        position = last
+    return "".join(out) + physical[position:]
+
+
+def pasted_violations(expansions: Sequence[str], sources: Sequence[str],
+                      tag: str) -> list[tuple[int, IncludeViolation]]:
+    """What the pastes pastes_shown wrapped made, in each preprocessor's output: (file index, violation) for each
+    line of a #define whose paste made a name of ASSEMBLED somewhere it was used, with the student's own line."""
+    made = re.compile(rf'{tag}_MADE\s*\(\s*(\d+)\s*,\s*(\d+)\s*,\s*("(?:[^"\\\n]|\\.)*")\s*\)')
+    found: dict[tuple[int, int], IncludeViolation] = {}
+    for expansion in expansions:
+        for match in made.finditer(expansion):
+            file, line = int(match.group(1)), int(match.group(2))
+            names = set(re.findall(r"[A-Za-z_$][\w$]*", _string_value(match.group(3)))) & ASSEMBLED
+            if names and 0 <= file < len(sources) and (file, line) not in found:
+                name = sorted(names)[0]
+                found[(file, line)] = IncludeViolation(
+                    line, _printable(_physical_line(sources[file], line)),
+                    f"where this macro is used, token pasting (##) builds {name}, which is not allowed",
+                    _kind_of(name))
+    return [(file, violation) for (file, _), violation in sorted(found.items())]
+
+
+def _kind_of(name: str) -> str:
+    """The kind of violation a name of ASSEMBLED makes."""
+    if name in _HEADER_PROBES or name == "import":
+        return INCLUDE
+    return PRAGMA if "pragma" in name.lower() else ASSEMBLY
+
+
+def _physical_line(source: str, line: int) -> str:
+    lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
 def _what_may_be_included(allowed: Sequence[str] | None, handed_in: Sequence[str]) -> str:
@@ -566,13 +644,17 @@ def _significant(tokens: Iterable[_Token]) -> list[_Token]:
     return [t for t in tokens if t.kind != "nl"]
 
 
-def _include_findings(scan: _Scan, policy: HeaderPolicy) -> list[_Finding]:
+def _include_findings(scan: _Scan, policy: HeaderPolicy, pasting: frozenset[str] | None = None) -> list[_Finding]:
     findings: list[_Finding] = []
     for directive in scan.directives:
         reason = _directive_problem(directive, policy)
         if reason is not None:
             findings.append(_Finding(directive.start, directive.end, *reason))
+    pastes = _pastes(scan)
     findings.extend(_token_findings(scan))
+    findings.extend(_Finding(p.directive.start, p.directive.end, p.reason, p.kind) for p in pastes if not p.harmless)
+    unproven = _unproven_macros(scan, pastes) if pasting is None else pasting
+    findings.extend(_conditions_using(scan, unproven))
     return findings
 
 
@@ -640,7 +722,8 @@ def _pragma_problem(words: list[str]) -> str | None:
 
 
 def _token_findings(scan: _Scan) -> list[_Finding]:
-    """Problems that are not about one directive's name: they are looked for in code and directives alike."""
+    """Problems that are not about one directive's name: they are looked for in code and directives alike.
+    A `##` of a #define is judged by _pastes; anywhere else it pastes nothing, and is refused as before."""
     findings: list[_Finding] = []
     tokens = [t for t in scan.tokens if t.kind != "nl"]
     directive_starts = {d.start for d in scan.directives}
@@ -650,7 +733,7 @@ def _token_findings(scan: _Scan) -> list[_Finding]:
         following = tokens[i + 1] if i + 1 < len(tokens) else None
         if kind == "ident" and text in _HEADER_PROBES:
             findings.append(_Finding(start, end, f"{text} probes files on the grading machine", INCLUDE))
-        elif kind == "punct" and text in ("##", "%:%:"):
+        elif kind == "punct" and text in ("##", "%:%:") and not _in_define(scan, token):
             findings.append(_Finding(start, end, "token pasting (##) is not allowed: it can assemble "
                                      "names such as asm or _Pragma from harmless-looking pieces", PASTE))
         elif (kind == "punct" and text in ("#", "%:") and token.start not in directive_starts
@@ -671,6 +754,148 @@ def _token_findings(scan: _Scan) -> list[_Finding]:
             if problem:
                 findings.append(_Finding(start, end, problem, ASSEMBLY))
     return findings
+
+
+# --- token pasting ------------------------------------------------------------------------------------
+
+# The names the policy refuses (or holds to a plain string) where they are written out: a paste must not
+# assemble one where the text shows none.
+ASSEMBLED = _HEADER_PROBES | _ASM_KEYWORDS | frozenset({"_Pragma", "__pragma", "import"})
+_PASTE_OPERATORS = ("##", "%:%:")
+_NOT_WRITTEN_OUT = frozenset({"__VA_ARGS__", "__VA_OPT__"})
+PASTED_ARGUMENTS = ("token pasting (##) here joins macro arguments with nothing written out that rules out "
+                    "names such as asm or _Pragma, and its expansion could not be checked")
+
+
+@dataclass(frozen=True)
+class _Paste:
+    """One `##` of a #define and what it can make."""
+
+    directive: _Directive
+    macro: str
+    harmless: bool  # no expansion can make it build a name of ASSEMBLED
+    reason: str = ""  # when not harmless
+    kind: str = PASTE  # PASTE: judged by what the macro's uses expand to; anything else: refused as written
+    span: tuple[int, int] = (0, 0)  # logical offsets of its chain `a ## b ## c`, first operand to last
+
+
+def _in_define(scan: _Scan, token: _Token) -> bool:
+    if token.directive is None:
+        return False
+    words = scan.directives[token.directive].tokens
+    return bool(words) and words[0].text == "define"
+
+
+def _pastes(scan: _Scan) -> list[_Paste]:
+    """Every `##` of every #define, each judged from the text alone. A paste joins its operands' texts into
+    one token, so an operand written out (not a parameter) whose text occurs in no name of ASSEMBLED keeps
+    that token from being one (`num##M##Columns`, `ld_##M`); a chain written out entirely is judged by what
+    it spells. The rest (`a##b` of two parameters) depend on the arguments: PASTE, judged by expansion."""
+    found: list[_Paste] = []
+    for directive in scan.directives:
+        words = directive.tokens
+        if len(words) < 3 or words[0].text != "define" or not any(t.text in _PASTE_OPERATORS for t in words):
+            continue
+        parameters, body = _macro_parameters(words)
+        for chain in _paste_chains(body):
+            found += _judged_chain(directive, words[1].text, chain, parameters)
+    return found
+
+
+def _macro_parameters(words: list[_Token]) -> tuple[frozenset[str], list[_Token]]:
+    """A #define's parameter names (none for an object-like macro) and its replacement list."""
+    name, rest = words[1], words[2:]
+    if not rest or rest[0].text != "(" or rest[0].start != name.end:
+        return frozenset(), rest
+    close = next((i for i, t in enumerate(rest) if t.text == ")"), len(rest) - 1)
+    names = {t.text for t in rest[1:close] if t.kind == "ident"}
+    return frozenset(names | _NOT_WRITTEN_OUT), rest[close + 1:]
+
+
+def _paste_chains(body: list[_Token]) -> list[list[_Token]]:
+    """The operands of each run `a ## b ## c` of the replacement list (a stringized `#x` as its `#`)."""
+    chains: list[list[_Token]] = []
+    for i, token in enumerate(body):
+        if token.text not in _PASTE_OPERATORS or i == 0 or i + 1 >= len(body):
+            continue
+        if chains and chains[-1][-1] is body[i - 1]:
+            chains[-1].append(body[i + 1])
+        else:
+            chains.append([body[i - 1], body[i + 1]])
+    return chains
+
+
+def _judged_chain(directive: _Directive, macro: str, chain: list[_Token], parameters: frozenset[str]) -> list[_Paste]:
+    written = [_written_out(t, parameters) for t in chain]
+    span = (chain[0].start, chain[-1].end)
+    if all(written):
+        spelled = "".join(t.text for t in chain)
+        if spelled in ASSEMBLED:
+            return [_Paste(directive, macro, False, f"token pasting (##) here builds {spelled}, which is not "
+                           "allowed", _kind_of(spelled), span)]
+        return [_Paste(directive, macro, True, span=span)]
+    joints = zip(zip(chain, written), zip(chain[1:], written[1:]))
+    return [_Paste(directive, macro, _rules_out((left, left_written), (right, right_written)), PASTED_ARGUMENTS,
+                   span=span)
+            for (left, left_written), (right, right_written) in joints]
+
+
+def _written_out(token: _Token, parameters: frozenset[str]) -> bool:
+    """An operand whose text is in the #define itself: not a parameter, and plain (no universal character)."""
+    return token.text not in parameters and "\\" not in token.text
+
+
+def _rules_out(*operands: tuple[_Token, bool]) -> bool:
+    """Whether a written-out operand of one `##` occurs in no name of ASSEMBLED (the token made contains it)."""
+    return any(written and not any(token.text in name for name in ASSEMBLED) for token, written in operands)
+
+
+def _unproven_macros(scan: _Scan, pastes: list[_Paste]) -> frozenset[str]:
+    """The macros whose expansion may involve a paste that is not harmless: those holding one, and those whose
+    replacement list names one of them (a pasted name is rescanned: only these can make it)."""
+    names = {paste.macro for paste in pastes if not paste.harmless}
+    bodies = {d.tokens[1].text: {t.text for t in d.tokens[2:] if t.kind == "ident"}
+              for d in scan.directives if len(d.tokens) >= 2 and d.tokens[0].text == "define"}
+    grown = True
+    while grown:
+        more = {macro for macro, words in bodies.items() if words & names} - names
+        names |= more
+        grown = bool(more)
+    return frozenset(names)
+
+
+def unproven_pasting_macros(sources: Iterable[str]) -> frozenset[str]:
+    """Over several files (kernel.cu and the headers handed in with it): the macros _unproven_macros names,
+    which no #if or #elif of any of them may use."""
+    names: set[str] = set()
+    for source in sources:
+        physical = source.replace("\r\n", "\n").replace("\r", "\n")
+        for options in _readings(physical):
+            scan = _Scan(_Reading(physical, *options))
+            names |= _unproven_macros(scan, _pastes(scan))
+    return frozenset(names)
+
+
+def _conditions_using(scan: _Scan, macros: frozenset[str]) -> list[_Finding]:
+    """#if and #elif lines that use such a macro: a pasted __has_include there would probe a file while the
+    preprocessor decides, where no expanded text shows it. Testing whether one is defined is fine."""
+    findings = []
+    for directive in scan.directives:
+        words = directive.tokens
+        if not macros or not words or words[0].text not in ("if", "elif"):
+            continue
+        tested = {t.text for i, t in enumerate(words) if i and not _defined_operand(words, i)}
+        used = sorted(tested & macros)
+        if used:
+            findings.append(_Finding(directive.start, directive.end, f"#{words[0].text} may not use {used[0]}: "
+                                     "it pastes tokens (##), which could assemble __has_include, a probe of "
+                                     "files on the grading machine", INCLUDE))
+    return findings
+
+
+def _defined_operand(words: list[_Token], i: int) -> bool:
+    before = [t.text for t in words[max(0, i - 2):i]]
+    return before[-1:] == ["defined"] or before == ["defined", "("]
 
 
 def _line_span(scan: _Scan, token: _Token) -> tuple[int, int]:

@@ -6,6 +6,7 @@ contributes its own events at the call site. The three checks reason only over t
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tree_sitter import Node
@@ -69,6 +70,7 @@ class _File:
             source = source.decode("utf-8", "replace")
         root = cs.parse(source).root_node
         self.macros = cs.macro_definitions(root)
+        self.indexing_macros = _indexing_macros(root)
         self.barrier_macros = cs.macros_mentioning(self.macros, BARRIER_FUNCTIONS)
         self.kernels: list[tuple[str, Node]] = []
         self.helpers: dict[str, Node] = {}
@@ -151,10 +153,21 @@ class _Scope:
                 pass
             elif kind == "argument_list" and _is_cast(parent.parent):
                 parent = parent.parent
+            elif kind == "argument_list" and self._indexed_by_macro(parent, node):
+                levels -= self._indexed_by_macro(parent, node)
+                parent = parent.parent
             elif kind != "parenthesized_expression":
                 break
             node = parent
         return node, levels > 0
+
+    def _indexed_by_macro(self, arguments: Node, argument: Node) -> int:
+        """How many subscripts an indexing macro puts on this argument (`AT(As, r, c)` for `As[(r) * ld + (c)]`)."""
+        call = arguments.parent
+        function = call.child_by_field_name("function") if call is not None and call.type == "call_expression" else None
+        subscripts = self.file.indexing_macros.get(cs.text(function) if function is not None else "", {})
+        args = [a for a in arguments.named_children if a.type != "comment"]
+        return subscripts.get(args.index(argument), 0) if argument in args else 0
 
     def _shared_uses(self, node: Node):
         """(identifier, used expression, is address) for each shared-array name under node."""
@@ -360,6 +373,26 @@ def _synced_group(call: Node) -> Node | None:
             and len(named) == 1:
         return named[0]
     return None
+
+
+def _indexing_macros(root: Node) -> dict[str, dict[int, int]]:
+    """Function-like macros that subscript a parameter, as indexing macros do (`#define AT(M, r, c)
+    M[(r) * ld_##M + (c)]`): name -> {parameter position: how many subscripts}. A shared array passed there is
+    read or written where the macro is used, as if subscripted there."""
+    found: dict[str, dict[int, int]] = {}
+    for node in cs.iter_live(root):
+        parameters = node.child_by_field_name("parameters") if node.type == "preproc_function_def" else None
+        value = node.child_by_field_name("value") if parameters is not None else None
+        if value is None:
+            continue
+        names = [cs.text(p) for p in parameters.named_children if p.type == "identifier"]
+        body = cs.text(value)
+        subscripts = {i: max((m.group(1).count("[") for m in re.finditer(
+            rf"(?<![\w#])(?:{re.escape(name)})((?:\s*\[[^\[\]]*\])+)", body)), default=0)
+            for i, name in enumerate(names)}
+        if any(subscripts.values()):
+            found[cs.text(node.child_by_field_name("name"))] = {i: n for i, n in subscripts.items() if n}
+    return found
 
 
 def _is_declarator(ident: Node) -> bool:

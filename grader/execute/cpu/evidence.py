@@ -10,6 +10,7 @@ this case's run did.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ...contract import COLUMNS, ROWS
@@ -19,6 +20,7 @@ from .sites import LOAD, NO_SITES, UPDATE, Site, Sites, bare
 DIMENSIONS = {"A": ("m", "k"), "B": ("k", "n"), "C": ("m", "n")}  # each matrix's rows and columns, by role
 DOES = {"load": "reads", "store": "stores", "update": "adds to"}
 STRIDE, ROW, COLUMN = "stride", "row", "column"  # an index off its matrix, in the order one explains the rest
+_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 @dataclass(frozen=True)
@@ -125,8 +127,11 @@ def _index_fix(site: Site, role: str, kind: str, program: Program) -> str:
         factor = row if row.isidentifier() else f"({row})"
         return (f"line {site.line} {DOES[site.access]} {site.expression}: {matrix}'s rows are {columns_name} long, "
                 f"so its element [{row}][{column}] is {matrix}[{factor} * {columns_name} + {column}]")
+    constant = _constant_index_fix(site, role, program)
+    if constant:
+        return constant
     bounds, missing = _bounds(site, role, program)
-    if not site.guard:
+    if not site.guard or not _guard_names_index(site, program):  # a guard of other variables bounds nothing here
         where = "with no bound"
     else:
         where = f"where `{site.guard}`" + (f", which does not keep {' and '.join(missing)}" if missing else "")
@@ -134,6 +139,35 @@ def _index_fix(site: Site, role: str, kind: str, program: Program) -> str:
     zero = " (0 elsewhere)" if site.access == LOAD else ""
     return (f"line {site.line} {DOES[site.access]} {site.expression} {where}: {verb} it only where "
             f"{' and '.join(bounds)}{zero}")
+
+
+def _index_variables(site: Site, program: Program) -> set[str]:
+    """The names the site's index X * S + Y varies with: its identifiers less the sizes (m, n, k and the kernel's
+    names for them) and constants spelled as macros are (TILE_SIZE)."""
+    sizes = {name for size in "mnk" for name in program.all_names(size)}
+    names = set(_NAME.findall(f"{site.row} {site.column}"))
+    return {name for name in names if name not in sizes and not name.isupper()}
+
+
+def _guard_names_index(site: Site, program: Program) -> bool:
+    return bool(_index_variables(site, program) & set(_NAME.findall(site.guard)))
+
+
+def _constant_index_fix(site: Site, role: str, program: Program) -> str:
+    """The fix of an index made of sizes and constants alone (`C[m * n + 4096]`), told as where it lands: every
+    thread that runs it touches that one element, whatever its guard, so no bound on a variable can help."""
+    if _index_variables(site, program):
+        return ""
+    matrix, (rows, columns) = program.name(role), _dimensions(role, program)
+    row, column = bare(site.row), bare(site.column)
+    if row in program.all_names(DIMENSIONS[role][0]) and column.isdigit():
+        past = int(column)
+        where = (f"just past {matrix}'s end" if past == 0 else
+                 f"{past} element{'s' * (past != 1)} past {matrix}'s end")
+    else:
+        where = f"an index of sizes and constants alone, off {matrix}"
+    return (f"line {site.line} {DOES[site.access]} {site.expression}, {where} ({matrix} holds {rows} × {columns} "
+            f"elements): no thread may {DOES[site.access].removesuffix('s')} there")
 
 
 def _bounds(site: Site, role: str, program: Program) -> tuple[list[str], list[str]]:
@@ -206,10 +240,10 @@ def trip_count(record: dict, program: Program, shape: tuple[int, int, int]) -> F
         return None
     m, n, k = shape
     needed = -(-k // tile)
-    if count == needed:
-        return None
     names = {role: next((name for name in program.all_names(role) if name in loop.names), program.name(role))
              for role in "mnk"}  # as the loop's condition names them, where it does
+    if count == needed:
+        return _thread_guard(loop, program, f"ceil({names['k']} / {tile}) = {needed}")
     runs = " = ".join([*_counts_like(count, names, shape, tile, loop.names), str(count)])
     fact = (f"the tile loop at line {loop.line} runs {runs} times here ({names['m']} = {m}, {names['n']} = {n}, "
             f"{names['k']} = {k}); the dot product needs ceil({names['k']} / {tile}) = {needed}")
@@ -221,6 +255,27 @@ def trip_count(record: dict, program: Program, shape: tuple[int, int, int]) -> F
     return Finding(fact, f"the tile loop at line {loop.line}{condition} must run ceil({names['k']} / {tile}) times, "
                          f"({names['k']} + {tile - 1}) / {tile} in integer arithmetic: one trip per tile of the "
                          f"{names['k']} terms of each dot product")
+
+
+def _thread_guard(loop, program: Program, runs: str) -> Finding | None:
+    """Where the trips are right, an inner-product guard that tests the thread's index (`p * TILE + tx < k` in the
+    loop over i), not the loop's: it drops whole phases for some threads, however many phases run."""
+    guard = next((g for g in loop.thread_guards if set(program.all_names("k")) & set(_NAME.findall(g[1]))), None)
+    if guard is None:
+        return None
+    line, condition, counter, thread = guard
+    meant = re.sub(rf"\b{re.escape(thread)}\b", counter, condition)
+    return Finding(f"the tile loop at line {loop.line} runs {runs} times, as it must; inside it, the inner product "
+                   f"at line {line} runs only where `{condition}`, which tests the thread's {thread}, not the term "
+                   f"{counter}",
+                   f"line {line} guards each term of the dot product with `{condition}`: it tests the thread's own "
+                   f"{thread}, so a thread drops every term of a phase or none: test the term's index, `{meant}`")
+
+
+def phases_all_ran(event: dict, program: Program, shape: tuple[int, int, int]) -> bool:
+    """Whether every thread's tile loop ran ceil(k / TILE) times: the phase count is right, whatever C holds."""
+    loops, tile = event.get("tile_loops", []), program.tile
+    return bool(loops) and tile > 0 and all(r["fewest"] == r["most"] == -(-shape[2] // tile) for r in loops)
 
 
 def _counts_like(count: int, names: dict[str, str], shape: tuple[int, int, int], tile: int,

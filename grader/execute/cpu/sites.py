@@ -55,6 +55,9 @@ class TileLoop:
     end_line: int
     condition: str  # as written: "p < numPhases" ("" for none)
     names: frozenset[str] = frozenset()  # what the condition depends on, through the function's assignments
+    # Conditions inside an inner loop of it that test the thread's own index and not that loop's (`if (p * TILE +
+    # tx < k)` in `for (i ...)`): (line, condition as written, the loop's variable, the thread's name it tests).
+    thread_guards: tuple[tuple[int, str, str, str], ...] = ()
 
     def holds(self, line: int) -> bool:
         return self.line <= line <= self.end_line
@@ -238,14 +241,40 @@ def _parts(node: Node, operator: str) -> list[Node]:
 
 def tile_loop_of(loop: Node, function: Node) -> TileLoop:
     condition = loop.child_by_field_name("condition")
+    guards = _thread_guards(loop, function)
     if condition is None:
-        return TileLoop(cs.line(loop), cs.end_line(loop), "")
+        return TileLoop(cs.line(loop), cs.end_line(loop), "", thread_guards=guards)
     return TileLoop(cs.line(loop), cs.end_line(loop), cs.text(unparenthesized(condition)),
-                    _depends_on(condition, function))
+                    _depends_on(condition, function), guards)
+
+
+def _thread_guards(loop: Node, function: Node) -> tuple[tuple[int, str, str, str], ...]:
+    """Each `if` inside an inner loop of the tile loop whose condition reads a name of the thread's index (tx,
+    from threadIdx) but not the inner loop's own variable: it keeps or drops a whole phase per thread."""
+    body, found = loop.child_by_field_name("body"), []
+    for inner in (n for n in cs.iter_live(body) if n.type == "for_statement") if body is not None else ():
+        counter = cs.identifier_names(inner.child_by_field_name("update") or inner) & cs.identifier_names(
+            inner.child_by_field_name("condition") or inner)
+        for branch in (n for n in cs.iter_live(inner) if n.type == "if_statement"):
+            condition = branch.child_by_field_name("condition")
+            read = cs.identifier_names(condition)
+            thread = sorted(name for name in read if name == "threadIdx" or "threadIdx" in _depends_on_name(
+                name, function))
+            if len(counter) == 1 and thread and not read & counter:
+                found.append((cs.line(branch), cs.text(unparenthesized(condition)), min(counter), thread[0]))
+    return tuple(found)
+
+
+def _depends_on_name(name: str, function: Node) -> frozenset[str]:
+    return _depends_on_names({name}, function)
 
 
 def _depends_on(node: Node, function: Node) -> frozenset[str]:
     """The names an expression reads, and those the values assigned to them read (`numPhases = k / TILE`)."""
+    return _depends_on_names(cs.identifier_names(node), function)
+
+
+def _depends_on_names(read: set[str], function: Node) -> frozenset[str]:
     values: dict[str, list[Node]] = {}
     for found in cs.iter_live(function):
         if found.type == "init_declarator" and found.child_by_field_name("value") is not None:
@@ -253,7 +282,7 @@ def _depends_on(node: Node, function: Node) -> frozenset[str]:
             values.setdefault(name, []).append(found.child_by_field_name("value"))
         elif found.type == "assignment_expression" and found.child_by_field_name("left").type == "identifier":
             values.setdefault(cs.text(found.child_by_field_name("left")), []).append(found.child_by_field_name("right"))
-    names, pending = set(), list(cs.identifier_names(node))
+    names, pending = set(), list(read)
     while pending:
         name = pending.pop()
         if name not in names:
