@@ -32,7 +32,7 @@ from ..execute.gpu.detect import local_gpus
 from ..execute.runner import Placement
 from ..intake.intake import Entry, Intake, Refusal, discover
 from ..judge import truths
-from ..leftovers import clear_at_start
+from ..leftovers import Sweeper, clear_at_start
 from ..pipeline import CPU, GPU, RunPlan, device_lock, not_graded, sandbox_of
 from ..report.exports import ExportOptions, class_files
 from ..report.points import full_marks
@@ -88,10 +88,21 @@ def fingerprint(config: Config, cases: list[Case], backend: str | None, source: 
 
 def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPlan, options: BatchOptions,
               console: Console) -> BatchOutcome:
-    outdir = options.outdir
-    (outdir / STUDENTS).mkdir(parents=True, exist_ok=True)
-    for line in clear_at_start():  # what graders killed mid-grade left here (a cluster's workers clear their own)
+    (options.outdir / STUDENTS).mkdir(parents=True, exist_ok=True)
+    # What graders killed mid-grade left here (a cluster's workers clear their own): cleared now, and again
+    # while this batch runs and at its end, however it ends (a run killed just before this one ends late).
+    sweeper = Sweeper()
+    for line in clear_at_start(sweeper.start()):
         console.print(line, highlight=False)
+    try:
+        return _run_batch(paths, config, cases, plan, options, console)
+    finally:
+        sweeper.stop()
+
+
+def _run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPlan, options: BatchOptions,
+               console: Console) -> BatchOutcome:
+    outdir = options.outdir
     intake = discover(paths, outdir / "submissions", handed_in=config.compile.handed_in_headers)
     _write_intake_notes(intake, outdir)
     rows: dict[str, SubmissionResult] = {}
