@@ -90,7 +90,7 @@ from .archive import (
     safe_name,
     zip_tree,
 )
-from .submission import KERNEL_FILE
+from .submission import KERNEL_FILE, submitted_bytes
 
 __all__ = ["Entry", "Intake", "Limits", "Refusal", "discover", "safe_name"]
 
@@ -123,9 +123,7 @@ class Entry:
 
     def submitted(self, names: Sequence[str]) -> bytes:
         """Everything handed in that the grade depends on: the kernel, then each header by name (the fingerprint's)."""
-        parts = [self.kernel.read_bytes()]
-        parts += [b"\0".join([name.encode(), data]) for name, data in self.headers(names).items()]
-        return b"\0\0".join(parts)
+        return submitted_bytes(self.kernel, names)
 
 
 @dataclass
