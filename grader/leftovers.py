@@ -162,8 +162,21 @@ def _ending(pid: int) -> bool:
     if fields is None or fields[0] in ("Z", "X"):
         return False  # ended already: clear_dead takes its folder
     parent = _stat_fields(int(fields[1]))
-    return bool(int(fields[6]) & PF_EXITING) or int(fields[1]) == 1 or parent is None or \
-        bool(int(parent[6]) & PF_EXITING)
+    return _exiting(fields) or _kill_pending(pid) or int(fields[1]) == 1 or parent is None or _exiting(parent)
+
+
+def _exiting(fields: list[str]) -> bool:
+    return bool(int(fields[6]) & PF_EXITING)
+
+
+def _kill_pending(pid: int) -> bool:
+    """SIGKILL sent and not yet acted on (a worker whose batch died: its parent-death signal)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            masks = [line.split()[1] for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+    except (OSError, IndexError):
+        return False
+    return any(int(mask, 16) & (1 << (9 - 1)) for mask in masks)
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -7,9 +7,10 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import ROOT, SUBMISSIONS
+from conftest import ROOT, SUBMISSIONS, once_per_run, run_folder
 from hardware import needs_cxx
 from test_batch import write_config
 
@@ -36,24 +37,29 @@ def said(run: subprocess.CompletedProcess) -> str:
 @pytest.fixture(scope="module")
 def graded_twice(tmp_path_factory):
     """The class graded with config A, then with B (ragged's k 45 → 12, max_ratio 2.0 → 1.5) after carol fixed
-    her kernel, --against the first: (root, the second batch's run)."""
-    root = tmp_path_factory.mktemp("regrade")
-    first_config = write_config(root / "a", CASES.replace("K", "45"))
-    second_config = write_config(root / "b", CASES.replace("K", "12"), {"max_ratio: 2.0": "max_ratio: 1.5"})
-    assert "max_ratio: 1.5" in second_config.read_text()
-    for name, kernel in STUDENTS.items():
-        (root / "class" / name).mkdir(parents=True)
-        shutil.copy(SUBMISSIONS / kernel / "kernel.cu", root / "class" / name / "kernel.cu")
-    grade("batch", root / "class", "-o", root / "first", "--config", first_config, "--backend", "cpu", check_exit=0)
-    shutil.copy(SUBMISSIONS / "good_basic" / "kernel.cu", root / "class" / "carol" / "kernel.cu")
-    second = grade("batch", root / "class", "-o", root / "second", "--config", second_config, "--backend", "cpu",
-                   "--against", root / "first", check_exit=0)  # 0: nobody's total went down
-    return root, second
+    her kernel, --against the first: (root, the second batch's stdout); once in the run."""
+    def grade_twice() -> tuple[str, str]:
+        root = run_folder(tmp_path_factory) / "regrade"
+        first_config = write_config(root / "a", CASES.replace("K", "45"))
+        second_config = write_config(root / "b", CASES.replace("K", "12"), {"max_ratio: 2.0": "max_ratio: 1.5"})
+        assert "max_ratio: 1.5" in second_config.read_text()
+        for name, kernel in STUDENTS.items():
+            (root / "class" / name).mkdir(parents=True)
+            shutil.copy(SUBMISSIONS / kernel / "kernel.cu", root / "class" / name / "kernel.cu")
+        grade("batch", root / "class", "-o", root / "first", "--config", first_config, "--backend", "cpu",
+              check_exit=0)
+        shutil.copy(SUBMISSIONS / "good_basic" / "kernel.cu", root / "class" / "carol" / "kernel.cu")
+        second = grade("batch", root / "class", "-o", root / "second", "--config", second_config, "--backend", "cpu",
+                       "--against", root / "first", check_exit=0)  # 0: nobody's total went down
+        return str(root), second.stdout
+
+    root, stdout = once_per_run(tmp_path_factory, "test_regrade.graded_twice", grade_twice)
+    return Path(root), stdout
 
 
 def test_the_regrade_names_exactly_the_students_and_causes(graded_twice):
     root, second = graded_twice
-    text = said(second)
+    text = " ".join(second.split())
     assert "Regrade: 2 students changed (0 went down), 1 unchanged" in text, text
     # What changed between the gradings, each said, though on the CPU the timing ratio changes no verdict.
     assert "timing.max_ratio: 2 → 1.5" in text and "ragged: case changed" in text
