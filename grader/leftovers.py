@@ -145,8 +145,9 @@ class Sweeper:
 
 
 def _ending_owners(root: Path | None) -> list[int]:
-    """The pids owning folders under `root` (in this pid namespace) that are ending: exiting, or orphans whose
-    parent is exiting or gone (a grader's workers die with it: execute/confine/proc.py's die_with_parent)."""
+    """The pids owning folders under `root` (in this pid namespace) that are ending: exiting, sent SIGKILL, or
+    whose parent is exiting or gone (a grader's workers die with it: execute/confine/proc.py's die_with_parent).
+    A long-lived owner (a `grade worker`, a service's worker) is none of these: nobody waits for it."""
     owned = _owned_pattern(OWNED_BY)
     try:
         names = os.listdir(root or tempfile.gettempdir())
@@ -162,7 +163,7 @@ def _ending(pid: int) -> bool:
     if fields is None or fields[0] in ("Z", "X"):
         return False  # ended already: clear_dead takes its folder
     parent = _stat_fields(int(fields[1]))
-    return _exiting(fields) or _kill_pending(pid) or int(fields[1]) == 1 or parent is None or _exiting(parent)
+    return _exiting(fields) or _kill_pending(pid) or parent is None or _exiting(parent)
 
 
 def _exiting(fields: list[str]) -> bool:
