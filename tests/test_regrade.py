@@ -144,3 +144,65 @@ def test_resume_lists_and_regrades_a_result_of_another_grader_version(graded_twi
     assert "1 graded now, 2 kept from earlier runs" in text, text
     assert "alice (graded again): grader: 0.0.9 (999999999999)" in text
     assert json.loads((out / "students" / "alice.json").read_text())["provenance"]["grader_version"] != "0.0.9"
+
+
+# --- the comparison alone (report/regrade.py is a pure function of two sets of results) -------------------------
+
+
+def result_of(name: str, checks, settings=None, cases=None, digest="a" * 64, submitted="s", device="GPU A"):
+    from grader.result import Provenance, SubmissionResult
+
+    record = Provenance(grader_version="1", grader_digest=digest, settings=settings or {"timing.max_ratio": 2.0},
+                        cases=cases or {"square": "c1"}, submission_sha256=submitted)
+    return SubmissionResult(name, "graded", checks=checks, backend="gpu", device=device, provenance=record)
+
+
+def timing(status: str, ratio: float):
+    from grader.result import TIMING, CheckResult
+
+    return CheckResult("timing", TIMING, status, 10.0 if status == "passed" else 0.0, 10.0, f"ratio {ratio}",
+                       metrics={"ratio": ratio})
+
+
+def case(name: str, status: str = "passed"):
+    from grader.result import CASE, CheckResult
+
+    return CheckResult(name, CASE, status, 5.0 if status == "passed" else 0.0, 5.0, status)
+
+
+def test_a_tighter_ratio_a_new_case_and_a_new_grader_are_each_a_cause_with_their_students():
+    from grader.report.regrade import compare
+
+    old = [result_of(f"s{i}", [case("square"), timing("passed", 1.7)]) for i in range(12)]
+    old.append(result_of("edge", [case("square"), timing("passed", 1.49)]))
+    old.append(result_of("newbie", [case("square"), timing("passed", 1.0)]))
+    tighter = {"timing.max_ratio": 1.5}
+    new = [result_of(f"s{i}", [case("square"), timing("failed", 1.7)], tighter) for i in range(12)]
+    # Ratio 1.49 against 1.5 on one day, 1.52 the next: the setting changed too, so it is the cause named.
+    new.append(result_of("edge", [case("square"), timing("failed", 1.52)], tighter))
+    new.append(result_of("newbie", [case("square"), case("large_hidden", "failed"), timing("passed", 1.0)], tighter,
+                         {"square": "c1", "large_hidden": "c2"}))
+    regrade = compare(old, new)
+    groups = {group.cause: group.students for group in regrade.groups}
+    assert groups == {"timing: max_ratio changed 2 → 1.5": sorted([*(f"s{i}" for i in range(12)), "edge"]),
+                      "large_hidden: new case": ["newbie"]}
+    assert list(groups)[0].startswith("timing")  # most students first
+    assert len(regrade.went_down) == 13 and "large_hidden: new case" in regrade.differences
+
+    upgraded = [result_of("s0", [case("square"), timing("failed", 1.7)], digest="b" * 64)]
+    (change,) = compare(old[:1], upgraded).changed
+    assert change.causes == ["grader: 1 (aaaaaaaaaaaa) → 1 (bbbbbbbbbbbb)"]
+
+
+def test_a_timing_verdict_near_the_limit_with_nothing_else_changed_says_so():
+    from grader.report.regrade import compare, compare_one
+
+    (change,) = compare([result_of("a", [timing("passed", 1.99)])], [result_of("a", [timing("failed", 2.01)])]).changed
+    assert change.causes == ["timing: ratio near the threshold (one measurement cannot tell the two apart)"]
+    moved = compare_one("a", result_of("a", [timing("passed", 1.99)]),
+                        result_of("a", [timing("failed", 2.01)], device="GPU B"))
+    assert moved.causes == ["machine: GPU A → GPU B"]
+    resubmitted = compare_one("a", result_of("a", [case("square", "failed")]),
+                              result_of("a", [case("square")], submitted="t"))
+    assert resubmitted.submission_changed and resubmitted.causes == ["submission changed"]
+    assert compare_one("a", result_of("a", [case("square")]), result_of("a", [case("square")], device="GPU B")) is None
