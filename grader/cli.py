@@ -562,7 +562,12 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
                            exports=args.exports, cluster=args.cluster, security=args.security,
                            worker_wait_s=args.worker_wait, keep_older=args.keep_older, previous=previous)
-    outcome = run_batch(args.paths, config, cases, plan, options, console)
+    try:
+        outcome = run_batch(args.paths, config, cases, plan, options, console)
+    except KeyboardInterrupt:  # before any worker started (reading the class, computing the truths)
+        errors.print("[bold red]interrupted[/] before grading began; run the same command to grade the class",
+                     highlight=False)
+        return EXIT_INTERRUPTED
     if outcome.interrupted:
         errors.print(f"[bold red]interrupted[/]: {outcome.graded_now} submissions graded and saved in "
                      f"{args.output}/students; run the same command with --resume to grade the rest", highlight=False)
