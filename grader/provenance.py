@@ -63,7 +63,7 @@ def case_digests(cases: Sequence[Case]) -> dict[str, str]:
 
 
 def case_file_digests(folder: Path) -> dict[str, str]:
-    return {path.name: sha256_of(path.read_bytes()) for path in sorted(Path(folder).glob("*.yaml"))}
+    return {path.name: _file_digest(path) for path in sorted(Path(folder).glob("*.yaml"))}
 
 
 def _file_digest(path: str | Path) -> str:
@@ -93,3 +93,4 @@ def submission_digest(path: Path, handed_in: Sequence[str]) -> str:
 def graded_with(config: Config, cases: Sequence[Case], path: Path) -> Provenance:
     return dataclasses.replace(class_provenance(config, cases),
                                submission_sha256=submission_digest(path, config.compile.handed_in_headers))
+
