@@ -93,4 +93,3 @@ def submission_digest(path: Path, handed_in: Sequence[str]) -> str:
 def graded_with(config: Config, cases: Sequence[Case], path: Path) -> Provenance:
     return dataclasses.replace(class_provenance(config, cases),
                                submission_sha256=submission_digest(path, config.compile.handed_in_headers))
-
