@@ -91,6 +91,24 @@ def test_a_diff_the_other_way_says_grades_went_down_by_its_exit_status(graded_tw
     assert "Regrade: 0 students changed (0 went down), 3 unchanged" in said(same)
 
 
+def test_diff_reads_plain_result_folders_and_leaves_out_an_edited_result(graded_twice, tmp_path):
+    root, _ = graded_twice
+    plain = tmp_path / "plain"  # results as `grade PATH -o` writes them: no signature to check
+    plain.mkdir()
+    for path in (root / "first" / "students").glob("*.json"):
+        shutil.copy(path, plain / path.name)
+    from_plain = grade("diff", plain, root / "second", "--csv", tmp_path / "plain.csv", check_exit=0)
+    assert "Regrade: 2 students changed (0 went down), 1 unchanged" in said(from_plain)
+    edited = tmp_path / "edited"
+    shutil.copytree(root / "second", edited)
+    bob = edited / "students" / "bob.json"
+    bob.write_text(bob.read_text().replace('"score": 46', '"score": 90', 1))  # a hand-raised grade
+    run = grade("diff", root / "first", edited, "--csv", tmp_path / "edited.csv", check_exit=0)
+    assert "NEW: 1 results left out, their signature does not hold" in " ".join(run.stderr.split()) + " "
+    assert "Regrade: 1 student changed (0 went down), 1 unchanged" in said(run)
+    assert "1 student only in the old grading: bob" in said(run)  # left out of the new one
+
+
 def test_each_result_says_what_it_was_graded_with(graded_twice):
     root, _ = graded_twice
     stored = json.loads((root / "second" / "students" / "bob.json").read_text())
