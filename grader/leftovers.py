@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 GRADE, TASK = "sgemm-grade-", "sgemm-task-"  # a grade's scratch folder (pipeline.run_child), a cluster task's
+QUERY = "sgemm-query-"  # the temporary files of a compiler the grader asks (source/include_policy.py)
 WORKER = "sgemm-worker-"  # `grade worker`'s: its Dask workers' local directory (their spill and lock files)
 # execute/confine/sandbox.py's scratch_folder: one sandboxed run's (a compile's, a probe's, ...), named for its owner
 SCRATCH = tuple(f"sgemm-{kind}-" for kind in ("compile", "resources", "sanitize", "sanitize-group", "safety",
                                                "profile", "profile-ref", "sandbox-probe"))
-OWNED_BY = (GRADE, TASK, WORKER, *SCRATCH)
+OWNED_BY = (GRADE, TASK, WORKER, QUERY, *SCRATCH)
 # The same folders as graders before owners were named made them (the prefix and mkdtemp's 8 random
 # characters): cleared by age alone.
 UNOWNED = re.compile(r"^sgemm-(?:grade|task|compile|resources|sanitize|sanitize-group|safety|profile|profile-ref|"

@@ -62,14 +62,19 @@ def test_kill_9_and_resume_at_once_again_and_again_leaves_nothing(two_second_con
     assert "3 students" in stdout
 
 
-def test_ctrl_c_of_a_batch_leaves_nothing_in_the_temporary_root(two_second_config, slow_class, tmp_path, temp_root):
+@pytest.mark.parametrize("to_group", [True, False], ids=["terminal Ctrl-C", "SIGINT to the batch alone"])
+def test_ctrl_c_of_a_batch_leaves_nothing_in_the_temporary_root(two_second_config, slow_class, tmp_path, temp_root,
+                                                                to_group):
     env = {**os.environ, "TMPDIR": str(temp_root)}
-    # As a terminal's Ctrl-C: SIGINT to the batch's whole process group, its workers included, at its default
-    # action (a process that ignores SIGINT passes that on to the programs it starts).
+    # A terminal's Ctrl-C is SIGINT to the batch's whole process group, its workers included; `kill -INT` to the
+    # batch alone leaves its workers to it. SIGINT at its default action (a process that ignores it passes that on).
     running = batch(two_second_config, slow_class, "-o", tmp_path / "out", "--jobs", "2", env=env,
                     start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_new_grading(temp_root, set(), running)
-    os.killpg(running.pid, signal.SIGINT)
+    if to_group:
+        os.killpg(running.pid, signal.SIGINT)
+    else:
+        running.send_signal(signal.SIGINT)
     stdout, stderr = running.communicate(timeout=60)
     assert running.returncode == 130 and "--resume" in stderr and "Traceback" not in stderr, stderr
     assert left_in(temp_root) == [], "left by the interrupted batch"
