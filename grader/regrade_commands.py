@@ -25,6 +25,7 @@ from .result import SubmissionResult
 
 EXIT_WENT_DOWN = 5  # a regrade lowered a student's total
 EXIT_NOT_REPRODUCED = 6  # `grade reproduce`: a verdict differs
+SHOWN_KEYS = 10  # students named per line of the terminal's lists
 
 DIFF = "compare two gradings of a class (results folders): who changed, and why; writes regrade.csv"
 REPRODUCE = "grade a submission again and say whether every verdict of its stored result matches, and if not why"
@@ -89,6 +90,14 @@ def reproduce(args, config, cases, plan, console: Console, errors: Console) -> i
     return 0 if change is None else EXIT_NOT_REPRODUCED
 
 
+def _alike(older: list) -> dict[tuple[bool, tuple[str, ...]], list[str]]:
+    """The results --resume found of another grader, by (kept, what differs)."""
+    groups: dict[tuple[bool, tuple[str, ...]], list[str]] = {}
+    for result in older:
+        groups.setdefault((result.kept, tuple(result.differences)), []).append(result.key)
+    return groups
+
+
 def batch_regrade_said(outcome, console: Console) -> int:
     """After `grade batch`: the results of another grader --resume found (graded again, or kept), and with
     --against the regrade report; the exit code it calls for (EXIT_WENT_DOWN, else 0)."""
@@ -97,9 +106,10 @@ def batch_regrade_said(outcome, console: Console) -> int:
         console.print(f"{len(outcome.older)} stored results were graded by another grader, config or cases: "
                       f"{len(outcome.older) - kept} graded again, {kept} kept (--keep-older):",
                       highlight=False, markup=False)
-        for older in outcome.older:
-            console.print(f"  {older.key} ({'kept' if older.kept else 'graded again'}): "
-                          f"{'; '.join(older.differences)}", highlight=False, markup=False)
+        for (kept, differences), keys in _alike(outcome.older).items():  # an upgrade: one line, not 300
+            more = f", and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
+            console.print(f"  {'kept' if kept else 'graded again'}: {', '.join(keys[:SHOWN_KEYS])}{more} "
+                          f"({'; '.join(differences)})", highlight=False, markup=False)
     if outcome.regrade is None:
         return 0
     print_regrade(outcome.regrade, console)

@@ -155,12 +155,12 @@ def test_resume_lists_and_regrades_a_result_of_another_grader_version(graded_twi
     text = said(kept)
     assert "0 graded now, 3 kept from earlier runs" in text, text
     assert "1 stored results were graded by another grader, config or cases: 0 graded again, 1 kept (--keep-older)" \
-        in text and "alice (kept): grader: 0.0.9 (999999999999) → 0.1.0" in text
+        in text and "kept: alice (grader: 0.0.9 (999999999999) → 0.1.0" in text
     regraded = grade("batch", root / "class", "-o", out, "--config", config, "--backend", "cpu", "--resume",
                      check_exit=0)
     text = said(regraded)
     assert "1 graded now, 2 kept from earlier runs" in text, text
-    assert "alice (graded again): grader: 0.0.9 (999999999999)" in text
+    assert "graded again: alice (grader: 0.0.9 (999999999999)" in text
     assert json.loads((out / "students" / "alice.json").read_text())["provenance"]["grader_version"] != "0.0.9"
 
 
