@@ -1,7 +1,9 @@
 """The `grade` command.
 
     grade PATH [PATH ...]                 grade submissions, print each, write JSON and JUnit XML per submission
-    grade batch PATH [PATH ...]           a whole class: folders, LMS zips, Gradescope exports; --resume
+    grade batch PATH [PATH ...]           a whole class: folders, LMS zips, Gradescope exports; --resume, --against
+    grade diff OLD NEW                    two gradings of a class compared: who changed, and why
+    grade reproduce RESULT.json SUBMISSION  grade again; does every verdict match, and if not why
     grade gradescope SUBMISSION RESULTS   the Gradescope autograder entry (run_autograder calls it)
     grade prairielearn SUBMISSION RESULTS the PrairieLearn external-grader entry
     grade serve --tokens FILE             the grading service: LMS containers post archives over HTTP
@@ -12,7 +14,8 @@
 Exit codes (docs/instructors.md lists them): 0 whenever grading ran (whatever the score), 1 below --fail-under,
 2 for misuse (and optional libraries not installed), 3 when a cluster batch stopped because no worker was
 connected for --worker-wait, 4 when `grade PATH` could not grade a submission, 5 when --remote got no grade,
-130 on Ctrl-C. Every code but 0 comes with a line on stderr saying why and what to do.
+6 when a regrade lowered a student's total (batch --against, diff), 7 when `grade reproduce` did not reproduce
+every verdict, 130 on Ctrl-C. Every code but 0 comes with a line on stderr saying why and what to do.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ from .intake.submission import SubmissionError, at_the_door, find_kernel_noted, 
 from .leftovers import SCHEDULER, WORKER, clear_at_start, owned_scratch
 from .phases import Phases, describe, merged, since_process_start
 from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
+from .regrade_commands import DIFF, REPRODUCE, batch_regrade_said, diff_main, read_grading, reproduce
 from .report import render, write_json, write_junit
 from .report.canvas_csv import CanvasOptions, RosterRow, read_roster
 from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
@@ -63,6 +67,8 @@ COMMANDS = {
     "batch": "grade a class: a folder of student folders, a Canvas or Gradescope zip, with the class's files",
     "gradescope": "grade one submission inside Gradescope's autograder (writes results.json)",
     "prairielearn": "grade one submission inside PrairieLearn's external grader (writes results.json)",
+    "diff": DIFF,
+    "reproduce": REPRODUCE,
     "serve": "the grading service LMS containers send submissions to (--remote)",
     "cluster-certs": "make the TLS certificates of a grading cluster, one role each",
     "scheduler": "the cluster's Dask scheduler, on TLS",
@@ -280,7 +286,7 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else argv
-    command = argv[0] if argv and argv[0] in ("batch", "serve", *LMS_ENTRIES) else "grade"
+    command = argv[0] if argv and argv[0] in ("batch", "serve", "reproduce", *LMS_ENTRIES) else "grade"
     rest = argv[1:] if command != "grade" else argv
     parser = argparse.ArgumentParser(prog="grade" if command == "grade" else f"grade {command}",
                                      description=_sentence(COMMANDS.get(command, COMMANDS["grade"])),
@@ -292,6 +298,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.add_argument("submission", type=Path, help="the folder the LMS put the student's files in "
                                                           "(kernel.cu is found anywhere below it)")
         parser.add_argument("results", type=Path, help="where the LMS reads results.json")
+    elif command == "reproduce":
+        parser.add_argument("result", type=Path, help="the stored result (a student's JSON, from `grade` or a batch)")
+        parser.add_argument("submission", type=Path, help="the submission it graded: a folder holding kernel.cu, or "
+                                                          "the file (graded with this run's config and cases)")
     else:
         parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                             help="a folder holding kernel.cu, or the .cu file itself" if command == "grade" else
@@ -341,6 +351,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         again.add_argument("--resume", action="store_true",
                            help="grade only students with no stored result for this kernel and configuration")
         again.add_argument("--force", action="store_true", help="grade everyone again")
+        parser.add_argument("--keep-older", action="store_true",
+                            help="with --resume, keep the stored results graded by another grader version, config "
+                                 "or cases instead of grading them again (the summary lists them either way)")
+        parser.add_argument("--against", type=Path, default=None, metavar="PREVIOUS",
+                            help="compare this grading with an earlier one (a results folder; may be -o's own): the "
+                                 "students whose grade changed and why, in the terminal, regrade.csv and the "
+                                 "summary page; exit 6 when any total went down")
         parser.add_argument("--jobs", type=int, default=0, metavar="N",
                             help="submissions graded at once (default: one per CPU core)")
         cluster = parser.add_argument_group("cluster")
@@ -452,8 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     cluster_commands = {"worker": worker_main, "scheduler": scheduler_main, "cluster-certs": certs_main}
     if argv[:1] and argv[0] in cluster_commands:
         return cluster_commands[argv[0]](argv[1:])
-    args = parse_args(argv)
     console, errors = ResultConsole(), Console(stderr=True, soft_wrap=True)
+    if argv[:1] == ["diff"]:
+        return diff_main(argv[1:], console, errors)
+    args = parse_args(argv)
     try:
         config = load_config(preset_path(args.preset) if args.preset else args.config)
         cases = load_cases(config.testcases_dir, config.kernel.square)
@@ -481,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         return grade_serve(args, config, cases, plan, errors)
     if args.command in LMS_ENTRIES:
         return lms_entry(args, config, cases, plan)
+    if args.command == "reproduce":
+        return reproduce(args, config, cases, plan, console, errors)
     return grade_paths(args, config, cases, plan, phases, console, errors)
 
 
@@ -642,10 +663,21 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
 def grade_batch(args, config, cases, plan, console: Console, errors: Console) -> int:
     from .classroom.batch import BatchOptions, run_batch
 
+    if args.keep_older and not args.resume:
+        return _misuse(UsageError("--keep-older is for --resume: it keeps stored results of another grader"))
+    try:  # read before anything is graded: PREVIOUS may be this run's own folder
+        previous = read_grading(args.against, "--against", errors).results if args.against else None
+    except UsageError as exc:
+        return _misuse(exc)
     options = BatchOptions(args.output, resume=args.resume, force=args.force, jobs=args.jobs,
                            exports=args.exports, cluster=args.cluster, security=args.security,
-                           worker_wait_s=args.worker_wait, no_worker=getattr(args, "no_worker", False))
-    outcome = run_batch(args.paths, config, cases, plan, options, console)
+                           worker_wait_s=args.worker_wait, no_worker=getattr(args, "no_worker", False),
+                           keep_older=args.keep_older, previous=previous)
+    try:
+        outcome = run_batch(args.paths, config, cases, plan, options, console)
+    except KeyboardInterrupt:  # before any worker started (reading the class, computing the truths)
+        say_error(errors, "interrupted before grading began; run the same command to grade the class")
+        return EXIT_INTERRUPTED
     if outcome.interrupted:
         errors.print(f"[bold red]interrupted[/]: {outcome.graded_now} submissions graded and saved in "
                      f"{escape(str(args.output))}/students; run the same command with --resume to grade the rest",
@@ -659,7 +691,7 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
         write_summary_lines(args, outcome, console)
         return EXIT_NO_WORKERS
     write_summary_lines(args, outcome, console)
-    return EXIT_OK
+    return batch_regrade_said(outcome, console)
 
 
 def write_summary_lines(args, outcome, console: Console) -> None:
@@ -673,7 +705,8 @@ def write_summary_lines(args, outcome, console: Console) -> None:
         console.print(f"Graded without a GPU: every total is out of the {format_points(run_total(outcome.results))} "
                       f"points checkable here; {gpu}. canvas.csv: --without-gpu {args.without_gpu}.",
                       highlight=False)
-    console.print(", ".join(f"{export.name}: {args.output / export.main_file}" for export in CLASS_EXPORTS))
+    console.print(", ".join(f"{export.name}: {args.output / export.main_file}" for export in CLASS_EXPORTS
+                            if (args.output / export.main_file).exists()))
     notes = (args.output / "canvas-notes.txt").read_text(encoding="utf-8").splitlines()
     if notes:
         console.print(f"canvas.csv: {len(notes)} notes (rows Canvas will not take as they are), in "

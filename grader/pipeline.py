@@ -18,6 +18,7 @@ from .on_gpu import grade_on_gpu
 from .phases import Phases
 # the grade's plan, as the commands, the class stage and the service name it
 from .plan import CPU, GPU, RunPlan, device_lock, placement_of, sandbox_of  # noqa: F401
+from .provenance import graded_with
 from .result import COMPILE, GRADED, GRADER_ERROR, SubmissionResult, errored
 from .rubric import Rubric
 from .settle import not_graded, say_how_launched, say_which_kernel, settled  # noqa: F401  (not_graded: the class's)
@@ -38,6 +39,7 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
     except Exception:  # a grader bug must cost one submission, never the batch
         result = not_graded(path, config, cases, "internal grader error: tell your instructor", GRADER_ERROR)
         result.log = traceback.format_exc()
+    result.provenance = graded_with(config, cases, path)
     phases.mark("grading_other")
     result.duration_s = round(time.perf_counter() - started, 3)
     result.phases = phases.rounded()

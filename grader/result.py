@@ -118,6 +118,31 @@ class Feedback:
     source: str = ""  # who observed it: "emulator", "compiler", "ncu"
 
 
+CPU_EMULATOR = "CPU emulator"  # what a result graded on the CPU backend was graded on, where a GPU's name would be
+
+
+@dataclass
+class Provenance:
+    """What a result was graded with (issue 51): enough to tell, when two gradings of one submission differ,
+    whether the grader, the configuration, the cases, the machine or the submission changed. Hashes only
+    (sha256, hex), never the secret: the cases' seeds, into which a secret may be mixed, are left out of the
+    cases' digests (a seed changed in a case file changes that file's hash). The machine is the result's own
+    device, backend and sandbox (SubmissionResult.graded_on, .sandbox)."""
+
+    grader_version: str = ""  # the package's version
+    grader_digest: str = ""  # its code (every .py of the package): an upgrade nobody numbered still shows
+    config_sha256: str = ""  # the configuration file as read ("" for the project's defaults alone)
+    # The configuration's values that decide verdicts, by dotted key ("timing.max_ratio": 2.0); paths and the
+    # timing seed left out (a path differs from machine to machine; a secret may be mixed into the seed).
+    settings: dict[str, Any] = field(default_factory=dict)
+    case_files: dict[str, str] = field(default_factory=dict)  # case file name -> its sha256
+    cases: dict[str, str] = field(default_factory=dict)  # case name -> its definition's digest, seed left out
+    reference_sha256: str = ""  # the reference kernel
+    submission_sha256: str = ""  # what was handed in: the kernel and the handed-in headers
+    toolkit: str = ""  # the CUDA toolkit's nvcc release ("" where none is installed)
+    driver: str = ""  # the NVIDIA driver's version ("" where none is loaded)
+
+
 @dataclass
 class SubmissionResult:
     submission: str
@@ -159,6 +184,14 @@ class SubmissionResult:
     # Where the grade's wall time went, in seconds per phase (grader/phases.py), for the instructor and the
     # benches; consecutive, so they add up to the grading process's time.
     phases: dict[str, float] = field(default_factory=dict)
+    # What it was graded with (grader, config, cases, toolkit, driver); None where nothing was recorded (a result
+    # of a grader from before records were kept, or a submission refused before anything was graded).
+    provenance: Provenance | None = None
+
+    @property
+    def graded_on(self) -> str:
+        """The GPU it ran on, "CPU emulator", or "" where nothing says (its cases did not run on a GPU)."""
+        return CPU_EMULATOR if self.backend == "cpu" else self.device
 
     @property
     def status(self) -> str:
@@ -201,7 +234,9 @@ class SubmissionResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SubmissionResult:
-        fields = {k: v for k, v in data.items() if k not in ("score", "max_score", "status", "checks", "feedback")}
+        fields = {k: v for k, v in data.items()
+                  if k not in ("score", "max_score", "status", "checks", "feedback", "provenance")}
         checks = [CheckResult(**c) for c in data.get("checks", [])]
         feedback = [Feedback(**f) for f in data.get("feedback", [])]
-        return cls(checks=checks, feedback=feedback, **fields)
+        provenance = Provenance(**data["provenance"]) if data.get("provenance") else None
+        return cls(checks=checks, feedback=feedback, provenance=provenance, **fields)

@@ -10,7 +10,7 @@ import time
 
 from conftest import ROOT, SHM, orphaned_semaphores, semaphores_left
 
-from grader.leftovers import GRADE, TASK, Pruned, clear_dead, owner, prune_copies
+from grader.leftovers import GRADE, TASK, Pruned, Sweeper, clear_dead, owner, prune_copies
 
 DAY_S = 24 * 3600
 
@@ -52,6 +52,23 @@ def test_only_what_dead_owners_left_is_removed(temp_root):
         running.kill()
         running.wait()
     assert [path.name for path in clear_dead(temp_root)] == [live]  # its owner has ended now
+
+
+def test_a_sweeper_clears_a_folder_whose_owner_ends_after_it_started(temp_root):
+    """A run killed just before this one started: its owner still runs at the first sweep, and ends later."""
+    live, running = folder_made_by_a_process(temp_root, GRADE, keep_running=True)
+    sweeper = Sweeper(temp_root, every_s=0.1)
+    try:
+        assert sweeper.start() == [] and (temp_root / live).is_dir()
+    finally:
+        running.kill()
+        running.wait()
+    deadline = time.monotonic() + 10
+    while (temp_root / live).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cleared_while_running = not (temp_root / live).exists()
+    assert [path.name for path in sweeper.stop()] == [live]
+    assert cleared_while_running
 
 
 def test_a_pid_used_again_is_another_owner():

@@ -8,11 +8,12 @@ a short turn (execute/gpu/device_lock.py), and no wait for a turn or a CPU count
 worker that dies costs its student a "grader error" row, which `--resume` grades again. `--resume` skips
 every student whose stored result has the same fingerprint (their kernel, the config, cases, reference
 and grader) and an intact signature (an HMAC with a key only the grader holds, so an edited result is
-graded again).
+graded again). A stored result of the same submission graded by another grader, config or cases is never
+passed off as this run's: it is listed (BatchOutcome.older) and graded again, or kept with --keep-older.
+With --against, the class files also compare this grading with an earlier one (report/regrade.py).
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -23,7 +24,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .. import __version__
 from ..cache_file import write_whole
 from ..cases import Case
 from ..config import Config
@@ -33,12 +33,14 @@ from ..execute.runner import Placement
 from ..intake.archive import refused_note, safe_name
 from ..intake.intake import Entry, Intake, Refusal, discover
 from ..judge import truths
-from ..leftovers import clear_at_start
+from ..leftovers import Sweeper, clear_at_start
 from ..pipeline import CPU, GPU, RunPlan, device_lock, not_graded, sandbox_of
+from ..provenance import class_provenance, grader_digest, sha256_of
 from ..report.canvas_csv import RosterRow, roster_match
-from ..report.exports import ExportOptions, class_files
+from ..report.exports import REGRADE_CSV, ExportOptions, class_files
 from ..report.points import full_marks
-from ..result import GRADER_ERROR, NEEDS_GPU_GRADE, SubmissionResult
+from ..report.regrade import NOT_RECORDED, Regrade, compare, provenance_differences
+from ..result import GRADER_ERROR, NEEDS_GPU_GRADE, Provenance, SubmissionResult
 from .store import KEY_FILE, ResultStore
 from .workers import Workers, emulator_share
 
@@ -56,6 +58,18 @@ class BatchOptions:
     worker_wait_s: float = 60.0  # how long a cluster batch waits with no worker connected before it stops
     no_worker: bool = False  # a cluster batch none of whose workers joined in worker_wait_s: it stops at once
     exports: ExportOptions = field(default_factory=ExportOptions)
+    keep_older: bool = False  # --resume keeps results of another grader or config (listed as kept)
+    # --against: an earlier grading's results (read before this one stores anything), compared with this one
+    previous: list[SubmissionResult] | None = None
+
+
+@dataclass
+class OlderResult:
+    """A stored result of the same submission, graded with another grader, config or cases (--resume)."""
+
+    key: str
+    differences: list[str]  # what differs, in words (report/regrade.py's)
+    kept: bool = False  # kept with --keep-older rather than graded again
 
 
 @dataclass
@@ -65,18 +79,8 @@ class BatchOutcome:
     reused: int
     interrupted: bool = False
     stopped: str = ""  # why a cluster batch stopped before grading everyone (its workers were gone)
-
-
-@functools.cache
-def grader_digest() -> str:
-    """The grader's own code, hashed: any change to it (an upgrade, a fix) makes --resume grade again,
-    which a version string that nobody bumps would not."""
-    digest = hashlib.sha256(__version__.encode())
-    package = Path(__file__).resolve().parent.parent  # the whole grader package, not this folder
-    for path in sorted(package.rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".h", ".cpp", ".c"):
-            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    older: list[OlderResult] = field(default_factory=list)  # --resume: graded again, or kept with --keep-older
+    regrade: Regrade | None = None  # --against: who this grading changed, and why
 
 
 def fingerprint(config: Config, cases: list[Case], backend: str | None, source: bytes) -> str:
@@ -92,10 +96,21 @@ def fingerprint(config: Config, cases: list[Case], backend: str | None, source: 
 
 def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPlan, options: BatchOptions,
               console: Console) -> BatchOutcome:
-    outdir = options.outdir
-    (outdir / STUDENTS).mkdir(parents=True, exist_ok=True)
-    for line in clear_at_start():  # what graders killed mid-grade left here (a cluster's workers clear their own)
+    (options.outdir / STUDENTS).mkdir(parents=True, exist_ok=True)
+    # What graders killed mid-grade left here (a cluster's workers clear their own): cleared now, and again
+    # while this batch runs and at its end, however it ends (a run killed just before this one ends late).
+    sweeper = Sweeper()
+    for line in clear_at_start(sweeper.start()):
         console.print(line, highlight=False)
+    try:
+        return _run_batch(paths, config, cases, plan, options, console)
+    finally:
+        sweeper.stop()
+
+
+def _run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPlan, options: BatchOptions,
+               console: Console) -> BatchOutcome:
+    outdir = options.outdir
     intake = discover(paths, outdir / "submissions", handed_in=config.compile.handed_in_headers)
     _write_intake_notes(intake, outdir)
     rows: dict[str, SubmissionResult] = {}
@@ -104,21 +119,47 @@ def run_batch(paths: list[Path], config: Config, cases: list[Case], plan: RunPla
             rows[refusal.key] = _refused(refusal, config, cases)
             results_of(outdir).put(refusal.key, rows[refusal.key])
     todo: list[tuple[Entry, str]] = []
+    older: list[OlderResult] = []
+    now = class_provenance(config, cases) if options.resume and not options.force else None
     for entry in intake.submissions:
-        mark = fingerprint(config, cases, plan.backend, entry.submitted(config.compile.handed_in_headers))
-        stored = None if options.force or not options.resume else results_of(outdir).trusted(entry.key, mark)
-        if stored is not None:
-            rows[entry.key] = stored
-        else:
-            todo.append((entry, mark))
+        submitted = entry.submitted(config.compile.handed_in_headers)
+        mark = fingerprint(config, cases, plan.backend, submitted)
+        earlier = results_of(outdir).get(entry.key) if now is not None else None
+        if earlier is not None and earlier.outcome != GRADER_ERROR and earlier.fingerprint == mark:
+            rows[entry.key] = earlier
+            continue
+        other = _graded_otherwise(entry.key, earlier, now, plan.backend, submitted)
+        if other is not None:
+            older.append(other)
+            if options.keep_older and earlier.provenance is not None:
+                other.kept, rows[entry.key] = True, earlier
+                continue
+        todo.append((entry, mark))
     reused = len(rows) - sum(1 for r in intake.refused if r.key)
     graded, interrupted, stopped = _grade_all(todo, config, cases, plan, options, console, rows)
     _add_intake(intake, rows, outdir)
     rows.update(_roster_rows(options.exports.canvas.roster or [], rows, config, cases))
     results = [rows[key] for key in sorted(rows)]
     if not interrupted:
-        write_class_files(results, outdir, options.exports)
-    return BatchOutcome(results, graded, reused, interrupted, stopped)
+        write_class_files(results, outdir, replace(options.exports, previous=options.previous))
+    regrade = compare(options.previous, results) if options.previous is not None and not interrupted else None
+    return BatchOutcome(results, graded, reused, interrupted, stopped, older, regrade)
+
+
+def _graded_otherwise(key: str, earlier: SubmissionResult | None, now: Provenance | None, backend: str | None,
+                      submitted: bytes) -> OlderResult | None:
+    """For --resume: a stored result of this very submission graded by another grader, config or cases (what
+    differs), or None (nothing stored, a grader error, or the student handed in something else since)."""
+    if earlier is None or now is None or earlier.outcome == GRADER_ERROR:
+        return None
+    if earlier.provenance is None:  # a grader from before records were kept: nobody can tell what differs
+        return OlderResult(key, [f"what it was graded with: {NOT_RECORDED} (an earlier grader)"])
+    if earlier.provenance.submission_sha256 != sha256_of(submitted):
+        return None
+    differences = provenance_differences(earlier.provenance, now)
+    if earlier.backend != (backend or "none"):
+        differences.append(f"backend: {earlier.backend} → {backend or 'none'}")
+    return OlderResult(key, differences or ["the cases' seeds (another --secret-file?)"])
 
 
 IDENTITY = ("student_id", "student_name", "canvas_user_id", "sis_user_id", "sis_login_id", "late")
@@ -292,7 +333,10 @@ def results_of(outdir: Path) -> ResultStore:
 
 
 def write_class_files(results: list[SubmissionResult], outdir: Path, options: ExportOptions) -> None:
-    """Every class export of the one table (report/exports.py), each file replaced atomically."""
+    """Every class export of the one table (report/exports.py), each file replaced atomically; a regrade.csv
+    of an earlier --against run is removed when this one compares nothing (it would describe other results)."""
+    if options.previous is None:
+        (outdir / REGRADE_CSV).unlink(missing_ok=True)
     for name, content in class_files(results, options).items():
         path = outdir / name
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,12 +12,13 @@ import hashlib
 import hmac
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cache_file import write_whole
 from ..report.json_report import to_json
 from ..report.junit_report import to_junit_xml
-from ..result import GRADER_ERROR, SubmissionResult
+from ..result import SubmissionResult
 
 KEY_FILE = ".results-key"
 
@@ -52,13 +53,6 @@ class ResultStore:
         except (OSError, ValueError, TypeError):
             return None  # missing, or not ours
 
-    def trusted(self, key: str, fingerprint: str) -> SubmissionResult | None:
-        """For --resume: the stored result, if it is for this fingerprint (kernel, config, cases, grader) and
-        no grader error cut it short."""
-        result = self.get(key)
-        return result if result is not None and result.fingerprint == fingerprint and \
-            result.outcome != GRADER_ERROR else None
-
     def _signature(self, data: bytes) -> str:
         return hmac.new(self._key(), data, hashlib.sha256).hexdigest()
 
@@ -72,3 +66,36 @@ class ResultStore:
         with os.fdopen(fd, "wb") as handle:
             handle.write(os.urandom(32))
         return self.key_file.read_bytes()
+
+
+@dataclass
+class StoredResults:
+    results: list[SubmissionResult] = field(default_factory=list)
+    untrusted: list[str] = field(default_factory=list)  # results whose signature does not hold: left out
+
+
+def read_results(folder: Path) -> StoredResults:
+    """Every result of a results folder: a batch's (OUTDIR: its students/ signed with its .results-key), only
+    those whose signature holds; or a folder of `grade PATH -o` results, as they are. FileNotFoundError where
+    the folder holds neither."""
+    folder = Path(folder)
+    signed = folder / "students"
+    if signed.is_dir() and (folder / KEY_FILE).is_file():
+        store, found = ResultStore(signed, folder / KEY_FILE), StoredResults()
+        for path in sorted(signed.glob("*.json")):
+            result = store.get(path.stem)
+            if result is None:
+                found.untrusted.append(path.stem)
+            else:
+                found.results.append(result)
+        return found
+    plain = sorted(folder.glob("*.json"))
+    if not plain:
+        raise FileNotFoundError(f"{folder}: not a results folder (no students/ of a `grade batch`, no result JSON)")
+    found = StoredResults()
+    for path in plain:
+        try:
+            found.results.append(SubmissionResult.from_dict(json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError, TypeError):
+            found.untrusted.append(path.stem)
+    return found

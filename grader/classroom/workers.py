@@ -80,11 +80,19 @@ class Workers:
                 pass
         return _worker_died(entry, config, cases, process.returncode, errors.decode("utf-8", "replace"))
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 10.0) -> None:
+        """Kills every worker and waits (at most `wait_s`) until they have ended, so that what they leave in the
+        temporary root has no owner left and is cleared (leftovers.Sweeper)."""
         with self.lock:
             self.stopping = True
-            for process in self.running:
+            stopped = list(self.running)
+            for process in stopped:
                 process.kill()
+        for process in stopped:
+            try:
+                process.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def _fds(channel: socket.socket | None) -> tuple[int, ...]:

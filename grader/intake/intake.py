@@ -98,7 +98,7 @@ from .archive import (
     safe_name,
     zip_tree,
 )
-from .submission import KERNEL_FILE, SubmissionError, choose_kernel, files_below, kernel_text, is_hidden
+from .submission import KERNEL_FILE, SubmissionError, choose_kernel, files_below, is_hidden, kernel_text, submitted_bytes
 
 __all__ = ["Entry", "Intake", "Limits", "Refusal", "discover", "looks_like_a_class", "safe_name"]
 
@@ -131,9 +131,7 @@ class Entry:
 
     def submitted(self, names: Sequence[str]) -> bytes:
         """Everything handed in that the grade depends on: the kernel, then each header by name (the fingerprint's)."""
-        parts = [self.kernel.read_bytes()]
-        parts += [b"\0".join([name.encode(), data]) for name, data in self.headers(names).items()]
-        return b"\0\0".join(parts)
+        return submitted_bytes(self.kernel, names)
 
 
 @dataclass

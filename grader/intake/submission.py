@@ -199,18 +199,39 @@ def read_headers(folder: Path, handed_in: Sequence[str]) -> dict[str, str]:
     return headers
 
 
+def submitted_bytes(kernel: Path, handed_in: Sequence[str]) -> bytes:
+    """Everything handed in that the grade depends on, as bytes: the kernel, then each handed-in header beside
+    it by name (what a batch's fingerprint and a result's provenance hash). Plain files only, read bounded;
+    OSError where the kernel cannot be read so."""
+    parts = [_plain_bytes(kernel)]
+    for name in handed_in:
+        try:
+            parts.append(b"\0".join([name.encode(), _plain_bytes(kernel.parent / name)]))
+        except OSError:
+            continue  # not handed in (or not a plain file: never graded either)
+    return b"\0\0".join(parts)
+
+
+def _plain_bytes(file: Path) -> bytes:
+    """A plain file's first MAX_BYTES + 1 bytes, never through a link (it could point at any file of the
+    grading machine, or a device that never ends); OSError otherwise."""
+    fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(f"{file.name}: not a regular file")
+        return handle.read(MAX_BYTES + 1)
+
+
 def read_source_file(file: Path) -> str:
     """A handed-in text file: a plain file (never followed through a link: it could point at any file of the
     grading machine), at most MAX_BYTES, not binary, decoded as an editor saved it."""
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        data = _plain_bytes(file)
     except OSError as error:
+        if file.exists() and not file.is_symlink():
+            raise SubmissionError(f"{file.name}: not a regular file") from None
         reason = "a symbolic link, not a file" if file.is_symlink() else error.strerror
         raise SubmissionError(f"{file.name}: {reason}; hand in the file itself") from None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise SubmissionError(f"{file.name}: not a regular file")
-        data = handle.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise SubmissionError(f"{file.name} is larger than {MAX_BYTES // 1024} kB, so it is not graded")
     if b"\0" in data:

@@ -16,6 +16,8 @@ from grader.report.gradescope import DEFAULT_HIDDEN_VISIBILITY, write_gradescope
 from grader.report.junit_report import to_combined_junit
 from grader.report.points import HOLD
 from grader.report.prairielearn import write_prairielearn
+from grader.report.regrade import compare
+from grader.report.regrade_csv import to_regrade_csv
 from grader.report.summary_html import summary_files
 from grader.result import SubmissionResult
 
@@ -26,6 +28,9 @@ class ExportOptions:
     hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY  # Gradescope's visibility for hidden cases
     compile_error_graded: bool = False  # PrairieLearn: a non-compiling submission is a graded 0
     without_gpu: str = HOLD  # the LMS entries' score from a run without a GPU (canvas: its own option)
+    # `grade batch --against`: the earlier grading's stored results, which regrade.csv and the summary's regrade
+    # section compare this one with; None for no comparison.
+    previous: list[SubmissionResult] | None = None
 
 
 Files = dict[str, "str | bytes"]  # relative path -> content
@@ -44,12 +49,22 @@ def _canvas(results: list[SubmissionResult], options: ExportOptions) -> Files:
     return {"canvas.csv": export.csv, "canvas-notes.txt": notes + "\n" if notes else ""}
 
 
+def _summary(results: list[SubmissionResult], options: ExportOptions) -> Files:
+    regrade = compare(options.previous, results) if options.previous is not None else None
+    return {f"summary/{name}": content for name, content in summary_files(results, regrade).items()}
+
+
+def _regrade(results: list[SubmissionResult], options: ExportOptions) -> Files:
+    return {} if options.previous is None else {REGRADE_CSV: to_regrade_csv(compare(options.previous, results))}
+
+
+REGRADE_CSV = "regrade.csv"
 CLASS_EXPORTS: tuple[ClassExport, ...] = (
     ClassExport("grades", "grades.csv", lambda results, _: {"grades.csv": to_grades_csv(results)}),
     ClassExport("canvas", "canvas.csv", _canvas),
     ClassExport("junit", "junit.xml", lambda results, _: {"junit.xml": to_combined_junit(results)}),
-    ClassExport("summary", "summary/index.html",
-                lambda results, _: {f"summary/{name}": content for name, content in summary_files(results).items()}),
+    ClassExport("summary", "summary/index.html", _summary),
+    ClassExport("regrade", REGRADE_CSV, _regrade),  # only with --against
 )
 
 

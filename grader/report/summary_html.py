@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.report.points import format_points, run_gpu_note, run_total
+from grader.report.regrade import Regrade, verdict_words
 from grader.report.status import LABELS, status_label
 from grader.report.student_view import cause_of
 from grader.result import ERROR, FAILED, TIMING, CheckResult, SubmissionResult
@@ -191,7 +192,8 @@ def _row(*cells: str, numeric: tuple[int, ...] = ()) -> str:
     return "<tr>" + "".join(f'<td{" class=n" if i in numeric else ""}>{c}</td>' for i, c in enumerate(cells)) + "</tr>"
 
 
-def render_summary(results: list[SubmissionResult], plots: dict[str, bytes] | None) -> str:
+def render_summary(results: list[SubmissionResult], plots: dict[str, bytes] | None,
+                   regrade: Regrade | None = None) -> str:
     e = html.escape
     labels = Counter(status_label(r) for r in results)
     scores = [r.score for r in results]
@@ -238,6 +240,7 @@ def render_summary(results: list[SubmissionResult], plots: dict[str, bytes] | No
         parts.append("</table>")
     else:
         parts.append("<p>No failed or errored checks.</p>")
+    parts += _regrade_part(regrade) if regrade is not None else []
     noted = [(r.submission, note) for r in results for note in r.intake_notes]
     if noted:
         parts.append("<h2>Intake notes</h2><p>Which file was graded where a student handed in several, and what "
@@ -261,10 +264,37 @@ def _findings_part(results: list[SubmissionResult]) -> list[str]:
             "</table>"]
 
 
-def summary_files(results: list[SubmissionResult]) -> dict[str, str | bytes]:
-    """index.html and the plot PNGs beside it, by file name: the export, as a pure function of the results."""
+def _regrade_part(regrade: Regrade) -> list[str]:
+    """What a regrade (`grade batch --against`) changed: by cause, the students whose submission changed apart,
+    then each changed student's scores and changed checks."""
+    e = html.escape
+    parts = ["<h2>Regrade</h2>", f"<p>{len(regrade.changed)} students changed ({len(regrade.went_down)} went down), "
+             f"{regrade.unchanged} unchanged; every changed check is in regrade.csv.</p>"]
+    if regrade.differences:
+        parts.append("<p>Graded with, then and now:</p><ul>" +
+                     "".join(f"<li>{e(line)}</li>" for line in regrade.differences) + "</ul>")
+    groups = [(group.cause, group.students) for group in regrade.groups]
+    if regrade.submissions_changed:
+        groups.append(("submission changed", [change.key for change in regrade.submissions_changed]))
+    if groups:
+        parts.append("<table><tr><th>cause</th><th>students</th><th>who</th></tr>")
+        parts.extend(_row(e(cause), str(len(keys)), e(_checks_cell(keys, 10)), numeric=(1,)) for cause, keys in groups)
+        parts.append("</table>")
+    if regrade.changed:
+        parts.append("<table><tr><th>submission</th><th>old</th><th>new</th><th>changed checks</th></tr>")
+        parts.extend(_row(e(change.key), format_points(change.old.score), format_points(change.new.score),
+                          "<br>".join(e(f"{check.name}: {verdict_words(check.old)} → {verdict_words(check.new)} "
+                                        f"({check.cause})") for check in change.checks) or e("; ".join(change.causes)),
+                          numeric=(1, 2)) for change in regrade.changed)
+        parts.append("</table>")
+    return parts
+
+
+def summary_files(results: list[SubmissionResult], regrade: Regrade | None = None) -> dict[str, str | bytes]:
+    """index.html and the plot PNGs beside it, by file name: the export, as a pure function of the results (and,
+    after a regrade, of its comparison with the earlier results)."""
     plots = _plots(results)
-    return {"index.html": render_summary(results, plots), **(plots or {})}
+    return {"index.html": render_summary(results, plots, regrade), **(plots or {})}
 
 
 def write_summary(results: list[SubmissionResult], outdir: str | Path) -> Path:

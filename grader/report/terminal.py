@@ -9,6 +9,7 @@ from rich.text import Text
 
 from grader.report.faster import faster_lines
 from grader.report.points import format_points, score_line
+from grader.report.regrade import graded_with_words
 from grader.report.student_view import NOT_CHECKED, CauseGroup, cause_groups, printed_lines, shortened, verdict
 from grader.result import (
     CASE,
@@ -127,3 +128,5 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
         console.print(_bullets(_advice(faster[1:], ADVICE_BESIDE_FIXES if groups else len(faster))))
     held = f" ({NEEDS_GPU_GRADE}: its grade waits for a GPU)" if result.outcome == NEEDS_GPU_GRADE else ""
     console.print(Text(f"Total: {score_line(result)}{held}", style="bold"))
+    if result.provenance is not None:  # what a regrade or `grade reproduce` compares against
+        console.print(Text(f"Graded with: {graded_with_words(result)}", style="dim", overflow="fold"))

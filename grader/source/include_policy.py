@@ -61,6 +61,7 @@ import unicodedata
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from ..leftovers import QUERY, owned_scratch
 from .toolkit_headers import is_toolkit_header
 
 # The headers allowed by name where no CUDA toolkit can be asked where its headers are (a CPU-only machine
@@ -207,11 +208,15 @@ def compiler_folders() -> tuple[str, ...]:
 
 
 def _ask(command: list[str]) -> str:
-    try:
-        finished = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False,
-                                  stdin=subprocess.DEVNULL, env={**os.environ, "LC_ALL": "C"})
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
+    """A compiler's answer. Its temporary files (`nvcc --dryrun -E` does preprocess) go to a folder of this
+    process's own: a Ctrl-C or kill -9 mid-question leaves them where the next sweep clears them."""
+    with owned_scratch(QUERY) as scratch:
+        try:
+            finished = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False,
+                                      stdin=subprocess.DEVNULL,
+                                      env={**os.environ, "LC_ALL": "C", "TMPDIR": str(scratch)})
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
     return finished.stdout + finished.stderr
 
 

@@ -32,13 +32,13 @@ import stat
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ...leftovers import owned_folder
 from ...result import NAMESPACES, NAMESPACES_AND_UID, NO_SANDBOX, UID_ONLY, UNSAFE_NOTE
 from . import gpu_nodes, parent_death, reachable, seccomp
 from .proc import IN_PID_NAMESPACE, set_session_priority
@@ -502,8 +502,9 @@ def child_environment(workdir: str, extra: dict[str, str]) -> dict[str, str]:
 
 @contextmanager
 def scratch_folder(prefix: str) -> Iterator[Path]:
-    """A folder for one sandboxed run, right under the temp dir (so its uid can reach it), then removed."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
+    """A folder for one sandboxed run, right under the temp dir (so its uid can reach it), then removed; named
+    for this process (leftovers.py), so that what a kill -9 leaves is cleared once this process is gone."""
+    path = owned_folder(prefix)
     path.chmod(0o711)  # a run's own folder may be inside: its uid may pass, nobody may list
     try:
         yield path

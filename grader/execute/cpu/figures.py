@@ -3,12 +3,11 @@ Compute's figures for the same shape on a GPU: a tool for benches and tests, not
 """
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from ...config import load_config
 from ...source.static_check import find_kernels
-from ..confine.sandbox import detect
+from ..confine.sandbox import detect, scratch_folder
 from .access_profile import KINDS, profile_size
 from .build import build
 from .harness_driver import profile_alone
@@ -26,8 +25,7 @@ def emulator_figures(kernel: Path, config_path: Path | None = None, size: int | 
     source = Path(kernel).read_text(encoding="utf-8")
     contract = config.for_kernels(find_kernels(source)).kernel.contract()
     sandbox = detect()
-    with tempfile.TemporaryDirectory(prefix="sgemm-profile-") as workdir:
-        Path(workdir).chmod(0o711)
+    with scratch_folder("sgemm-profile-") as workdir:
         built = build(source, contract, contract.tile_source(), config.cache_dir, Path(workdir), sandbox, 120)
         if built.binary is None:
             raise RuntimeError(built.message)

@@ -1,9 +1,11 @@
 """Says whether a GPU run is possible, without initialising CUDA in this (the parent) process."""
 from __future__ import annotations
 
+import functools
 import glob
 import importlib.util
 import os
+import re
 
 
 def local_gpus() -> list[int]:
@@ -21,3 +23,14 @@ def gpu_unavailable_reason() -> str | None:
     if importlib.util.find_spec("pycuda") is None:
         return "pycuda is not installed: pip install '.[gpu]' (it builds against the CUDA toolkit)"
     return None
+
+
+@functools.cache
+def driver_version() -> str:
+    """The loaded NVIDIA kernel driver's version ("550.54.15"), read from /proc; "" where none is loaded."""
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as version:
+            found = re.search(r"Kernel Module(?: for \S+)?\s+(\d[\w.]*)", version.read())
+    except OSError:
+        return ""
+    return found[1] if found else ""

@@ -12,9 +12,11 @@ late-warps hooks (late_warps.py).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,6 +143,21 @@ def wrap_like_sourcemodule(prepared: str) -> str:
 
 def nvcc_path() -> str | None:
     return shutil.which("nvcc")
+
+
+@functools.cache
+def toolkit_release() -> str:
+    """The CUDA toolkit nvcc belongs to ("12.4, V12.4.131"), the grader's own toolchain; "" without nvcc."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        return ""
+    try:
+        said = subprocess.run([nvcc, "--version"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    found = re.search(r"release (\S+ V\S+|\S+)", said)
+    return found[1] if found else ""
 
 
 @dataclass
