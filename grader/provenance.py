@@ -63,7 +63,8 @@ def case_digests(cases: Sequence[Case]) -> dict[str, str]:
 
 
 def case_file_digests(folder: Path) -> dict[str, str]:
-    return {path.name: _file_digest(path) for path in sorted(Path(folder).glob("*.yaml"))}
+    return {path.name: _file_digest(path) for path in sorted(Path(folder).glob("*.y*ml"))
+            if path.suffix in (".yaml", ".yml")}
 
 
 def _file_digest(path: str | Path) -> str:

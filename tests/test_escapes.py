@@ -115,8 +115,9 @@ def test_host_files_and_the_secret_in_proc_stay_unread(tmp_path, config_file, mo
     grade(write(tmp_path / "reader", hostile(attack)), out, config_file)
     leaked = every_output(out)
     assert CANARY not in leaked
-    # /etc/shadow's root entry, the hidden case's definition, the instructor's config: none of it
-    assert "root:" not in leaked and "m: 1024, n: 1100" not in leaked and "min_plausible_ratio" not in leaked
+    # /etc/shadow's root entry, the hidden case's definition, the instructor's config file (its comment: the
+    # config's values are the result's provenance, written by the grader): none of it
+    assert "root:" not in leaked and "m: 1024, n: 1100" not in leaked and "Paths are relative to this" not in leaked
 
 
 def test_no_connection_reaches_a_listener_on_the_host(tmp_path, config_file):
