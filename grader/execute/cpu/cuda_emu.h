@@ -347,6 +347,16 @@ inline size_t element_of(const Region &region, const void *address) {
     return region.element_shift >= 0 ? offset >> region.element_shift : offset / region.element_bytes;
 }
 
+// The entry's row and column in its array (a 1-D array's: row 0).
+struct Entry {
+    size_t row, column;
+};
+inline Entry entry_of(const Region &region, const void *address) {
+    size_t element = element_of(region, address);
+    return region.row_elements ? Entry{element / region.row_elements, element % region.row_elements}
+                               : Entry{0, element};
+}
+
 inline std::vector<Region> regions;
 inline std::vector<Cell> cells;
 inline uint32_t epoch = 1;  // advances at every barrier and every new block
@@ -650,9 +660,7 @@ inline void race(const Region &region, const void *address, const char *kind, in
     ++races_found;
     if (race_reported[store_after_read]) return;
     race_reported[store_after_read] = true;
-    size_t element = element_of(region, address);
-    size_t row = region.row_elements ? element / region.row_elements : 0;
-    size_t column = region.row_elements ? element % region.row_elements : element;
+    auto [row, column] = entry_of(region, address);
     uint3 s = thread_of(store_thread), o = thread_of(other_thread);
     report("{\"event\": \"race\", \"kind\": \"%s\", \"array\": \"%s\", \"two_d\": %s, \"row\": %zu, \"column\": %zu, "
            "\"store_line\": %d, \"store_thread\": [%u, %u, %u], \"other_line\": %d, \"other_thread\": [%u, %u, %u], "
@@ -669,9 +677,8 @@ inline void mark_read(const Region &region, const void *address, int line) {
     if (region.element_bytes % 4 != 0 || ((const char *)address - region.base) % 4 != 0) return;
     uint32_t bits;
     memcpy(&bits, address, 4);
-    size_t index = bits & MARK_INDEX, element = element_of(region, address);
-    size_t row = region.row_elements ? element / region.row_elements : 0;
-    size_t column = region.row_elements ? element % region.row_elements : element;
+    size_t index = bits & MARK_INDEX;
+    auto [row, column] = entry_of(region, address);
     if (index != 0 && index <= unwritten_reads.size()) {
         const UnwrittenRead &read = unwritten_reads[index - 1];
         if (read.line == line && read.block_serial == block_serial) return;  // already named by this line's read
@@ -690,9 +697,7 @@ inline void unstored_read(const Region &region, const void *address, int line) {
     mark_read(region, address, line);
     if (unstored_reported) return;
     unstored_reported = true;
-    size_t element = element_of(region, address);
-    size_t row = region.row_elements ? element / region.row_elements : 0;
-    size_t column = region.row_elements ? element % region.row_elements : element;
+    auto [row, column] = entry_of(region, address);
     uint3 t = current->idx;
     report("{\"event\": \"unstored_read\", \"array\": \"%s\", \"two_d\": %s, \"row\": %zu, \"column\": %zu, "
            "\"line\": %d, \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
