@@ -10,13 +10,15 @@ product unguarded (an unwritten entry of A times 0). The CPU tests need only g++
 from dataclasses import replace
 
 import pytest
+from rich.console import Console
 from conftest import SUBMISSIONS
 from hardware import needs_cxx, needs_gpu
 
 from grader.judge.engines import merged_case
 from grader.judge.findings import UNWRITTEN_READ
+from grader.report import render
 from grader.report.student_view import HINTS_TITLE, student_summary
-from grader.result import CASE, FAILED, PASSED, CheckResult
+from grader.result import CASE, FAILED, GRADED, HIDDEN, PASSED, CheckResult, SubmissionResult
 
 GUARDED, UNGUARDED, TIMES_ZERO = "no_zero_fill_guarded_product", "no_zero_fill_unguarded_product", "unwritten_times_zero"
 # Emulated cases with k < 16, by k: the one phase's tile holds entries past k that no thread stored
@@ -113,6 +115,20 @@ def test_a_hint_of_the_emulator_goes_with_the_gpus_passed_check():
     on_gpu = CheckResult("ragged_n", CASE, PASSED, 4, 4, "correct (64×67×64)")
     merged = merged_case(on_gpu, replace(on_gpu, hints=[hint]))
     assert merged.status == PASSED and merged.hints == [hint] and merged.message == on_gpu.message
+
+
+def test_a_hint_is_said_once_with_the_cases_it_showed_in_and_never_for_hidden_cases_alone():
+    shown, hidden_only = "line 21 reads entries of subB …", "line 21 reads entries of subA …"
+    checks = [CheckResult(name, CASE, PASSED, 4, 4, "correct", hints=[shown]) for name in ("ragged_n", "rect_wide")]
+    checks += [CheckResult("primes_mid", CASE, PASSED, 4, 4, "correct", visibility=HIDDEN, hints=[shown, hidden_only])]
+    result = SubmissionResult("s", GRADED, checks=checks)
+    console = Console(record=True, width=200, color_system=None)
+    render(result, console)
+    text = console.export_text()
+    assert text.count(HINTS_TITLE) == 1 and text.count(shown) == 1 and hidden_only not in text
+    assert "(ragged_n, rect_wide and 1 hidden)" in text and "What to fix" not in text
+    summary = student_summary(result)
+    assert f"- {shown} (ragged_n, rect_wide and 1 hidden)" in summary and hidden_only not in summary
 
 
 @pytest.mark.gpu
