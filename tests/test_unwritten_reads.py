@@ -20,7 +20,8 @@ from grader.report import render
 from grader.report.student_view import HINTS_TITLE, student_summary
 from grader.result import CASE, FAILED, GRADED, HIDDEN, PASSED, CheckResult, SubmissionResult
 
-GUARDED, UNGUARDED, TIMES_ZERO = "no_zero_fill_guarded_product", "no_zero_fill_unguarded_product", "unwritten_times_zero"
+GUARDED, UNGUARDED = "no_zero_fill_guarded_product", "no_zero_fill_unguarded_product"
+TIMES_ZERO = "unwritten_times_zero"
 # Emulated cases with k < 16, by k: the one phase's tile holds entries past k that no thread stored
 K_BELOW_TILE = {"one_by_one": 1, "k_one": 1, "sub_tile": 3}
 # Emulated cases with k > 16 not a multiple of 16: the last phase's entries past k hold the previous tile's values

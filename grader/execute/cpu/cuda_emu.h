@@ -678,12 +678,12 @@ inline void mark_read(const Region &region, const void *address, int line) {
     uint32_t bits;
     memcpy(&bits, address, 4);
     size_t index = bits & MARK_INDEX;
-    auto [row, column] = entry_of(region, address);
     if (index != 0 && index <= unwritten_reads.size()) {
         const UnwrittenRead &read = unwritten_reads[index - 1];
         if (read.line == line && read.block_serial == block_serial) return;  // already named by this line's read
     }
     if (unwritten_reads.size() >= MAX_UNWRITTEN_READS) return;  // it keeps the mark it has: a read, named or not
+    auto [row, column] = entry_of(region, address);
     unwritten_reads.push_back({region.name, region.row_elements != 0, row, column, line, current->idx, blockIdx,
                                block_serial});
     bits = MARK_FAMILY | (uint32_t)unwritten_reads.size();

@@ -156,7 +156,7 @@ def describe_unwritten_in_c(record: dict, first_read: dict | None = None) -> Fin
     `first_read` (the launch's first such read) names the array to check."""
     element = f"C[{record['row']}][{record['column']}]"
     if "line" in record:
-        element += f" (stored at line {record['line']} by thread {_xy(record['thread'])} of block {_xy(record['block'])})"
+        element += f" (stored at line {record['line']} by {_thread_in_block(record, '')})"
     count = record["elements"]
     also = f"; {count} elements of C are" if count > 1 else ""
     if "read_line" in record:
