@@ -60,9 +60,12 @@ class CheckResult:
     # the list of checks it explains (report/student_view.py); the message keeps this check's facts.
     fixes: list[str] = field(default_factory=list)
     # What the kernel did in this case that is unsafe whatever its values (judge/findings.py's kinds: an
-    # out-of-bounds access, a shared-memory race, a read of a shared entry never written, a divergent barrier
-    # or warp collective): a case with any is not passed, on every engine.
+    # out-of-bounds access, a shared-memory race, a read of a shared entry never written whose value reaches C, a
+    # divergent barrier or warp collective): a case with any is not passed, on every engine.
     unsafe: list[str] = field(default_factory=list)
+    # What is worth cleaning up though no point depends on it (a read of a shared entry no thread stored, whose
+    # value reached no element of C), each in words that hold for every case it shows in: reports say each once.
+    hints: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:

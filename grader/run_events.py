@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,13 @@ import numpy as np
 from .cases import Case
 from .config import MAX_LAUNCHES_PER_CASE, Config
 from .execute.cpu.evidence import Program, observed, phases_all_ran, stores_off_c
-from .execute.cpu.messages import describe_collision, describe_problem, describe_races, describe_unstored_read
+from .execute.cpu.messages import (
+    describe_collision,
+    describe_problem,
+    describe_races,
+    describe_unwritten_in_c,
+    unstored_read_hint,
+)
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
 from .judge.compare import CaseRun, judge_case
@@ -97,23 +103,34 @@ def _shape(case: Case) -> str:
     return f"case: m={case.m}, n={case.n}, k={case.k}"
 
 
-def _emulator_findings(event: dict, case: Case,
-                       program: Program) -> tuple[list[Finding], list[Finding], list[Finding]]:
+@dataclass
+class EmulatorFindings:
+    races: list[Finding]
+    evidence: list[Finding]
+    unsafe_reads: list[Finding] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)  # what costs no points: a read whose value reached no C
+
+
+def _emulator_findings(event: dict, case: Case, program: Program) -> EmulatorFindings:
     """What the CPU emulator saw in a case (the GPU child reports none of it): the races, what explains wrong
-    elements of C (or stores outside it), and the reads of tile entries no thread of the block stored. Such a
-    read is not told after a store and a read raced, which explains it (two stores of one entry do not). Two
-    threads storing one element of C are a fact, and their fix only where nothing the emulator saw says more."""
+    elements of C (or stores outside it), and the reads of tile entries no thread of the block stored: unsafe
+    where their values reached C, else a hint. Such a read is not told after a store and a read raced, which
+    explains it (two stores of one entry do not). Two threads storing one element of C are a fact, and their fix
+    only where nothing the emulator saw says more."""
     collisions, seen = event.get("collisions", []), observed(event, program, (case.m, case.n, case.k))
     races = describe_races(event.get("races", []), event.get("schedules_differ", 0), case.m * case.n,
                            len(collisions) + stores_off_c(event, program), program.sites.tile_loop)
     evidence = [describe_collision(collision, event.get("c_collisions", 1)) for collision in collisions]
     if any(finding.fix for finding in seen):
         evidence = [replace(finding, fix="") for finding in evidence]
-    evidence = seen + evidence
-    unsafe_reads = []
-    if all(race["kind"] == "store_after_store" for race in event.get("races", [])):
-        unsafe_reads = [describe_unstored_read(read) for read in event.get("unstored_reads", [])]
-    return races, evidence, unsafe_reads
+    found = EmulatorFindings(races, seen + evidence)
+    if any(race["kind"] != "store_after_store" for race in event.get("races", [])):
+        return found
+    reads, reached = event.get("unstored_reads", []), event.get("unwritten_in_c", [])
+    found.unsafe_reads = [describe_unwritten_in_c(record, next(iter(reads), None)) for record in reached]
+    if not reached:
+        found.hints = [unstored_read_hint(read) for read in reads]
+    return found
 
 
 def _timed_out(limit_s: float, where: str) -> str:
@@ -264,7 +281,7 @@ class RunEvents:
             return
         if reference is not None:
             reference = reference.reshape(case.m, case.n)
-        races, evidence, unsafe_reads = _emulator_findings(event, case, self._program())
+        found = _emulator_findings(event, case, self._program())
 
         def judge() -> CheckResult:
             tolerance = self.config.tolerance
@@ -273,8 +290,8 @@ class RunEvents:
                 lambda buffer: judge_case(
                     case.name, case.points, a, b,
                     CaseRun(buffer=buffer.ravel(), reference=reference, a_changed=event["a_changed"],
-                            b_changed=event["b_changed"], seconds=event["seconds"], races=races,
-                            evidence=evidence, unsafe_reads=unsafe_reads,
+                            b_changed=event["b_changed"], seconds=event["seconds"], races=found.races,
+                            evidence=found.evidence, unsafe_reads=found.unsafe_reads, hints=found.hints,
                             phase_count_right=phases_all_ran(event, self._program(), (case.m, case.n, case.k))),
                     self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth),
                 buffers, launches)

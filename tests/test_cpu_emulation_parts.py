@@ -8,8 +8,10 @@ from grader.execute.cpu.messages import (
     describe_collision,
     describe_problem,
     describe_races,
-    describe_unstored_read,
+    describe_unwritten_in_c,
+    unstored_read_hint,
 )
+from grader.judge.findings import UNWRITTEN_READ
 from grader.source.device_side import device_side
 
 WITH_HOST = """#include <iostream>
@@ -152,12 +154,38 @@ def test_threads_that_differ_only_in_y_point_at_the_block_shape():
     assert "differ only" not in elsewhere.fact  # threads of two blocks: an index, not a block shape
 
 
-def test_a_tile_entry_read_before_any_thread_stored_it_is_named():
-    found = describe_unstored_read({"event": "unstored_read", "array": "Bs", "two_d": True, "row": 3, "column": 5,
-                                    "line": 21, "thread": [5, 3, 0], "block": [0, 1, 0]})
+READ_INTO_C = {"event": "unwritten_in_c", "elements": 12, "row": 2, "column": 5, "line": 24, "thread": [5, 2, 0],
+               "block": [0, 1, 0], "array": "Bs", "two_d": True, "entry_row": 3, "entry_column": 5, "read_line": 21,
+               "read_thread": [5, 3, 0], "read_block": [0, 1, 0]}
+
+
+def test_a_tile_entry_read_before_any_thread_stored_it_is_unsafe_where_its_value_reaches_c():
+    found = describe_unwritten_in_c(READ_INTO_C)
     assert found.fact.startswith("Bs[3][5] is read at line 21 (thread (5, 3) of block (0, 1)) before any thread of "
                                  "the block stored it")
+    assert found.fact.endswith("that value reaches C: C[2][5] (stored at line 24 by thread (5, 2) of block (0, 1)) is "
+                               "computed from it; 12 elements of C are")
+    assert found.unsafe == UNWRITTEN_READ
     assert found.fix.startswith("check the loads into Bs") and "add" not in found.fix
+
+
+def test_a_value_whose_read_the_harness_could_not_name_is_told_by_its_store_and_the_first_read():
+    unnamed = {key: READ_INTO_C[key] for key in ("event", "elements", "row", "column")}
+    first = {"event": "unstored_read", "array": "As", "two_d": True, "row": 0, "column": 1, "line": 20,
+             "thread": [0, 0, 0], "block": [0, 0, 0]}
+    found = describe_unwritten_in_c(unnamed, first)
+    assert found.fact.startswith("C[2][5] is computed from a shared entry no thread of its block stored; 12 elements")
+    assert found.fix.startswith("check the loads into As") and found.unsafe == UNWRITTEN_READ
+
+
+def test_a_read_whose_value_reaches_no_element_of_c_is_a_hint_in_words_for_every_case():
+    read = {"event": "unstored_read", "array": "subB", "two_d": True, "row": 0, "column": 3, "line": 21,
+            "thread": [3, 0, 0], "block": [4, 0, 0]}
+    hint = unstored_read_hint(read)
+    assert hint.startswith("line 21 reads entries of subB that no thread of the block stored")
+    assert "no point depends on them" in hint and "store 0 into subB" in hint
+    assert "thread" not in hint.replace("no thread of the block", "")  # the same words in every case it shows in
+    assert unstored_read_hint({**read, "thread": [0, 9, 0], "block": [1, 1, 0]}) == hint
 
 
 def test_fault_texts_name_the_buffer_the_side_and_the_thread():

@@ -63,7 +63,8 @@ EVENTS: dict[str, tuple[dict, dict]] = {
     "case": ({"case": str, "seconds": NUMBER, "a_changed": bool, "b_changed": bool},
              {"races": RECORDS, "schedules_differ": int, "launches": int, "distinct_outputs": int,
               "unstored_reads": RECORDS, "collisions": RECORDS, "c_collisions": int, "indices": RECORDS,
-              "c_reads": RECORDS, "tile_loops": RECORDS, "mappings": RECORDS, "unstored": RECORDS}),
+              "c_reads": RECORDS, "tile_loops": RECORDS, "mappings": RECORDS, "unstored": RECORDS,
+              "unwritten_in_c": RECORDS}),
     "case_error": ({"case": str, "schedule": str, "problem": RECORD}, {}),
     # A turn on the device for the cases, or for a sanitizer launch (job: which of launch_kernel's): "go"
     "await_device": ({}, {"job": int}),
@@ -114,6 +115,13 @@ HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
     # A shared entry read while it still held the poison no thread of its block had overwritten.
     "unstored_read": ({"array": str, "two_d": bool, "row": int, "column": int, "line": int, "thread": TRIPLE,
                        "block": TRIPLE}, {}),
+    # At a launch's end, the elements of C holding a value read from a shared entry no thread of its block stored
+    # (cuda_emu.h, MARK_FAMILY): how many; the first, [row][column], who stored it at `line`; and the read it came
+    # from where its mark names one: the entry of `array`, the line, the reading thread and block.
+    "unwritten_in_c": ({"elements": COUNT, "row": COUNT, "column": COUNT},
+                       {"line": COUNT, "thread": TRIPLE, "block": TRIPLE, "array": str, "two_d": bool,
+                        "entry_row": COUNT, "entry_column": COUNT, "read_line": COUNT, "read_thread": TRIPLE,
+                        "read_block": TRIPLE}),
     # Two threads stored one element of C: `thread` of `block` at `line`, after `other_*`.
     "c_collision": ({"row": int, "column": int, "line": int, "thread": TRIPLE, "block": TRIPLE, "other_line": int,
                      "other_thread": TRIPLE, "other_block": TRIPLE}, {}),

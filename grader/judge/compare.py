@@ -62,11 +62,13 @@ class CaseRun:
     # What the emulator saw that explains wrong elements (two threads storing one element of C, an index off its
     # matrix, ...): told only when C is wrong or a store landed outside it, in place of the guess from the pattern.
     evidence: list[Finding] = field(default_factory=list)
-    # What the emulator saw that fails the case whatever C holds (a tile entry read before any thread of its
-    # block stored it): the kernel computed from poison, and only luck kept it out of C.
+    # What the emulator saw that fails the case whatever the GPU's C holds (a value read from a tile entry no
+    # thread of its block stored reached C): on a GPU that entry holds whatever was there before.
     unsafe_reads: list[Finding] = field(default_factory=list)
     # The emulator saw every thread's tile loop run ceil(k / TILE) times: no guess that the phase count is wrong.
     phase_count_right: bool = False
+    # What costs no points, whatever the verdict: such a read whose value reached no element of C.
+    hints: list[str] = field(default_factory=list)
 
 
 def judge_case(
@@ -79,7 +81,7 @@ def judge_case(
     truth = truth or truth_of(a, b, k_factor, abs_tol)
     before, c, after = split_guarded(run.buffer, m, n)
     metrics = {"m": m, "n": n, "k": k, "seconds": round(run.seconds, 6)}
-    extra = {"visibility": visibility, "metrics": metrics}
+    extra = {"visibility": visibility, "metrics": metrics, "hints": list(run.hints)}
 
     if run.reference is not None and wrong_mask(run.reference, truth).any():
         return errored(name, CASE, points, "grader error: the reference kernel fails this case; "

@@ -6,13 +6,16 @@ computing them (judge/findings.py's UNSAFE_KINDS). A GPU run sees values; the em
 barrier and warp collective. So where the emulator saw something unsafe, its check is the case's, word for
 word as a CPU grade gives it. Otherwise the GPU's values decide: where both engines find C right, or both
 find it wrong, the emulator's words explain (the same words as a CPU grade: it saw which thread stored what);
-where one finds it right and the other wrong, the GPU's check stands and says so.
+where one finds it right and the other wrong, the GPU's check stands and says so. A read of a shared entry no
+thread stored is unsafe only where the emulator saw its value reach C: where the GPU's C was right there, by
+luck (its stale shared memory), the case fails and says so; elsewhere the emulator's hint goes with the check.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ..result import ERROR, FAILED, PASSED, SKIPPED, CheckResult
+from .findings import UNWRITTEN_READ
 
 DISAGREE = "the CPU emulator's result in this case differs ({}); the GPU's values count"
 
@@ -26,7 +29,8 @@ def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResul
     if "notes" in emulated.metrics:  # for the instructor: what the emulator's evidence suggests of the config
         metrics["notes"] = emulated.metrics["notes"]
     if emulated.unsafe:
-        return replace(emulated, metrics=metrics)
+        return replace(emulated, metrics=metrics, message=emulated.message + _right_by_luck(on_gpu, emulated))
+    on_gpu = replace(on_gpu, hints=emulated.hints)  # the emulator's, whatever the GPU's values: it saw the reads
     if on_gpu.status == ERROR:  # a fault, hang or crash on the GPU is what happened there
         if emulated.status == ERROR:  # on both: the emulator's words name the line
             return replace(emulated, metrics=metrics)
@@ -43,3 +47,12 @@ def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResul
 def _with_disagreement(on_gpu: CheckResult, emulated: CheckResult) -> CheckResult:
     found = "it passed" if emulated.status == PASSED else emulated.message.split("\n", 1)[0]
     return replace(on_gpu, message=f"{on_gpu.message}\n{DISAGREE.format(found)}")
+
+
+def _right_by_luck(on_gpu: CheckResult, emulated: CheckResult) -> str:
+    """Where the GPU's C was right though the emulator saw a value no thread stored reach it: said, so the
+    student knows the GPU's values were luck."""
+    if on_gpu.status != PASSED or UNWRITTEN_READ not in emulated.unsafe:
+        return ""
+    return ("\non the GPU C came out right in this case, by luck: the shared entries no thread stored held values "
+            "that happened not to change it")

@@ -5,7 +5,9 @@ per case.
 A finding may also say the kernel did something unsafe (`unsafe`, one of the kinds below): the rule for a
 case's verdict, on every engine, is that it passes only when its values are right and nothing unsafe was seen
 computing them. Values are what the GPU decides; these are what the CPU emulator (or, where it cannot run the
-kernel, compute-sanitizer) sees.
+kernel, compute-sanitizer) sees. A read of a shared entry no thread of its block stored is unsafe only where its
+value reaches an element of C the kernel stores; one whose value is discarded is a hint (a CheckResult's
+`hints`): how to make the kernel cleaner, worth no points.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ OUT_OF_BOUNDS_READ = "out-of-bounds read"
 OUT_OF_BOUNDS_WRITE = "out-of-bounds write"
 INVALID_ADDRESS = "invalid address"
 SHARED_RACE = "shared-memory race"
-UNWRITTEN_READ = "read of a shared entry never written"
+# A value read from a shared entry no thread of its block stored, reaching an element of C the kernel stores
+UNWRITTEN_READ = "read of a shared entry never written, reaching C"
 DIVERGENT_BARRIER = "divergent barrier"
 DIVERGENT_WARP = "divergent warp collective"
 UNSAFE_KINDS = (OUT_OF_BOUNDS_READ, OUT_OF_BOUNDS_WRITE, INVALID_ADDRESS, SHARED_RACE, UNWRITTEN_READ,

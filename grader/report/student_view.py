@@ -113,6 +113,29 @@ def what_to_fix(result: SubmissionResult, show_hidden: bool = False) -> list[str
     return [f"{group.fix} {group.explains}" for group in cause_groups(result, show_hidden) if group.fix]
 
 
+HINTS_TITLE = "Worth cleaning up (no points depend on it):"
+
+
+def hint_groups(result: SubmissionResult, show_hidden: bool = False) -> list[CauseGroup]:
+    """Each hint once (`fix` holds its words), with the checks it showed in, whatever their verdicts; a hint only
+    hidden checks showed is not told, as their causes are not."""
+    groups: dict[str, CauseGroup] = {}
+    for check in result.checks:
+        for hint in check.hints:
+            group = groups.setdefault(hint, CauseGroup(hint))
+            if check.visibility == HIDDEN and not show_hidden:
+                group.hidden += 1
+            else:
+                group.names.append(check.name)
+    return [group for group in groups.values() if group.names]
+
+
+def hint_lines(result: SubmissionResult) -> list[str]:
+    """The title and one "- " line per hint; [] when there is none."""
+    groups = hint_groups(result)
+    return [HINTS_TITLE, *(f"- {group.fix} {group.explains}" for group in groups)] if groups else []
+
+
 def shortened(message: str, samples: int = SHOWN_SAMPLES) -> str:
     """A case's message with at most `samples` of its sample elements (`  C[r][c]: expected …`), for a
     report that shows one case for many: the rest are counted, and every one is in the JSON."""
@@ -151,4 +174,5 @@ def student_summary(result: SubmissionResult, limit: int = DEFAULT_LIMIT) -> str
     fixes = what_to_fix(result)
     if fixes:
         lines += ["What to fix:", *(f"- {fix}" for fix in fixes)]
+    lines += hint_lines(result)
     return cap("\n".join(lines), limit)

@@ -10,7 +10,16 @@ from rich.text import Text
 from grader.report.faster import faster_lines
 from grader.report.points import format_points, score_line
 from grader.report.regrade import graded_with_words
-from grader.report.student_view import NOT_CHECKED, CauseGroup, cause_groups, printed_lines, shortened, verdict
+from grader.report.student_view import (
+    HINTS_TITLE,
+    NOT_CHECKED,
+    CauseGroup,
+    cause_groups,
+    hint_groups,
+    printed_lines,
+    shortened,
+    verdict,
+)
 from grader.result import (
     CASE,
     ERROR,
@@ -126,6 +135,11 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
     if faster:
         console.print(Text(faster[0], style="bold"))
         console.print(_bullets(_advice(faster[1:], ADVICE_BESIDE_FIXES if groups else len(faster))))
+    hints = hint_groups(result, show_hidden_details)
+    if hints:
+        console.print(Text(HINTS_TITLE, style="bold"))
+        console.print(_bullets([Text(group.fix, overflow="fold").append(f"\n{group.explains}", style="dim")
+                                for group in hints]))
     held = f" ({NEEDS_GPU_GRADE}: its grade waits for a GPU)" if result.outcome == NEEDS_GPU_GRADE else ""
     console.print(Text(f"Total: {score_line(result)}{held}", style="bold"))
     if result.provenance is not None:  # what a regrade or `grade reproduce` compares against

@@ -165,7 +165,7 @@ def _found(reports: dict[str, list[dict]]) -> dict:
             "collisions": _first(reports, "c_collision"), "c_collisions": max(d.get("c_collisions", 0) for d in done),
             "indices": _per_site(reports), "c_reads": _first(reports, "c_read"),
             "tile_loops": _first(reports, "tile_loop"), "mappings": _first(reports, "c_mapping"),
-            "unstored": _first(reports, "c_unstored")}
+            "unstored": _first(reports, "c_unstored"), "unwritten_in_c": _first(reports, "unwritten_in_c")}
 
 
 def _per_site(reports: dict[str, list[dict]]) -> list[dict]:

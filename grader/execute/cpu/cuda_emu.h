@@ -8,8 +8,8 @@
 // accesses the grader instrumented report to a shadow memory that finds races between barriers,
 // independently of the order. Shared memory is
 // poisoned at each block's start as on the GPU (late_warps.py), so a tile entry no thread stored reads
-// NaN, and its first such read is named; every store to C records its writer, so two threads storing
-// one element of C are named too.
+// NaN, one that carries a mark naming the read: an element of C the mark reaches names it (MARK_FAMILY);
+// every store to C records its writer, so two threads storing one element of C are named too.
 //
 // A guard macro, not #pragma once: a student's unit includes a precompiled copy of this header first
 // (build.py), and then this file by its own name.
@@ -347,6 +347,16 @@ inline size_t element_of(const Region &region, const void *address) {
     return region.element_shift >= 0 ? offset >> region.element_shift : offset / region.element_bytes;
 }
 
+// The entry's row and column in its array (a 1-D array's: row 0).
+struct Entry {
+    size_t row, column;
+};
+inline Entry entry_of(const Region &region, const void *address) {
+    size_t element = element_of(region, address);
+    return region.row_elements ? Entry{element / region.row_elements, element % region.row_elements}
+                               : Entry{0, element};
+}
+
 inline std::vector<Region> regions;
 inline std::vector<Cell> cells;
 inline uint32_t epoch = 1;  // advances at every barrier and every new block
@@ -354,18 +364,50 @@ inline int epoch_line = 0;  // the line of the barrier that began this epoch (0:
 inline long races_found = 0;
 inline uint32_t block_serial = 1;  // advances at every new block (new_block)
 
-// A NaN in every 32-bit word of shared memory, as the GPU path's blocks fill theirs (late_warps.py). Not
-// C's poison (inputs.py POISON_BITS): the CPU keeps a NaN's payload through arithmetic, so a sum of poison
-// stored to C would read as an element never written.
-constexpr uint32_t SHARED_POISON = 0x7FC0B10Cu;
+// ---- the mark of a value read from a shared entry no thread stored --------------------------------------
+// Shared memory is poisoned at each block's start, as the GPU path's blocks fill theirs (late_warps.py), with
+// a NaN of the mark's family: every such NaN is a quiet NaN whose payload's top bits are MARK_FAMILY's, its low
+// 16 bits an index (0: no read recorded). The first read of an entry that still holds one, at each line, in each
+// block, is recorded (unwritten_reads) and the entry's words then hold the NaN naming that record. The CPU keeps
+// a NaN operand's payload through arithmetic (+, -, *, fmaf, a product with 0, a helper's return; the sign is
+// ignored, so -x keeps it), so an element of C that ends holding a mark names the unwritten read whose value
+// reached it (report_unwritten_in_c). A comparison, a conversion to an integer or fminf/fmaxf drops a mark: a
+// value that only decides a branch is not followed. No other NaN is of the family: C's poison (judge/layout.py
+// POISON_BITS, also past A and B) and the NaN arithmetic makes (0x7FC00000 and its negative) are not, so a mark
+// in C is never one of those; a student who stores one on purpose stores a NaN, which is wrong anyway.
+constexpr uint32_t MARK_FAMILY = 0x7FCB0000u, MARK_MASK = 0x7FFF0000u, MARK_INDEX = 0xFFFFu;
+constexpr uint32_t SHARED_POISON = MARK_FAMILY;  // index 0: an entry no thread of the block read or stored yet
+
+inline bool is_mark(uint32_t bits) { return (bits & MARK_MASK) == MARK_FAMILY; }
+
+// A read of a shared entry no thread of its block had stored: where, by whom, which entry.
+struct UnwrittenRead {
+    const char *array;
+    bool two_d;
+    size_t row, column;
+    int line;
+    uint3 thread, block;
+    uint32_t block_serial;
+};
+inline std::vector<UnwrittenRead> unwritten_reads;  // record i is named by index i + 1; reset per launch
+constexpr size_t MAX_UNWRITTEN_READS = MARK_INDEX;
 
 inline void poison(const Region &region) {
     for (size_t at = 0; at + 4 <= region.bytes; at += 4) memcpy((char *)region.base + at, &SHARED_POISON, 4);
 }
 
-// Whether the element still holds the poison's bytes (an uninstrumented store through a pointer would
-// have changed them: only the bytes say the entry was never stored).
+// Whether the element still holds poison (an uninstrumented store through a pointer would have changed it: only
+// the bytes say the entry was never stored): a mark in each word of an element of whole words (a float, a
+// float4), else the poison's bytes.
 inline bool holds_poison(const Region &region, const void *address) {
+    if (region.element_bytes % 4 == 0 && ((const char *)address - region.base) % 4 == 0) {
+        for (size_t j = 0; j < region.element_bytes; j += 4) {
+            uint32_t bits;
+            memcpy(&bits, (const char *)address + j, 4);
+            if (!is_mark(bits)) return false;
+        }
+        return true;
+    }
     size_t offset = (const char *)address - region.base;
     for (size_t j = 0; j < region.element_bytes; ++j)
         if (((const unsigned char *)address)[j] != ((const unsigned char *)&SHARED_POISON)[(offset + j) % 4])
@@ -618,9 +660,7 @@ inline void race(const Region &region, const void *address, const char *kind, in
     ++races_found;
     if (race_reported[store_after_read]) return;
     race_reported[store_after_read] = true;
-    size_t element = element_of(region, address);
-    size_t row = region.row_elements ? element / region.row_elements : 0;
-    size_t column = region.row_elements ? element % region.row_elements : element;
+    auto [row, column] = entry_of(region, address);
     uint3 s = thread_of(store_thread), o = thread_of(other_thread);
     report("{\"event\": \"race\", \"kind\": \"%s\", \"array\": \"%s\", \"two_d\": %s, \"row\": %zu, \"column\": %zu, "
            "\"store_line\": %d, \"store_thread\": [%u, %u, %u], \"other_line\": %d, \"other_thread\": [%u, %u, %u], "
@@ -631,14 +671,33 @@ inline void race(const Region &region, const void *address, const char *kind, in
            store_trip, other_trip, epoch_line);
 }
 
-// The first read of a shared entry that no thread of its block stored (reported once: it explains the NaN).
+// The entry's words made to hold the mark naming this read (the first at this line in this block), so the value
+// the thread reads carries it (see MARK_FAMILY). Entries that are not whole words (a char tile) are not marked.
+inline void mark_read(const Region &region, const void *address, int line) {
+    if (region.element_bytes % 4 != 0 || ((const char *)address - region.base) % 4 != 0) return;
+    uint32_t bits;
+    memcpy(&bits, address, 4);
+    size_t index = bits & MARK_INDEX;
+    if (index != 0 && index <= unwritten_reads.size()) {
+        const UnwrittenRead &read = unwritten_reads[index - 1];
+        if (read.line == line && read.block_serial == block_serial) return;  // already named by this line's read
+    }
+    if (unwritten_reads.size() >= MAX_UNWRITTEN_READS) return;  // it keeps the mark it has: a read, named or not
+    auto [row, column] = entry_of(region, address);
+    unwritten_reads.push_back({region.name, region.row_elements != 0, row, column, line, current->idx, blockIdx,
+                               block_serial});
+    bits = MARK_FAMILY | (uint32_t)unwritten_reads.size();
+    for (size_t j = 0; j < region.element_bytes; j += 4) memcpy((char *)address + j, &bits, 4);
+}
+
+// A read of a shared entry that no thread of its block stored: its value is marked, and the first such read of
+// the launch is reported (whether it matters is whether a mark reaches C: report_unwritten_in_c).
 [[gnu::cold, gnu::noinline]]
 inline void unstored_read(const Region &region, const void *address, int line) {
+    mark_read(region, address, line);
     if (unstored_reported) return;
     unstored_reported = true;
-    size_t element = element_of(region, address);
-    size_t row = region.row_elements ? element / region.row_elements : 0;
-    size_t column = region.row_elements ? element % region.row_elements : element;
+    auto [row, column] = entry_of(region, address);
     uint3 t = current->idx;
     report("{\"event\": \"unstored_read\", \"array\": \"%s\", \"two_d\": %s, \"row\": %zu, \"column\": %zu, "
            "\"line\": %d, \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
@@ -778,6 +837,42 @@ inline void c_collision(size_t element, int line) {
            "\"block\": [%u, %u, %u], \"other_line\": %d, \"other_thread\": [%u, %u, %u], \"other_block\": [%u, %u, %u]}",
            element / c_columns, element % c_columns, line, t.x, t.y, t.z, blockIdx.x, blockIdx.y, blockIdx.z,
            c_line[element], o.x, o.y, o.z, ob.x, ob.y, ob.z);
+}
+
+// The launch's end: the elements of C that hold a mark (a value read from a shared entry no thread of its block
+// stored reached them), how many, and the first of them with who stored it and, where the mark names one, the
+// read it came from. Each then holds the plain poison: which read a mark names depends on the threads' order,
+// and C must not (case_files.py compares the orders' outputs bit for bit). Where no thread read an entry no
+// thread stored, a mark in C is a NaN the kernel made on purpose: wrong, but not from such a read.
+inline void report_unwritten_in_c() {
+    if (c_begin == nullptr || !unstored_reported) return;
+    size_t elements = (size_t)(c_end - c_begin) / sizeof(float), marked = 0, first = 0;
+    uint32_t bits = 0, first_bits = 0;
+    for (size_t e = 0; e < elements; ++e) {
+        memcpy(&bits, c_begin + e * sizeof(float), 4);
+        if (!is_mark(bits)) continue;
+        if (marked++ == 0) first = e, first_bits = bits;
+        bits = (bits & 0x80000000u) | SHARED_POISON;
+        memcpy(c_begin + e * sizeof(float), &bits, 4);
+    }
+    if (marked == 0) return;
+    bits = first_bits;
+    char store[160] = "", read[320] = "";
+    if (c_block[first] != 0) {
+        uint3 t = thread_of(c_thread[first]), b = block_of(c_block[first] - 1);
+        snprintf(store, sizeof store, ", \"line\": %d, \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]",
+                 c_line[first], t.x, t.y, t.z, b.x, b.y, b.z);
+    }
+    size_t index = bits & MARK_INDEX;
+    if (index != 0 && index <= unwritten_reads.size()) {
+        const UnwrittenRead &r = unwritten_reads[index - 1];
+        snprintf(read, sizeof read, ", \"array\": \"%.64s\", \"two_d\": %s, \"entry_row\": %zu, "
+                 "\"entry_column\": %zu, \"read_line\": %d, \"read_thread\": [%u, %u, %u], "
+                 "\"read_block\": [%u, %u, %u]", r.array, r.two_d ? "true" : "false", r.row, r.column, r.line,
+                 r.thread.x, r.thread.y, r.thread.z, r.block.x, r.block.y, r.block.z);
+    }
+    report("{\"event\": \"unwritten_in_c\", \"elements\": %zu, \"row\": %zu, \"column\": %zu%s%s}", marked,
+           first / c_columns, first % c_columns, store, read);
 }
 
 // A store into C's element: is it the one the launch gives the thread, or the one of the transposed launch?
@@ -1136,6 +1231,7 @@ inline void new_launch() {
     memset(site_reported, 0, sizeof site_reported);
     c_read_reported = false;
     last_misindexed = Misindexed{};
+    unwritten_reads.clear();
     printed_bytes = 0;  // the printf cap is per launch, as the GPU's buffer is flushed after each
     last_site = 0;
     memset(dynamic_shared, 0, sizeof dynamic_shared);  // past the launch's bytes, nothing is poisoned per block

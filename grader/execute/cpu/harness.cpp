@@ -400,9 +400,10 @@ bool restored(float *data, const std::vector<float> &pristine) {
     return true;
 }
 
-// What the launch did as a whole: its tile loop's trips, a thread that left its element of C unstored, and which
-// element of C each thread stored.
+// What the launch did as a whole: values read from shared entries no thread stored that reached C, its tile loop's
+// trips, a thread that left its element of C unstored, and which element of C each thread stored.
 void report_launch() {
+    cuda_emu::report_unwritten_in_c();
     if (cuda_emu::looping_threads > 0)
         cuda_emu::report("{\"event\": \"tile_loop\", \"fewest\": %u, \"most\": %u, \"threads\": %ld}",
                          cuda_emu::fewest_trips, cuda_emu::most_trips, cuda_emu::looping_threads);

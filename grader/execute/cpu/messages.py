@@ -1,5 +1,6 @@
 """What the CPU emulator found, told to a student: races, barrier divergence, out-of-bounds accesses, two
-threads storing one element of C, a tile entry read before any thread stored it.
+threads storing one element of C, a tile entry read before any thread stored it (unsafe where its value
+reaches C, a hint where it does not).
 
 Pure functions of the harness's reports (see harness.cpp and cuda_emu.h for their fields). Each text names
 what the emulator saw; a fix names a barrier only where it saw a store and a read of one shared entry with
@@ -140,14 +141,43 @@ def _only_difference(collision: dict) -> str:
     return differ[0] if same_block and len(differ) == 1 and differ[0] in "xy" else ""
 
 
-def describe_unstored_read(read: dict) -> Finding:
-    """A tile entry read while it still held the poison: no thread of the block stored it before."""
-    entry = _element(read)
-    return Finding(f"{entry} is read at line {read['line']} (thread {_xy(read['thread'])} of block "
-                   f"{_xy(read['block'])}) before any thread of the block stored it: it holds the NaN the grader "
-                   "fills shared memory with at each block's start (on a GPU, whatever was there before)",
-                   f"check the loads into {read['array']}: every entry the tile loop reads must be stored by a "
-                   "thread of the block before the barrier that comes before the reads", UNWRITTEN_READ)
+POISONED = ("it holds the NaN the grader fills shared memory with at each block's start (on a GPU, whatever was "
+            "there before)")
+
+
+def _loads_fix(array: str) -> str:
+    return (f"check the loads into {array}: every entry the tile loop reads must be stored by a thread of the block "
+            "before the barrier that comes before the reads")
+
+
+def describe_unwritten_in_c(record: dict, first_read: dict | None = None) -> Finding:
+    """Values read from shared entries no thread of the block stored reached C (unsafe): told at the read (the
+    entry, its line, the thread) and at the store into C. Where the harness could not say which read it was,
+    `first_read` (the launch's first such read) names the array to check."""
+    element = f"C[{record['row']}][{record['column']}]"
+    if "line" in record:
+        element += f" (stored at line {record['line']} by {_thread_in_block(record, '')})"
+    count = record["elements"]
+    also = f"; {count} elements of C are" if count > 1 else ""
+    if "read_line" in record:
+        entry = _element({"array": record["array"], "two_d": record["two_d"], "row": record["entry_row"],
+                          "column": record["entry_column"]})
+        read = (f"{entry} is read at line {record['read_line']} (thread {_xy(record['read_thread'])} of block "
+                f"{_xy(record['read_block'])}) before any thread of the block stored it: {POISONED}")
+        return Finding(f"{read}; that value reaches C: {element} is computed from it{also}",
+                       _loads_fix(record["array"]), UNWRITTEN_READ)
+    array = first_read["array"] if first_read else "the tiles"
+    return Finding(f"{element} is computed from a shared entry no thread of its block stored{also}: {POISONED}",
+                   _loads_fix(array), UNWRITTEN_READ)
+
+
+def unstored_read_hint(read: dict) -> str:
+    """A read of a shared entry no thread of the block stored, whose value reached no element of C: no point
+    depends on it, and the words hold for every case it shows in (no thread, no block)."""
+    return (f"line {read['line']} reads entries of {read['array']} that no thread of the block stored (the NaN "
+            "the grader fills shared memory with; on a GPU, whatever was there before): their values reach no "
+            f"element of C, so no point depends on them. Cleaner: store 0 into {read['array']} where the load falls "
+            "outside the matrix (an else branch), or read only the entries the block stored")
 
 
 def describe_problem(problem: dict, shape: tuple[int, int, int] | None = None,
