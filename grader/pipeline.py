@@ -27,6 +27,7 @@ from .diagnose.resources import add_compiler_feedback, warm_reference
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import TOOLS, SanitizerRun, sanitize, sanitizer_path
 from .diagnose.safety import CaseSafety, case_safety
+from .diagnose.speed import timing_without_gpu
 from .emulation import Emulation, emulation_of, merged, start_beside, with_tool_findings
 from .execute.confine.sandbox import Sandbox, detect
 from .execute.cpu.build import compiler
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
 
 GPU, CPU = "gpu", "cpu"
 CPU_NOTE = "CPU emulation: correctness checked, timing skipped"
+MODELLED_NOTE = "CPU emulation: correctness checked, timing estimated by the speed model"
 # Why a check a CPU run skips needs a GPU (CheckResult.needs_gpu): said once per kind in every report.
 # Only the machine and the config decide these: nothing a submission does adds to them.
 NEEDS_GPU_TIMING, NEEDS_GPU_LARGE = "timing", "large cases"
@@ -512,8 +514,9 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
     compiled = compile_without_gpu(submission, config, sandbox_of(plan))
     phases.mark("nvcc_check")
     nvcc = compiled.check
-    needs_gpu = [skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE,
-                         needs_gpu=NEEDS_GPU_TIMING)]
+    held_timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE,
+                          needs_gpu=NEEDS_GPU_TIMING)
+    needs_gpu = [held_timing]
     reason = (nvcc.message if compiled.outcome == GRADER_ERROR else
               "not run: the kernel did not compile" if nvcc.status == ERROR else
               "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
@@ -542,12 +545,36 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
     shown = next((check for check in made if check.kind == COMPILE), nvcc)
     add_compiler_feedback(result, shown, compiled.cubin, config, sandbox_of(plan), run.tile_size)
     phases.mark("feedback")
+    needs_gpu[0] = _timing_without_gpu(held_timing, made, result, run, compiled.cubin, config, sandbox_of(plan))
+    phases.mark("speed_model")
     return [*made, *needs_gpu], run.not_run_reason
+
+
+def _timing_without_gpu(held: CheckResult, made: list[CheckResult], result: SubmissionResult, run: RunEvents,
+                        cubin: bytes, config: Config, sandbox: Sandbox) -> CheckResult:
+    """The timing check decided by the speed model (timing.without_gpu: model), else held for a GPU; a
+    failure of the model's own is logged and holds the points, never costs them."""
+    if not (run.compile_check.passed and result.outcome == GRADED):
+        return held
+    try:
+        timing = timing_without_gpu(held, [check for check in made if check.kind == CASE], run.access_profile,
+                                    run.tile_size, cubin, result.feedback, config, sandbox)
+        if timing.metrics.get("estimated") and result.message.startswith(CPU_NOTE):
+            result.message = MODELLED_NOTE + result.message[len(CPU_NOTE):]
+        return timing
+    except Exception:
+        result.log += "\n[grader] the speed model failed:\n" + traceback.format_exc()
+        return held
+
+
+def _profiled(config: Config) -> bool:
+    """Whether a run on the emulator profiles the kernel and the reference: for advice, or for the speed model."""
+    return config.feedback.emulator or config.timing.without_gpu == "model"
 
 
 def _emulator_feedback(result: SubmissionResult, run: RunEvents, submission: Submission, config: Config) -> None:
     """How to make it faster, from the emulator's access profile of the kernel beside the reference's."""
-    if run.access_profile and run.compile_check.passed and result.outcome == GRADED:
+    if run.access_profile and run.compile_check.passed and result.outcome == GRADED and config.feedback.emulator:
         profile = run.access_profile
         run.compile_check.metrics["feedback_s"] = profile.get("seconds")  # what the advice cost (bench)
         result.feedback += access_feedback(profile["student"], profile["reference"], profile["size"],
@@ -706,7 +733,7 @@ def _job(submission: Submission, device: str, config: Config, cases: list[Case],
         device_side_source=(prepare_source(device, tile=tile)
                             if device != submission.source else ""),
         tile_constant=tile.constant, launches_per_case=config.kernel.launches_per_case, headers=submission.headers,
-        sandbox=asdict(sandbox), access_profile=config.feedback.emulator and not timed, reference_original=reference,
+        sandbox=asdict(sandbox), access_profile=_profiled(config) and not timed, reference_original=reference,
         parallel_cases=emulator_workers,
     )
 

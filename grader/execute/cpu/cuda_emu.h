@@ -564,7 +564,18 @@ inline void profile_block_end() {
     for (std::vector<uint32_t> &counts : executions) counts.assign(counts.size(), 0);
 }
 
+// Block-wide barriers a profile run's blocks completed, per line of __syncthreads (the speed model's barriers).
+inline std::vector<std::pair<int, long>> barrier_lines;
+
+inline void count_barrier(int line) {
+    for (auto &[seen, count] : barrier_lines)
+        if (seen == line) return (void)++count;
+    if (barrier_lines.size() < 64) barrier_lines.push_back({line, 1});
+}
+
 inline void report_profile() {
+    for (const auto &[line, count] : barrier_lines)
+        report("{\"event\": \"barriers\", \"line\": %d, \"count\": %ld}", line, count);
     int reported = 0;
     for (const AccessSite &s : access_sites) {
         if (s.requests == 0 || ++reported > 256) continue;
