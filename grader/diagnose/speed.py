@@ -15,8 +15,8 @@ from ..execute.confine.sandbox import Sandbox
 from ..execute.cpu.access_profile import profiled_blocks
 from ..execute.nvcc.cubin_resources import cubin_arch
 from ..judge.occupancy import Launched, Resources, limits_for, of
-from ..judge.speed_model import FAIL, HELD, PASS, Estimate, GpuFigures, decisive_bounds, estimate, verdict, \
-    work_on_shape
+from ..judge.speed_model import FAIL, HELD, PASS, Estimate, GpuFigures, decisive_bounds, estimate, \
+    excess_by_line, verdict, work_on_shape
 from ..judge.timing import NAME
 from .resources import launched, reference_launched
 from ..result import BANK_CONFLICT, OCCUPANCY, SPILLS, TIMING, UNCOALESCED_LOAD, UNCOALESCED_STORE, CheckResult, \
@@ -85,7 +85,7 @@ def modelled_timing(profile: dict, tile: int, contract: KernelContract, student:
                "margin": t.model.margin, "student_ms_estimate": round(mine.ms, 4),
                "reference_ms_estimate": round(theirs.ms, 4), "bound": mine.bound, "reference_bound": theirs.bound,
                "occupancy_from": "compiler" if student is not None else "emulator"}
-    message = _message(decided, ratio, mine, config, findings)
+    message = _message(decided, ratio, mine, config, costliest_first(findings, profile, contract, tile, config))
     if decided == HELD and unseen:
         message += f"\n{unseen}"
     if decided == PASS:
@@ -93,6 +93,18 @@ def modelled_timing(profile: dict, tile: int, contract: KernelContract, student:
     if decided == FAIL:
         return failed(NAME, TIMING, points, message, metrics=metrics)
     return skipped(NAME, TIMING, points, message, metrics=metrics, needs_gpu=needs_gpu)
+
+
+def costliest_first(findings: list[Feedback], profile: dict, contract: KernelContract, tile: int,
+                    config: Config) -> list[Feedback]:
+    """The findings that explain a slow kernel, the line that costs the most time beyond its ideal first (an
+    8-way conflict in the inner loop before one in the tile's load); the kernel's own (occupancy) after."""
+    size, t = profile["size"], config.timing
+    profiled, timed = contract.launch(size, size, tile), contract.launch(t.m, t.n, tile)
+    excess = excess_by_line(profile["student"], size, profiled_blocks(profiled.grid),
+                            timed.block[0] * timed.block[1] * timed.block[2], t.k)
+    slow = [item for item in findings if item.what in WHY_SLOW]
+    return sorted(slow, key=lambda item: -excess.get(item.line, 0.0) if item.line is not None else 0.0)
 
 
 def _local_memory(student: Launched | None, reference: Launched | None) -> str:
@@ -113,7 +125,7 @@ def _message(decided: str, ratio: float, mine: Estimate, config: Config, finding
         said = f"not decided without a GPU: {said}, too near the limit for an estimate; it is timed on a GPU"
     elif decided == FAIL:
         said += f": too slow; most of its time goes to {BOUND_IN_WORDS[mine.bound]}"
-    slow = [item.message for item in findings if item.what in WHY_SLOW][:SHOWN_FINDINGS]
+    slow = [item.message for item in findings][:SHOWN_FINDINGS]
     if slow and decided != PASS:
         said += ". Why it is slower: " + "; ".join(slow)
     return (f"{said}\n(an estimate from what the CPU emulator counted, for your kernel and the reference: global-"

@@ -83,8 +83,7 @@ def work_on_shape(records: list[dict], size: int, profiled_blocks: int, threads:
             per_block = record["count"] / profiled_blocks
             counts["barriers"] += per_block * (deeper if per_block > 1 else 1)
             continue
-        requests = record["requests"] / profiled_blocks
-        scale = (deeper if requests > warps else 1) / profiled_blocks  # more than once per warp: in the k loop
+        scale = _scale(record, warps, deeper, profiled_blocks)
         if record["kind"].startswith("shared"):
             counts["shared"] += record["total"] * scale
             continue
@@ -95,6 +94,29 @@ def work_on_shape(records: list[dict], size: int, profiled_blocks: int, threads:
     side = math.isqrt(threads) if math.isqrt(threads) ** 2 == threads else threads
     return Work(blocks, threads, float(threads * k), counts["shared"], counts["lines"], counts["sectors"],
                 counts["stored"], 2.0 * side * k * 4, counts["barriers"], 4.0 * (m * k + k * n + m * n))
+
+
+def _scale(record: dict, warps: int, deeper: float, profiled_blocks: int) -> float:
+    """What turns an access record's counts over the profiled blocks into one block's on the timing shape:
+    a site that runs more than once per warp runs in the loop over k, which is `deeper` times longer there."""
+    in_loop = record["requests"] / profiled_blocks > warps
+    return (deeper if in_loop else 1) / profiled_blocks
+
+
+def excess_by_line(records: list[dict], size: int, profiled_blocks: int, threads: int, k: int) -> dict[int, float]:
+    """Per source line, the wavefronts (shared turns, global lines) a block spends on the timing shape beyond
+    what the same bytes need: where the time over the ideal goes, line by line."""
+    warps, excess = -(-threads // WARP), {}
+    for record in records:
+        if record["event"] != "access":
+            continue
+        if record["kind"].startswith("shared"):
+            spent, needed = record["total"], record["ideal"]
+        else:
+            spent, needed = global_lines(record), max(record["requests"], record["ideal"] / LINE_SECTORS)
+        over = (spent - needed) * _scale(record, warps, k / size, profiled_blocks)
+        excess[record["line"]] = excess.get(record["line"], 0.0) + max(0.0, over)
+    return excess
 
 
 def global_lines(record: dict) -> float:
