@@ -165,6 +165,21 @@ def test_forged_or_impossible_profile_records_are_refused():
         check({"event": "access_profile", "size": 64, "student": [{**good, "max": 0}], "reference": []}, EVENTS)
 
 
+def test_barrier_counts_are_kept_beside_the_access_records_and_give_no_advice():
+    """The speed model's barriers (a "barriers" report per line of __syncthreads) travel with the records;
+    the advice and the figures read the access records alone."""
+    done = {"event": "done", "a_changed": False, "b_changed": False, "races": 0}
+    good, barriers = record(3, "global_load", "A", 32), {"event": "barriers", "line": 20, "count": 8}
+    assert access_records([good, barriers, done]) == [good, barriers]
+    assert [f.line for f in access_feedback([good, barriers], [barriers], 64)] == [3]
+    assert summarize([good, barriers])["global_load_requests"] == 1
+    event = {"event": "access_profile", "size": 64, "student": [good, barriers], "reference": [barriers],
+             "reference_tile": 16}
+    assert check(event, EVENTS) == event
+    with pytest.raises(ProtocolError):
+        check({**event, "student": [{**barriers, "count": -1}]}, EVENTS)
+
+
 def test_summary_figures_for_comparing_with_nsight_compute():
     figures = summarize([record(3, "global_load", "A", 32, requests=2), record(4, "global_load", "B", 4, requests=2),
                          record(5, "shared_load", "As", 8, ideal=1, requests=4)])
