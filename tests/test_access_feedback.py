@@ -18,7 +18,7 @@ from grader.execute.cpu.instrument import instrument
 from grader.execute.protocol import EVENTS, ProtocolError, check
 from grader.judge.access import access_feedback
 from grader.report.terminal import render
-from grader.result import BANK_CONFLICT, UNCOALESCED_LOAD, UNCOALESCED_STORE, SubmissionResult
+from grader.result import BANK_CONFLICT, SKIPPED, TIMING, UNCOALESCED_LOAD, UNCOALESCED_STORE, SubmissionResult
 
 SECTORS, WAY = "sectors per request", "way"
 # name -> {(line, what): (value, reference_value)}: the findings each kernel must get, and no other
@@ -246,7 +246,11 @@ def test_a_kernel_that_forges_the_profile_report_gets_no_advice_and_its_grade(gr
     result = graders("cpu")(forger(tmp_path, "forger", 100000))
     assert emulator(result) == []
     honest = graded["good_basic"]
-    assert result.outcome == honest.outcome and result.score == honest.score
+    # With no profile the speed model has nothing to estimate from: timing is held for a GPU (not failed)
+    timing = next(c for c in result.checks if c.kind == TIMING)
+    assert timing.status == SKIPPED and timing.needs_gpu == "timing"
+    assert result.outcome == honest.outcome
+    assert result.score == result.checkable_max == honest.score - timing.max_score
     assert [(c.name, c.status) for c in result.checks if c.kind == "case"] == \
         [(c.name, c.status) for c in honest.checks if c.kind == "case"]
     plausible = graders("cpu")(forger(tmp_path, "plausible", 32))

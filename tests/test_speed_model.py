@@ -104,3 +104,20 @@ def test_barriers_bound_a_kernel_that_waits_more_than_it_works():
     records = tiled_profile() + [{"event": "barriers", "line": 23, "count": 10_000}]
     slow = estimate(work_2048(records), GPU, 1)
     assert slow.bound == "barriers"
+
+
+def test_a_profile_with_fewer_requests_than_computing_c_needs_is_held_not_passed():
+    """The harness's report is written by the process student code runs in: a forged, tiny profile would
+    estimate a kernel faster than the reference. Fewer requests than 2k operands per thread need: held."""
+    from grader.config import load_config
+    from grader.diagnose.speed import modelled_timing
+    from grader.result import SKIPPED
+
+    config = load_config()
+    forged = [access(17, "global_load", "A", 16, 64), {"event": "barriers", "line": 20, "count": 2}]
+    profile = {"size": 64, "student": forged, "reference": tiled_profile(), "reference_tile": 16}
+    timing = modelled_timing(profile, 16, config.kernel.contract(), None, None, [], config, 10, "timing")
+    assert timing.status == SKIPPED and timing.needs_gpu == "timing" and timing.metrics["modelled_ratio"] < 0.5
+    assert "fewer than computing C needs" in timing.message
+    honest = {**profile, "student": tiled_profile()}
+    assert modelled_timing(honest, 16, config.kernel.contract(), None, None, [], config, 10, "timing").passed

@@ -78,16 +78,15 @@ def modelled_timing(profile: dict, tile: int, contract: KernelContract, student:
     t = config.timing
     ratio = mine.ms / theirs.ms
     decided = verdict(ratio, t.max_ratio, t.model.margin)
-    unseen = _local_memory(student, reference)
-    if decided == PASS and unseen:  # only slower for it: a fail stands, a pass cannot
-        decided = HELD
+    unsure = _unsure_of_a_pass(mine, student, reference) if decided == PASS else ""
+    decided = HELD if unsure else decided
     metrics = {"estimated": True, "gpu": t.model.gpu, "modelled_ratio": round(ratio, 3), "max_ratio": t.max_ratio,
                "margin": t.model.margin, "student_ms_estimate": round(mine.ms, 4),
                "reference_ms_estimate": round(theirs.ms, 4), "bound": mine.bound, "reference_bound": theirs.bound,
                "occupancy_from": "compiler" if student is not None else "emulator"}
     message = _message(decided, ratio, mine, config, costliest_first(findings, profile, contract, tile, config))
-    if decided == HELD and unseen:
-        message += f"\n{unseen}"
+    if unsure:
+        message += f"\n{unsure}"
     if decided == PASS:
         return passed(NAME, TIMING, points, message, metrics=metrics)
     if decided == FAIL:
@@ -107,22 +106,28 @@ def costliest_first(findings: list[Feedback], profile: dict, contract: KernelCon
     return sorted(slow, key=lambda item: -excess.get(item.line, 0.0) if item.line is not None else 0.0)
 
 
-def _local_memory(student: Launched | None, reference: Launched | None) -> str:
-    """Why the estimate may be short, when the compiled kernel uses local memory the reference does not: the
-    emulator does not count those accesses (a per-thread array or spilled registers); else ''."""
-    if student is None or student.resources.local_bytes <= (reference.resources.local_bytes if reference else 0):
-        return ""
-    return (f"held: your compiled kernel uses {student.resources.local_bytes} bytes of local memory per thread, "
-            "whose accesses the estimate does not count")
+def _unsure_of_a_pass(mine: Estimate, student: Launched | None, reference: Launched | None) -> str:
+    """Why an estimate that passes must be held for a GPU, or '': the compiled kernel uses local memory the
+    reference does not (a per-thread array, spilled registers: accesses the emulator does not count, which
+    only make it slower, so a fail stands), or its profile counts fewer requests than any kernel that computes
+    C makes (a report the kernel forged: the process student code runs in writes it)."""
+    if student is not None and student.resources.local_bytes > (reference.resources.local_bytes if reference else 0):
+        return (f"held: your compiled kernel uses {student.resources.local_bytes} bytes of local memory per thread, "
+                "whose accesses the estimate does not count")
+    if not mine.work.plausible():
+        return "held: the emulator's counts of your kernel are fewer than computing C needs; a GPU decides"
+    return ""
 
 
 def _message(decided: str, ratio: float, mine: Estimate, config: Config, findings: list[Feedback]) -> str:
     t = config.timing
     low, high = decisive_bounds(t.max_ratio, t.model.margin)
-    said = (f"estimated without a GPU: on an {t.model.gpu} your kernel would take about {ratio:.2f}× the "
-            f"reference's time on {t.m}×{t.n}×{t.k} (limit {t.max_ratio:g}×)")
+    estimated = (f"on an {t.model.gpu} your kernel would take about {ratio:.2f}× the reference's time on "
+                 f"{t.m}×{t.n}×{t.k} (limit {t.max_ratio:g}×)")
+    said = f"estimated without a GPU: {estimated}"
     if decided == HELD:
-        said = f"not decided without a GPU: {said}, too near the limit for an estimate; it is timed on a GPU"
+        said = (f"not decided without a GPU: {estimated} by an estimate, too near the limit to decide; it is "
+                "timed on a GPU")
     elif decided == FAIL:
         said += f": too slow; most of its time goes to {BOUND_IN_WORDS[mine.bound]}"
     slow = [item.message for item in findings][:SHOWN_FINDINGS]

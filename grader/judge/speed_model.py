@@ -62,6 +62,14 @@ class Work:
     footprint_bytes: float  # of A and B a block needs at least: its rows of A and columns of B
     barriers: float
     dram_bytes: float  # whole launch: A, B and C once
+    requests: float  # warp-level requests of every kind
+    k: int
+
+    def plausible(self) -> bool:
+        """Whether the counts are possible for a kernel that computes C: each thread needs 2k operands, read
+        by its warp at most four a request (a float4), from shared or global memory. Fewer requests than that
+        are a report the kernel forged (its process writes the profile)."""
+        return self.requests >= -(-self.threads // WARP) * self.k / 2
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,7 @@ class Estimate:
     ms: float
     bound: str  # the term that decided (a key of terms)
     terms: dict  # milliseconds by what limits them
+    work: Work
 
 
 def work_on_shape(records: list[dict], size: int, profiled_blocks: int, threads: int, blocks: int,
@@ -77,13 +86,14 @@ def work_on_shape(records: list[dict], size: int, profiled_blocks: int, threads:
     profile's access and barriers reports over its `profiled_blocks` blocks)."""
     warps = -(-threads // WARP)
     deeper = k / size  # how much longer a block's loop over k runs on the timing shape
-    counts = dict.fromkeys(("shared", "lines", "sectors", "stored", "barriers"), 0.0)
+    counts = dict.fromkeys(("shared", "lines", "sectors", "stored", "barriers", "requests"), 0.0)
     for record in records:
         if record["event"] == "barriers":
             per_block = record["count"] / profiled_blocks
             counts["barriers"] += per_block * (deeper if per_block > 1 else 1)
             continue
         scale = _scale(record, warps, deeper, profiled_blocks)
+        counts["requests"] += record["requests"] * scale
         if record["kind"].startswith("shared"):
             counts["shared"] += record["total"] * scale
             continue
@@ -93,7 +103,8 @@ def work_on_shape(records: list[dict], size: int, profiled_blocks: int, threads:
             counts["stored"] += record["total"] * scale
     side = math.isqrt(threads) if math.isqrt(threads) ** 2 == threads else threads
     return Work(blocks, threads, float(threads * k), counts["shared"], counts["lines"], counts["sectors"],
-                counts["stored"], 2.0 * side * k * 4, counts["barriers"], 4.0 * (m * k + k * n + m * n))
+                counts["stored"], 2.0 * side * k * 4, counts["barriers"], 4.0 * (m * k + k * n + m * n),
+                counts["requests"], k)
 
 
 def _scale(record: dict, warps: int, deeper: float, profiled_blocks: int) -> float:
@@ -148,7 +159,7 @@ def estimate(work: Work, gpu: GpuFigures, resident_blocks: int) -> Estimate | No
     }
     terms = {name: value * 1e3 for name, value in seconds.items()}
     bound = max(terms, key=terms.get)
-    return Estimate(terms[bound], bound, terms)
+    return Estimate(terms[bound], bound, terms, work)
 
 
 def verdict(ratio: float, max_ratio: float, margin: float) -> str:
