@@ -516,17 +516,16 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
     nvcc = compiled.check
     held_timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE,
                           needs_gpu=NEEDS_GPU_TIMING)
-    needs_gpu = [held_timing]
     reason = (nvcc.message if compiled.outcome == GRADER_ERROR else
               "not run: the kernel did not compile" if nvcc.status == ERROR else
               "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
-    needs_gpu += [skipped(c.name, CASE, c.points, reason, visibility=c.visibility, needs_gpu=NEEDS_GPU_LARGE)
-                  for c in cases if c.gpu_only]
+    large = [skipped(c.name, CASE, c.points, reason, visibility=c.visibility, needs_gpu=NEEDS_GPU_LARGE)
+             for c in cases if c.gpu_only]
     if nvcc.status == ERROR:
         result.outcome = compiled.outcome
         if compiled.outcome == GRADER_ERROR:
             result.message = nvcc.message
-        return [nvcc, *needs_gpu], "not run"
+        return [nvcc, held_timing, *large], "not run"
     emulated = [case for case in cases if not case.gpu_only]
     run = run_child(submission, config, emulated, CPU, plan)
     phases.mark_split(run.phases, "grading_other")
@@ -545,9 +544,9 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
     shown = next((check for check in made if check.kind == COMPILE), nvcc)
     add_compiler_feedback(result, shown, compiled.cubin, config, sandbox_of(plan), run.tile_size)
     phases.mark("feedback")
-    needs_gpu[0] = _timing_without_gpu(held_timing, made, result, run, compiled.cubin, config, sandbox_of(plan))
+    timing = _timing_without_gpu(held_timing, made, result, run, compiled.cubin, config, sandbox_of(plan))
     phases.mark("speed_model")
-    return [*made, *needs_gpu], run.not_run_reason
+    return [*made, timing, *large], run.not_run_reason
 
 
 def _timing_without_gpu(held: CheckResult, made: list[CheckResult], result: SubmissionResult, run: RunEvents,
