@@ -178,6 +178,8 @@ def test_barrier_counts_are_kept_beside_the_access_records_and_give_no_advice():
     assert check(event, EVENTS) == event
     with pytest.raises(ProtocolError):
         check({**event, "student": [{**barriers, "count": -1}]}, EVENTS)
+    with pytest.raises(ProtocolError):  # more 128-byte lines than the sectors in them
+        check({**event, "student": [{**good, "lines": good["total"] + 1}]}, EVENTS)
 
 
 def test_summary_figures_for_comparing_with_nsight_compute():

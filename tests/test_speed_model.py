@@ -58,7 +58,9 @@ def test_a_site_in_the_k_loop_scales_with_k_and_the_store_of_c_does_not():
     assert work.footprint_bytes == 2 * 16 * 2048 * 4  # 16 rows of A and 16 columns of B, all of k
 
 
-def test_a_coalesced_request_touches_one_line_and_a_strided_one_a_line_per_extra_sector():
+def test_the_lines_a_global_site_touched_are_the_emulators_count_else_estimated_from_its_sectors():
+    assert global_lines({**access(1, "global_load", "A", 10, 40, 40), "lines": 20}) == 20  # 2 rows a warp
+    # From a record without the count: a coalesced request touches a line, a strided one a line a sector
     assert global_lines(access(1, "global_load", "A", 10, 40, 40)) == 10
     assert global_lines(access(1, "global_load", "A", 10, 320, 40)) == 10 + 280
 

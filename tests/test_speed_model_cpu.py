@@ -19,10 +19,12 @@ from grader.result import CASE, FAILED, PASSED, SKIPPED, TIMING, passed, skipped
 
 pytestmark = needs_cxx
 FEEDBACK = ROOT / "tests" / "feedback_kernels"
-PASS = ["good_basic", "good_tile8_renamed", "good_tile32_macro_sync", "bank_conflict_padded", "uncoalesced_c_store"]
+PASS = ["good_basic", "good_tile32_macro_sync", "bank_conflict_padded", "uncoalesced_c_store"]
 FAIL = {"slow_uncoalesced": "line 22: 8-way bank conflict on As", "bank_conflict_tile": "line 22: 32-way bank "
         "conflict on Bs"}
-HELD = ["uncoalesced_a_load", "uncoalesced_b_load", "untiled_no_macro"]
+# Within a margin of the limit: tile 8's loads touch a line per row of 8 floats, the untiled kernel reads
+# global memory for every multiply-add, a tile load walks down columns.
+HELD = ["uncoalesced_a_load", "uncoalesced_b_load", "untiled_no_macro", "good_tile8_renamed"]
 
 
 @pytest.fixture(scope="module")

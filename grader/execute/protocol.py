@@ -130,11 +130,11 @@ HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
     # A profile run's figures for one (line, kind, array): warp-level requests, their sectors (global) or
     # turns (shared: n-way bank conflicts) in total, the worst, and the least the same bytes could take;
     # stride: bytes from lane 0's element to lane 1's; rows, columns: a 2-D shared array's shape; bytes: of
-    # one lane's access.
+    # one lane's access; lines (global): the 128-byte lines the requests touched.
     "access": ({"line": int, "kind": one_of("global_load", "global_store", "shared_load", "shared_store"),
                 "array": str, "requests": int, "total": int, "max": int, "ideal": int, "rows": int, "columns": int,
                 "bytes": int},
-               {"stride": int}),
+               {"stride": int, "lines": COUNT}),
     # A profile run's block-wide barriers completed at one line of __syncthreads, over its blocks.
     "barriers": ({"line": int, "count": COUNT}, {}),
 }
@@ -227,7 +227,8 @@ def access_ok(record: dict) -> bool:
     (a warp's 32 lanes, each touching a few sectors at most: a bound that keeps a forged figure sane)."""
     requests = record["requests"]
     return (0 < requests and requests <= record["ideal"] <= 64 * requests and 1 <= record["max"] <= 256
-            and requests <= record["total"] <= 256 * requests and len(record["array"]) <= 64)
+            and requests <= record["total"] <= 256 * requests and len(record["array"]) <= 64
+            and record.get("lines", requests) <= record["total"])
 
 
 def _record_ok(value: object) -> bool:

@@ -12,7 +12,8 @@ the loop over k (more than once per warp in a block) and kept when it runs once 
 The time on the GPU is the longest of what the SMs must get through (a roofline):
 - multiply-adds: one thread per element of C, k each, at the GPU's FP32 peak;
 - the load/store pipe: every shared-memory wavefront, and every 128-byte line a global request touches
-  (an uncoalesced warp touches up to 32 of them where a coalesced one touches 1), one per clock per SM;
+  (an uncoalesced warp touches up to 32 of them where a coalesced one touches 1; the profile's `lines`),
+  one per clock per SM;
 - L2: each block's footprint of A and B (its rows of A and columns of B over all of k, as any kernel that
   computes a tile of C reads them, what L1 does not keep aside) and every sector stored;
 - DRAM: A, B and C once;
@@ -131,9 +132,12 @@ def excess_by_line(records: list[dict], size: int, profiled_blocks: int, threads
 
 
 def global_lines(record: dict) -> float:
-    """The 128-byte lines a global site's requests touch: a coalesced request's sectors share lines (4 to a
-    line, at least one line each); each sector beyond the ideal is taken to lie on a line of its own (a warp
-    walking down a column touches one sector in each of 32 rows)."""
+    """The 128-byte lines a global site's requests touch, as the emulator counted them; from a record without
+    that count, estimated: a coalesced request's sectors share lines (4 to a line, at least one line each),
+    each sector beyond the ideal on a line of its own (a warp walking down a column touches one in each of
+    32 rows)."""
+    if "lines" in record:
+        return record["lines"]
     excess = max(0, record["total"] - record["ideal"])
     return max(record["requests"], record["ideal"] / LINE_SECTORS) + excess
 
