@@ -24,9 +24,10 @@ pytestmark = [needs_cxx, needs_nvcc]
 HEADER = "tiling.cuh"
 # Outside tests/submissions: its kernel.cu compiles only with the header beside it, named in the config.
 SUBMISSION = ROOT / "tests" / "handed_in" / "tiled_helper"
-# Every point a CPU grade can check of a correct tiled kernel: 100 less the GPU-only large cases (16); timing
-# decided by the speed model (the kernel runs about as fast as the reference).
-CPU_FULL = 84
+# Every point a CPU grade can check of this kernel: 100 less the GPU-only large cases (16) and timing (10),
+# held for a GPU: its helper in the header reads the tiles where the emulator's profile does not count, so the
+# speed model has too few accesses to estimate from.
+CPU_FULL = 74
 
 
 @pytest.fixture(scope="module")

@@ -84,9 +84,8 @@ def modelled_timing(profile: dict, tile: int, contract: KernelContract, student:
                "margin": t.model.margin, "student_ms_estimate": round(mine.ms, 4),
                "reference_ms_estimate": round(theirs.ms, 4), "bound": mine.bound, "reference_bound": theirs.bound,
                "occupancy_from": "compiler" if student is not None else "emulator"}
-    message = _message(decided, ratio, mine, config, costliest_first(findings, profile, contract, tile, config))
-    if unsure:
-        message += f"\n{unsure}"
+    message = _message(decided, ratio, mine, config, costliest_first(findings, profile, contract, tile, config),
+                       unsure)
     if decided == PASS:
         return passed(NAME, TIMING, points, message, metrics=metrics)
     if decided == FAIL:
@@ -112,22 +111,24 @@ def _unsure_of_a_pass(mine: Estimate, student: Launched | None, reference: Launc
     only make it slower, so a fail stands), or its profile counts fewer requests than any kernel that computes
     C makes (a report the kernel forged: the process student code runs in writes it)."""
     if student is not None and student.resources.local_bytes > (reference.resources.local_bytes if reference else 0):
-        return (f"held: your compiled kernel uses {student.resources.local_bytes} bytes of local memory per thread, "
-                "whose accesses the estimate does not count")
+        return (f"your compiled kernel uses {student.resources.local_bytes} bytes of local memory per thread, whose "
+                "accesses the estimate does not count")
     if not mine.work.plausible():
-        return "held: the emulator's counts of your kernel are fewer than computing C needs; a GPU decides"
+        return ("the emulator counted fewer memory accesses than computing C needs (it does not see every access, "
+                "such as those through a helper's copy of a pointer)")
     return ""
 
 
-def _message(decided: str, ratio: float, mine: Estimate, config: Config, findings: list[Feedback]) -> str:
+def _message(decided: str, ratio: float, mine: Estimate, config: Config, findings: list[Feedback],
+             unsure: str = "") -> str:
     t = config.timing
     low, high = decisive_bounds(t.max_ratio, t.model.margin)
     estimated = (f"on an {t.model.gpu} your kernel would take about {ratio:.2f}× the reference's time on "
                  f"{t.m}×{t.n}×{t.k} (limit {t.max_ratio:g}×)")
     said = f"estimated without a GPU: {estimated}"
     if decided == HELD:
-        said = (f"not decided without a GPU: {estimated} by an estimate, too near the limit to decide; it is "
-                "timed on a GPU")
+        why = f"but {unsure}" if unsure else "too near the limit to decide"
+        said = f"not decided without a GPU: {estimated} by an estimate, {why}; it is timed on a GPU"
     elif decided == FAIL:
         said += f": too slow; most of its time goes to {BOUND_IN_WORDS[mine.bound]}"
     slow = [item.message for item in findings][:SHOWN_FINDINGS]
