@@ -133,6 +133,42 @@ class ToleranceConfig:
 
 
 @dataclass
+class SpeedModelConfig:
+    """The GPU the speed model estimates times on where there is none (judge/speed_model.py), and how sure
+    it must be. Defaults: an NVIDIA H200 (the H100 SXM's SMs and L2, HBM3e)."""
+
+    gpu: str = "NVIDIA H200"
+    arch: str = "sm_90"  # its compute capability, for occupancy
+    sms: int = 132
+    clock_ghz: float = 1.98
+    fp32_tflops: float = 66.9
+    shared_tbs: float = 33.4  # shared memory / L1: 128 bytes per clock per SM
+    l2_tbs: float = 5.5
+    dram_tbs: float = 4.8
+    barrier_cycles: float = 60.0
+    # An estimate decides only when it is clearly on one side: pass at or below max_ratio / margin, fail at or
+    # above max_ratio × margin; between, the points are held for a GPU.
+    margin: float = 1.6
+
+    def validate(self):
+        from .judge.occupancy import ARCHES
+
+        if self.arch not in ARCHES:
+            return "arch", f"unknown architecture {self.arch!r} (known: {', '.join(ARCHES)})"
+        for key in ("sms", "clock_ghz", "fp32_tflops", "shared_tbs", "l2_tbs", "dram_tbs"):
+            if getattr(self, key) <= 0:
+                return key, "must be positive"
+        if self.barrier_cycles < 0:
+            return "barrier_cycles", "cannot be negative"
+        if self.margin < 1:
+            return "margin", "must be at least 1 (1: the estimate decides right at the limit)"
+        return None
+
+
+WITHOUT_GPU = ("model", "hold")
+
+
+@dataclass
 class TimingConfig:
     m: int = 2048
     n: int = 2048
@@ -145,8 +181,14 @@ class TimingConfig:
     # Faster than this fraction of the reference's time (or above the GPU's FP32 peak) is implausible for a
     # tiled kernel: the result is kept but flagged for the instructor to review.
     min_plausible_ratio: float = 0.25
+    # Where there is no GPU: "model" decides timing by the speed model's estimate (held when too near the
+    # limit), "hold" holds the points for a GPU.
+    without_gpu: str = "model"
+    model: SpeedModelConfig = field(default_factory=SpeedModelConfig)
 
     def validate(self):
+        if self.without_gpu not in WITHOUT_GPU:
+            return "without_gpu", f"must be one of {', '.join(WITHOUT_GPU)}, got {self.without_gpu!r}"
         if not 0 <= self.seed < SEED_LIMIT:
             return "seed", f"must be from 0 to {SEED_LIMIT - 1} (a numpy seed), got {self.seed}"
         for key in ("m", "n", "k", "repetitions"):

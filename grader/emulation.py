@@ -107,7 +107,7 @@ def _timed_only_if_correct(checks: list[CheckResult]) -> list[CheckResult]:
 
 def emulator_feedback(result: SubmissionResult, run: RunEvents, submission: Submission, config: Config) -> None:
     """How to make it faster, from the emulator's access profile of the kernel beside the reference's."""
-    if run.access_profile and run.compile_check.passed and result.outcome == GRADED:
+    if run.access_profile and run.compile_check.passed and result.outcome == GRADED and config.feedback.emulator:
         profile = run.access_profile
         run.compile_check.metrics["feedback_s"] = profile.get("seconds")  # what the advice cost (bench)
         result.feedback += access_feedback(profile["student"], profile["reference"], profile["size"],

@@ -2,14 +2,17 @@
 only a GPU can make skipped as such. Which checks need a GPU depends on the machine and the config alone."""
 from __future__ import annotations
 
+import traceback
 from typing import TYPE_CHECKING
 
 from .build_failure import BuildFailure, classify
 from .cases import Case
 from .config import Config
 from .diagnose.resources import add_compiler_feedback
+from .diagnose.speed import timing_without_gpu
 from .emulation import emulator_feedback
 from .execute.child_run import run_child, take_run
+from .execute.confine.sandbox import Sandbox
 from .execute.nvcc.without_gpu import compile_without_gpu
 from .intake.submission import Submission
 from .judge.timing import NAME as TIMING_NAME
@@ -19,6 +22,7 @@ from .result import (
     CASE,
     COMPILE,
     ERROR,
+    GRADED,
     GRADER_ERROR,
     NEEDS_GPU_GRADE,
     TIMING,
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
     from .run_events import RunEvents
 
 CPU_NOTE = "CPU emulation: correctness checked, timing skipped"
+MODELLED_NOTE = "CPU emulation: correctness checked, timing estimated by the speed model"
 # Why a check a CPU run skips needs a GPU (CheckResult.needs_gpu): said once per kind in every report.
 # Only the machine and the config decide these: nothing a submission does adds to them.
 NEEDS_GPU_TIMING, NEEDS_GPU_LARGE = "timing", "large cases"
@@ -67,14 +72,15 @@ def grade_on_cpu(submission: Submission, config: Config, cases: list[Case], resu
     compiled = compile_without_gpu(submission, config, sandbox_of(plan))
     phases.mark("nvcc_check")
     nvcc = compiled.check
-    needs_gpu = needs_gpu_checks(config, cases, nvcc.message if compiled.outcome == GRADER_ERROR else
-                                 "not run: the kernel did not compile" if nvcc.status == ERROR else
-                                 "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
+    held_timing, *large = needs_gpu_checks(
+        config, cases, nvcc.message if compiled.outcome == GRADER_ERROR else
+        "not run: the kernel did not compile" if nvcc.status == ERROR else
+        "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
     if nvcc.status == ERROR:
         result.outcome = compiled.outcome
         if compiled.outcome == GRADER_ERROR:
             result.message = nvcc.message
-        return [nvcc, *needs_gpu], "not run"
+        return [nvcc, held_timing, *large], "not run"
     emulated = [case for case in cases if not case.gpu_only]
     run = run_child(submission, config, emulated, CPU, plan)
     phases.mark_split(run.phases, "grading_other")
@@ -93,7 +99,26 @@ def grade_on_cpu(submission: Submission, config: Config, cases: list[Case], resu
     shown = next((check for check in made if check.kind == COMPILE), nvcc)
     add_compiler_feedback(result, shown, compiled.cubin, config, sandbox_of(plan), run.tile_size)
     phases.mark("feedback")
-    return [*made, *needs_gpu], run.not_run_reason
+    timing = _timing_without_gpu(held_timing, made, result, run, compiled.cubin, config, sandbox_of(plan))
+    phases.mark("speed_model")
+    return [*made, timing, *large], run.not_run_reason
+
+
+def _timing_without_gpu(held: CheckResult, made: list[CheckResult], result: SubmissionResult, run: RunEvents,
+                        cubin: bytes, config: Config, sandbox: Sandbox) -> CheckResult:
+    """The timing check decided by the speed model (timing.without_gpu: model), else held for a GPU; a
+    failure of the model's own is logged and holds the points, never costs them."""
+    if not (run.compile_check.passed and result.outcome == GRADED):
+        return held
+    try:
+        timing = timing_without_gpu(held, [check for check in made if check.kind == CASE], run.access_profile,
+                                    run.tile_size, cubin, result.feedback, config, sandbox)
+        if timing.metrics.get("estimated") and result.message.startswith(CPU_NOTE):
+            result.message = MODELLED_NOTE + result.message[len(CPU_NOTE):]
+        return timing
+    except Exception:
+        result.log += "\n[grader] the speed model failed:\n" + traceback.format_exc()
+        return held
 
 
 def _held_for_gpu(result: SubmissionResult, nvcc: CheckResult, emulated: list[Case], failure: BuildFailure,

@@ -29,7 +29,8 @@ DESCRIBED = {
     "emulator_wait": "waiting for the CPU emulator's run beside the GPU's (safety, explanations)",
     "sanitizer": "compute-sanitizer",
     "profile": "Nsight Compute profile (--profile)",
-    "access_profile": "access profile on the CPU emulator (advice)",
+    "access_profile": "access profile on the CPU emulator (advice, and the speed model's counts)",
+    "speed_model": "the speed model's timing estimate (no GPU)",
     "report": "report: files written, terminal output",
 }
 

@@ -54,7 +54,8 @@ class CheckResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     # Non-empty when this check cannot be made without a GPU and was not (a CPU run): why, in a few words
     # ("timing", "large cases"). Such a check is "not checked here", never a failure; set by the pipeline
-    # from the machine and the config alone, never from what a submission does.
+    # from the machine and the config alone, never from what a submission does, but for timing under the
+    # speed model (timing.without_gpu: model), held where its estimate lies too near the limit to decide.
     needs_gpu: str = ""
     # What to change, each in words that hold for every case it shows in: reports say each fix once, with
     # the list of checks it explains (report/student_view.py); the message keeps this check's facts.

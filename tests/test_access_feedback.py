@@ -18,7 +18,7 @@ from grader.execute.cpu.instrument import instrument
 from grader.execute.protocol import EVENTS, ProtocolError, check
 from grader.judge.access import access_feedback
 from grader.report.terminal import render
-from grader.result import BANK_CONFLICT, UNCOALESCED_LOAD, UNCOALESCED_STORE, SubmissionResult
+from grader.result import BANK_CONFLICT, SKIPPED, TIMING, UNCOALESCED_LOAD, UNCOALESCED_STORE, SubmissionResult
 
 SECTORS, WAY = "sectors per request", "way"
 # name -> {(line, what): (value, reference_value)}: the findings each kernel must get, and no other
@@ -165,6 +165,23 @@ def test_forged_or_impossible_profile_records_are_refused():
         check({"event": "access_profile", "size": 64, "student": [{**good, "max": 0}], "reference": []}, EVENTS)
 
 
+def test_barrier_counts_are_kept_beside_the_access_records_and_give_no_advice():
+    """The speed model's barriers (a "barriers" report per line of __syncthreads) travel with the records;
+    the advice and the figures read the access records alone."""
+    done = {"event": "done", "a_changed": False, "b_changed": False, "races": 0}
+    good, barriers = record(3, "global_load", "A", 32), {"event": "barriers", "line": 20, "count": 8}
+    assert access_records([good, barriers, done]) == [good, barriers]
+    assert [f.line for f in access_feedback([good, barriers], [barriers], 64)] == [3]
+    assert summarize([good, barriers])["global_load_requests"] == 1
+    event = {"event": "access_profile", "size": 64, "student": [good, barriers], "reference": [barriers],
+             "reference_tile": 16}
+    assert check(event, EVENTS) == event
+    with pytest.raises(ProtocolError):
+        check({**event, "student": [{**barriers, "count": -1}]}, EVENTS)
+    with pytest.raises(ProtocolError):  # more 128-byte lines than the sectors in them
+        check({**event, "student": [{**good, "lines": good["total"] + 1}]}, EVENTS)
+
+
 def test_summary_figures_for_comparing_with_nsight_compute():
     figures = summarize([record(3, "global_load", "A", 32, requests=2), record(4, "global_load", "B", 4, requests=2),
                          record(5, "shared_load", "As", 8, ideal=1, requests=4)])
@@ -231,7 +248,11 @@ def test_a_kernel_that_forges_the_profile_report_gets_no_advice_and_its_grade(gr
     result = graders("cpu")(forger(tmp_path, "forger", 100000))
     assert emulator(result) == []
     honest = graded["good_basic"]
-    assert result.outcome == honest.outcome and result.score == honest.score
+    # With no profile the speed model has nothing to estimate from: timing is held for a GPU (not failed)
+    timing = next(c for c in result.checks if c.kind == TIMING)
+    assert timing.status == SKIPPED and timing.needs_gpu == "timing"
+    assert result.outcome == honest.outcome
+    assert result.score == result.checkable_max == honest.score - timing.max_score
     assert [(c.name, c.status) for c in result.checks if c.kind == "case"] == \
         [(c.name, c.status) for c in honest.checks if c.kind == "case"]
     plausible = graders("cpu")(forger(tmp_path, "plausible", 32))

@@ -36,11 +36,13 @@ def write_config(folder, cases: str, changes: dict[str, str] | None = None):
 
 @pytest.fixture(scope="module")
 def small_config(tmp_path_factory):
-    """Three small cases, so a batch of several students takes seconds."""
+    """Three small cases, so a batch of several students takes seconds; timing held for a GPU (the speed model's
+    verdicts are test_speed_model_cpu.py's), so that a class's totals without a GPU are out of 90."""
     return write_config(tmp_path_factory.mktemp("batch-config"),
                         "  - {name: square_32, m: 32, n: 32, k: 32, seed: 1, points: 30}\n"
                         "  - {name: ragged, m: 37, n: 21, k: 45, seed: 2, points: 30}\n"
-                        "  - {name: hidden_one, m: 19, n: 40, k: 33, seed: 3, points: 20, visibility: hidden}\n")
+                        "  - {name: hidden_one, m: 19, n: 40, k: 33, seed: 3, points: 20, visibility: hidden}\n",
+                        {"without_gpu: model": "without_gpu: hold"})
 
 
 def class_folder(tmp_path):

@@ -103,7 +103,8 @@ def test_the_cli_grades_with_the_preset(tmp_path):
                               check=False)
     assert finished.returncode == 0, finished.stderr
     result = json.loads((out / "ece408_mp3.json").read_text())
-    assert result["outcome"] == "graded" and result["score"] == 74  # every point checkable without a GPU
+    # every point checkable without a GPU, timing by the speed model's estimate
+    assert result["outcome"] == "graded" and result["score"] == 84
 
 
 @pytest.mark.parametrize("preset, graded, other", [(None, "mysgemm", "matrixMultiplyShared"),

@@ -55,7 +55,8 @@ def test_standard_and_toolkit_cxx_headers_reach_the_compiler(grade_one, name):
     result = grade_one(SUBMISSIONS / name)
     message = compiled(result).message
     assert REFUSED_TO_READ not in message and "is not allowed" not in message
-    assert result.outcome == GRADED and result.score == result.checkable_max == 74, result.checks
+    assert result.outcome == GRADED and result.score == result.checkable_max
+    assert result.checkable_max in (74, 84), result.checks  # timing passed by the speed model, or held
 
 
 def test_every_refused_include_form_is_named_with_its_reason(grade_one):

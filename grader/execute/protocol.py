@@ -37,8 +37,9 @@ NUMBERS = ("numbers",)  # a list of numbers
 RECORDS = ("records",)  # a list of harness reports, each checked against HARNESS_REPORTS
 RECORD = ("record",)  # one harness report
 BUFFER_MAP = ("buffers",)  # {"A": [address, bytes], ...}
-ACCESSES = ("accesses",)  # a list of the harness's "access" reports (the access profile), each checked
+ACCESSES = ("accesses",)  # the harness's "access" and "barriers" reports (the access profile), each checked
 MAX_ACCESS_LINES = 256
+MAX_BARRIER_LINES = 64  # lines of __syncthreads a profile reports barriers of (cuda_emu.h, count_barrier)
 COUNT = ("count",)  # a non-negative int
 SITE = ("site",)  # an instrumented access's number (sites.py): a lookup key into the grader's own texts
 MAX_SITES = 256  # sites.py's
@@ -79,7 +80,8 @@ EVENTS: dict[str, tuple[dict, dict]] = {
     "not_launched": ({"reason": str}, {"job": int}),
     # The CPU emulator's access profile of the student's kernel and the reference's on one shape (size³), and
     # the seconds it added after the last case.
-    "access_profile": ({"size": int, "student": ACCESSES, "reference": ACCESSES}, {"seconds": NUMBER}),
+    "access_profile": ({"size": int, "student": ACCESSES, "reference": ACCESSES},
+                       {"seconds": NUMBER, "reference_tile": OPTIONAL_INT}),
     "done": ({}, {}),
 }
 
@@ -136,11 +138,13 @@ HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
     # A profile run's figures for one (line, kind, array): warp-level requests, their sectors (global) or
     # turns (shared: n-way bank conflicts) in total, the worst, and the least the same bytes could take;
     # stride: bytes from lane 0's element to lane 1's; rows, columns: a 2-D shared array's shape; bytes: of
-    # one lane's access.
+    # one lane's access; lines (global): the 128-byte lines the requests touched.
     "access": ({"line": int, "kind": one_of("global_load", "global_store", "shared_load", "shared_store"),
                 "array": str, "requests": int, "total": int, "max": int, "ideal": int, "rows": int, "columns": int,
                 "bytes": int},
-               {"stride": int}),
+               {"stride": int, "lines": COUNT}),
+    # A profile run's block-wide barriers completed at one line of __syncthreads, over its blocks.
+    "barriers": ({"line": int, "count": COUNT}, {}),
 }
 
 
@@ -192,8 +196,9 @@ def _matches(value: object, kind) -> bool:
     if kind is RECORD:
         return _record_ok(value)
     if kind is ACCESSES:
-        return (isinstance(value, list) and len(value) <= MAX_ACCESS_LINES
-                and all(_record_ok(v) and v["event"] == "access" and access_ok(v) for v in value))
+        return (isinstance(value, list) and len(value) <= MAX_ACCESS_LINES + MAX_BARRIER_LINES
+                and all(_record_ok(v) and (v["event"] == "barriers" or v["event"] == "access" and access_ok(v))
+                        for v in value))
     if kind is BUFFER_MAP:
         return (isinstance(value, dict) and set(value) <= {"A", "B", "C"}
                 and all(isinstance(v, list) and len(v) == 2 and all(_int(x) for x in v) for v in value.values()))
@@ -230,7 +235,8 @@ def access_ok(record: dict) -> bool:
     (a warp's 32 lanes, each touching a few sectors at most: a bound that keeps a forged figure sane)."""
     requests = record["requests"]
     return (0 < requests and requests <= record["ideal"] <= 64 * requests and 1 <= record["max"] <= 256
-            and requests <= record["total"] <= 256 * requests and len(record["array"]) <= 64)
+            and requests <= record["total"] <= 256 * requests and len(record["array"]) <= 64
+            and record.get("lines", requests) <= record["total"])
 
 
 def _record_ok(value: object) -> bool:

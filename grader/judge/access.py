@@ -29,7 +29,8 @@ def access_feedback(student: list[dict], reference: list[dict], size: int,
     """Feedback for each of the student's access sites worse than ideal and than the reference's, the
     worst (most times its ideal) first. `names`: what the student's kernel calls A, B and C (M, N, P)."""
     found = []
-    for record in student:
+    reference = accesses(reference)
+    for record in accesses(student):
         mean, ideal = _mean(record, "total"), _mean(record, "ideal")
         theirs = _reference_figure(record, reference)
         if mean < ideal + MARGIN or (theirs is not None and mean < theirs + MARGIN):
@@ -37,6 +38,11 @@ def access_feedback(student: list[dict], reference: list[dict], size: int,
         found.append((mean / ideal, _feedback(record, mean, ideal, theirs, size, names or {})))
     found.sort(key=lambda pair: (-pair[0], pair[1].line))
     return [feedback for _, feedback in found]
+
+
+def accesses(records: list[dict]) -> list[dict]:
+    """A profile's access records, without its barrier counts."""
+    return [record for record in records if record["event"] == "access"]
 
 
 def _mean(record: dict, key: str) -> float:

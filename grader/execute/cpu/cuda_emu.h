@@ -501,6 +501,7 @@ struct AccessSite {
     size_t rows, columns;  // a 2-D shared array's shape (0, 0 otherwise)
     size_t bytes;          // of each lane's access (its first): 4 for a float
     long requests = 0, total = 0, worst = 0, ideal = 0;  // total and worst: sectors, or turns (ways)
+    long lines = 0;  // global: the 128-byte lines the requests touched (the L1's work: one wavefront each)
     long long stride = 0;  // bytes from lane 0's offset to lane 1's, in the first request both made
     bool strided = false;
 };
@@ -570,6 +571,11 @@ inline void count_request(AccessSite &site, const Access *first, const Access *l
     std::sort(starts.begin(), starts.end());
     size_t distinct_bytes = (std::unique(starts.begin(), starts.end()) - starts.begin()) * first->bytes;
     long cost = (long)units.size();
+    if (!shared) {  // sectors are sorted: a line is 4 consecutive sectors
+        long distinct = 0;
+        for (size_t i = 0; i < units.size(); ++i) distinct += i == 0 || units[i] / 4 != units[i - 1] / 4;
+        site.lines += distinct;
+    }
     if (shared) {
         int per_bank[WARP] = {};
         for (size_t word : units) ++per_bank[word % WARP];
@@ -606,16 +612,28 @@ inline void profile_block_end() {
     for (std::vector<uint32_t> &counts : executions) counts.assign(counts.size(), 0);
 }
 
+// Block-wide barriers a profile run's blocks completed, per line of __syncthreads (the speed model's barriers).
+inline std::vector<std::pair<int, long>> barrier_lines;
+
+inline void count_barrier(int line) {
+    for (auto &[seen, count] : barrier_lines)
+        if (seen == line) return (void)++count;
+    if (barrier_lines.size() < 64) barrier_lines.push_back({line, 1});
+}
+
 inline void report_profile() {
+    for (const auto &[line, count] : barrier_lines)
+        report("{\"event\": \"barriers\", \"line\": %d, \"count\": %ld}", line, count);
     int reported = 0;
     for (const AccessSite &s : access_sites) {
         if (s.requests == 0 || ++reported > 256) continue;
-        char stride[48] = "";
+        char stride[48] = "", lines[32] = "";
         if (s.strided) snprintf(stride, sizeof stride, ", \"stride\": %lld", s.stride);
+        if (s.lines) snprintf(lines, sizeof lines, ", \"lines\": %ld", s.lines);
         report("{\"event\": \"access\", \"line\": %d, \"kind\": \"%s\", \"array\": \"%.64s\", \"requests\": %ld, "
-               "\"total\": %ld, \"max\": %ld, \"ideal\": %ld, \"rows\": %zu, \"columns\": %zu, \"bytes\": %zu%s}",
+               "\"total\": %ld, \"max\": %ld, \"ideal\": %ld, \"rows\": %zu, \"columns\": %zu, \"bytes\": %zu%s%s}",
                s.line, ACCESS_KINDS[s.kind], s.array, s.requests, s.total, s.worst, s.ideal, s.rows, s.columns,
-               s.bytes, stride);
+               s.bytes, stride, lines);
     }
 }
 

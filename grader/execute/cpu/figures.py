@@ -39,7 +39,7 @@ def summarize(records: list[dict]) -> dict:
     """Per kind over every line: requests, and the mean sectors (global) or ways (shared) per request."""
     figures = {}
     for kind in KINDS:
-        mine = [r for r in records if r["kind"] == kind]
+        mine = [r for r in records if r["event"] == "access" and r["kind"] == kind]
         requests, total = sum(r["requests"] for r in mine), sum(r["total"] for r in mine)
         unit = "sectors_per_request" if kind.startswith("global") else "ways"
         figures[f"{kind}_requests"] = requests

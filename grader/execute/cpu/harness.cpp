@@ -249,6 +249,7 @@ void run_block() {
         if (finished != nullptr) divergence(*waiting, *finished, "exited");
         ++cuda_emu::epoch;
         cuda_emu::epoch_line = waiting->barrier_line;
+        if (cuda_emu::profiling) cuda_emu::count_barrier(waiting->barrier_line);
         for (Fiber &fiber : fibers) {
             fiber.state = cuda_emu::READY;
             fiber.read_shared = false;

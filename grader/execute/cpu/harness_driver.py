@@ -142,43 +142,45 @@ def _send_profile(channel: Channel, answers, server: Server, cases: Cases, tile:
     channel.send("phase", phase="profile")
     size, started = profile_size(tile), time.perf_counter()
     try:
-        theirs = reference.result()
+        reference_tile, theirs = reference.result()
     except Exception:  # the grader's own bug: no advice, and the trace in the child's log, never a lost grade
         traceback.print_exc()
-        theirs = None
+        reference_tile, theirs = None, None
     if theirs is None or not _turn(channel, answers):
         return
     case_files = import_module(CASE_FILES)
     student = case_files.profile(server, cases.folder / case_files.PROFILE, size, tile, cases.job.contract)
     if student is not None:
-        channel.send("access_profile", size=size, student=student, reference=theirs,
+        channel.send("access_profile", size=size, student=student, reference=theirs, reference_tile=reference_tile,
                      seconds=round(time.perf_counter() - started, 3))
 
 
-def reference_profile(job: Job, sandbox: Sandbox, size: int) -> list[dict] | None:
-    """The reference kernel's access profile on size³, launched as the GPU child launches it (REFERENCE);
-    cached by its build's content and the size."""
+def reference_profile(job: Job, sandbox: Sandbox, size: int) -> tuple[int | None, list[dict] | None]:
+    """The reference kernel's tile size and access profile on size³, launched as the GPU child launches it
+    (REFERENCE); cached by its build's content and the size (the tile as the file's first line)."""
     workdir = Path(job.workdir, "reference")
     workdir.mkdir(parents=True, exist_ok=True)
     built = build(job.reference_original, REFERENCE, REFERENCE.tile_source(), Path(job.cache_dir), workdir,
                   sandbox, COMPILE_TIMEOUT_S)
     if built.binary is None:
-        return None
-    cached = Path(job.cache_dir, "cpu-profile", f"{built.binary.name}-{size}.json")
+        return None, None
+    cached = Path(job.cache_dir, "cpu-profile", f"{built.binary.name}-{size}-tiled.json")
     try:
-        records = access_records([harness_report(line) for line in cached.read_text().splitlines()])
-        if records is not None:
-            return records
-    except OSError:
+        tile, *lines = cached.read_text().splitlines()
+        records = access_records([harness_report(line) for line in lines])
+        if records is not None and tile.isdigit():
+            return int(tile), records
+    except (OSError, ValueError):
         pass
-    _, records = profile_alone(built.binary, workdir, sandbox, REFERENCE, size)
-    if records is not None:
+    tile, records = profile_alone(built.binary, workdir, sandbox, REFERENCE, size)
+    if records is not None and tile is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         temporary = cached.with_name(f"{cached.name}.{time.monotonic_ns()}.tmp")
-        temporary.write_text("".join(json.dumps(r) + "\n" for r in [*records, {"event": "done", "a_changed": False,
-                                                                               "b_changed": False, "races": 0}]))
+        temporary.write_text(f"{tile}\n" + "".join(
+            json.dumps(r) + "\n" for r in [*records, {"event": "done", "a_changed": False, "b_changed": False,
+                                                     "races": 0}]))
         temporary.replace(cached)
-    return records
+    return tile, records
 
 
 def profile_alone(binary: Path, workdir: Path, sandbox: Sandbox, contract: KernelContract,
