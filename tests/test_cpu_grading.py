@@ -10,7 +10,7 @@ from conftest import ROOT, RUN_TIMEOUT_S, SUBMISSIONS, make_grader
 from hardware import needs_cxx
 
 from grader.execute.cpu.messages import LOAD_BARRIER
-from grader.pipeline import MODELLED_NOTE
+from grader.on_cpu import MODELLED_NOTE
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 
 pytestmark = needs_cxx

@@ -14,7 +14,7 @@ from hardware import needs_cxx, needs_nvcc
 from grader.config import load_config
 from grader.diagnose.speed import timing_without_gpu
 from grader.execute.confine.sandbox import detect
-from grader.pipeline import MODELLED_NOTE, NEEDS_GPU_TIMING
+from grader.on_cpu import MODELLED_NOTE, NEEDS_GPU_TIMING
 from grader.result import CASE, FAILED, PASSED, SKIPPED, TIMING, passed, skipped
 
 pytestmark = needs_cxx
