@@ -22,7 +22,7 @@ def gpu_result(config_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu-graded")
     graded = grade(config_file, SUBMISSIONS / "good_basic", "-o", out)
     assert graded.returncode == 0, graded.stderr
-    assert "Graded with:" in graded.stdout and "driver" in graded.stdout
+    assert "Graded with:" in graded.stdout and "on NVIDIA" in graded.stdout
     return out / "good_basic.json"
 
 

@@ -38,7 +38,7 @@ def test_no_zero_fill_with_a_product_guarded_by_the_loop_index_gets_full_marks_a
     """Threads past C's edge read tile entries nobody stored and never store: every case passes, and the read is
     said once per array as a hint, not as a cause to fix."""
     result = graders("cpu")(SUBMISSIONS / GUARDED)
-    assert result.score == result.checkable_max == 74, [(c.name, c.message) for c in result.checks if not c.passed]
+    assert result.score == result.checkable_max, [(c.name, c.message) for c in result.checks if not c.passed]
     cases = emulated_cases(result)
     assert len(cases) == 18 and all(c.status == PASSED and not c.unsafe and not c.fixes for c in cases.values())
     assert any(hint.startswith(HINT.format("A")) for hint in cases["ragged_m"].hints)  # rows past m: subA

@@ -14,6 +14,7 @@ from ..contract import REFERENCE, KernelContract
 from ..execute.confine.sandbox import Sandbox
 from ..execute.cpu.access_profile import profiled_blocks
 from ..execute.nvcc.cubin_resources import cubin_arch
+from ..execute.nvcc.kernel_params import calls_printf
 from ..judge.occupancy import Launched, Resources, limits_for, of
 from ..judge.speed_model import FAIL, HELD, PASS, Estimate, GpuFigures, decisive_bounds, estimate, \
     excess_by_line, verdict, work_on_shape
@@ -22,6 +23,8 @@ from .resources import launched, reference_launched
 from ..result import BANK_CONFLICT, OCCUPANCY, SPILLS, TIMING, UNCOALESCED_LOAD, UNCOALESCED_STORE, CheckResult, \
     Feedback, failed, passed, skipped
 
+# printf's argument buffer in a kernel that calls it: 8 bytes an argument, a debug line's handful of them
+PRINTF_LOCAL_BYTES = 64
 ESTIMATED_REGISTERS = 32  # per thread, where no cubin says: a plain tiled kernel's (few enough for full occupancy)
 WHY_SLOW = (UNCOALESCED_LOAD, UNCOALESCED_STORE, BANK_CONFLICT, OCCUPANCY, SPILLS)
 SHOWN_FINDINGS = 3
@@ -64,7 +67,7 @@ def shared_arrays_bytes(records: list[dict]) -> int:
 
 def modelled_timing(profile: dict, tile: int, contract: KernelContract, student: Launched | None,
                     reference: Launched | None, findings: list[Feedback], config: Config, points: float,
-                    needs_gpu: str) -> CheckResult | None:
+                    needs_gpu: str, prints: bool = False) -> CheckResult | None:
     """The timing check decided by the speed model; None when the profile cannot give an estimate (the
     reference's tile unknown, or a kernel that fits no block on an SM)."""
     reference_tile = profile.get("reference_tile")
@@ -78,7 +81,7 @@ def modelled_timing(profile: dict, tile: int, contract: KernelContract, student:
     t = config.timing
     ratio = mine.ms / theirs.ms
     decided = verdict(ratio, t.max_ratio, t.model.margin)
-    unsure = _unsure_of_a_pass(mine, student, reference) if decided == PASS else ""
+    unsure = _unsure_of_a_pass(mine, student, reference, prints) if decided == PASS else ""
     decided = HELD if unsure else decided
     metrics = {"estimated": True, "gpu": t.model.gpu, "modelled_ratio": round(ratio, 3), "max_ratio": t.max_ratio,
                "margin": t.model.margin, "student_ms_estimate": round(mine.ms, 4),
@@ -105,12 +108,16 @@ def costliest_first(findings: list[Feedback], profile: dict, contract: KernelCon
     return sorted(slow, key=lambda item: -excess.get(item.line, 0.0) if item.line is not None else 0.0)
 
 
-def _unsure_of_a_pass(mine: Estimate, student: Launched | None, reference: Launched | None) -> str:
+def _unsure_of_a_pass(mine: Estimate, student: Launched | None, reference: Launched | None,
+                      prints: bool = False) -> str:
     """Why an estimate that passes must be held for a GPU, or '': the compiled kernel uses local memory the
     reference does not (a per-thread array, spilled registers: accesses the emulator does not count, which
     only make it slower, so a fail stands), or its profile counts fewer requests than any kernel that computes
-    C makes (a report the kernel forged: the process student code runs in writes it)."""
-    if student is not None and student.resources.local_bytes > (reference.resources.local_bytes if reference else 0):
+    C makes (a report the kernel forged: the process student code runs in writes it). A kernel that calls printf
+    has local memory for printf's arguments, which the GPU's timing never touches (late_warps.py switches
+    printf off): up to PRINTF_LOCAL_BYTES of it are printf's."""
+    allowed = (reference.resources.local_bytes if reference else 0) + (PRINTF_LOCAL_BYTES if prints else 0)
+    if student is not None and student.resources.local_bytes > allowed:
         return (f"your compiled kernel uses {student.resources.local_bytes} bytes of local memory per thread, whose "
                 "accesses the estimate does not count")
     if not mine.work.plausible():
@@ -161,4 +168,4 @@ def timing_without_gpu(held: CheckResult, cases: list[CheckResult], profile: dic
                                        config.timeouts.compile_s, sandbox, config.cache_dir)
         student = student if reference is not None else None
     return modelled_timing(profile, tile, contract, student, reference, findings, config, held.max_score,
-                           held.needs_gpu) or held
+                           held.needs_gpu, prints=bool(cubin) and calls_printf(cubin)) or held

@@ -151,14 +151,17 @@ def provenance_differences(then: Provenance, now: Provenance) -> list[str]:
     return sorted(found + _toolchain_differences(then, now))
 
 
-def graded_with_words(result: SubmissionResult) -> str:
-    """What a result was graded with, in one line (the terminal and `grade reproduce` say it)."""
+def graded_with_words(result: SubmissionResult, brief: bool = False) -> str:
+    """What a result was graded with, in one line (`grade reproduce` says it); `brief`: the grader, the config and
+    the machine alone, for the terminal report, where a one-bug report fits on a screen (the JSON has the rest)."""
     record = result.provenance
     if record is None:
         return NOT_RECORDED
-    parts = [f"grader {_grader(record)}", f"config {_short(record.config_sha256) or 'defaults'}",
-             f"cases {_short(_digest_of(record.case_files))} ({len(record.cases)})",
-             f"on {result.graded_on or 'no backend'}"]
+    grader, config = f"grader {_grader(record)}", f"config {_short(record.config_sha256) or 'defaults'}"
+    machine = f"on {result.graded_on or 'no backend'}"
+    if brief:
+        return ", ".join([grader, config, machine])
+    parts = [grader, config, f"cases {_short(_digest_of(record.case_files))} ({len(record.cases)})", machine]
     parts += [f"CUDA {record.toolkit}"] if record.toolkit else []
     parts += [f"driver {record.driver}"] if record.driver else []
     parts += [f"sandbox {result.sandbox}"] if result.sandbox else []

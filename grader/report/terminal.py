@@ -143,4 +143,4 @@ def render(result: SubmissionResult, console: Console | None = None, show_hidden
     held = f" ({NEEDS_GPU_GRADE}: its grade waits for a GPU)" if result.outcome == NEEDS_GPU_GRADE else ""
     console.print(Text(f"Total: {score_line(result)}{held}", style="bold"))
     if result.provenance is not None:  # what a regrade or `grade reproduce` compares against
-        console.print(Text(f"Graded with: {graded_with_words(result)}", style="dim", overflow="fold"))
+        console.print(Text(f"Graded with: {graded_with_words(result, brief=True)}", style="dim", overflow="fold"))
