@@ -96,4 +96,4 @@ def test_under_hold_and_after_a_failed_case_the_model_decides_nothing(quick_conf
     assert timing_without_gpu(held, [case], {}, 16, b"", [], holding, detect()) is held
     wrong = replace(case, status=FAILED, score=0)
     timing = timing_without_gpu(held, [case, wrong], {}, 16, b"", [], config, detect())
-    assert timing.status == SKIPPED and not timing.needs_gpu and "1 of 2 cases did not pass" in timing.message
+    assert timing.status == SKIPPED and not timing.needs_gpu and "1 of 2 cases failed" in timing.message

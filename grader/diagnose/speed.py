@@ -155,8 +155,8 @@ def timing_without_gpu(held: CheckResult, cases: list[CheckResult], profile: dic
         return held
     wrong = [case for case in cases if not case.passed]
     if wrong:
-        return skipped(NAME, TIMING, held.max_score, f"not timed: {len(wrong)} of {len(cases)} cases did not pass "
-                                                      "on the CPU emulator; timing needs a correct kernel")
+        # as short as the table's column: a one-bug report fits on a screen
+        return skipped(NAME, TIMING, held.max_score, f"not timed: {len(wrong)} of {len(cases)} cases failed")
     if profile is None or not tile:
         return held
     contract = config.kernel.contract()
