@@ -732,9 +732,10 @@ def grade_serve(args, config, cases, plan, errors: Console) -> int:
     return EXIT_OK
 
 
-def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
+def _remote_grade(args, folder: Path, config, cases, plan) -> tuple[SubmissionResult, bool]:
     """The service's result; when it cannot give one, the instructor's --remote-fallback. Either way a result
-    the service did not grade carries `regrade_reason`, so the instructor finds it and grades it again."""
+    the service did not grade carries `regrade_reason`, so the instructor finds it and grades it again; and
+    whether the student's newer upload is graded instead (nothing for anyone to do)."""
     from .classroom.remote import RemoteUnavailable, grade_remotely, mark_for_regrade, student_of, submitted_at_of
 
     kernel = folder / "kernel.cu" if folder.is_dir() else folder
@@ -754,7 +755,7 @@ def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
         return mark_for_regrade(grade_remotely(kernel, student, args.remote, token, args.remote_timeout,
                                                headers=headers,
                                                submitted_at=submitted_at_of(args.submission, args.submitted_at)),
-                                args.remote)
+                                args.remote), False
     except (RemoteUnavailable, OSError) as error:
         if not isinstance(error, RemoteUnavailable):
             error = RemoteUnavailable(f"--token-file {args.token_file}: {error.strerror}")
@@ -763,26 +764,29 @@ def _remote_grade(args, folder: Path, config, cases, plan) -> SubmissionResult:
             result.message = "; ".join(filter(None, [f"graded here, not by the grading service: {error}",
                                                      result.message]))
             result.regrade_reason = f"graded on the CPU in the LMS's container, not by the service: {error}"
-            return result
+            return result, False
         result = not_graded(folder, config, cases, error.student, GRADER_ERROR)
         result.regrade_reason = f"--remote {args.remote}: {error}"
-        return result
+        return result, error.superseded
 
 
 def lms_entry(args, config, cases, plan) -> int:
     """One submission for an LMS: the results file is always written, whatever happened."""
     started = time.perf_counter()
+    superseded = False
     try:
         # Students upload folders: kernel.cu may sit anywhere below the folder the LMS gives.
         folder, notes = find_kernel_noted(args.submission)
-        result = _remote_grade(args, folder, config, cases, plan) if args.remote else grade(folder, config, cases,
-                                                                                              plan)
+        if args.remote:
+            result, superseded = _remote_grade(args, folder, config, cases, plan)
+        else:
+            result = grade(folder, config, cases, plan)
         result.intake_notes = notes + result.intake_notes
     except SubmissionError as exc:
         result = not_graded(args.submission, config, cases, str(exc))
     args.results.parent.mkdir(parents=True, exist_ok=True)
     LMS_ENTRIES[args.command].write(result, args.results, time.perf_counter() - started, args.exports)
-    return _remote_said(args, result)
+    return EXIT_OK if superseded else _remote_said(args, result)
 
 
 def _remote_said(args, result: SubmissionResult) -> int:

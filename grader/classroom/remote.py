@@ -37,9 +37,10 @@ class RemoteUnavailable(Exception):
     """The service could not grade this submission. `str()` is for the instructor; `student` says it in words
     for the student."""
 
-    def __init__(self, instructor: str, student: str = ""):
+    def __init__(self, instructor: str, student: str = "", superseded: bool = False):
         super().__init__(instructor)
         self.student = student or "The grading service could not grade your submission."
+        self.superseded = superseded  # the student's newer upload is graded instead: nothing is left to do
 
 
 def grade_remotely(kernel: Path, student: str, url: str, token: str, timeout_s: float,
@@ -67,7 +68,7 @@ def grade_remotely(kernel: Path, student: str, url: str, token: str, timeout_s: 
                 f"job {queued.get('id')} was superseded by the student's newer upload (job "
                 f"{answer.get('superseded_by')}), which is graded instead",
                 "You submitted again before this submission was graded, so your newest submission is graded "
-                "instead of this one. This is not a grade: your newest submission's result is.")
+                "instead of this one. This is not a grade: your newest submission's result is.", superseded=True)
         if time.monotonic() + POLL_S > deadline:
             raise RemoteUnavailable(f"{base} had not finished grading job {queued.get('id')} after {timeout_s:g} s "
                                     f"(--remote-timeout; status {answer.get('status')!r}, position "
