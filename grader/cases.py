@@ -12,6 +12,11 @@ from .result import HIDDEN, PUBLIC
 from .schema import build, load_yaml
 
 MAX_DIM = 8192  # keeps one case's buffers and its float64 truth within a few hundred MB
+AUTO, WHOLE, SAMPLED, SKIP = "auto", "whole", "sampled", "skip"
+CPU_CHOICES = (AUTO, WHOLE, SAMPLED, SKIP)
+# A case of more multiply-adds than this runs by sampled blocks on the CPU unless it says `cpu: whole`: square_256
+# (16.8 million) emulates whole in about a second, square_512 (134 million) would take most of a grade's budget.
+WHOLE_UP_TO = 1 << 25
 
 
 @dataclass
@@ -25,8 +30,30 @@ class Case:
     distribution: str = "uniform"
     visibility: str = PUBLIC
     description: str = ""
-    # Too big for the CPU emulator's time budget: only the GPU backend runs it.
+    # How the CPU emulator runs it: whole (every block), sampled (every edge block and a seeded sample of the
+    # interior ones: execute/cpu/sampling.py), skip (only a GPU runs it), or auto: whole up to WHOLE_UP_TO
+    # multiply-adds, sampled above.
+    cpu: str = AUTO
+    # The old spelling of `cpu: skip`, kept so that case files written for it keep their meaning.
     gpu_only: bool = False
+
+    @property
+    def on_cpu(self) -> str:
+        """WHOLE, SAMPLED or SKIP: how a CPU emulator runs this case."""
+        if self.gpu_only:
+            return SKIP
+        if self.cpu == AUTO:
+            return WHOLE if self.m * self.n * self.k <= WHOLE_UP_TO else SAMPLED
+        return self.cpu
+
+    @property
+    def emulated(self) -> bool:
+        """Whether the CPU emulator runs it at all (whole or by sampled blocks)."""
+        return self.on_cpu != SKIP
+
+    @property
+    def sampled(self) -> bool:
+        return self.on_cpu == SAMPLED
 
     def validate(self):
         for dim in ("m", "n", "k"):
@@ -41,6 +68,10 @@ class Case:
             return "seed", f"must be from 0 to {SEED_LIMIT - 1} (a numpy seed), got {self.seed}"
         if self.points < 0:
             return "points", "cannot be negative"
+        if self.cpu not in CPU_CHOICES:
+            return "cpu", f"must be one of {', '.join(CPU_CHOICES)}, got {self.cpu!r}"
+        if self.gpu_only and self.cpu not in (AUTO, SKIP):
+            return "gpu_only", f"gpu_only: true means cpu: skip; it cannot go with cpu: {self.cpu}"
         if not self.name or any(ch.isspace() for ch in self.name):
             return "name", f"must be a non-empty word without spaces, got {self.name!r}"
         return None
@@ -81,6 +112,12 @@ def mix_seed(seed: int, secret: str) -> int:
     """A seed nobody can predict without the secret, derived from a public one (same secret, same seed)."""
     digest = hashlib.sha256(f"{secret}\0{seed}".encode()).digest()
     return int.from_bytes(digest[:4], "little")
+
+
+def sample_seed(case: Case) -> int:
+    """The seed of a sampled case's interior blocks: from the case's seed, which the grading secret is mixed
+    into (with_secret), so nobody without the secret can tell which blocks are checked."""
+    return mix_seed(case.seed, "sampled blocks")
 
 
 def with_secret(cases: list[Case], secret: str) -> list[Case]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .build_failure import BuildFailure, classify
-from .cases import Case
+from .cases import WHOLE, Case, sample_seed
 from .config import Config
 from .contract import WIDTH, KernelContract
 from .diagnose.groups import GUARD, Vouched, check_in_group
@@ -32,6 +32,7 @@ from .execute.confine.sandbox import Sandbox, detect
 from .execute.cpu.build import compiler
 from .execute.cpu.evidence import Program
 from .execute.cpu.instrument import sites_of
+from .execute.cpu.sampling import BlockSample
 from .execute.gpu.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.nvcc import check_cache, cubin_cache
@@ -267,13 +268,13 @@ def _emulated_first(cases: list[Case]) -> list[Case]:
     """The GPU child's order: the cases the emulator also runs first, in the config's order, then the large
     ones. Both engines then launch the kernel in the same sequence, so a kernel that counts its launches in
     a device global behaves the same on both (execute/cpu: launches per case)."""
-    return [case for case in cases if not case.gpu_only] + [case for case in cases if case.gpu_only]
+    return [case for case in cases if case.emulated] + [case for case in cases if not case.emulated]
 
 
 def _emulate_beside(submission: Submission, config: Config, cases: list[Case], plan: RunPlan) -> Future | None:
-    """The emulator's run of every case it can run, started now, beside the GPU child: None where this host
-    has no C++ compiler for it (the tools then judge safety)."""
-    emulated = [case for case in cases if not case.gpu_only]
+    """The emulator's run of every case it can run (a large one by sampled blocks), started now, beside the GPU
+    child: None where this host has no C++ compiler for it (the tools then judge safety)."""
+    emulated = [case for case in cases if case.emulated]
     if not emulated or compiler() is None:
         return None
     workers = plan.emulator_workers or max(1, len(os.sched_getaffinity(0)) - 1)
@@ -299,7 +300,7 @@ def _judged_by_both(submission: Submission, config: Config, cases: list[Case], r
         return merged(made, emulation), None
     if emulation.log:
         result.log += f"\n[grader] the CPU emulator could not judge this kernel:\n{emulation.log}\n"
-    emulated = [case for case in cases if not case.gpu_only]
+    emulated = [case for case in cases if case.on_cpu == WHOLE]  # the tools' small launches: not the large cases
     safety = case_safety(_sanitizer_run(submission, config, run), emulated, placement_of(plan, config),
                          sandbox_of(plan), config.cache_dir) if emulated else CaseSafety()
     run.compile_check.metrics["safety_tools_s"] = round(safety.tools_s, 3)
@@ -516,15 +517,15 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
                          needs_gpu=NEEDS_GPU_TIMING)]
     reason = (nvcc.message if compiled.outcome == GRADER_ERROR else
               "not run: the kernel did not compile" if nvcc.status == ERROR else
-              "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
+              "not run: GPU only (its case file says cpu: skip); it runs when graded on a GPU")
     needs_gpu += [skipped(c.name, CASE, c.points, reason, visibility=c.visibility, needs_gpu=NEEDS_GPU_LARGE)
-                  for c in cases if c.gpu_only]
+                  for c in cases if not c.emulated]
     if nvcc.status == ERROR:
         result.outcome = compiled.outcome
         if compiled.outcome == GRADER_ERROR:
             result.message = nvcc.message
         return [nvcc, *needs_gpu], "not run"
-    emulated = [case for case in cases if not case.gpu_only]
+    emulated = [case for case in cases if case.emulated]
     run = run_child(submission, config, emulated, CPU, plan)
     phases.mark_split(run.phases, "grading_other")
     _take_run(result, run)
@@ -649,7 +650,8 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     workdir = str(owned_folder(GRADE))  # named for this process: a later start clears it if we die unclean
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
     sandbox = sandbox_of(plan)
-    warming = Warming(cases, config)  # the judge ready by the time the first outputs are judged
+    # the judge ready by the time the first outputs are judged (a sampled case's truth is small: made when judged)
+    warming = Warming([case for case in cases if backend == GPU or not case.sampled], config)
     device = device_side(submission.source, submission.headers)  # what the emulator builds, its sites numbered
     try:
         job = _job(submission, device, config, cases, workdir, sandbox, timed=backend == GPU,
@@ -679,13 +681,28 @@ def _run_events(config: Config, cases: list[Case], workdir: Path, timed: bool, b
 
     program = _emulated_program(submission, device, config.kernel.contract()) if backend == CPU else None
     return RunEvents(config, cases, workdir, timed=timed,
-                     child="the CPU emulation process" if backend == CPU else "the GPU process", program=program)
+                     child="the CPU emulation process" if backend == CPU else "the GPU process", program=program,
+                     samples=block_samples(cases, config) if backend == CPU else {})
 
 
 def _emulated_program(submission: Submission, device: str, contract: KernelContract) -> Program:
     """What the CPU emulator's reports refer to: the sites instrument.py numbers in the device side it builds
     (`device`), the kernel's names for the lab's matrices and sizes, and what the launch's x runs over."""
     return Program(sites_of(device), names=tuple(_role_names(submission.source, contract)), x=contract.x)
+
+
+def block_samples(cases: list[Case], config: Config) -> dict[str, BlockSample]:
+    """How the CPU emulator samples each case it runs by blocks (the large ones): every edge block, and
+    `sampling.interior_blocks` interior ones drawn by a seed from the case's (secret-mixed) seed."""
+    return {case.name: BlockSample(sample_seed(case), config.sampling.interior_blocks) for case in cases
+            if case.sampled}
+
+
+def _case_specs(cases: list[Case], config: Config, sampled: bool) -> list[CaseSpec]:
+    """The cases as a child runs them: the GPU child every block, the CPU emulator's large ones by samples."""
+    samples = block_samples(cases, config) if sampled else {}
+    return [CaseSpec(c.name, c.m, c.n, c.k, c.seed, c.distribution,
+                     samples[c.name].to_wire() if c.name in samples else None) for c in cases]
 
 
 def _job(submission: Submission, device: str, config: Config, cases: list[Case], workdir: str, sandbox: Sandbox,
@@ -699,7 +716,7 @@ def _job(submission: Submission, device: str, config: Config, cases: list[Case],
         student_source=prepare_source(submission.source, tile=tile),
         reference_source=reference_module_source(reference),
         contract=contract, options=config.compile.options, cache_dir=str(config.cache_dir), workdir=workdir,
-        cases=[CaseSpec(c.name, c.m, c.n, c.k, c.seed, c.distribution) for c in cases],
+        cases=_case_specs(cases, config, sampled=not timed),
         timing=TimingSpec(t.m, t.n, t.k, t.seed, t.warmup, t.repetitions,
                           config.tolerance.k_factor, config.tolerance.abs) if timed else None,
         original_source=submission.source,

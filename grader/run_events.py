@@ -15,6 +15,7 @@ from .cases import Case
 from .config import MAX_LAUNCHES_PER_CASE, Config
 from .execute.cpu.evidence import Program, observed, stores_off_c
 from .execute.cpu.messages import describe_collision, describe_problem, describe_races, describe_unstored_read
+from .execute.cpu.sampling import BlockSample, sampled_tiles
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
 from .judge.compare import CaseRun, judge_case
@@ -24,7 +25,7 @@ from .judge.layout import guarded_size
 from .judge.locate import stored_over
 from .judge.timing import NAME as TIMING_NAME
 from .judge.timing import RETIME_FACTOR, judge_timing, needs_retime
-from .judge.truths import case_truth
+from .judge.truths import case_truth, sampled_case_truth
 from .result import (
     CASE,
     COMPILE,
@@ -131,8 +132,11 @@ def describe_fault(error: str) -> str:
 
 class RunEvents:
     def __init__(self, config: Config, cases: list[Case], workdir: Path, timed: bool = False,
-                 child: str = "the GPU process", program: Program | None = None):
+                 child: str = "the GPU process", program: Program | None = None,
+                 samples: dict[str, BlockSample] | None = None):
         self.config, self.workdir, self.timed = config, workdir, timed
+        # The cases this run ran by sampled blocks (the CPU emulator's large ones): judged on those blocks' tiles
+        self.samples = samples or {}
         # What the CPU emulator's reports refer to (its sites, the kernel's names; the tile once compiled)
         self.program = program or Program(x=config.kernel.contract().x)
         self.child = child  # what the messages call the child: the GPU process or the CPU emulator's
@@ -268,7 +272,7 @@ class RunEvents:
 
         def judge() -> CheckResult:
             tolerance = self.config.tolerance
-            a, b, truth = case_truth(case, self.config)
+            a, b, truth = self._truth(case)
             check = _worst_launch(
                 lambda buffer: judge_case(
                     case.name, case.points, a, b,
@@ -277,11 +281,20 @@ class RunEvents:
                             evidence=evidence, unsafe_reads=unsafe_reads),
                     self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth),
                 buffers, launches)
-            if len(buffers) > 1 and check.status != PASSED:
+            if len(buffers) > 1 and check.status != PASSED and truth.checked is None:
                 _tell(check, stored_over([split_guarded(x.ravel(), case.m, case.n)[1] for x in buffers], truth))
             return check
 
         self.unjudged[case.name] = judge  # the outputs as they were now: what the child writes later is not read
+
+    def _truth(self, case: Case):
+        """The case's inputs and truth: of the whole of C, or of a sampled case's tiles alone (the same tiles the
+        driver ran, computed here from the same sample and tile size: never the child's word)."""
+        sample = self.samples.get(case.name)
+        if sample is None:
+            return case_truth(case, self.config)
+        tiles = sampled_tiles(case.m, case.n, self.tile_size, sample)
+        return sampled_case_truth(case, self.config, tiles.all, self.tile_size, tiles.describe())
 
     def judge_outputs(self) -> None:
         """Judge every case whose outputs were read."""
