@@ -232,7 +232,7 @@ class SamplingConfig:
     """How the CPU emulator runs a case too large to emulate whole (a case file's `cpu: sampled`, or a large one's
     default): every edge block, and this many interior blocks drawn by a seed only the grading secret decides."""
 
-    interior_blocks: int = 32
+    interior_blocks: int = 16
 
     def validate(self):
         if self.interior_blocks < 0:

@@ -1,7 +1,7 @@
 """The CPU emulator runs what students write: warp shuffles and votes, cooperative groups, templates,
 `extern __shared__`, vector types, the math intrinsics, cuda_fp16.h (tests/submissions/README.md lists each kernel).
 
-A correct kernel of each construct is graded as a student grades it (74/74 checkable); a wrong one fails
+A correct kernel of each construct is graded as a student grades it (90/90 checkable); a wrong one fails
 its cases with the right verdict; a warp collective reached by part of a warp with a full mask is
 diagnosed, naming the line and the threads. Kernels nvcc refuses under SourceModule's `extern "C"` today
 (templates, cooperative_groups.h: C++ linkage is another change) are graded as on a machine without nvcc,
@@ -120,8 +120,8 @@ def emulated_cases(result) -> dict:
 
 def assert_full_marks(result):
     assert [(c.name, c.message) for c in result.checks if c.checkable and c.status != PASSED] == []
-    assert result.score == result.checkable_max == 74
-    assert len(emulated_cases(result)) == 18
+    assert result.score == result.checkable_max == 90
+    assert len(emulated_cases(result)) == 21
 
 
 @pytest.mark.parametrize("name", WITH_NVCC)

@@ -67,3 +67,14 @@ def test_what_compute_sanitizer_found_in_a_case_fails_it_after_the_gpus_words():
     assert case.status == FAILED and case.score == 0 and case.unsafe == [SHARED_RACE]
     assert case.message == f"{RIGHT.message}\n{found[0].fact}"
     assert with_tool_findings([RIGHT], {}) == [RIGHT]
+
+
+def test_a_large_case_the_emulator_ran_by_sampled_blocks_right_where_the_gpu_found_it_wrong_says_so():
+    """Its blocks are a sample: the GPU's wrong elements lie in others, so the engines do not disagree on them."""
+    scope = "the 128 edge tiles and 16 sampled interior tiles of 4,160"
+    sampled = passed("large_ragged", CASE, 6, f"correct (1031×1009×1013): {scope}; every element of them right",
+                     metrics={"checked": scope})
+    case = merged_case(wrong(3, "gpu words"), sampled)
+    assert case.status == FAILED and case.message.startswith("gpu words")
+    assert f"the CPU emulator ran {scope} of this case and saw nothing wrong in them" in case.message
+    assert "differs" not in case.message

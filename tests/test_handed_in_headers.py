@@ -35,7 +35,7 @@ def config(config_file):
 
 @pytest.fixture(scope="module")
 def cases(config):
-    return [c for c in load_cases(config.testcases_dir) if not c.gpu_only]
+    return [c for c in load_cases(config.testcases_dir) if c.on_cpu == "whole"]
 
 
 def compiled(result):
@@ -58,7 +58,7 @@ def test_a_named_header_with_a_device_helper_grades_full_marks_on_the_cpu(config
     config = load_config(config_file)
     config.compile.handed_in_headers = [HEADER]
     result = grade(SUBMISSION, config, load_cases(config.testcases_dir), RunPlan("cpu"))
-    assert result.outcome == GRADED and result.score == result.checkable_max == 74, every_text(result)
+    assert result.outcome == GRADED and result.score == result.checkable_max == 90, every_text(result)
     assert compiled(result).status == PASSED and "sm_90" in compiled(result).message
     assert result.tile_size == 16 and "no tile size" not in compiled(result).message  # TILE_SIZE is the header's
 
@@ -208,4 +208,4 @@ def test_gradescope_grades_an_uploaded_folder_with_its_header(tmp_path, config_f
     assert main(["gradescope", str(tmp_path / "submission"), str(results), "--config", str(named),
                  "--backend", "cpu"]) == 0
     data = json.loads(results.read_text(encoding="utf-8"))
-    assert data["score"] == 74, data["output"]
+    assert data["score"] == 90, data["output"]

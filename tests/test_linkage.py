@@ -275,7 +275,7 @@ def test_what_extern_c_refused_now_compiles(sandbox):
     assert outcome.ok, outcome.message
 
 
-# --- graded: 74/74 on the CPU emulator, 100/100 on a GPU -------------------------------------------------------
+# --- graded: 90/90 on the CPU emulator, 100/100 on a GPU -------------------------------------------------------
 
 
 @needs_cxx
@@ -286,7 +286,7 @@ def test_valid_cpp_kernels_get_every_point_the_cpu_can_check(graders, name):
     result = grade_cpu(SUBMISSIONS / name)
     assert result.backend == "cpu" and result.tile_size == 16
     assert [(c.name, c.message) for c in result.checks if c.checkable and c.status != PASSED] == []
-    assert result.score == result.checkable_max == 74
+    assert result.score == result.checkable_max == 90
 
 
 @needs_cxx

@@ -60,13 +60,12 @@ def test_gradescope_without_gpu_scores_what_it_could_check(tmp_path, config_file
     submission.mkdir()
     shutil.copy(ROOT / "reference" / "kernel.cu", submission / "kernel.cu")
     data = gradescope(tmp_path, submission, config_file, "--backend", "cpu")
-    assert data["score"] == 74
-    assert "74/74 points checkable without a GPU; 26 more need a GPU (large cases, timing)" in data["output"]
-    assert "Not checked here (they need a GPU): square_512, large_ragged, large_hidden, speed vs reference" \
-        in data["output"]
+    assert data["score"] == 90
+    assert "90/90 points checkable without a GPU; 10 more need a GPU (timing)" in data["output"]
+    assert "Not checked here (they need a GPU): speed vs reference" in data["output"]
     assert all(t["status"] == "passed" for t in data["tests"])  # nothing that was not checked shows as failed
-    assert sum(t["max_score"] for t in data["tests"]) == 74
-    assert (data["extra_data"]["checkable_max_score"], data["extra_data"]["max_score"]) == (74, 100)
+    assert sum(t["max_score"] for t in data["tests"]) == 90
+    assert (data["extra_data"]["checkable_max_score"], data["extra_data"]["max_score"]) == (90, 100)
     assert "leaderboard" not in data  # nothing was timed
 
 
