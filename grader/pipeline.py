@@ -32,7 +32,7 @@ from .execute.confine.sandbox import Sandbox, detect
 from .execute.cpu.build import compiler
 from .execute.cpu.evidence import Program
 from .execute.cpu.instrument import sites_of
-from .execute.cpu.sampling import BlockSample
+from .execute.cpu.sampling import BlockSample, Tile, tiles_of_elements
 from .execute.gpu.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.nvcc import check_cache, cubin_cache
@@ -277,10 +277,35 @@ def _emulate_beside(submission: Submission, config: Config, cases: list[Case], p
     emulated = [case for case in cases if case.emulated]
     if not emulated or compiler() is None:
         return None
+    return start_beside(functools.partial(run_child, submission, config, emulated, CPU, _emulator_plan(config, plan)))
+
+
+def _emulator_plan(config: Config, plan: RunPlan) -> RunPlan:
+    """How the emulator runs beside a GPU grade: on the CPU's turns, with every core but the GPU child's."""
     workers = plan.emulator_workers or max(1, len(os.sched_getaffinity(0)) - 1)
-    on_cpu = replace(plan, backend=CPU, placement=Placement(lock=device_lock(config, CPU)), sanitizer_channel=None,
-                     emulator_workers=workers)
-    return start_beside(functools.partial(run_child, submission, config, emulated, CPU, on_cpu))
+    return replace(plan, backend=CPU, placement=Placement(lock=device_lock(config, CPU)), sanitizer_channel=None,
+                   emulator_workers=workers)
+
+
+EXTRA_TILES = 8  # tiles holding the GPU's wrong elements a large case's second emulation runs, at most
+
+
+def _where_the_gpu_found_it(submission: Submission, config: Config, cases: list[Case], plan: RunPlan,
+                            run: RunEvents, emulation: Emulation) -> None:
+    """A large case the GPU found wrong where the emulator's sampled blocks were all right: the emulator runs it
+    again with the blocks holding the GPU's wrong elements too (after the GPU's run, which is when they are known),
+    so the case is told by what it saw there. Its verdicts replace the first run's for those cases."""
+    made = run.made_cases()
+    missed = [case for case in cases if case.sampled and case.name in run.wrong_at and
+              made.get(case.name) is not None and not made[case.name].passed and
+              getattr(emulation.cases.get(case.name), "status", None) == PASSED]
+    if not missed:
+        return
+    extra = {case.name: tiles_of_elements(*run.wrong_at[case.name], run.tile_size, EXTRA_TILES) for case in missed}
+    quiet = replace(config, feedback=replace(config.feedback, emulator=False))  # the advice came from the first run
+    again = run_child(submission, quiet, missed, CPU, _emulator_plan(config, plan), extra)
+    for name, check in again.made_cases().items():
+        emulation.cases[name] = check
 
 
 def _judged_by_both(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
@@ -293,6 +318,7 @@ def _judged_by_both(submission: Submission, config: Config, cases: list[Case], r
     if not run.compile_check.passed or not run.tile_size:
         return made, None
     if emulation.judged:
+        _where_the_gpu_found_it(submission, config, cases, plan, run, emulation)
         _emulator_feedback(result, emulation.run, submission, config)
         # where the emulator's time went, beside the GPU's (bench/grade_time.py)
         run.compile_check.metrics["emulator_phases"] = {phase: round(seconds, 3)
@@ -645,8 +671,10 @@ def _compile_with_fallback(submission: Submission, config: Config, sandbox: Sand
 
 
 def run_child(submission: Submission, config: Config, cases: list[Case], backend: str,
-              plan: RunPlan) -> RunEvents:
-    """Runs the cases in a child process of the backend's kind; the parent only reads its events."""
+              plan: RunPlan, extra_tiles: dict[str, tuple[Tile, ...]] | None = None) -> RunEvents:
+    """Runs the cases in a child process of the backend's kind; the parent only reads its events. `extra_tiles`:
+    tiles a CPU run of a sampled case runs beside its sample (where the GPU found wrong elements)."""
+    samples = block_samples(cases, config, extra_tiles or {}) if backend == CPU else {}
     workdir = str(owned_folder(GRADE))  # named for this process: a later start clears it if we die unclean
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
     sandbox = sandbox_of(plan)
@@ -655,7 +683,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     device = device_side(submission.source, submission.headers)  # what the emulator builds, its sites numbered
     try:
         job = _job(submission, device, config, cases, workdir, sandbox, timed=backend == GPU,
-                   emulator_workers=plan.emulator_workers)
+                   emulator_workers=plan.emulator_workers, samples=samples)
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
                         case_s=config.timeouts.gpu_hang_s if backend == GPU else None)
@@ -663,7 +691,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
         events = run_job(job, limits, lambda: run.timing_turn(), program, placement_of(plan, config))
         first = next(events)  # the child has started meanwhile, and the judge's import with it (warming.py)
         run = _run_events(config, cases, Path(workdir), timed=job.timing is not None, backend=backend,
-                          submission=submission, device=device)
+                          submission=submission, device=device, samples=samples)
         for event in itertools.chain([first], events):
             if event["event"] == "compiled" and backend == GPU:
                 warm_reference(config.reference_path.read_text(encoding="utf-8"), event["arch"],
@@ -676,13 +704,13 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
 
 
 def _run_events(config: Config, cases: list[Case], workdir: Path, timed: bool, backend: str,
-                submission: Submission, device: str) -> RunEvents:
+                submission: Submission, device: str, samples: dict[str, BlockSample]) -> RunEvents:
     from .run_events import RunEvents  # the judge, numpy among it: imported once the child has started
 
     program = _emulated_program(submission, device, config.kernel.contract()) if backend == CPU else None
     return RunEvents(config, cases, workdir, timed=timed,
                      child="the CPU emulation process" if backend == CPU else "the GPU process", program=program,
-                     samples=block_samples(cases, config) if backend == CPU else {})
+                     samples=samples)
 
 
 def _emulated_program(submission: Submission, device: str, contract: KernelContract) -> Program:
@@ -691,23 +719,20 @@ def _emulated_program(submission: Submission, device: str, contract: KernelContr
     return Program(sites_of(device), names=tuple(_role_names(submission.source, contract)), x=contract.x)
 
 
-def block_samples(cases: list[Case], config: Config) -> dict[str, BlockSample]:
-    """How the CPU emulator samples each case it runs by blocks (the large ones): every edge block, and
-    `sampling.interior_blocks` interior ones drawn by a seed from the case's (secret-mixed) seed."""
-    return {case.name: BlockSample(sample_seed(case), config.sampling.interior_blocks) for case in cases
-            if case.sampled}
-
-
-def _case_specs(cases: list[Case], config: Config, sampled: bool) -> list[CaseSpec]:
-    """The cases as a child runs them: the GPU child every block, the CPU emulator's large ones by samples."""
-    samples = block_samples(cases, config) if sampled else {}
-    return [CaseSpec(c.name, c.m, c.n, c.k, c.seed, c.distribution,
-                     samples[c.name].to_wire() if c.name in samples else None) for c in cases]
+def block_samples(cases: list[Case], config: Config,
+                  extra_tiles: dict[str, tuple[Tile, ...]]) -> dict[str, BlockSample]:
+    """How the CPU emulator samples each case it runs by blocks (the large ones): every edge block,
+    `sampling.interior_blocks` interior ones drawn by a seed from the case's (secret-mixed) seed, and the extra
+    tiles asked for."""
+    return {case.name: BlockSample(sample_seed(case), config.sampling.interior_blocks,
+                                   extra_tiles.get(case.name, ())) for case in cases if case.sampled}
 
 
 def _job(submission: Submission, device: str, config: Config, cases: list[Case], workdir: str, sandbox: Sandbox,
-         timed: bool, emulator_workers: int = 0) -> Job:
-    """The child's job; `device`: the submission's device side (device_side.py)."""
+         timed: bool, emulator_workers: int = 0, samples: dict[str, BlockSample] | None = None) -> Job:
+    """The child's job; `device`: the submission's device side (device_side.py); `samples`: the cases a CPU run
+    runs by sampled blocks (the GPU child runs every case whole)."""
+    samples = samples or {}
     reference = config.reference_path.read_text(encoding="utf-8")
     t = config.timing
     contract = config.kernel.contract()
@@ -716,7 +741,8 @@ def _job(submission: Submission, device: str, config: Config, cases: list[Case],
         student_source=prepare_source(submission.source, tile=tile),
         reference_source=reference_module_source(reference),
         contract=contract, options=config.compile.options, cache_dir=str(config.cache_dir), workdir=workdir,
-        cases=_case_specs(cases, config, sampled=not timed),
+        cases=[CaseSpec(c.name, c.m, c.n, c.k, c.seed, c.distribution,
+                        samples[c.name].to_wire() if c.name in samples else None) for c in cases],
         timing=TimingSpec(t.m, t.n, t.k, t.seed, t.warmup, t.repetitions,
                           config.tolerance.k_factor, config.tolerance.abs) if timed else None,
         original_source=submission.source,

@@ -18,7 +18,7 @@ from .execute.cpu.messages import describe_collision, describe_problem, describe
 from .execute.cpu.sampling import BlockSample, sampled_tiles
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
-from .judge.compare import CaseRun, judge_case
+from .judge.compare import CaseRun, judge_case, wrong_mask
 from .judge.findings import Finding
 from .judge.inputs import split_guarded
 from .judge.layout import guarded_size
@@ -43,6 +43,8 @@ from .result import (
     skipped,
 )
 from .source.device_side import HOST_CODE_LEFT_OUT
+
+WRONG_KEPT = 256  # wrong elements of a failed case kept for where they are
 
 FAULTS = (
     ("illegal memory access", "kernel fault: illegal memory access: a load or store went outside A, B or C; "
@@ -137,6 +139,9 @@ class RunEvents:
         self.config, self.workdir, self.timed = config, workdir, timed
         # The cases this run ran by sampled blocks (the CPU emulator's large ones): judged on those blocks' tiles
         self.samples = samples or {}
+        # Where each failed case's wrong elements were (rows, columns; at most WRONG_KEPT, spread over them): the
+        # blocks a GPU grade has the emulator run too when its sample missed them (pipeline.py)
+        self.wrong_at: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         # What the CPU emulator's reports refer to (its sites, the kernel's names; the tile once compiled)
         self.program = program or Program(x=config.kernel.contract().x)
         self.child = child  # what the messages call the child: the GPU process or the CPU emulator's
@@ -281,11 +286,22 @@ class RunEvents:
                             evidence=evidence, unsafe_reads=unsafe_reads),
                     self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth),
                 buffers, launches)
+            if check.status != PASSED:
+                self._keep_wrong_at(case, buffers, truth)
             if len(buffers) > 1 and check.status != PASSED and truth.checked is None:
                 _tell(check, stored_over([split_guarded(x.ravel(), case.m, case.n)[1] for x in buffers], truth))
             return check
 
         self.unjudged[case.name] = judge  # the outputs as they were now: what the child writes later is not read
+
+    def _keep_wrong_at(self, case: Case, buffers: list[np.ndarray], truth) -> None:
+        """The wrong elements of the first launch that had some, a spread of at most WRONG_KEPT of them."""
+        for buffer in buffers:
+            rows, columns = np.nonzero(wrong_mask(split_guarded(buffer.ravel(), case.m, case.n)[1], truth))
+            if rows.size:
+                pick = np.unique(np.linspace(0, rows.size - 1, min(WRONG_KEPT, rows.size)).astype(np.int64))
+                self.wrong_at[case.name] = (rows[pick], columns[pick])
+                return
 
     def _truth(self, case: Case):
         """The case's inputs and truth: of the whole of C, or of a sampled case's tiles alone (the same tiles the

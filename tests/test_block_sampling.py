@@ -16,7 +16,8 @@ from grader.errors import ConfigError
 from grader.execute.cpu.sampling import BlockSample, launched_blocks, sampled_tiles, tiles_of_elements
 from grader.judge.compare import CaseRun, judge_case, sampled_truth_of, truth_of
 from grader.judge.inputs import guarded_c, make_inputs, split_guarded
-from grader.pipeline import RunPlan, grade
+from grader.intake.submission import read_submission
+from grader.pipeline import RunPlan, grade, run_child
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 
 TILE = 16
@@ -176,3 +177,19 @@ def test_a_correct_kernel_scores_every_case_on_the_cpu(config_file):
     assert large.metrics["checked_elements"] == in_c
     assert not any(check.status == SKIPPED and check.kind == "case" for check in result.checks)
     assert replace(result).needs_gpu_points == config.points.timing  # only timing is left for a GPU
+
+
+@needs_cxx
+def test_the_tiles_where_the_gpu_found_wrong_elements_are_run_and_judged_beside_the_sample(config_file):
+    """What a GPU grade asks of a second emulation (pipeline.py): the extra tiles run, and the case is told by them."""
+    config = load_config(config_file)
+    config.sampling.interior_blocks = 0
+    case = Case("large", 200, 200, 48, 7, 5, cpu=SAMPLED)
+    submission = read_submission(SUBMISSIONS / "wrong_in_one_interior_block", [])
+    run = run_child(submission, config, [case], "cpu", RunPlan("cpu"), {"large": (TRAP_TILE,)})
+    check = run.made_cases()["large"]
+    assert check.status == FAILED, check.message
+    assert "256 of the" in check.message and "1 tile where the GPU found wrong elements" in check.message
+    assert set(zip(*map(list, run.wrong_at["large"]))) <= {(r, c) for r in range(176, 192) for c in range(144, 160)}
+    alone = run_child(submission, config, [case], "cpu", RunPlan("cpu")).made_cases()["large"]
+    assert alone.status == PASSED, alone.message  # its edges alone are right

@@ -57,3 +57,13 @@ def test_where_the_emulators_blocks_miss_what_the_gpu_found_the_case_says_so(gra
         if check.metrics.get("emulator") == PASSED:
             assert "and saw nothing wrong in them: what the GPU found lies in blocks it did not run" in check.message
             assert "differs" not in check.message
+
+
+def test_a_large_case_wrong_only_where_the_sample_missed_is_run_again_on_the_gpus_wrong_blocks(graders):
+    """wrong_in_one_interior_block adds 1 in block (9, 11) only: the GPU finds those elements wrong in every large
+    case; the emulator then runs the tiles holding them beside its sample, and fails the case as the GPU does."""
+    cases = cases_of(graders("gpu")(SUBMISSIONS / "wrong_in_one_interior_block"))
+    for name in LARGE:
+        check = cases[name]
+        assert check.status != PASSED and check.metrics.get("emulator") == check.status, check.message
+        assert "differs" not in check.message and "blocks it did not run" not in check.message, check.message

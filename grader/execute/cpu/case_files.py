@@ -50,11 +50,12 @@ def case_line(folder: Path, spec: CaseSpec, tile: int, contract: KernelContract,
 
 def _blocks_file(folder: Path, spec: CaseSpec, tile: int, contract: KernelContract) -> Path:
     """The blocks a sampled case runs (sampling.py), where the harness reads them: "x y" a line. The parent
-    computes the same tiles from the same sample to judge them, so a file the kernel changed only loses it tiles."""
+    computes the same tiles from the same sample to judge them, so a file the kernel changed only loses it the tiles it left out."""
     tiles = sampled_tiles(spec.m, spec.n, tile, BlockSample.from_wire(spec.sample))
     path = folder / "blocks.txt"
     text = "".join(f"{x} {y}\n" for x, y in launched_blocks(tiles.all, contract.x)).encode()
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)  # the folder is the sandbox's
+    # The folder is the sandbox's: a link the kernel left there is not followed
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     with os.fdopen(descriptor, "wb") as file:
         file.write(text)
     return path
