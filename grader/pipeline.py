@@ -27,12 +27,19 @@ from .diagnose.resources import add_compiler_feedback, warm_reference
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import TOOLS, SanitizerRun, sanitize, sanitizer_path
 from .diagnose.safety import CaseSafety, case_safety
-from .emulation import Emulation, emulation_of, merged, start_beside, with_tool_findings
+from .emulation import (
+    Emulation,
+    emulate_where_wrong,
+    emulation_of,
+    merged,
+    start_beside,
+    with_tool_findings,
+)
 from .execute.confine.sandbox import Sandbox, detect
 from .execute.cpu.build import compiler
 from .execute.cpu.evidence import Program
 from .execute.cpu.instrument import sites_of
-from .execute.cpu.sampling import BlockSample, Tile, tiles_of_elements
+from .execute.cpu.sampling import BlockSample, Tile
 from .execute.gpu.device_lock import DeviceLock
 from .execute.job import CaseSpec, Job, TimingSpec
 from .execute.nvcc import check_cache, cubin_cache
@@ -287,27 +294,6 @@ def _emulator_plan(config: Config, plan: RunPlan) -> RunPlan:
                    emulator_workers=workers)
 
 
-EXTRA_TILES = 8  # tiles holding the GPU's wrong elements a large case's second emulation runs, at most
-
-
-def _where_the_gpu_found_it(submission: Submission, config: Config, cases: list[Case], plan: RunPlan,
-                            run: RunEvents, emulation: Emulation) -> None:
-    """A large case the GPU found wrong where the emulator's sampled blocks were all right: the emulator runs it
-    again with the blocks holding the GPU's wrong elements too (after the GPU's run, which is when they are known),
-    so the case is told by what it saw there. Its verdicts replace the first run's for those cases."""
-    made = run.made_cases()
-    missed = [case for case in cases if case.sampled and case.name in run.wrong_at and
-              made.get(case.name) is not None and not made[case.name].passed and
-              getattr(emulation.cases.get(case.name), "status", None) == PASSED]
-    if not missed:
-        return
-    extra = {case.name: tiles_of_elements(*run.wrong_at[case.name], run.tile_size, EXTRA_TILES) for case in missed}
-    quiet = replace(config, feedback=replace(config.feedback, emulator=False))  # the advice came from the first run
-    again = run_child(submission, quiet, missed, CPU, _emulator_plan(config, plan), extra)
-    for name, check in again.made_cases().items():
-        emulation.cases[name] = check
-
-
 def _judged_by_both(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
                     plan: RunPlan, run: RunEvents, emulation: Emulation) -> tuple[list[CheckResult],
                                                                                     CaseSafety | None]:
@@ -318,7 +304,10 @@ def _judged_by_both(submission: Submission, config: Config, cases: list[Case], r
     if not run.compile_check.passed or not run.tile_size:
         return made, None
     if emulation.judged:
-        _where_the_gpu_found_it(submission, config, cases, plan, run, emulation)
+        quiet = replace(config, feedback=replace(config.feedback, emulator=False))  # the advice is the first run's
+        on_cpu = _emulator_plan(config, plan)
+        emulate_where_wrong(run, emulation, [case for case in cases if case.sampled],
+                            lambda missed, extra: run_child(submission, quiet, missed, CPU, on_cpu, extra))
         _emulator_feedback(result, emulation.run, submission, config)
         # where the emulator's time went, beside the GPU's (bench/grade_time.py)
         run.compile_check.metrics["emulator_phases"] = {phase: round(seconds, 3)

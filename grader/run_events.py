@@ -139,8 +139,8 @@ class RunEvents:
         self.config, self.workdir, self.timed = config, workdir, timed
         # The cases this run ran by sampled blocks (the CPU emulator's large ones): judged on those blocks' tiles
         self.samples = samples or {}
-        # Where each failed case's wrong elements were (rows, columns; at most WRONG_KEPT, spread over them): the
-        # blocks a GPU grade has the emulator run too when its sample missed them (pipeline.py)
+        # Where a large case run whole (on the GPU) was wrong (rows, columns; at most WRONG_KEPT, spread over them):
+        # the blocks a GPU grade has the emulator run too when its sample missed them (emulation.py)
         self.wrong_at: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         # What the CPU emulator's reports refer to (its sites, the kernel's names; the tile once compiled)
         self.program = program or Program(x=config.kernel.contract().x)
@@ -286,7 +286,7 @@ class RunEvents:
                             evidence=evidence, unsafe_reads=unsafe_reads),
                     self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth),
                 buffers, launches)
-            if check.status != PASSED:
+            if check.status != PASSED and case.sampled and case.name not in self.samples:  # a large one, run whole
                 self._keep_wrong_at(case, buffers, truth)
             if len(buffers) > 1 and check.status != PASSED and truth.checked is None:
                 _tell(check, stored_over([split_guarded(x.ravel(), case.m, case.n)[1] for x in buffers], truth))

@@ -190,6 +190,5 @@ def test_the_tiles_where_the_gpu_found_wrong_elements_are_run_and_judged_beside_
     check = run.made_cases()["large"]
     assert check.status == FAILED, check.message
     assert "256 of the" in check.message and "1 tile where the GPU found wrong elements" in check.message
-    assert set(zip(*map(list, run.wrong_at["large"]))) <= {(r, c) for r in range(176, 192) for c in range(144, 160)}
     alone = run_child(submission, config, [case], "cpu", RunPlan("cpu")).made_cases()["large"]
     assert alone.status == PASSED, alone.message  # its edges alone are right
