@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .build_failure import BuildFailure, classify
-from .cases import WHOLE, Case, sample_seed
+from .cases import SAMPLED, SKIP, WHOLE, Case, sample_seed
 from .config import Config
 from .contract import WIDTH, KernelContract
 from .diagnose.groups import GUARD, Vouched, check_in_group
@@ -272,16 +272,18 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
 
 
 def _emulated_first(cases: list[Case]) -> list[Case]:
-    """The GPU child's order: the cases the emulator also runs first, in the config's order, then the large
-    ones. Both engines then launch the kernel in the same sequence, so a kernel that counts its launches in
-    a device global behaves the same on both (execute/cpu: launches per case)."""
-    return [case for case in cases if case.emulated] + [case for case in cases if not case.emulated]
+    """Both engines' order: the cases the emulator runs whole first, in the config's order, then the large ones
+    (those it runs by sampled blocks, then those it does not run). Both engines then launch the kernel in the same
+    sequence, so a kernel that counts its launches in a device global behaves the same on both (execute/cpu:
+    launches per case), and one that counts its blocks (a grid's last block) sees the same counts in every case
+    run whole: a sampled case runs some of its blocks only."""
+    return [case for kind in (WHOLE, SAMPLED, SKIP) for case in cases if case.on_cpu == kind]
 
 
 def _emulate_beside(submission: Submission, config: Config, cases: list[Case], plan: RunPlan) -> Future | None:
     """The emulator's run of every case it can run (a large one by sampled blocks), started now, beside the GPU
     child: None where this host has no C++ compiler for it (the tools then judge safety)."""
-    emulated = [case for case in cases if case.emulated]
+    emulated = [case for case in _emulated_first(cases) if case.emulated]
     if not emulated or compiler() is None:
         return None
     return start_beside(functools.partial(run_child, submission, config, emulated, CPU, _emulator_plan(config, plan)))
@@ -540,7 +542,7 @@ def _checks_on_cpu(submission: Submission, config: Config, cases: list[Case], re
         if compiled.outcome == GRADER_ERROR:
             result.message = nvcc.message
         return [nvcc, *needs_gpu], "not run"
-    emulated = [case for case in cases if case.emulated]
+    emulated = [case for case in _emulated_first(cases) if case.emulated]
     run = run_child(submission, config, emulated, CPU, plan)
     phases.mark_split(run.phases, "grading_other")
     _take_run(result, run)
