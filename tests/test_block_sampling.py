@@ -26,16 +26,22 @@ TRAP_TILE = (11, 9)  # trap_one_interior_block traps in blockIdx (9, 11): tile r
 
 def test_every_edge_tile_and_the_corner_are_run_and_the_interior_is_sampled():
     tiles = sampled_tiles(1031, 1009, TILE, BlockSample(seed=1, interior=32))
-    assert set(tiles.edge) == {(64, c) for c in range(64)} | {(r, 63) for r in range(65)}  # 65 × 64 tiles
+    assert set(tiles.edge) == {(64, c) for c in range(64)} | {(r, 63) for r in range(65)} | {(0, 0)}  # 65 × 64 tiles
     assert (64, 63) in tiles.edge
     assert len(tiles.interior) == 32 and all(r < 64 and c < 63 for r, c in tiles.interior)
-    assert len(tiles.all) == 160
-    assert tiles.describe() == "the 128 edge tiles and 32 sampled interior tiles of 4,160"
+    assert len(tiles.all) == 161
+    assert tiles.describe() == "the 129 edge tiles and 32 sampled interior tiles of 4,160"
+
+
+def test_a_square_grids_interior_sample_holds_each_tiles_transpose():
+    """A kernel that takes its row from blockIdx.x computes tile (c, r) in block (r, c): right on a square C."""
+    tiles = sampled_tiles(512, 512, TILE, BlockSample(seed=3, interior=16))
+    assert {(c, r) for r, c in tiles.all} == set(tiles.all) and 16 <= len(tiles.interior) <= 32
 
 
 def test_a_small_grid_runs_every_interior_tile_when_the_sample_asks_for_more():
     tiles = sampled_tiles(64, 64, TILE, BlockSample(seed=1, interior=32))
-    assert len(tiles.all) == 16 and tiles.describe() == "the 7 edge tiles and 9 sampled interior tiles of 16"
+    assert len(tiles.all) == 16 and tiles.describe() == "the 8 edge tiles and 8 sampled interior tiles of 16"
 
 
 def test_which_interior_tiles_depends_on_the_secret():
@@ -48,11 +54,11 @@ def test_which_interior_tiles_depends_on_the_secret():
 
 
 def test_the_tiles_where_the_gpu_found_wrong_elements_are_run_too():
-    extra = tiles_of_elements([5, 6, 700], [3, 4, 500], TILE, most=8)
-    assert extra == ((0, 0), (43, 31))
+    extra = tiles_of_elements([5, 6, 700, 20], [30, 31, 500, 40], TILE, most=8)
+    assert extra == ((0, 1), (1, 2), (43, 31))
     tiles = sampled_tiles(1031, 1009, TILE, BlockSample(seed=1, interior=0, extra=extra + ((64, 0), (99, 99))))
-    assert tiles.extra == ((0, 0), (43, 31))  # the edge tile (64, 0) is run anyway; (99, 99) is not in C
-    assert "2 tiles where the GPU found wrong elements" in tiles.describe()
+    assert tiles.extra == extra  # the edge tile (64, 0) is run anyway; (99, 99) is not in C
+    assert "3 tiles where the GPU found wrong elements" in tiles.describe()
 
 
 def test_blocks_are_launched_as_the_contract_launches_them():
@@ -88,7 +94,8 @@ def test_a_sampled_case_is_judged_on_its_tiles_alone():
     split_guarded(wrong, m, n)[1][r, col] += 1.0
     failed = judged(wrong)
     assert failed.status == FAILED
-    assert f"1 of the {int(truth.checked.sum()):,} elements checked ({tiles.describe()}) are wrong" in failed.message
+    assert (f"1 of the {int(truth.checked.sum()):,} elements of C checked ({tiles.describe()}) are wrong"
+            in failed.message)
     assert failed.metrics["wrong_elements"] == 1
 
 
@@ -171,7 +178,7 @@ def test_a_correct_kernel_scores_every_case_on_the_cpu(config_file):
     checks = [check for check in result.checks if check.kind == "case"]
     assert [check.status for check in checks] == [PASSED] * 3, [check.message for check in checks]
     large = next(check for check in checks if check.name == "large_ragged")
-    assert large.message.startswith("correct (1031×1009×1013): the 128 edge tiles and ")
+    assert large.message.startswith("correct (1031×1009×1013): the 129 edge tiles and ")
     tiles = sampled_tiles(1031, 1009, TILE, BlockSample(sample_seed(cases[1]), config.sampling.interior_blocks))
     in_c = sum(min(TILE, 1031 - r * TILE) * min(TILE, 1009 - c * TILE) for r, c in tiles.all)  # edge tiles are partial
     assert large.metrics["checked_elements"] == in_c

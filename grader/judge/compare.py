@@ -25,7 +25,7 @@ class Truth:
     value: np.ndarray  # float64 A @ B
     bound: np.ndarray  # per-element tolerance
     # A case run by sampled blocks (execute/cpu/sampling.py): the elements of C checked (the others hold no truth),
-    # and what they are in words ("the 128 edge tiles and 32 sampled interior tiles of 4,160"). None: all of C.
+    # and what they are in words ("the 129 edge tiles and 32 sampled interior tiles of 4,160"). None: all of C.
     checked: np.ndarray | None = None
     scope: str = ""
 
@@ -145,7 +145,7 @@ def _wrong_elements(c, truth, wrong, hint) -> Finding:
     m, n = c.shape
     count = int(wrong.sum())
     unwritten = c.view(np.uint32) == POISON_BITS
-    of = (f"the {int(truth.checked.sum()):,} elements checked ({truth.scope})" if truth.checked is not None
+    of = (f"the {int(truth.checked.sum()):,} elements of C checked ({truth.scope})" if truth.checked is not None
           else f"{m * n} elements of C")
     lines = [f"{count} of {of} are wrong: {_how_wrong(c, truth, wrong, unwritten)}"]
     rows, cols = np.nonzero(wrong)

@@ -55,7 +55,7 @@ class SampledTiles:
         return sorted({*self.edge, *self.interior, *self.extra})
 
     def describe(self) -> str:
-        """What was checked, in words: "the 128 edge tiles and 64 sampled interior tiles of 4,160"."""
+        """What was checked, in words: "the 129 edge tiles and 64 sampled interior tiles of 4,160"."""
         parts = [_count(len(self.edge), "edge tile")]
         if self.interior:
             parts.append(_count(len(self.interior), "sampled interior tile"))
@@ -70,12 +70,16 @@ def _count(number: int, what: str, after: str = "") -> str:
 
 
 def sampled_tiles(m: int, n: int, tile: int, sample: BlockSample) -> SampledTiles:
-    """Every tile of the last tile row and the last tile column (the corner among them), `sample.interior`
-    of the others drawn by the seed (all of them when there are no more), and the extra tiles that lie in C."""
+    """The edge tiles: every tile of the last tile row and the last tile column (the corner among them), and the
+    first tile (where a kernel's "thread zero" code runs); `sample.interior` of the others drawn by the seed (all of
+    them when there are no more), with, on a square grid, each one's transpose (a kernel that takes its row from
+    blockIdx.x computes the transposed tile, and is right on a square C: both are run); the extra tiles in C."""
     rows, columns = -(-m // tile), -(-n // tile)
-    edge = tuple(sorted({(rows - 1, c) for c in range(columns)} | {(r, columns - 1) for r in range(rows)}))
-    inner = [(r, c) for r in range(rows - 1) for c in range(columns - 1)]
-    drawn = random.Random(sample.seed).sample(inner, min(sample.interior, len(inner)))
+    edge = tuple(sorted({(rows - 1, c) for c in range(columns)} | {(r, columns - 1) for r in range(rows)} | {(0, 0)}))
+    inner = [(r, c) for r in range(rows - 1) for c in range(columns - 1) if (r, c) != (0, 0)]
+    drawn = set(random.Random(sample.seed).sample(inner, min(sample.interior, len(inner))))
+    if rows == columns:
+        drawn |= {(c, r) for r, c in drawn}
     chosen = {*edge, *drawn}
     extra = tuple(sorted({t for t in sample.extra if 0 <= t[0] < rows and 0 <= t[1] < columns} - chosen))
     return SampledTiles(edge, tuple(sorted(drawn)), extra, rows * columns, (rows, columns))
