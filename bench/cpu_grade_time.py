@@ -55,14 +55,7 @@ def one_round(paths: list[Path], before: Path | None) -> dict[tuple[str, str, st
 def tree_config(tree: Path, folder: Path) -> Path:
     """The tree's own config.yaml pointing at its cases and reference, with a cache of its own in `folder`."""
     folder.mkdir(parents=True)
-    if tree == ROOT:
-        return config_with_cache(folder / "cache", folder)
-    text = (tree / "config.yaml").read_text()
-    text = text.replace("testcases: testcases", f"testcases: {tree / 'testcases'}")
-    text = text.replace("reference: reference/kernel.cu", f"reference: {tree / 'reference' / 'kernel.cu'}")
-    text = text.replace("cache_dir: ~/.cache/sgemm-grader", f"cache_dir: {folder / 'cache'}")
-    (folder / "config.yaml").write_text(text)
-    return folder / "config.yaml"
+    return config_with_cache(folder / "cache", folder, tree)
 
 
 def main() -> None:
