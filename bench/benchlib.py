@@ -25,11 +25,12 @@ MIX = [("good_basic", 90), ("good_tile8_renamed", 30), ("good_tile32_macro_sync"
        ("conditional_barrier", 1), ("hang", 1)]
 
 
-def config_with_cache(cache: Path, folder: Path) -> Path:
-    """config.yaml written into folder, pointing at the project's cases and reference and at `cache`."""
-    text = (ROOT / "config.yaml").read_text()
-    text = text.replace("testcases: testcases", f"testcases: {ROOT / 'testcases'}")
-    text = text.replace("reference: reference/kernel.cu", f"reference: {ROOT / 'reference' / 'kernel.cu'}")
+def config_with_cache(cache: Path, folder: Path, root: Path = ROOT) -> Path:
+    """config.yaml written into folder, pointing at the project's cases and reference and at `cache` (`root`: the
+    project, or an earlier checkout of it)."""
+    text = (root / "config.yaml").read_text()
+    text = text.replace("testcases: testcases", f"testcases: {root / 'testcases'}")
+    text = text.replace("reference: reference/kernel.cu", f"reference: {root / 'reference' / 'kernel.cu'}")
     text = text.replace("cache_dir: ~/.cache/sgemm-grader", f"cache_dir: {cache}")
     path = folder / "config.yaml"
     path.write_text(text)

@@ -13,6 +13,11 @@ from .schema import build, load_yaml
 
 CASE_SUFFIXES = (".yaml", ".yml")  # both YAML spellings: a .yml file is read, never skipped unsaid
 MAX_DIM = 8192  # keeps one case's buffers and its float64 truth within a few hundred MB
+AUTO, WHOLE, SAMPLED, SKIP = "auto", "whole", "sampled", "skip"
+CPU_CHOICES = (AUTO, WHOLE, SAMPLED, SKIP)
+# A case of more multiply-adds than this runs by sampled blocks on the CPU unless it says `cpu: whole`: square_256
+# (16.8 million) emulates whole in about a second, square_512 (134 million) would take most of a grade's budget.
+WHOLE_UP_TO = 1 << 25
 
 
 @dataclass
@@ -26,8 +31,30 @@ class Case:
     distribution: str = "uniform"
     visibility: str = PUBLIC
     description: str = ""
-    # Too big for the CPU emulator's time budget: only the GPU backend runs it.
+    # How the CPU emulator runs it: whole (every block), sampled (every edge block and a seeded sample of the
+    # interior ones: execute/cpu/sampling.py), skip (only a GPU runs it), or auto: whole up to WHOLE_UP_TO
+    # multiply-adds, sampled above.
+    cpu: str = AUTO
+    # The old spelling of `cpu: skip`, kept so that case files written for it keep their meaning.
     gpu_only: bool = False
+
+    @property
+    def on_cpu(self) -> str:
+        """WHOLE, SAMPLED or SKIP: how a CPU emulator runs this case."""
+        if self.gpu_only:
+            return SKIP
+        if self.cpu == AUTO:
+            return WHOLE if self.m * self.n * self.k <= WHOLE_UP_TO else SAMPLED
+        return self.cpu
+
+    @property
+    def emulated(self) -> bool:
+        """Whether the CPU emulator runs it at all (whole or by sampled blocks)."""
+        return self.on_cpu != SKIP
+
+    @property
+    def sampled(self) -> bool:
+        return self.on_cpu == SAMPLED
 
     def validate(self):
         for dim in ("m", "n", "k"):
@@ -42,6 +69,10 @@ class Case:
             return "seed", f"must be from 0 to {SEED_LIMIT - 1} (a numpy seed), got {self.seed}"
         if self.points < 0:
             return "points", "cannot be negative"
+        if self.cpu not in CPU_CHOICES:
+            return "cpu", f"must be one of {', '.join(CPU_CHOICES)}, got {self.cpu!r}"
+        if self.gpu_only and self.cpu not in (AUTO, SKIP):
+            return "gpu_only", f"gpu_only: true means cpu: skip; it cannot go with cpu: {self.cpu}"
         if not self.name or any(ch.isspace() for ch in self.name):
             return "name", f"must be a non-empty word without spaces, got {self.name!r}"
         return None
@@ -50,6 +81,15 @@ class Case:
 @dataclass
 class CaseFile:
     cases: list[Case] = field(default_factory=list)
+
+
+def emulated_first(cases: list[Case]) -> list[Case]:
+    """Both engines' order: the cases the emulator runs whole first, in the config's order, then the large ones
+    (those it runs by sampled blocks, then those it does not run). Both engines then launch the kernel in the same
+    sequence, so a kernel that counts its launches in a device global behaves the same on both (execute/cpu:
+    launches per case), and one that counts its blocks (a grid's last block) sees the same counts in every case
+    run whole: a sampled case runs some of its blocks only."""
+    return [case for kind in (WHOLE, SAMPLED, SKIP) for case in cases if case.on_cpu == kind]
 
 
 def load_cases(folder: Path, square: bool = False) -> list[Case]:
@@ -86,6 +126,12 @@ def mix_seed(seed: int, secret: str) -> int:
     """A seed nobody can predict without the secret, derived from a public one (same secret, same seed)."""
     digest = hashlib.sha256(f"{secret}\0{seed}".encode()).digest()
     return int.from_bytes(digest[:4], "little")
+
+
+def sample_seed(case: Case) -> int:
+    """The seed of a sampled case's interior blocks: from the case's seed, which the grading secret is mixed
+    into (with_secret), so nobody without the secret can tell which blocks are checked."""
+    return mix_seed(case.seed, "sampled blocks")
 
 
 def with_secret(cases: list[Case], secret: str) -> list[Case]:

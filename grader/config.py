@@ -270,6 +270,19 @@ class FeedbackConfig:
 
 
 @dataclass
+class SamplingConfig:
+    """How the CPU emulator runs a case too large to emulate whole (a case file's `cpu: sampled`, or a large one's
+    default): every edge block, and this many interior blocks drawn by a seed only the grading secret decides."""
+
+    interior_blocks: int = 16
+
+    def validate(self):
+        if self.interior_blocks < 0:
+            return "interior_blocks", "cannot be negative"
+        return None
+
+
+@dataclass
 class PrairieLearnConfig:
     # A submission that does not compile: false (default) makes it "gradable": false, so the attempt is not
     # counted; true makes it a graded 0.
@@ -288,6 +301,7 @@ class Config:
     compile: CompileConfig = field(default_factory=CompileConfig)
     prairielearn: PrairieLearnConfig = field(default_factory=PrairieLearnConfig)
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
     # Set by load_config: the file the values came from, for messages and relative paths (not a key of the file).
     source: str = field(default="", metadata={"derived": True})
 

@@ -1,7 +1,8 @@
 """The CPU emulator's run beside a GPU run: what it can judge of the submission, and its verdicts merged in.
 
-On the GPU path the emulator runs the cases it can (the ones not marked gpu_only) in a child of its own, in a
-thread of the parent, while the GPU child runs: the GPU host's cores are idle while the GPU works. Its run
+On the GPU path the emulator runs the cases it can (all but those marked `cpu: skip`, the large ones by sampled
+blocks) in a child of its own, in a thread of the parent, while the GPU child runs: the GPU host's cores are idle
+while the GPU works. Its run
 decides each case's safety and supplies the words (judge/engines.py); the GPU's values and timing stand.
 Where it cannot judge (it cannot build what the student wrote, or could not run at all), `why_not` says why,
 and compute-sanitizer decides the same facts (diagnose/safety.py).
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .build_failure import classify
 from .config import Config
+from .execute.cpu.sampling import Tile, tiles_of_elements
 from .judge.access import access_feedback
 from .judge.engines import merged_case
 from .judge.findings import Finding, facts_and_fixes, unsafe_kinds
@@ -23,6 +25,7 @@ from .result import CASE, FAILED, GRADED, PASSED, TIMING, CheckResult, Submissio
 from .source.signature import matrix_names
 
 if TYPE_CHECKING:
+    from .cases import Case
     from .intake.submission import Submission
     from .run_events import RunEvents
 
@@ -73,6 +76,24 @@ def emulation_of(beside: Future | None, submission: Submission, no_emulator: str
         return Emulation(why_not=f"the CPU emulator did not run it ({run.compile_check.message})", run=run,
                          log=run.log)
     return Emulation({name: check for name, check in run.made_cases().items()}, run=run)
+
+
+EXTRA_TILES = 8  # tiles holding the GPU's wrong elements a large case's second emulation runs, at most
+
+
+def emulate_where_wrong(run: RunEvents, emulation: Emulation, sampled: list[Case],
+                        rerun: Callable[[list[Case], dict[str, tuple[Tile, ...]]], RunEvents]) -> None:
+    """A large case the GPU (`run`) found wrong where the emulator's sampled blocks were all right: the emulator
+    runs it again (`rerun`: those cases, with extra tiles) with the tiles holding the GPU's wrong elements too, known
+    only once the GPU's run is judged, so the case is told by what it saw there. Its verdicts replace the first
+    run's for those cases."""
+    made = run.made_cases()
+    missed = [case for case in sampled if case.name in run.wrong_at and case.name in made
+              and not made[case.name].passed and getattr(emulation.cases.get(case.name), "status", None) == PASSED]
+    if not missed:
+        return
+    extra = {case.name: tiles_of_elements(*run.wrong_at[case.name], run.tile_size, EXTRA_TILES) for case in missed}
+    emulation.cases.update(rerun(missed, extra).made_cases())
 
 
 def merged(made: list[CheckResult], emulation: Emulation) -> list[CheckResult]:

@@ -6,7 +6,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from .build_failure import BuildFailure, classify
-from .cases import Case
+from .cases import Case, emulated_first
 from .config import Config
 from .diagnose.resources import add_compiler_feedback
 from .diagnose.speed import timing_without_gpu
@@ -47,7 +47,7 @@ def needs_gpu_checks(config: Config, cases: list[Case], large_reason: str) -> li
     the config decide them, nothing a submission does."""
     timing = skipped(TIMING_NAME, TIMING, config.points.timing, "not timed: " + CPU_NOTE, needs_gpu=NEEDS_GPU_TIMING)
     return [timing, *(skipped(c.name, CASE, c.points, large_reason, visibility=c.visibility,
-                              needs_gpu=NEEDS_GPU_LARGE) for c in cases if c.gpu_only)]
+                              needs_gpu=NEEDS_GPU_LARGE) for c in cases if not c.emulated)]
 
 
 def compile_only(submission: Submission, config: Config, plan: RunPlan, result: SubmissionResult,
@@ -75,13 +75,13 @@ def grade_on_cpu(submission: Submission, config: Config, cases: list[Case], resu
     held_timing, *large = needs_gpu_checks(
         config, cases, nvcc.message if compiled.outcome == GRADER_ERROR else
         "not run: the kernel did not compile" if nvcc.status == ERROR else
-        "not run: GPU only (too large for the CPU emulator); it runs when graded on a GPU")
+        "not run: GPU only (its case file says cpu: skip); it runs when graded on a GPU")
     if nvcc.status == ERROR:
         result.outcome = compiled.outcome
         if compiled.outcome == GRADER_ERROR:
             result.message = nvcc.message
         return [nvcc, held_timing, *large], "not run"
-    emulated = [case for case in cases if not case.gpu_only]
+    emulated = [case for case in emulated_first(cases) if case.emulated]
     run = run_child(submission, config, emulated, CPU, plan)
     phases.mark_split(run.phases, "grading_other")
     take_run(result, run)

@@ -9,14 +9,22 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .cases import Case
+from .cases import WHOLE, Case, emulated_first
 from .config import Config
 from .diagnose.checks import diagnosis, profile_check, sanitizer_run_of
 from .diagnose.resources import add_compiler_feedback, warm_reference
 from .diagnose.run import NAME as SANITIZER_NAME
 from .diagnose.run import sanitizer_path
 from .diagnose.safety import CaseSafety, case_safety
-from .emulation import Emulation, emulation_of, emulator_feedback, merged, start_beside, with_tool_findings
+from .emulation import (
+    Emulation,
+    emulate_where_wrong,
+    emulation_of,
+    emulator_feedback,
+    merged,
+    start_beside,
+    with_tool_findings,
+)
 from .execute.child_run import run_child, take_run
 from .execute.cpu.build import compiler
 from .execute.runner import Placement
@@ -36,7 +44,7 @@ def grade_on_gpu(submission: Submission, config: Config, cases: list[Case], resu
     """Run (the GPU child, the emulator beside it) → judge by both → diagnose → profile; the checks made and why a
     check none made was not run. The static checks tell the sanitizer's groups what to expect."""
     beside = _emulate_beside(submission, config, cases, plan)
-    run = run_child(submission, config, _emulated_first(cases), GPU, plan, _reference_warmer(config, plan))
+    run = run_child(submission, config, emulated_first(cases), GPU, plan, _reference_warmer(config, plan))
     phases.mark_split(run.phases, "grading_other")
     take_run(result, run)
     if run.compile_check.passed:
@@ -66,23 +74,20 @@ def _reference_warmer(config: Config, plan: RunPlan):
                                        sandbox_of(plan), config.cache_dir)
 
 
-def _emulated_first(cases: list[Case]) -> list[Case]:
-    """The GPU child's order: the cases the emulator also runs first, in the config's order, then the large
-    ones. Both engines then launch the kernel in the same sequence, so a kernel that counts its launches in
-    a device global behaves the same on both (execute/cpu: launches per case)."""
-    return [case for case in cases if not case.gpu_only] + [case for case in cases if case.gpu_only]
-
-
 def _emulate_beside(submission: Submission, config: Config, cases: list[Case], plan: RunPlan) -> Future | None:
-    """The emulator's run of every case it can run, started now, beside the GPU child: None where this host
-    has no C++ compiler for it (the tools then judge safety)."""
-    emulated = [case for case in cases if not case.gpu_only]
+    """The emulator's run of every case it can run (a large one by sampled blocks), started now, beside the GPU
+    child: None where this host has no C++ compiler for it (the tools then judge safety)."""
+    emulated = [case for case in emulated_first(cases) if case.emulated]
     if not emulated or compiler() is None:
         return None
+    return start_beside(functools.partial(run_child, submission, config, emulated, CPU, _emulator_plan(config, plan)))
+
+
+def _emulator_plan(config: Config, plan: RunPlan) -> RunPlan:
+    """How the emulator runs beside a GPU grade: on the CPU's turns, with every core but the GPU child's."""
     workers = plan.emulator_workers or max(1, len(os.sched_getaffinity(0)) - 1)
-    on_cpu = replace(plan, backend=CPU, placement=Placement(lock=device_lock(config, CPU)), sanitizer_channel=None,
-                     emulator_workers=workers)
-    return start_beside(functools.partial(run_child, submission, config, emulated, CPU, on_cpu))
+    return replace(plan, backend=CPU, placement=Placement(lock=device_lock(config, CPU)), sanitizer_channel=None,
+                   emulator_workers=workers)
 
 
 def _judged_by_both(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
@@ -95,6 +100,10 @@ def _judged_by_both(submission: Submission, config: Config, cases: list[Case], r
     if not run.compile_check.passed or not run.tile_size:
         return made, None
     if emulation.judged:
+        quiet = replace(config, feedback=replace(config.feedback, emulator=False))  # the advice is the first run's
+        on_cpu = _emulator_plan(config, plan)
+        emulate_where_wrong(run, emulation, [case for case in cases if case.sampled],
+                            lambda missed, extra: run_child(submission, quiet, missed, CPU, on_cpu, extra_tiles=extra))
         emulator_feedback(result, emulation.run, submission, config)
         # where the emulator's time went, beside the GPU's (bench/grade_time.py)
         run.compile_check.metrics["emulator_phases"] = {phase: round(seconds, 3)
@@ -102,7 +111,7 @@ def _judged_by_both(submission: Submission, config: Config, cases: list[Case], r
         return merged(made, emulation), None
     if emulation.log:
         result.log += f"\n[grader] the CPU emulator could not judge this kernel:\n{emulation.log}\n"
-    emulated = [case for case in cases if not case.gpu_only]
+    emulated = [case for case in cases if case.on_cpu == WHOLE]  # the tools' small launches: not the large cases
     safety = case_safety(sanitizer_run_of(submission, config, run), emulated, placement_of(plan, config),
                          sandbox_of(plan), config.cache_dir) if emulated else CaseSafety()
     run.compile_check.metrics["safety_tools_s"] = round(safety.tools_s, 3)

@@ -21,16 +21,17 @@ from .execute.cpu.messages import (
     describe_unwritten_in_c,
     unstored_read_hint,
 )
+from .execute.cpu.sampling import BlockSample, sampled_tiles
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
-from .judge.compare import CaseRun, judge_case
+from .judge.compare import CaseRun, judge_case, wrong_mask
 from .judge.findings import Finding
 from .judge.inputs import split_guarded
 from .judge.layout import guarded_size
 from .judge.locate import stored_over
 from .judge.timing import NAME as TIMING_NAME
 from .judge.timing import RETIME_FACTOR, judge_timing, needs_retime
-from .judge.truths import case_truth
+from .judge.truths import case_truth, sampled_case_truth
 from .result import (
     CASE,
     COMPILE,
@@ -48,6 +49,8 @@ from .result import (
     skipped,
 )
 from .source.device_side import HOST_CODE_LEFT_OUT
+
+WRONG_KEPT = 256  # wrong elements of a failed case kept for where they are
 
 FAULTS = (
     ("illegal memory access", "kernel fault: illegal memory access: a load or store went outside A, B or C; "
@@ -148,8 +151,14 @@ def describe_fault(error: str) -> str:
 
 class RunEvents:
     def __init__(self, config: Config, cases: list[Case], workdir: Path, timed: bool = False,
-                 child: str = "the GPU process", program: Program | None = None):
+                 child: str = "the GPU process", program: Program | None = None,
+                 samples: dict[str, BlockSample] | None = None):
         self.config, self.workdir, self.timed = config, workdir, timed
+        # The cases this run ran by sampled blocks (the CPU emulator's large ones): judged on those blocks' tiles
+        self.samples = samples or {}
+        # Where a large case run whole (on the GPU) was wrong (rows, columns; at most WRONG_KEPT, spread over them):
+        # the blocks a GPU grade has the emulator run too when its sample missed them (emulation.py)
+        self.wrong_at: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         # What the CPU emulator's reports refer to (its sites, the kernel's names; the tile once compiled)
         self.program = program or Program(x=config.kernel.contract().x)
         self.child = child  # what the messages call the child: the GPU process or the CPU emulator's
@@ -285,7 +294,7 @@ class RunEvents:
 
         def judge() -> CheckResult:
             tolerance = self.config.tolerance
-            a, b, truth = case_truth(case, self.config)
+            a, b, truth = self._truth(case)
             check = _worst_launch(
                 lambda buffer: judge_case(
                     case.name, case.points, a, b,
@@ -295,11 +304,31 @@ class RunEvents:
                             phase_count_right=phases_all_ran(event, self._program(), (case.m, case.n, case.k))),
                     self.tile_size, tolerance.k_factor, tolerance.abs, case.visibility, truth),
                 buffers, launches)
-            if len(buffers) > 1 and check.status != PASSED:
+            if check.status != PASSED and case.sampled and case.name not in self.samples:  # a large one, run whole
+                self._keep_wrong_at(case, buffers, truth)
+            if len(buffers) > 1 and check.status != PASSED and truth.checked is None:
                 _tell(check, stored_over([split_guarded(x.ravel(), case.m, case.n)[1] for x in buffers], truth))
             return check
 
         self.unjudged[case.name] = judge  # the outputs as they were now: what the child writes later is not read
+
+    def _keep_wrong_at(self, case: Case, buffers: list[np.ndarray], truth) -> None:
+        """The wrong elements of the first launch that had some, a spread of at most WRONG_KEPT of them."""
+        for buffer in buffers:
+            rows, columns = np.nonzero(wrong_mask(split_guarded(buffer.ravel(), case.m, case.n)[1], truth))
+            if rows.size:
+                pick = np.unique(np.linspace(0, rows.size - 1, min(WRONG_KEPT, rows.size)).astype(np.int64))
+                self.wrong_at[case.name] = (rows[pick], columns[pick])
+                return
+
+    def _truth(self, case: Case):
+        """The case's inputs and truth: of the whole of C, or of a sampled case's tiles alone (the same tiles the
+        driver ran, computed here from the same sample and tile size: never the child's word)."""
+        sample = self.samples.get(case.name)
+        if sample is None:
+            return case_truth(case, self.config)
+        tiles = sampled_tiles(case.m, case.n, self.tile_size, sample)
+        return sampled_case_truth(case, self.config, tiles.all, self.tile_size, tiles.describe())
 
     def judge_outputs(self) -> None:
         """Judge every case whose outputs were read."""

@@ -40,14 +40,25 @@ def test_cpu_and_gpu_verdicts_agree(both, name):
     assert len(both_ran) >= min(len(on_cpu), len(on_gpu), 3)
     on_cpu, on_gpu = ({case: o[case] for case in both_ran} for o in (on_cpu, on_gpu))
     messages = {c.name: c.message[:200] for c in cpu.checks}
+    missed = sampled_elsewhere(gpu)
     assert {case: (on_gpu[case], on_cpu[case], messages[case]) for case in on_cpu
-            if on_gpu[case] != on_cpu[case]} == {}
+            if on_gpu[case] != on_cpu[case] and case not in missed} == {}
+
+
+def sampled_elsewhere(gpu) -> set[str]:
+    """The large cases the CPU runs by sampled blocks where the GPU found something in a block the emulator's
+    sample left out (the GPU's case says so, or the emulator ran the GPU's wrong tiles again): a CPU grade's sample
+    cannot see those, and the verdicts may differ there."""
+    return {c.name for c in gpu.checks if c.kind == "case" and ("what the GPU found lies in blocks it did not run"
+                                                                in c.message or "where the GPU found" in c.message)}
 
 
 @pytest.mark.parametrize("name", CORPUS)
 def test_cpu_and_gpu_tell_each_case_in_the_same_words(both, name):
     """Where the engines' values agree, the GPU grade's case reads as the CPU grade's, word for word."""
     gpu, cpu = both(name)
-    on_cpu = {c.name: c for c in cpu.checks if c.kind == "case" and c.status != "skipped"}
+    # A large case's words differ where it passed: the GPU checked every element, the CPU its sampled tiles.
+    on_cpu = {c.name: c for c in cpu.checks if c.kind == "case" and c.status != "skipped"
+              and not (c.status == "passed" and "checked" in c.metrics)}
     agreed = [c for c in gpu.checks if c.name in on_cpu and "emulator" in c.metrics and "differs" not in c.message]
     assert {c.name: c.message for c in agreed} == {c.name: on_cpu[c.name].message for c in agreed}

@@ -27,7 +27,7 @@ WITH_NVCC = ["warp_shfl", "warp_shfl_down", "warp_shfl_up", "warp_shfl_xor", "wa
              *CXX_ONLY]
 WRONG = ["warp_shfl_wrong", "warp_shfl_down_wrong", "warp_shfl_up_wrong", "warp_shfl_xor_wrong",
          "warp_ballot_wrong", "warp_any_wrong", "warp_all_wrong", "warp_activemask_wrong", "warp_syncwarp_wrong"]
-WRONG_VALUES = "elements of C are wrong"
+WRONG_VALUES = "are wrong: "  # "N of M elements of C are wrong: …", or of those a sampled case checked
 
 
 def cg_tile_variant(name: str, replacements: tuple[tuple[str, str], ...]) -> str:
@@ -121,8 +121,8 @@ def emulated_cases(result) -> dict:
 def assert_full_marks(result):
     assert [(c.name, c.message) for c in result.checks if c.checkable and c.status != PASSED] == []
     assert result.score == result.checkable_max
-    assert result.checkable_max in (74, 84)  # timing passed by the speed model (84), or held for a GPU (74)
-    assert len(emulated_cases(result)) == 18
+    assert result.checkable_max in (90, 100)  # timing passed by the speed model (100), or held for a GPU (90)
+    assert len(emulated_cases(result)) == 21
 
 
 @pytest.mark.parametrize("name", WITH_NVCC)

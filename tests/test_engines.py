@@ -1,5 +1,8 @@
 """The rule that merges a GPU run's case verdict with the CPU emulator's (grader/judge/engines.py)."""
-from grader.emulation import Emulation, merged, with_tool_findings
+import numpy as np
+
+from grader.cases import Case
+from grader.emulation import Emulation, emulate_where_wrong, merged, with_tool_findings
 from grader.judge.engines import merged_case
 from grader.judge.findings import OUT_OF_BOUNDS_READ, SHARED_RACE, Finding
 from grader.result import CASE, ERROR, FAILED, PASSED, TIMING, errored, failed, passed
@@ -67,3 +70,42 @@ def test_what_compute_sanitizer_found_in_a_case_fails_it_after_the_gpus_words():
     assert case.status == FAILED and case.score == 0 and case.unsafe == [SHARED_RACE]
     assert case.message == f"{RIGHT.message}\n{found[0].fact}"
     assert with_tool_findings([RIGHT], {}) == [RIGHT]
+
+
+def test_a_large_case_the_emulator_ran_by_sampled_blocks_right_where_the_gpu_found_it_wrong_says_so():
+    """Its blocks are a sample: the GPU's wrong elements lie in others, so the engines do not disagree on them."""
+    scope = "the 129 edge tiles and 16 sampled interior tiles of 4,160"
+    sampled = passed("large_ragged", CASE, 6, f"correct (1031×1009×1013): {scope}; every element of them right",
+                     metrics={"checked": scope})
+    case = merged_case(wrong(3, "gpu words"), sampled)
+    assert case.status == FAILED and case.message.startswith("gpu words")
+    assert f"the CPU emulator ran {scope} of this case and saw nothing wrong in them" in case.message
+    assert "differs" not in case.message
+
+
+class _Judged:
+    """What emulate_where_wrong reads of a run: its judged cases, where a large case's wrong elements were, the tile."""
+
+    def __init__(self, cases: dict, wrong_at: dict | None = None):
+        self.cases, self.wrong_at, self.tile_size = cases, wrong_at or {}, 16
+
+    def made_cases(self) -> dict:
+        return self.cases
+
+
+def test_a_large_case_the_sample_saw_right_and_the_gpu_wrong_is_emulated_again_on_the_gpus_wrong_tiles():
+    large, other = (Case(name, 1031, 1009, 1013, 1, 6, cpu="sampled") for name in ("large_ragged", "large_hidden"))
+    gpu = _Judged({"large_ragged": wrong(3), "large_hidden": wrong(3)},
+                  {"large_ragged": (np.array([180, 181, 900]), np.array([150, 151, 20]))})  # large_hidden: a fault
+    emulation = Emulation({"large_ragged": RIGHT, "large_hidden": RIGHT})
+    asked = []
+
+    def rerun(cases, extra):
+        asked.append(([case.name for case in cases], extra))
+        return _Judged({"large_ragged": wrong(256, "emulator words")})
+
+    emulate_where_wrong(gpu, emulation, [large, other], rerun)
+    assert asked == [(["large_ragged"], {"large_ragged": ((11, 9), (56, 1))})]
+    assert emulation.cases["large_ragged"].message == "emulator words"
+    emulate_where_wrong(_Judged({"large_ragged": RIGHT}), Emulation({"large_ragged": RIGHT}), [large], rerun)
+    assert len(asked) == 1  # nothing to look for where the GPU found the case right

@@ -253,7 +253,7 @@ def test_under_the_launch_it_was_written_for_the_transposed_kernel_is_right(conf
 
     config = load_config(config_file)
     config.kernel.launch.x = "rows"
-    cases = [case for case in load_cases(config.testcases_dir) if not case.gpu_only]
+    cases = [case for case in load_cases(config.testcases_dir) if case.on_cpu == "whole"]
     result = grade(SUBMISSIONS / "row_from_thread_x", config, cases, RunPlan("cpu"))
     assert failing(result) == {}
 

@@ -1,4 +1,4 @@
-"""The GPU twins of test_cpu_warp_emulation.py: each construct kernel the CPU emulator grades 74/74 gets full
+"""The GPU twins of test_cpu_warp_emulation.py: each construct kernel the CPU emulator grades 90/90 gets full
 marks on a real GPU too, so both backends agree on what students write (warp shuffles and votes,
 cooperative groups, templates, `extern __shared__` with the lab's dynamic shared memory, vector types,
 intrinsics).

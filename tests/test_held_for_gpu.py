@@ -1,7 +1,7 @@
 """What is checkable depends on the machine and the config, never on the submission (issue 25).
 
 A kernel that uses something the CPU emulator cannot build (inline PTX here) must not move its cases out
-of the checkable total: they are not passed, the total stays 74 for the shipped config, and the grade is
+of the checkable total: they are not passed, the total stays 90 for the shipped config, and the grade is
 held for a GPU ("needs GPU grade") in every output. A build that failed for the grader's reason (no
 compiler, one the sandbox cannot run) is a grader error with the reason, graded again by --resume.
 Real nvcc, real g++, the real sandbox: nothing here stands in for them.
@@ -22,7 +22,7 @@ from grader.cli import main
 from grader.result import ERROR, GRADED, GRADER_ERROR, NEEDS_GPU_GRADE, PASSED
 
 pytestmark = [needs_cxx, needs_nvcc]
-CHECKABLE = 74  # the shipped config on the CPU: 100 less timing (10) and the gpu_only cases (16)
+CHECKABLE = 90  # the shipped config on the CPU: 100 less timing (10); the large cases run by sampled blocks
 STATIC = 10  # the static checks' points, which both inline-PTX kernels earn
 WRONG, CORRECT = "inline_ptx_wrong", "inline_ptx_correct"
 HELD_REASON = "uses inline PTX (line {}), which the CPU grader cannot run: it is graded on a GPU"
@@ -66,11 +66,11 @@ def test_a_construct_the_emulator_cannot_build_keeps_its_cases_in_the_total(grad
     assert checkable_max(data) == CHECKABLE
     assert data["score"] == STATIC < CHECKABLE
     emulated = [c for c in data["checks"] if c["kind"] == "case" and not c["needs_gpu"]]
-    assert len(emulated) == 18
+    assert len(emulated) == 21
     reason = HELD_REASON.format(PTX_LINE[name])
     assert all(c["status"] == ERROR and c["score"] == 0 and c["message"] == reason for c in emulated)
     assert all(c["metrics"]["line"] == PTX_LINE[name] for c in emulated)  # JUnit points at it
-    assert {c["needs_gpu"] for c in data["checks"]} == {"", "timing", "large cases"}  # nothing of the kernel's
+    assert {c["needs_gpu"] for c in data["checks"]} == {"", "timing"}  # nothing of the kernel's
 
 
 def test_the_terminal_says_the_total_and_why_and_fail_under_counts_the_held_cases(graded):
@@ -78,7 +78,7 @@ def test_the_terminal_says_the_total_and_why_and_fail_under_counts_the_held_case
     said = " ".join(stdout.split())
     assert said.count(f"Total: {STATIC}/{CHECKABLE} points checkable without a GPU") == 3
     assert "Needs a GPU grade: the kernel uses inline PTX (line 7)" in said
-    assert code == 1  # --fail-under 50 asks 37 of the 74 checkable points
+    assert code == 1  # --fail-under 50 asks 45 of the 90 checkable points
 
 
 @pytest.mark.parametrize("entry", ["gradescope", "prairielearn"])
@@ -101,7 +101,7 @@ def test_lms_files_show_the_held_cases_at_zero_out_of_the_checkable_total(tmp_pa
         assert sum(t["max_points"] for t in data["tests"]) == CHECKABLE
         assert all(t["points"] == 0 for t in cases)
         shown = [t["output"] for t in cases if "hidden" not in t["description"]]
-    assert len(cases) == 18 and shown and all(text == reason for text in shown)
+    assert len(cases) == 21 and shown and all(text == reason for text in shown)
 
 
 def rows(path) -> list[dict]:
@@ -207,7 +207,7 @@ def grader_error_checks(data: dict, words: str) -> None:
     assert data["outcome"] == GRADER_ERROR and data["status"] == "error"
     assert words in data["message"] and "grader error" in data["message"]
     emulated = [c for c in data["checks"] if c["kind"] == "case" and not c["needs_gpu"]]
-    assert len(emulated) == 18 and all(c["status"] == ERROR and words in c["message"] for c in emulated)
+    assert len(emulated) == 21 and all(c["status"] == ERROR and words in c["message"] for c in emulated)
     assert checkable_max(data) == CHECKABLE
 
 

@@ -49,7 +49,7 @@ def not_passed(result) -> set[str]:
 
 
 def cpu_cases(config):
-    return [case for case in load_cases(config.testcases_dir, config.kernel.square) if not case.gpu_only]
+    return [case for case in load_cases(config.testcases_dir, config.kernel.square) if case.on_cpu == "whole"]
 
 
 # -- the launch's orientation ---------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_the_cli_grades_with_the_pmpp_preset(tmp_path):
                               check=False)
     assert finished.returncode == 0, finished.stderr
     result = json.loads((tmp_path / "pmpp_square.json").read_text())
-    assert result["outcome"] == "graded" and result["score"] == 78  # every point checkable without a GPU
+    assert result["outcome"] == "graded" and result["score"] == 90  # every point checkable without a GPU
 
 
 @needs_nvcc

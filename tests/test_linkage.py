@@ -287,7 +287,7 @@ def test_valid_cpp_kernels_get_every_point_the_cpu_can_check(graders, name):
     assert result.backend == "cpu" and result.tile_size == 16
     assert [(c.name, c.message) for c in result.checks if c.checkable and c.status != PASSED] == []
     assert result.score == result.checkable_max
-    assert result.checkable_max in (74, 84)  # timing passed by the speed model (84), or held for a GPU (74)
+    assert result.checkable_max in (90, 100)  # timing passed by the speed model (100), or held for a GPU (90)
 
 
 @needs_cxx

@@ -25,7 +25,7 @@ KERNELS = Path(__file__).resolve().parent / "feedback_kernels"
 @pytest.fixture(scope="module")
 def setup(config_file):
     config = load_config(config_file)
-    return config, [case for case in load_cases(config.testcases_dir) if not case.gpu_only][:1]
+    return config, [case for case in load_cases(config.testcases_dir) if case.on_cpu == "whole"][:1]
 
 
 def graded(setup, tmp_path, source: Path, profile: bool):

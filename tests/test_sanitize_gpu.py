@@ -25,7 +25,7 @@ EVERY_TOOL = RunPlan(GPU, sanitize=True, sanitize_always=True)  # the diagnosis 
 @pytest.fixture(scope="module")
 def setup(config_file):
     config = load_config(config_file)
-    return config, [case for case in load_cases(config.testcases_dir) if not case.gpu_only][:1]
+    return config, [case for case in load_cases(config.testcases_dir) if case.on_cpu == "whole"][:1]
 
 
 @pytest.fixture(scope="module")

@@ -324,7 +324,7 @@ def test_a_batch_checks_clean_kernels_together_and_gives_everyone_what_grading_a
 
     every_tool = RunPlan(GPU, sanitize=True, sanitize_always=True)  # groups form where the tools run on every kernel
     config = load_config(config_file)
-    cases = [case for case in load_cases(config.testcases_dir) if not case.gpu_only][:2]
+    cases = [case for case in load_cases(config.testcases_dir) if case.on_cpu == "whole"][:2]
     names = ["good_basic", "good_tile8_renamed", "tile_width_named", "template_helper", "missing_load_barrier",
              "no_bounds_checks", "conditional_barrier", "truncated_phases"]
     folder = a_class(tmp_path, names)

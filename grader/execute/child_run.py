@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..cases import Case
+from ..cases import Case, sample_seed
 from ..config import Config
 from ..contract import KernelContract
 from ..intake.submission import Submission
@@ -27,6 +27,7 @@ from ..source.tile_size import tile_constant
 from .confine.sandbox import Sandbox
 from .cpu.evidence import Program
 from .cpu.instrument import sites_of
+from .cpu.sampling import BlockSample, Tile
 from .job import CaseSpec, Job, TimingSpec
 from .nvcc.compile import prepare_source, reference_module_source
 from .runner import ChildProgram, Limits, run_job
@@ -36,17 +37,21 @@ if TYPE_CHECKING:
 
 
 def run_child(submission: Submission, config: Config, cases: list[Case], backend: str, plan: RunPlan,
-              on_compiled: Callable[[str], None] | None = None) -> RunEvents:
+              on_compiled: Callable[[str], None] | None = None,
+              extra_tiles: dict[str, tuple[Tile, ...]] | None = None) -> RunEvents:
     """Runs the cases in a child process of the backend's kind; the parent only reads its events. `on_compiled`
-    hears the GPU's architecture once the child compiled for it (the reference's figures are made meanwhile)."""
+    hears the GPU's architecture once the child compiled for it (the reference's figures are made meanwhile);
+    `extra_tiles`: tiles a CPU run of a sampled case runs beside its sample (where the GPU found wrong elements)."""
+    samples = block_samples(cases, config, extra_tiles or {}) if backend == CPU else {}
     workdir = str(owned_folder(GRADE))  # named for this process: a later start clears it if we die unclean
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
     sandbox = sandbox_of(plan)
-    warming = Warming(cases, config)  # the judge ready by the time the first outputs are judged
+    # the judge ready by the time the first outputs are judged (a sampled case's truth is small: made when judged)
+    warming = Warming([case for case in cases if backend == GPU or not case.sampled], config)
     device = device_side(submission.source, submission.headers)  # what the emulator builds, its sites numbered
     try:
         job = job_of(submission, device, config, cases, workdir, sandbox, timed=backend == GPU,
-                     emulator_workers=plan.emulator_workers)
+                     emulator_workers=plan.emulator_workers, samples=samples)
         limits = Limits(startup_s=config.timeouts.compile_s, compile_s=config.timeouts.compile_s,
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
                         case_s=config.timeouts.gpu_hang_s if backend == GPU else None)
@@ -54,7 +59,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
         events = run_job(job, limits, lambda: run.timing_turn(), program, placement_of(plan, config))
         first = next(events)  # the child has started meanwhile, and the judge's import with it (warming.py)
         run = _run_events(config, cases, Path(workdir), timed=job.timing is not None, backend=backend,
-                          submission=submission, device=device)
+                          submission=submission, device=device, samples=samples)
         for event in itertools.chain([first], events):
             if event["event"] == "compiled" and on_compiled is not None:
                 on_compiled(event["arch"])
@@ -78,12 +83,13 @@ def take_run(result: SubmissionResult, run: RunEvents) -> None:
 
 
 def _run_events(config: Config, cases: list[Case], workdir: Path, timed: bool, backend: str,
-                submission: Submission, device: str) -> RunEvents:
+                submission: Submission, device: str, samples: dict[str, BlockSample]) -> RunEvents:
     from ..run_events import RunEvents  # the judge, numpy among it: imported once the child has started
 
     program = _emulated_program(submission, device, config.kernel.contract()) if backend == CPU else None
     return RunEvents(config, cases, workdir, timed=timed,
-                     child="the CPU emulation process" if backend == CPU else "the GPU process", program=program)
+                     child="the CPU emulation process" if backend == CPU else "the GPU process", program=program,
+                     samples=samples)
 
 
 def _emulated_program(submission: Submission, device: str, contract: KernelContract) -> Program:
@@ -92,9 +98,20 @@ def _emulated_program(submission: Submission, device: str, contract: KernelContr
     return Program(sites_of(device), names=tuple(role_names(submission.source, contract)), x=contract.x)
 
 
+def block_samples(cases: list[Case], config: Config,
+                  extra_tiles: dict[str, tuple[Tile, ...]]) -> dict[str, BlockSample]:
+    """How the CPU emulator samples each case it runs by blocks (the large ones): every edge block,
+    `sampling.interior_blocks` interior ones drawn by a seed from the case's (secret-mixed) seed, and the extra
+    tiles asked for."""
+    return {case.name: BlockSample(sample_seed(case), config.sampling.interior_blocks,
+                                   extra_tiles.get(case.name, ())) for case in cases if case.sampled}
+
+
 def job_of(submission: Submission, device: str, config: Config, cases: list[Case], workdir: str, sandbox: Sandbox,
-           timed: bool, emulator_workers: int = 0) -> Job:
-    """The child's job; `device`: the submission's device side (device_side.py)."""
+           timed: bool, emulator_workers: int = 0, samples: dict[str, BlockSample] | None = None) -> Job:
+    """The child's job; `device`: the submission's device side (device_side.py); `samples`: the cases a CPU run
+    runs by sampled blocks (the GPU child runs every case whole)."""
+    samples = samples or {}
     reference = config.reference_path.read_text(encoding="utf-8")
     t = config.timing
     contract = config.kernel.contract()
@@ -103,7 +120,8 @@ def job_of(submission: Submission, device: str, config: Config, cases: list[Case
         student_source=prepare_source(submission.source, tile=tile),
         reference_source=reference_module_source(reference),
         contract=contract, options=config.compile.options, cache_dir=str(config.cache_dir), workdir=workdir,
-        cases=[CaseSpec(c.name, c.m, c.n, c.k, c.seed, c.distribution) for c in cases],
+        cases=[CaseSpec(c.name, c.m, c.n, c.k, c.seed, c.distribution,
+                        samples[c.name].to_wire() if c.name in samples else None) for c in cases],
         timing=TimingSpec(t.m, t.n, t.k, t.seed, t.warmup, t.repetitions,
                           config.tolerance.k_factor, config.tolerance.abs) if timed else None,
         original_source=submission.source,

@@ -21,6 +21,9 @@ class CaseSpec:
     k: int
     seed: int
     distribution: str
+    # A case run by sampled blocks on the CPU emulator (execute/cpu/sampling.py's BlockSample, as its wire form);
+    # None: the whole grid. The GPU child runs every case whole.
+    sample: dict | None = None
 
 
 @dataclass

@@ -24,6 +24,10 @@ SHOWN_ELEMENTS = 5
 class Truth:
     value: np.ndarray  # float64 A @ B
     bound: np.ndarray  # per-element tolerance
+    # A case run by sampled blocks (execute/cpu/sampling.py): the elements of C checked (the others hold no truth),
+    # and what they are in words ("the 129 edge tiles and 32 sampled interior tiles of 4,160"). None: all of C.
+    checked: np.ndarray | None = None
+    scope: str = ""
 
     @cached_property
     def order(self) -> np.ndarray:
@@ -44,9 +48,29 @@ def truth_of(a: np.ndarray, b: np.ndarray, k_factor: float, abs_tol: float) -> T
     return Truth(a64 @ b64, error_bound(a64, b64, k_factor, abs_tol))
 
 
+def sampled_truth_of(a: np.ndarray, b: np.ndarray, tiles: list[tuple[int, int]], tile: int, k_factor: float,
+                     abs_tol: float, scope: str) -> Truth:
+    """The truth of the given tiles of C alone (tile row, tile column): A[rows, :] @ B[:, cols] in float64, one
+    product per tile row over the columns of its tiles, not the whole of A @ B."""
+    m, n = a.shape[0], b.shape[1]
+    value, bound, checked = np.zeros((m, n)), np.zeros((m, n)), np.zeros((m, n), bool)
+    by_row: dict[int, list[int]] = {}
+    for r, c in tiles:
+        by_row.setdefault(r, []).append(c)
+    for r, columns in by_row.items():
+        rows = np.arange(r * tile, min((r + 1) * tile, m))
+        cols = np.concatenate([np.arange(c * tile, min((c + 1) * tile, n)) for c in sorted(columns)])
+        a64, b64 = a[rows, :].astype(np.float64), b[:, cols].astype(np.float64)
+        at = np.ix_(rows, cols)
+        value[at], bound[at], checked[at] = a64 @ b64, error_bound(a64, b64, k_factor, abs_tol), True
+    return Truth(value, bound, checked, scope)
+
+
 def wrong_mask(c: np.ndarray, truth: Truth) -> np.ndarray:
-    """True where C is off by more than the bound; NaN and inf are always wrong."""
-    return ~within(c, truth.value, truth.bound)
+    """True where C is off by more than the bound; NaN and inf are always wrong. Of a sampled truth, only the
+    elements it checks can be."""
+    wrong = ~within(c, truth.value, truth.bound)
+    return wrong if truth.checked is None else wrong & truth.checked
 
 
 @dataclass
@@ -94,6 +118,8 @@ def judge_case(
     problems = [*run.races, *run.unsafe_reads, *stray, *_changed_inputs(run)]
     wrong = wrong_mask(c, truth)
     metrics.update(_error_figures(c, truth, wrong))
+    if truth.checked is not None:
+        metrics.update(checked_elements=int(truth.checked.sum()), checked=truth.scope)
     # Where the kernel may have reached outside its buffers, as figures (diagnose/checks.py groupable_tools reads them)
     metrics.update(stray_stores=int(hit_before.size + hit_after.size),
                    inputs_changed=bool(run.a_changed or run.b_changed))
@@ -115,14 +141,17 @@ def judge_case(
         return failed(name, CASE, points, f"C = A×B with m={m}, n={n}, k={k}: " + "\n".join(facts), fixes=fixes,
                       unsafe=unsafe_kinds(problems), **extra)
     # The error figure stays in the metrics: the words of a right case are the same whichever engine ran it.
-    return passed(name, CASE, points, f"correct ({m}×{n}×{k})", **extra)
+    checked = f": {truth.scope}; every element of them right" if truth.checked is not None else ""
+    return passed(name, CASE, points, f"correct ({m}×{n}×{k}){checked}", **extra)
 
 
 def _wrong_elements(c, truth, wrong, hint, phase_count_right: bool = False) -> Finding:
     m, n = c.shape
     count = int(wrong.sum())
     unwritten = c.view(np.uint32) == POISON_BITS
-    lines = [f"{count} of {m * n} elements of C are wrong: {_how_wrong(c, truth, wrong, unwritten)}"]
+    of = (f"the {int(truth.checked.sum()):,} elements of C checked ({truth.scope})" if truth.checked is not None
+          else f"{m * n} elements of C")
+    lines = [f"{count} of {of} are wrong: {_how_wrong(c, truth, wrong, unwritten)}"]
     rows, cols = np.nonzero(wrong)
     for r, col in zip(rows[:SHOWN_ELEMENTS], cols[:SHOWN_ELEMENTS]):
         lines.append(f"  C[{r}][{col}]: expected {truth.value[r, col]:.6g}, got {c[r, col]:.6g}")
@@ -182,9 +211,10 @@ def _changed_inputs(run: CaseRun) -> list[Finding]:
 
 
 def _error_figures(c: np.ndarray, truth: Truth, wrong: np.ndarray) -> dict:
-    diff = np.abs(c.astype(np.float64) - truth.value)
+    checked = slice(None) if truth.checked is None else truth.checked  # a sampled truth's elements alone
+    diff = np.abs(c[checked].astype(np.float64) - truth.value[checked])
     with np.errstate(divide="ignore", invalid="ignore"):
-        rel = diff / np.maximum(np.abs(truth.value), 1e-30)
+        rel = diff / np.maximum(np.abs(truth.value[checked]), 1e-30)
     bad = c[wrong]  # the wrong elements only: none, for a right C
     unwritten = bad.view(np.uint32) == POISON_BITS
     return {

@@ -18,11 +18,14 @@ from ..result import ERROR, FAILED, PASSED, SKIPPED, CheckResult
 from .findings import UNWRITTEN_READ
 
 DISAGREE = "the CPU emulator's result in this case differs ({}); the GPU's values count"
+# The emulator ran a large case by sampled blocks and saw nothing wrong in them: what went wrong lies elsewhere.
+SAMPLED_RIGHT = ("the CPU emulator ran {} of this case and saw nothing wrong in them: what the GPU found lies in "
+                 "blocks it did not run")
 
 
 def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResult:
     """The case's check: `on_gpu` judged from the GPU's outputs, `emulated` from the emulator's run of the same
-    case (None: the emulator did not run it, e.g. a case too large for it)."""
+    case, whole or by sampled blocks (None: the emulator did not run it, e.g. a case its file keeps for GPUs)."""
     if emulated is None or SKIPPED in (emulated.status, on_gpu.status):  # the GPU gave no values: nothing to merge
         return on_gpu
     metrics = {**on_gpu.metrics, "emulator": emulated.status}
@@ -45,6 +48,9 @@ def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResul
 
 
 def _with_disagreement(on_gpu: CheckResult, emulated: CheckResult) -> CheckResult:
+    checked = emulated.metrics.get("checked", "")  # a large case, run by sampled blocks: which
+    if emulated.status == PASSED and checked and "where the GPU found" not in checked:
+        return replace(on_gpu, message=f"{on_gpu.message}\n{SAMPLED_RIGHT.format(checked)}")
     found = "it passed" if emulated.status == PASSED else emulated.message.split("\n", 1)[0]
     return replace(on_gpu, message=f"{on_gpu.message}\n{DISAGREE.format(found)}")
 

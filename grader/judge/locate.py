@@ -19,9 +19,12 @@ ROUND_UP = "round the phase count up, (k + TILE - 1) / TILE, and load out-of-ran
 
 def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np.ndarray, b: np.ndarray,
                   tile: int, k_factor: float, abs_tol: float, truth=None, phase_count_right: bool = False) -> Finding:
-    """`truth` (compare.Truth), when given, lets a wrong element be recognised as another element's value. Where
-    the emulator saw the tile loop run ceil(k / TILE) times (`phase_count_right`), a C that looks like the product
-    over whole tiles only is not told as a phase count that rounds down."""
+    """`truth` (compare.Truth), when given, lets a wrong element be recognised as another element's value; of a
+    case run by sampled blocks (truth.checked) only the tiles checked are spoken of, and no element's value is
+    looked up among the others' (most have no truth). Where the emulator saw the tile loop run ceil(k / TILE)
+    times (`phase_count_right`), a C that looks like the product over whole tiles only is not told as a phase
+    count that rounds down."""
+    sampled = truth is not None and truth.checked is not None
     m, n = wrong.shape
     k = a.shape[1]
     rows, cols = np.nonzero(wrong)
@@ -30,20 +33,20 @@ def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np
     where = (f"tile rows {_ranges(tile_rows)} and tile columns {_ranges(tile_cols)} "
              f"(of {grid_rows}×{grid_cols} tiles of {tile}×{tile})")
     for hint in (
-        _nothing_stored(unwritten),
+        _nothing_stored(unwritten, truth.checked if sampled else None),
         None if phase_count_right else _last_partial_phase(c, wrong, rows, cols, a, b, tile, k_factor, abs_tol),
-        _misplaced(c, wrong, truth),
+        None if sampled else _misplaced(c, wrong, truth),
         _partial_edges(rows, cols, m, n, tile),
         _unwritten_only(wrong, unwritten, where),
-        _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile),
+        _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile, "checked " if sampled else ""),
     ):
         if hint:
             return hint
     return Finding(f"wrong elements sit in {where}")
 
 
-def _nothing_stored(unwritten: np.ndarray) -> Finding | None:
-    if unwritten.all():
+def _nothing_stored(unwritten: np.ndarray, checked: np.ndarray | None = None) -> Finding | None:
+    if (unwritten if checked is None else unwritten[checked]).all():
         return Finding("the kernel stored nothing to C", "each thread must write its sum to C[row * n + col]")
     return None
 
@@ -177,7 +180,7 @@ def _partial_edges(rows, cols, m, n, tile) -> Finding | None:
     return None
 
 
-def _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile) -> Finding | None:
+def _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile, checked: str = "") -> Finding | None:
     if len(tile_rows) < grid_rows or len(tile_cols) < grid_cols:
         return None
     causes = []
@@ -189,7 +192,8 @@ def _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile) -> Fi
                       "A and B, so load entries with column or row >= k as 0")
     if not causes:
         causes.append("the tile loads, the inner product and the index of C")
-    return Finding(f"every tile of C has wrong elements ({m}×{n}×{k}, tile {tile})", "check " + "; and ".join(causes))
+    return Finding(f"every {checked}tile of C has wrong elements ({m}×{n}×{k}, tile {tile})",
+                   "check " + "; and ".join(causes))
 
 
 def _ranges(values: list[int]) -> str:

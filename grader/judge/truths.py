@@ -18,7 +18,7 @@ import numpy as np
 
 from ..cases import Case
 from ..config import Config
-from .compare import Truth, truth_of
+from .compare import Truth, sampled_truth_of, truth_of
 from .inputs import make_inputs
 
 VERSION = "1"  # bump when make_inputs or the bound changes
@@ -32,6 +32,23 @@ def case_truth(case: Case, config: Config) -> tuple[np.ndarray, np.ndarray, Trut
     with _computing:
         return _case_truth(case.m, case.n, case.k, case.seed, case.distribution, tolerance.k_factor,
                            tolerance.abs, str(config.cache_dir / "truths"))
+
+
+def sampled_case_truth(case: Case, config: Config, tiles: list[tuple[int, int]], tile: int,
+                       scope: str) -> tuple[np.ndarray, np.ndarray, Truth]:
+    """A case run by sampled blocks: its inputs and the truth of the given tiles of C alone (compare.py), computed
+    per grade (a few small products), never the whole float64 A @ B."""
+    a, b = _inputs(case.m, case.n, case.k, case.seed, case.distribution)
+    tolerance = config.tolerance
+    return a, b, sampled_truth_of(a, b, tiles, tile, tolerance.k_factor, tolerance.abs, scope)
+
+
+@lru_cache(maxsize=8)
+def _inputs(m: int, n: int, k: int, seed: int, distribution: str) -> tuple[np.ndarray, np.ndarray]:
+    a, b = make_inputs(m, n, k, seed, distribution)
+    a.setflags(write=False)
+    b.setflags(write=False)
+    return a, b
 
 
 def warm(cases: list[Case], config: Config, stop: threading.Event | None = None) -> None:

@@ -7,6 +7,7 @@ A worker's report and outputs are student-controlled: read as untrusted, every r
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from ..confine.sandbox import HARNESS_LIMITS
 from ..job import CaseSpec, Job, student_output
 from ..protocol import harness_report, read_untrusted, read_untrusted_head
 from .access_profile import PROFILE_SEED, access_records
+from .sampling import BlockSample, launched_blocks, sampled_tiles
 from .schedule import DONE, ORDERS, TIMED_OUT, Ended, Task
 from .server import Server
 
@@ -40,9 +42,23 @@ def case_line(folder: Path, spec: CaseSpec, tile: int, contract: KernelContract,
     """How a worker runs one case (harness.cpp): the launch, C's image, the inputs, the report and the outputs."""
     launch = contract.launch(spec.m, spec.n, tile)
     segments = [f"{first} {count} {bits:x}" for first, count, bits in guarded_layout(spec.m, spec.n)]
+    blocks = [] if spec.sample is None else [_blocks_file(folder, spec, tile, contract)]
     return " ".join(map(str, [spec.m, spec.n, spec.k, *launch.grid, *launch.block, contract.x, launch.shared_bytes,
                               GUARD_BEFORE, guarded_size(spec.m, spec.n), *segments, folder / "a.bin",
-                              folder / "b.bin", folder / f"report-{task}.jsonl", folder / f"out-{task}"]))
+                              folder / "b.bin", folder / f"report-{task}.jsonl", folder / f"out-{task}", *blocks]))
+
+
+def _blocks_file(folder: Path, spec: CaseSpec, tile: int, contract: KernelContract) -> Path:
+    """The blocks a sampled case runs (sampling.py), where the harness reads them: "x y" a line. The parent
+    computes the same tiles from the same sample to judge them, so a file the kernel changed only loses it the tiles it left out."""
+    tiles = sampled_tiles(spec.m, spec.n, tile, BlockSample.from_wire(spec.sample))
+    path = folder / "blocks.txt"
+    text = "".join(f"{x} {y}\n" for x, y in launched_blocks(tiles.all, contract.x)).encode()
+    # The folder is the sandbox's: a link the kernel left there is not followed
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(text)
+    return path
 
 
 def profile(server: Server, folder: Path, size: int, tile: int, contract: KernelContract) -> list[dict] | None:

@@ -10,10 +10,11 @@
 // and C end at an inaccessible page) or start (they start right after one); LAUNCHES: how often each case
 // runs, on the same inputs, C poisoned again and A and B restored before each launch; STDOUT: where the
 // worker's printf goes ("-": nowhere). A case line (harness_driver.py, case_line):
-//   m n k GRID BLOCK X dynamic_shared c_offset c_floats SEGMENTS a.bin b.bin REPORT OUT
+//   m n k GRID BLOCK X dynamic_shared c_offset c_floats SEGMENTS a.bin b.bin REPORT OUT [BLOCKS]
 // (GRID, BLOCK: three numbers each; X: what the grid's x runs over, "columns" or "rows" of C; dynamic_shared:
 // bytes of `extern __shared__` memory; c_offset: floats of guard band before C; SEGMENTS: C's image before a
-// launch, three (first word, words, bit pattern)). Reports
+// launch, three (first word, words, bit pattern); BLOCKS: a file of the blocks to run, "x y" a line, for a case
+// run by sampled blocks (sampling.py), else every block of the grid runs). Reports
 // go to REPORT as JSON lines; launch L's C (guards included) to OUT-L.bin.
 //
 // A worker is forked from the server, so each task starts where the student's static initializers left the
@@ -284,6 +285,14 @@ void profile_blocks(dim3 grid) {
     }
 }
 
+// A case run by sampled blocks: those blocks alone, in the order given (reversed: from the last).
+void run_blocks(const std::vector<uint3> &blocks, bool reversed) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+        blockIdx = blocks[reversed ? blocks.size() - 1 - i : i];
+        run_block();
+    }
+}
+
 void run_grid(dim3 grid, bool reversed) {
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
@@ -293,7 +302,7 @@ void run_grid(dim3 grid, bool reversed) {
             }
 }
 
-void launch(dim3 grid, dim3 block, bool reversed) {
+void launch(dim3 grid, dim3 block, bool reversed, const std::vector<uint3> &blocks) {
     blockDim = block;
     gridDim = grid;
     int threads = block.x * block.y * block.z;
@@ -310,6 +319,8 @@ void launch(dim3 grid, dim3 block, bool reversed) {
     cuda_emu::kernel_body = cuda_emu_student_launch;
     if (cuda_emu::profiling) {
         profile_blocks(grid);
+    } else if (!blocks.empty()) {
+        run_blocks(blocks, reversed);
     } else {
         run_grid(grid, reversed);
     }
@@ -340,6 +351,7 @@ struct Case {
     size_t dynamic_shared = 0, c_offset = 0, c_floats = 0;
     size_t segments[3][3] = {};  // C's image: (first word, words, bit pattern) each
     std::string a_path, b_path, report, out;
+    std::vector<uint3> blocks;  // a sampled case's blocks (none: the whole grid)
 };
 
 struct Task {
@@ -350,15 +362,28 @@ struct Task {
     std::vector<Case> cases;
 };
 
+// A sampled case's blocks, "x y" a line, each inside the grid; false when the file cannot be read or one is not.
+bool read_blocks(const char *path, const Case &c, std::vector<uint3> &blocks) {
+    FILE *file = fopen(path, "r");
+    if (file == nullptr) return false;
+    unsigned x, y;
+    int read;
+    while ((read = fscanf(file, "%u %u", &x, &y)) == 2 && x < c.grid[0] && y < c.grid[1]) blocks.push_back({x, y, 0});
+    fclose(file);
+    return read == EOF && !blocks.empty();
+}
+
 bool parse_case(const char *line, Case &c) {
-    char a[4096], b[4096], report[4096], out[4096], x[16];
+    char a[4096], b[4096], report[4096], out[4096], x[16], blocks[4096];
     int read = sscanf(line, "%d %d %d %u %u %u %u %u %u %15s %zu %zu %zu %zu %zu %zx %zu %zu %zx %zu %zu %zx "
-                      "%4095s %4095s %4095s %4095s", &c.m, &c.n, &c.k, &c.grid[0], &c.grid[1], &c.grid[2],
+                      "%4095s %4095s %4095s %4095s %4095s", &c.m, &c.n, &c.k, &c.grid[0], &c.grid[1], &c.grid[2],
                       &c.block[0], &c.block[1], &c.block[2], x, &c.dynamic_shared, &c.c_offset, &c.c_floats,
                       &c.segments[0][0], &c.segments[0][1], &c.segments[0][2], &c.segments[1][0], &c.segments[1][1],
-                      &c.segments[1][2], &c.segments[2][0], &c.segments[2][1], &c.segments[2][2], a, b, report, out);
+                      &c.segments[1][2], &c.segments[2][0], &c.segments[2][1], &c.segments[2][2], a, b, report, out,
+                      blocks);
     c.x_rows = read >= 10 && strcmp(x, "rows") == 0;
-    if (read != 26 || c.m <= 0 || c.n <= 0 || c.k <= 0 || c.dynamic_shared > cuda_emu::DYNAMIC_SHARED_CAPACITY ||
+    if (read == 27 && !read_blocks(blocks, c, c.blocks)) return false;
+    if ((read != 26 && read != 27) || c.m <= 0 || c.n <= 0 || c.k <= 0 || c.dynamic_shared > cuda_emu::DYNAMIC_SHARED_CAPACITY ||
         c.c_offset + (size_t)c.m * c.n > c.c_floats)
         return false;
     for (const size_t *segment : c.segments)
@@ -440,7 +465,8 @@ bool launch_once(const Case &c, const Task &task, Inputs &in, const std::vector<
     cuda_emu::launch_x_rows = c.x_rows;
     cuda_emu::dynamic_shared_bytes = c.dynamic_shared;
     cuda_emu::share_dynamic();  // a file-scope extern __shared__ array was declared before the launch was known
-    launch(dim3(c.grid[0], c.grid[1], c.grid[2]), dim3(c.block[0], c.block[1], c.block[2]), task.order == "reversed");
+    launch(dim3(c.grid[0], c.grid[1], c.grid[2]), dim3(c.block[0], c.block[1], c.block[2]), task.order == "reversed",
+           c.blocks);
     fflush(stdout);
     if (cuda_emu::profiling) cuda_emu::report_profile();
     report_launch();

@@ -8,6 +8,10 @@ case's files in a folder named by its index (a hidden case's name never reaches 
 harness leaves behind is read as untrusted: plain files only, bounded, every report checked against the
 protocol.
 
+A large case (its spec's `sample`) runs only its sampled blocks (sampling.py: every edge block, a seeded sample of
+the interior ones, any extra ones asked for), listed in a file beside its inputs; the rest of C keeps its poison,
+and the parent judges the sampled tiles alone.
+
 Each case runs in two thread orders: threads in forward order with A, B and C ending at an inaccessible page,
 and in reversed order with them starting after one, so an access just past either end faults in one of the
 two. A race shows up as a shadow-memory report, or as outputs that differ between the orders. Which worker
@@ -123,11 +127,14 @@ def _run_cases(channel: Channel, answers, server: Server, cases: Cases, tile: in
     stateful = state != []  # unknown counts as state
     launches = job.launches_per_case if stateful else 1
     limit_s = job.case_s or HARNESS_LIMITS.cpu_s
+    # A sampled large case launched several times in one worker (a kernel with state) has the limit per launch: its
+    # blocks take seconds each launch, where a whole small case's take milliseconds
+    limits = [limit_s * (launches if spec.sample else 1) for spec in job.cases]
     schedule = Schedule(server, len(job.cases), stateful, slots(job), limit_s, job.max_restarts + 1,
-                        lambda task: cases.start(server, task, tile, launches))
+                        lambda task: cases.start(server, task, tile, launches), limits)
     hung = False
     for index, ends in schedule.cases(lambda index: channel.send("phase", phase="case", case=job.cases[index].name)):
-        event = cases.event(index, ends, launches, limit_s)
+        event = cases.event(index, ends, launches, limits[index])
         hung = hung or event.get("problem", {}).get("event") == "timeout"
         channel.send(**event)
     cases.print_outputs()

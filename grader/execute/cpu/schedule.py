@@ -9,7 +9,8 @@ its state carries from launch to launch and from case to case, as in the GPU chi
 case that faulted, diverged or hung in either order, a fresh pair of workers runs the rest, as the GPU path
 starts a fresh child. Either way the workers start in job order, and cases are told in job order.
 
-Each case has `limit_s` of its worker's own time (deadline.py: waiting for a CPU is not counted): a worker
+Each case has `limit_s` of its worker's own time, or the limit `limits` gives it (a sampled large case of a kernel
+with state has one per launch); waiting for a CPU is not counted (deadline.py). A worker
 past it is killed and its case ends timed out, while the other cases go on. After `max_hangs` cases timed out
 (in job order) nothing more runs, as the GPU path gives up after restarting its child so often.
 """
@@ -59,9 +60,10 @@ class Schedule:
     """The cases of one job on one server. `start(task)` sends a task to it (False: the server is gone)."""
 
     def __init__(self, server: Server, count: int, stateful: bool, slots: int, limit_s: float, max_hangs: int,
-                 start: Callable[[Task], bool]):
+                 start: Callable[[Task], bool], limits: list[float] | None = None):
         self.server, self.count, self.stateful, self.start = server, count, stateful, start
         self.slots, self.limit_s, self.max_hangs = max(slots, 1), limit_s, max_hangs
+        self.limits = limits or [limit_s] * count  # each case's
         self.waiting: list[Task] = []  # in the order they are to start
         self.running: dict[int, Task] = {}
         self.ends: dict[int, dict[str, Ended]] = {}  # per case not told yet, per thread order
@@ -101,7 +103,8 @@ class Schedule:
         while self.waiting and len(self.running) < self.slots:
             task = self.waiting.pop(0)
             task.since = time.monotonic()
-            task.deadline, task.check_at = Deadline(self.server.pid, self.limit_s), task.since + self.limit_s
+            limit_s = self.limits[task.current]
+            task.deadline, task.check_at = Deadline(self.server.pid, limit_s), task.since + limit_s
             self.running[task.id] = task
             if self.server.closed or not self.start(task):
                 self._end_case(task, DIED)
@@ -129,8 +132,8 @@ class Schedule:
         if how != DONE or task.finished == len(task.cases):
             del self.running[task.id]
             return
-        task.since, task.check_at = now, now + self.limit_s
-        task.deadline.restart(self.limit_s)
+        task.since, task.check_at = now, now + self.limits[task.current]
+        task.deadline.restart(self.limits[task.current])
 
     def _time_out(self) -> None:
         now = time.monotonic()
