@@ -50,7 +50,8 @@ def case_line(folder: Path, spec: CaseSpec, tile: int, contract: KernelContract,
 
 def _blocks_file(folder: Path, spec: CaseSpec, tile: int, contract: KernelContract) -> Path:
     """The blocks a sampled case runs (sampling.py), where the harness reads them: "x y" a line. The parent
-    computes the same tiles from the same sample to judge them, so a file the kernel changed only loses it the tiles it left out."""
+    computes the same tiles from the same sample to judge them, so a file the kernel changed only loses it the
+    tiles it left out."""
     tiles = sampled_tiles(spec.m, spec.n, tile, BlockSample.from_wire(spec.sample))
     path = folder / "blocks.txt"
     text = "".join(f"{x} {y}\n" for x, y in launched_blocks(tiles.all, contract.x)).encode()
@@ -113,23 +114,25 @@ class Cases:
         """The case's event from what each thread order's worker left: a `case_error` for the first order that
         went wrong (forward first), else a `case` with every distinct forward output saved for the parent."""
         spec, folder = self.job.cases[index], self.case_folder(index)
-        reports = {order: _events(folder / f"report-{ends[order].task}.jsonl") for order, _ in ORDERS}
-        for order, _ in ORDERS:
+        orders = [order for order, _ in ORDERS if order in ends]  # a sampled large case: the forward one alone
+        reports = {order: _events(folder / f"report-{ends[order].task}.jsonl") for order in orders}
+        for order in orders:
             problem = _problem(ends[order], reports[order], limit_s)
             if problem is not None:
                 return {"event": "case_error", "case": spec.name, "schedule": order, "problem": problem}
         size = guarded_size(spec.m, spec.n)
-        outputs = {order: _outputs(folder, ends[order].task, launches, size) for order, _ in ORDERS}
+        outputs = {order: _outputs(folder, ends[order].task, launches, size) for order in orders}
         if any(found is None for found in outputs.values()):
             return {"event": "case_error", "case": spec.name, "schedule": ORDERS[0][0],
                     "problem": {"event": "fault", "what": "crashed", "returncode": None}}
-        forward, reversed_ = (outputs[order] for order, _ in ORDERS)
+        forward, reversed_ = outputs[ORDERS[0][0]], outputs.get(ORDERS[1][0])
         distinct = _distinct(forward)
         for number, output in enumerate(distinct):
             np.save(self.job.output_path(spec.name, student_output(number)), output)
         return {"event": "case", "case": spec.name, "seconds": max(end.seconds for end in ends.values()),
                 "launches": launches, "distinct_outputs": len(distinct),
-                "schedules_differ": _differing(forward, reversed_, spec.m * spec.n), **_found(reports)}
+                "schedules_differ": _differing(forward, reversed_, spec.m * spec.n) if reversed_ else 0,
+                **_found(reports)}
 
 
 def _problem(end: Ended, events: list[dict], limit_s: float) -> dict | None:

@@ -130,8 +130,12 @@ def _run_cases(channel: Channel, answers, server: Server, cases: Cases, tile: in
     # A sampled large case launched several times in one worker (a kernel with state) has the limit per launch: its
     # blocks take seconds each launch, where a whole small case's take milliseconds
     limits = [limit_s * (launches if spec.sample else 1) for spec in job.cases]
+    # A sampled large case runs its blocks in the forward order alone: its blocks cost seconds where a small case's
+    # cost milliseconds, and the small cases run both orders of the same code (a kernel with state: both, its
+    # cases in one worker per order)
+    sampled = frozenset(index for index, spec in enumerate(job.cases) if spec.sample)
     schedule = Schedule(server, len(job.cases), stateful, slots(job), limit_s, job.max_restarts + 1,
-                        lambda task: cases.start(server, task, tile, launches), limits)
+                        lambda task: cases.start(server, task, tile, launches), limits, sampled)
     hung = False
     for index, ends in schedule.cases(lambda index: channel.send("phase", phase="case", case=job.cases[index].name)):
         event = cases.event(index, ends, launches, limits[index])
