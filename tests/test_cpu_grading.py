@@ -267,8 +267,10 @@ def test_hang_times_out_like_on_the_gpu(grade_one):
     cases = list(emulated(result).values())
     assert all(c.status == ERROR and f"timed out after {RUN_TIMEOUT_S} s" in c.message for c in cases[:3])
     assert all(c.status == SKIPPED and "crashed or hung in 3 cases" in c.message for c in cases[3:])
-    # three limits and the build: no access profile of a kernel that hangs (its launch would hang too)
-    assert result.duration_s < 3 * RUN_TIMEOUT_S + 10, result.phases
+    # three limits and the build: no access profile of a kernel that hangs (its launch would hang too). Each limit
+    # counts the worker's own time: on a machine the suite's other worker shares, its waits for a CPU are forgiven,
+    # up to one more limit (deadline.py)
+    assert result.duration_s < 3 * 2 * RUN_TIMEOUT_S + 10, result.phases
 
 
 @pytest.mark.parametrize("name, words", [("trap", "kernel aborted: __trap() at line 10"),
