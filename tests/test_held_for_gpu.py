@@ -23,6 +23,7 @@ from grader.result import ERROR, GRADED, GRADER_ERROR, NEEDS_GPU_GRADE, PASSED
 
 pytestmark = [needs_cxx, needs_nvcc]
 CHECKABLE = 90  # the shipped config on the CPU: 100 less timing (10); the large cases run by sampled blocks
+EVERY_POINT = 100  # a correct kernel on the CPU: timing decided by the speed model too
 STATIC = 10  # the static checks' points, which both inline-PTX kernels earn
 WRONG, CORRECT = "inline_ptx_wrong", "inline_ptx_correct"
 HELD_REASON = "uses inline PTX (line {}), which the CPU grader cannot run: it is graded on a GPU"
@@ -260,7 +261,7 @@ def test_a_compiler_the_sandbox_cannot_run_is_a_grader_error_and_resume_grades_i
     stored = json.loads((out / "students" / "student.json").read_text())
     canvas = rows(out / "canvas.csv")[1]["SGEMM lab"]
     if not sandbox.drop_uid:  # the sandbox runs as this user, who may enter the folder: nothing failed
-        assert stored["outcome"] == GRADED and stored["score"] == CHECKABLE and canvas == "100"
+        assert stored["outcome"] == GRADED and stored["score"] == EVERY_POINT and canvas == "100"
         return
     # The sandbox checks what its uid must reach before starting g++: the reason names the compiler.
     grader_error_checks(stored, f"cannot run {tmp_path / 'private' / 'bin' / 'g++'}")
@@ -269,7 +270,7 @@ def test_a_compiler_the_sandbox_cannot_run_is_a_grader_error_and_resume_grades_i
     finished = grade_cli("batch", klass, "-o", out, "--without-gpu", "scale", "--resume")
     assert finished.returncode == 0 and "1 graded now" in " ".join(finished.stdout.split())
     stored = json.loads((out / "students" / "student.json").read_text())
-    assert stored["outcome"] == GRADED and stored["score"] == CHECKABLE
+    assert stored["outcome"] == GRADED and stored["score"] == EVERY_POINT
     assert all(c["status"] == PASSED for c in stored["checks"] if not c["needs_gpu"])
     assert rows(out / "canvas.csv")[1]["SGEMM lab"] == "100"
 

@@ -180,7 +180,8 @@ def test_the_cli_grades_with_the_pmpp_preset(tmp_path):
                               check=False)
     assert finished.returncode == 0, finished.stderr
     result = json.loads((tmp_path / "pmpp_square.json").read_text())
-    assert result["outcome"] == "graded" and result["score"] == 90  # every point checkable without a GPU
+    # every point without a GPU: the large cases by sampled blocks, timing by the speed model
+    assert result["outcome"] == "graded" and result["score"] == 100
 
 
 @needs_nvcc

@@ -85,7 +85,7 @@ def test_a_kernel_of_another_name_is_a_submission_error_saying_what_to_rename(tm
     assert "Rename my_sgemm to mysgemm" in said and "did not compile" not in said
     stored = json.loads((tmp_path / "out" / "sub.json").read_text())
     assert stored["outcome"] == "submission error"
-    assert "Total: 0/74 points checkable without a GPU" in said  # the CPU's total, not 0/100
+    assert "Total: 0/90 points checkable without a GPU" in said  # the CPU's total (timing held), not 0/100
 
 
 def test_the_reference_under_the_ece408_preset_is_told_the_presets_name(tmp_path):
@@ -109,7 +109,7 @@ def test_a_bom_before_a_latin1_comment_grades_as_the_plain_file(tmp_path):
     finished = grade("sub", "--backend", "cpu", "-o", "out", cwd=tmp_path)
     assert finished.returncode == 0 and "#line" not in finished.stdout
     stored = json.loads((tmp_path / "out" / "sub.json").read_text())
-    assert (stored["outcome"], stored["score"]) == ("graded", 74)
+    assert (stored["outcome"], stored["score"]) == ("graded", 100)  # every point, as the plain file gets on the CPU
 
 
 # --- --fail-under and a closed stdout ------------------------------------------------------------------------
@@ -192,7 +192,7 @@ def test_a_config_outside_the_repository_setting_one_key_takes_the_rest_from_the
 @pytest.mark.parametrize("text, words", [
     ("timing:\n  repetitions: 5\ntiming:\n  warmup: 1\n", "line 3: the key 'timing' is given twice"),
     ("source: x.yaml\n", "source: unknown key (allowed: compile, feedback, kernel, points, prairielearn, "
-                         "reference, testcases, timeouts, timing, tolerance)"),
+                         "reference, sampling, testcases, timeouts, timing, tolerance)"),
 ], ids=["duplicate key", "source"])
 def test_config_mistakes_name_the_file_and_what_to_change(tmp_path, text, words):
     config = config_outside(tmp_path, text)

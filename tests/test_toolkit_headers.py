@@ -31,7 +31,8 @@ from grader.source.toolkit_headers import is_toolkit_header, library_of, toolkit
 HOST_LIBRARIES, HALF, CURAND = "include_host_libraries", "half_precision_split", "curand_device_api"
 WMMA = "wmma_fragment"  # mma.h: a header every toolkit has, which the emulator does not
 HELD = "uses <{}> (line {}), which the CPU grader cannot run: it is graded on a GPU"
-CHECKABLE, STATIC = 90, 10
+CHECKABLE, STATIC = 90, 10  # a kernel held for a GPU: every point but timing (held too); the static checks'
+EVERY_POINT = 100  # a correct kernel the emulator builds: timing by the speed model too
 KERNEL = "__global__ void mysgemm(int m, int n, int k, const float *A, const float *B, float *C) {{ {} }}\n"
 
 # good_basic with a __device__ helper that declares a WMMA fragment (mma.h, line 1), never called by the kernel.
@@ -258,7 +259,7 @@ def verdict(result) -> tuple:
 @needs_nvcc
 def test_host_library_headers_for_host_code_get_full_marks_on_the_cpu(graded):
     result = graded["here"][HOST_LIBRARIES]
-    assert result.outcome == GRADED and result.score == result.checkable_max == CHECKABLE
+    assert result.outcome == GRADED and result.score == result.checkable_max == EVERY_POINT
     assert [(c.name, c.message) for c in result.checks if c.checkable and c.status != PASSED] == []
     assert HOST_CODE_LEFT_OUT in compiled(result).message and "is not" not in compiled(result).message
 
