@@ -17,7 +17,8 @@ from grader.execute.cpu.sampling import BlockSample, launched_blocks, sampled_ti
 from grader.judge.compare import CaseRun, judge_case, sampled_truth_of, truth_of
 from grader.judge.inputs import guarded_c, make_inputs, split_guarded
 from grader.intake.submission import read_submission
-from grader.pipeline import RunPlan, grade, run_child
+from grader.execute.child_run import run_child
+from grader.pipeline import RunPlan, grade
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 
 TILE = 16
@@ -193,7 +194,7 @@ def test_the_tiles_where_the_gpu_found_wrong_elements_are_run_and_judged_beside_
     config.sampling.interior_blocks = 0
     case = Case("large", 200, 200, 48, 7, 5, cpu=SAMPLED)
     submission = read_submission(SUBMISSIONS / "wrong_in_one_interior_block", [])
-    run = run_child(submission, config, [case], "cpu", RunPlan("cpu"), {"large": (TRAP_TILE,)})
+    run = run_child(submission, config, [case], "cpu", RunPlan("cpu"), extra_tiles={"large": (TRAP_TILE,)})
     check = run.made_cases()["large"]
     assert check.status == FAILED, check.message
     assert "256 of the" in check.message and "1 tile where the GPU found wrong elements" in check.message

@@ -42,7 +42,7 @@ def test_no_zero_fill_with_a_product_guarded_by_the_loop_index_gets_full_marks_a
     result = graders("cpu")(SUBMISSIONS / GUARDED)
     assert result.score == result.checkable_max, [(c.name, c.message) for c in result.checks if not c.passed]
     cases = emulated_cases(result)
-    assert len(cases) == 18 and all(c.status == PASSED and not c.unsafe and not c.fixes for c in cases.values())
+    assert len(cases) == 21 and all(c.status == PASSED and not c.unsafe and not c.fixes for c in cases.values())
     assert any(hint.startswith(HINT.format("A")) for hint in cases["ragged_m"].hints)  # rows past m: subA
     assert any(hint.startswith(HINT.format("B")) for hint in cases["ragged_n"].hints)  # columns past n: subB
     assert not cases["square_64"].hints  # no entry is read unstored where the tiles fit
