@@ -91,7 +91,8 @@ def test_missing_bounds_checks_fail_ragged_cases_only(grade_one):
     for ragged in ("ragged_m", "ragged_n", "ragged_all", "primes_small"):
         assert cases[ragged].status in (FAILED, ERROR)
     messages = " ".join(c.message for c in cases.values())
-    assert "out-of-bounds write" in messages or "illegal memory access" in messages
+    # told by the emulator beside the GPU (its loads read past A first), or by the GPU's own fault
+    assert any(words in messages for words in ("out-of-bounds write", "out-of-bounds read", "illegal memory access"))
 
 
 def test_wrong_stride_of_b_fails_rectangular_cases_and_says_so(grade_one):
