@@ -66,7 +66,8 @@ def main() -> None:
     options = parser.parse_args()
     paths = [Path(p) for p in options.submissions] or [ROOT / "tests" / "submissions" / name for name in DEFAULT]
     print(f"{os.cpu_count()} CPU cores; target {TARGET_S:g} s per submission; median of {options.rounds} rounds")
-    rounds = [one_round(paths, options.before) for _ in range(options.rounds)]
+    before = options.before.resolve() if options.before else None  # the tree's grader runs from its own folder
+    rounds = [one_round(paths, before) for _ in range(options.rounds)]
     for tree in ("before", "after") if options.before else ("after",):
         if options.before:
             print(f"-- {tree}: {options.before if tree == 'before' else ROOT}")
