@@ -52,6 +52,7 @@ from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
 from .report.points import HOLD, WITHOUT_GPU, format_points, run_gpu_note, run_total
 from .report.status import status_label
+from .report.terminal import say_error
 from .result import GRADER_ERROR, SUBMISSION_ERROR, SubmissionResult
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -125,11 +126,6 @@ def _tls_options(group) -> None:
     group.add_argument("--insecure", action="store_true",
                        help="allow a plain tcp:// scheduler: no TLS, and anyone who reaches it runs code on the "
                             "workers. Only on a network nobody else can reach")
-
-
-def say_error(errors: Console, message: object) -> None:
-    """`error: ` and the message as plain text: a message's `[cluster]` or `[serve]` is what to type, not markup."""
-    errors.print(Text("error: ", style="bold red").append(str(message)), highlight=False)
 
 
 def _misuse(error: UsageError) -> int:
@@ -518,7 +514,7 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
         begun = started if not names else phases.last
         hint = looks_like_a_class(path)
         if hint:  # a class, or a zip: `grade batch` reads it; grading it as one student would only mislead
-            errors.print(Text("error: ", style="bold red").append(hint), highlight=False)
+            say_error(errors, hint)
             code = EXIT_USAGE
             continue
         door = at_the_door(path)

@@ -21,6 +21,7 @@ from .report.exports import REGRADE_CSV
 from .report.regrade import Regrade, compare, compare_one
 from .report.regrade_csv import to_regrade_csv
 from .report.regrade_text import regrade_lines, reproduce_lines
+from .report.terminal import say_error
 from .result import SubmissionResult
 
 EXIT_WENT_DOWN = 6  # a regrade lowered a student's total
@@ -43,8 +44,8 @@ def diff_main(argv: list[str], console: Console, errors: Console) -> int:
     try:
         old, new = read_grading(args.old, "OLD", errors), read_grading(args.new, "NEW", errors)
     except UsageError as exc:
-        errors.print(f"[bold red]error:[/] {exc}", highlight=False)
-        return 2
+        say_error(errors, exc)
+        return 2  # misuse, as cli.EXIT_USAGE
     regrade = compare(old.results, new.results)
     csv_path = args.csv or args.new / REGRADE_CSV
     write_whole(csv_path, to_regrade_csv(regrade))
@@ -75,14 +76,14 @@ def reproduce(args, config, cases, plan, console: Console, errors: Console) -> i
     try:
         stored = SubmissionResult.from_dict(json.loads(args.result.read_text(encoding="utf-8")))
     except OSError as exc:
-        errors.print(f"[bold red]error:[/] {args.result}: {exc.strerror}", highlight=False)
-        return 2
+        say_error(errors, f"{args.result}: {exc.strerror}")
+        return 2  # misuse, as cli.EXIT_USAGE
     except (ValueError, TypeError):
-        errors.print(f"[bold red]error:[/] {args.result}: not a result JSON the grader wrote", highlight=False)
-        return 2
+        say_error(errors, f"{args.result}: not a result JSON the grader wrote")
+        return 2  # misuse, as cli.EXIT_USAGE
     if not args.submission.exists():
-        errors.print(f"[bold red]error:[/] {args.submission}: no such file or folder", highlight=False)
-        return 2
+        say_error(errors, f"{args.submission}: no such file or folder")
+        return 2  # misuse, as cli.EXIT_USAGE
     regraded = grade(args.submission, config, cases, plan)
     change = compare_one(stored.submission, stored, regraded)
     for line in reproduce_lines(stored, regraded, change):

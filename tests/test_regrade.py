@@ -226,3 +226,13 @@ def test_a_timing_verdict_near_the_limit_with_nothing_else_changed_says_so():
                               result_of("a", [case("square")], submitted="t"))
     assert resubmitted.submission_changed and resubmitted.causes == ["submission changed"]
     assert compare_one("a", result_of("a", [case("square")]), result_of("a", [case("square")], device="GPU B")) is None
+
+
+def test_a_path_with_brackets_is_said_as_written(tmp_path):
+    """An error names the path the instructor typed: brackets in it are text, not the terminal's markup."""
+    result = tmp_path / "[bold]alice.json"
+    missing = grade("reproduce", result, SUBMISSIONS / "good_basic", check_exit=2)
+    assert f"error: {result}: No such file or directory" in " ".join(missing.stderr.split())
+    result.write_text("[red]not json")
+    broken = grade("reproduce", result, SUBMISSIONS / "good_basic", check_exit=2)
+    assert f"error: {result}: not a result JSON the grader wrote" in " ".join(broken.stderr.split())

@@ -111,6 +111,12 @@ def _advice(lines: list[str], shown: int) -> list[Text]:
     return items
 
 
+def say_error(errors: Console, message: object) -> None:
+    """`error: ` and the message as plain text: a message's `[cluster]` or `[serve]` is what to type, not markup,
+    and a path in it may hold brackets."""
+    errors.print(Text("error: ", style="bold red").append(str(message)), highlight=False)
+
+
 def render(result: SubmissionResult, console: Console | None = None, show_hidden_details: bool = False) -> None:
     console = console or Console()
     console.print(_header(result))
