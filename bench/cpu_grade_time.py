@@ -2,7 +2,8 @@
 
 Usage: python3 bench/cpu_grade_time.py [--rounds N] [--before TREE] [SUBMISSION ...]   (default: four corpus
 kernels of different shapes, one round). --before TREE also grades them with the grader in TREE (an earlier
-checkout: `git worktree add TREE REV`), each submission there right before here, so that both see the same load. Prints one line per submission and cache state: the wall time and the emulated
+checkout: `git worktree add TREE REV`), each submission there right before here, so that both see the same load.
+Prints one line per submission and cache state: the wall time and the emulated
 cases' own seconds (added up: cases that ran side by side overlap). With several rounds, each with a fresh
 cache, the median and the best of the rounds (on a machine others share, the best is the least disturbed).
 The harness's object, its precompiled header and the reference's build are made by a first grade of the
@@ -47,8 +48,9 @@ def one_round(paths: list[Path], before: Path | None) -> dict[tuple[str, str, st
         configs = {name: tree_config(tree, work / name) for name, tree in trees.items()}
         for name, tree in trees.items():  # the harness's own builds, not a submission's
             timed_grade(tree / "reference", configs[name], work / name / "warm-up", tree)
-        return {(tree, submission.name, label): timed_grade(submission, configs[tree], work / tree / f"{submission.name}"
-                                                            f"-{label.replace(' ', '_')}", trees[tree])
+        return {(tree, submission.name, label):
+                timed_grade(submission, configs[tree], work / tree / f"{submission.name}-{label.replace(' ', '_')}",
+                            trees[tree])
                 for submission in paths for label in LABELS for tree in trees}
 
 

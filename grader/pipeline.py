@@ -16,6 +16,7 @@ from .intake.submission import Submission, SubmissionError, read_submission
 from .on_cpu import CPU_NOTE, compile_only, grade_on_cpu, needs_gpu_checks  # noqa: F401  (CPU_NOTE: the commands say it)
 from .on_gpu import grade_on_gpu
 from .phases import Phases
+
 # the grade's plan, as the commands, the class stage and the service name it
 from .plan import CPU, GPU, RunPlan, device_lock, placement_of, sandbox_of  # noqa: F401
 from .provenance import graded_with

@@ -13,11 +13,11 @@ from grader.cases import SAMPLED, SKIP, WHOLE, Case, load_cases, sample_seed, wi
 from grader.config import load_config
 from grader.contract import COLUMNS, ROWS
 from grader.errors import ConfigError
+from grader.execute.child_run import run_child
 from grader.execute.cpu.sampling import BlockSample, launched_blocks, sampled_tiles, tiles_of_elements
+from grader.intake.submission import read_submission
 from grader.judge.compare import CaseRun, judge_case, sampled_truth_of, truth_of
 from grader.judge.inputs import guarded_c, make_inputs, split_guarded
-from grader.intake.submission import read_submission
-from grader.execute.child_run import run_child
 from grader.pipeline import RunPlan, grade
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 

@@ -275,7 +275,7 @@ def test_what_extern_c_refused_now_compiles(sandbox):
     assert outcome.ok, outcome.message
 
 
-# --- graded: every checkable point on the CPU emulator, 100/100 on a GPU -------------------------------------------------------
+# --- graded: every checkable point on the CPU emulator, 100/100 on a GPU ---------------------------------------
 
 
 @needs_cxx

@@ -9,7 +9,6 @@ from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx
 
 from grader.cli import main
-from grader.settle import NOT_BUILT
 from grader.report.gradescope import to_gradescope
 from grader.report.prairielearn import to_prairielearn
 from grader.result import (
@@ -24,6 +23,7 @@ from grader.result import (
     passed,
     skipped,
 )
+from grader.settle import NOT_BUILT
 
 GOOD = SUBMISSIONS / "good_basic" / "kernel.cu"
 

@@ -523,9 +523,9 @@ def test_a_submission_is_parsed_once_and_the_tree_shared_by_every_stage(monkeypa
     import grader.source.cuda_syntax as cs
     from grader.cases import load_cases
     from grader.config import load_config
+    from grader.execute.child_run import job_of
     from grader.execute.confine.sandbox import detect
     from grader.intake.submission import read_submission
-    from grader.execute.child_run import job_of
     from grader.pipeline import RunPlan, grade
     from grader.source.device_side import device_side
 

@@ -10,9 +10,9 @@ product unguarded (an unwritten entry of A times 0). The CPU tests need only g++
 from dataclasses import replace
 
 import pytest
-from rich.console import Console
 from conftest import SUBMISSIONS
 from hardware import needs_cxx, needs_gpu
+from rich.console import Console
 
 from grader.judge.engines import merged_case
 from grader.judge.findings import UNWRITTEN_READ

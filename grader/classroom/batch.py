@@ -318,7 +318,8 @@ def _roster_rows(roster: list[RosterRow], rows: dict[str, SubmissionResult], con
         taken.add(key.casefold())
         result = not_graded(Path(key), config, cases, NO_SUBMISSION)
         result.submission, result.student_id, result.student_name = key, row.canvas_id, row.student
-        result.canvas_user_id, result.sis_user_id, result.sis_login_id = row.canvas_id, row.sis_user_id, row.sis_login_id
+        result.canvas_user_id, result.sis_user_id = row.canvas_id, row.sis_user_id
+        result.sis_login_id = row.sis_login_id
         result.intake_notes = [NO_SUBMISSION]
         added[key] = result
     return added

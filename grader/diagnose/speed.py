@@ -16,12 +16,33 @@ from ..execute.cpu.access_profile import profiled_blocks
 from ..execute.nvcc.cubin_resources import cubin_arch
 from ..execute.nvcc.kernel_params import calls_printf
 from ..judge.occupancy import Launched, Resources, limits_for, of
-from ..judge.speed_model import FAIL, HELD, PASS, Estimate, GpuFigures, decisive_bounds, estimate, \
-    excess_by_line, verdict, work_on_shape
+from ..judge.speed_model import (
+    FAIL,
+    HELD,
+    PASS,
+    Estimate,
+    GpuFigures,
+    decisive_bounds,
+    estimate,
+    excess_by_line,
+    verdict,
+    work_on_shape,
+)
 from ..judge.timing import NAME
+from ..result import (
+    BANK_CONFLICT,
+    OCCUPANCY,
+    SPILLS,
+    TIMING,
+    UNCOALESCED_LOAD,
+    UNCOALESCED_STORE,
+    CheckResult,
+    Feedback,
+    failed,
+    passed,
+    skipped,
+)
 from .resources import launched, reference_launched
-from ..result import BANK_CONFLICT, OCCUPANCY, SPILLS, TIMING, UNCOALESCED_LOAD, UNCOALESCED_STORE, CheckResult, \
-    Feedback, failed, passed, skipped
 
 # printf's argument buffer in a kernel that calls it: 8 bytes an argument, a debug line's handful of them
 PRINTF_LOCAL_BYTES = 64

@@ -98,7 +98,15 @@ from .archive import (
     safe_name,
     zip_tree,
 )
-from .submission import KERNEL_FILE, SubmissionError, choose_kernel, files_below, is_hidden, kernel_text, submitted_bytes
+from .submission import (
+    KERNEL_FILE,
+    SubmissionError,
+    choose_kernel,
+    files_below,
+    is_hidden,
+    kernel_text,
+    submitted_bytes,
+)
 
 __all__ = ["Entry", "Intake", "Limits", "Refusal", "discover", "looks_like_a_class", "safe_name"]
 

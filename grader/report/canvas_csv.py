@@ -16,7 +16,8 @@ never a 0; so does, by default, a student graded without a GPU (checks that need
 `without_gpu="scale"` writes those scores scaled to what could be checked instead. A kernel the CPU
 emulator cannot run (outcome "needs GPU grade") is held either way: its CPU score is never scaled up into a
 grade. Every empty cell is listed in the notes, and so is every 0 that is a submission error (refused at
-intake, or a roster student with no submission: `grade batch --roster` makes them rows), with its reason. Scores are the results' own, rescaled to `points_possible`
+intake, or a roster student with no submission: `grade batch --roster` makes them rows), with its reason. Scores are
+the results' own, rescaled to `points_possible`
 when that is given.
 """
 from __future__ import annotations

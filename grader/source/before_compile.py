@@ -3,10 +3,10 @@ and what the barriers cost where the static check found them."""
 from __future__ import annotations
 
 from ..config import Config
-from ..intake.submission import KERNEL_FILE, Submission, missing_headers
-from ..result import COMPILE_ERROR, GRADED, SUBMISSION_ERROR, THROUGHPUT, CheckResult, Feedback
 from ..execute.confine.sandbox import Sandbox
 from ..execute.macros import pastes_judged
+from ..intake.submission import KERNEL_FILE, Submission, missing_headers
+from ..result import COMPILE_ERROR, GRADED, SUBMISSION_ERROR, THROUGHPUT, CheckResult, Feedback
 from .include_policy import check_source, drop_host_headers, needs_expansion, unproven_pasting_macros
 from .include_policy import describe as describe_violations
 from .signature import hip_problem, signature_problem

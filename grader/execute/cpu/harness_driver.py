@@ -9,7 +9,8 @@ harness leaves behind is read as untrusted: plain files only, bounded, every rep
 protocol.
 
 A large case (its spec's `sample`) runs only its sampled blocks (sampling.py: every edge block, a seeded sample of
-the interior ones, any extra ones asked for), listed in a file beside its inputs, in the forward order alone unless the kernel has state; the rest of C keeps its
+the interior ones, any extra ones asked for), listed in a file beside its inputs, in the forward order alone unless
+the kernel has state; the rest of C keeps its
 poison, and the parent judges the sampled tiles alone.
 
 Each case runs in two thread orders: threads in forward order with A, B and C ending at an inaccessible page,
