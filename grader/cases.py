@@ -92,6 +92,17 @@ def emulated_first(cases: list[Case]) -> list[Case]:
     return [case for kind in (WHOLE, SAMPLED, SKIP) for case in cases if case.on_cpu == kind]
 
 
+def emulator_cases(cases: list[Case]) -> list[Case]:
+    """The cases the CPU emulator runs (whole or by sampled blocks), in both engines' order."""
+    return [case for case in emulated_first(cases) if case.emulated]
+
+
+def whole_truths(cases: list[Case], on_gpu: bool) -> list[Case]:
+    """The cases whose whole float64 truth a grade needs: every case on a GPU; on the CPU those run whole (a
+    sampled case's truth is of its checked tiles only, made when it is judged)."""
+    return [case for case in cases if on_gpu or case.on_cpu == WHOLE]
+
+
 def load_cases(folder: Path, square: bool = False) -> list[Case]:
     """Every case of the folder's *.yaml and *.yml files, in name order; for a square lab (a kernel taking one
     size, width) each must be square, m = n = k, and a file with one that is not is refused, naming it."""

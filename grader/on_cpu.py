@@ -6,7 +6,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from .build_failure import BuildFailure, classify
-from .cases import Case, emulated_first
+from .cases import Case, emulator_cases
 from .config import Config
 from .diagnose.resources import add_compiler_feedback
 from .diagnose.speed import timing_without_gpu
@@ -81,7 +81,7 @@ def grade_on_cpu(submission: Submission, config: Config, cases: list[Case], resu
         if compiled.outcome == GRADER_ERROR:
             result.message = nvcc.message
         return [nvcc, held_timing, *large], "not run"
-    emulated = [case for case in emulated_first(cases) if case.emulated]
+    emulated = emulator_cases(cases)
     run = run_child(submission, config, emulated, CPU, plan)
     phases.mark_split(run.phases, "grading_other")
     take_run(result, run)

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .cases import WHOLE, Case, emulated_first
+from .cases import WHOLE, Case, emulated_first, emulator_cases
 from .config import Config
 from .diagnose.checks import diagnosis, profile_check, sanitizer_run_of
 from .diagnose.resources import add_compiler_feedback, warm_reference
@@ -77,7 +77,7 @@ def _reference_warmer(config: Config, plan: RunPlan):
 def _emulate_beside(submission: Submission, config: Config, cases: list[Case], plan: RunPlan) -> Future | None:
     """The emulator's run of every case it can run (a large one by sampled blocks), started now, beside the GPU
     child: None where this host has no C++ compiler for it (the tools then judge safety)."""
-    emulated = [case for case in emulated_first(cases) if case.emulated]
+    emulated = emulator_cases(cases)
     if not emulated or compiler() is None:
         return None
     return start_beside(functools.partial(run_child, submission, config, emulated, CPU, _emulator_plan(config, plan)))

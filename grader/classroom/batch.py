@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..cache_file import write_whole
-from ..cases import WHOLE, Case
+from ..cases import Case, whole_truths
 from ..config import Config
 from ..diagnose.groups import GROUP_SIZE, SanitizerGroups
 from ..execute.gpu.detect import local_gpus
@@ -191,7 +191,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     jobs = options.jobs or os.cpu_count() or 2
     placements = _placements(plan, config)
     if plan.backend is not None:  # once, here, rather than in every worker at once; only the cases that run
-        truths.warm([case for case in cases if plan.backend == GPU or case.on_cpu == WHOLE], config)
+        truths.warm(whole_truths(cases, plan.backend == GPU), config)
     counts = {"pass": 0, "fail": 0, "held": 0, "error": 0}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..cases import Case, sample_seed
+from ..cases import Case, sample_seed, whole_truths
 from ..config import Config
 from ..contract import KernelContract
 from ..intake.submission import Submission
@@ -46,8 +46,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     workdir = str(owned_folder(GRADE))  # named for this process: a later start clears it if we die unclean
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
     sandbox = sandbox_of(plan)
-    # the judge ready by the time the first outputs are judged (a sampled case's truth is small: made when judged)
-    warming = Warming([case for case in cases if backend == GPU or not case.sampled], config)
+    warming = Warming(whole_truths(cases, backend == GPU), config)  # the judge ready when the first outputs are
     device = device_side(submission.source, submission.headers)  # what the emulator builds, its sites numbered
     try:
         job = job_of(submission, device, config, cases, workdir, sandbox, timed=backend == GPU,

@@ -5,7 +5,7 @@ import logging
 import os
 from pathlib import Path
 
-from ..cases import WHOLE, Case
+from ..cases import Case, whole_truths
 from ..config import Config
 from ..errors import UsageError
 from ..judge import truths
@@ -86,7 +86,7 @@ def serve(config: Config, cases: list[Case], plan: RunPlan, state: Path, tokens:
         client = connect(cluster, security)
     workers = workers or os.cpu_count() or 2
     if plan.backend is not None and client is None:  # as a batch does: once, before jobs race to compute them
-        truths.warm([case for case in cases if plan.backend == GPU or case.on_cpu == WHOLE], config)
+        truths.warm(whole_truths(cases, plan.backend == GPU), config)
     runner = JobRunner(store, config, cases, plan, workers, state / SCRATCH, client)
     log.info(announce(plan, state, host, port, workers, limits, cluster, tokens, cleared))
     for line in left:
