@@ -53,10 +53,11 @@ def read_student_archive(data: bytes, folder: Path, limits: Limits | None = None
             chosen, how = choose_kernel(files)  # the rule of every path: the same choice and words
             source = files[chosen].read(limits.file_bytes)
             headers = _headers_beside(chosen, tree, handed_in, limits)
-        except SubmissionError:
+        except SubmissionError as none_chosen:
+            reason = str(none_chosen)
             if not files and notes:  # handed in, but every file refused: not "nothing handed in"
-                exc = SubmissionError(f"no {KERNEL_FILE}: every file in the archive was refused (the notes say why)")
-            return StudentArchive(None, refusal=str(exc), notes=notes)
+                reason = f"no {KERNEL_FILE}: every file in the archive was refused (the notes say why)"
+            return StudentArchive(None, refusal=reason, notes=notes)
         except Refused as exc:
             return StudentArchive(None, refusal=exc.reason, notes=notes)
     folder.mkdir(parents=True, exist_ok=True)
