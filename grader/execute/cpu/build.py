@@ -15,6 +15,9 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,23 +145,39 @@ def _launch(contract: KernelContract) -> str:
     )
 
 
-# The harness's own code (compiled once, harness_object) and the unit compiled per submission around the
-# student's code, linked with it.
-HARNESS_OWN = ("harness.cpp", "cuda_emu.h", "student_interface.h")
+# The harness's own code (compiled once, harness_object): its units, compiled side by side and joined into one
+# object, and the unit compiled per submission around the student's code, linked with it.
+HARNESS_UNITS = ("harness.cpp", "emulator_runtime.cpp")
+HARNESS_OWN = (*HARNESS_UNITS, "cuda_emu.h", "student_interface.h")
 STUDENT_UNIT = "student_unit.cpp"
 UNIT_OBJECT = "student.o"  # the student's unit compiled, before it is linked (statics.py reads it)
 
 
 def harness_object(cxx: str, cache_dir: Path, timeout_s: float, into: Path) -> None:
-    """harness.cpp compiled to `into`, from the cache where it was compiled before (once per grader version
-    and compiler): none of it is the student's (their unit is compiled apart and linked with it), so it is
-    compiled outside the sandbox, and a submission's build compiles its own unit alone, about half of g++'s
-    time when both were one. A failure here is the grader's (OSError)."""
+    """The harness's units compiled to one object in `into`, from the cache where they were compiled before
+    (once per grader version and compiler): none of it is the student's (their unit is compiled apart and
+    linked with it), so it is compiled outside the sandbox. Each unit is compiled by a g++ of its own, at
+    once, and the objects joined (`-r`): the cold build waits for the slower unit, not for their sum. A
+    failure here is the grader's (OSError)."""
+    cached = _harness_entry(cxx, cache_dir)
+    if cached.is_file():
+        shutil.copyfile(cached, into)
+        return
+    objects = [into.with_name(f"{into.name}.{Path(unit).stem}.o") for unit in HARNESS_UNITS]
+    try:
+        _compiled([[cxx, *COMPILE_FLAGS, "-c", "-I", str(SHIMS), str(HERE / unit), "-o", str(obj)]
+                   for unit, obj in zip(HARNESS_UNITS, objects)], timeout_s, "the harness")
+        _compiled([[cxx, "-r", "-nostdlib", *map(str, objects), "-o", str(into)]], timeout_s, "the harness")
+    finally:
+        for obj in objects:
+            obj.unlink(missing_ok=True)
+    keep(cached, into.read_bytes())  # a cache that cannot be written costs the next build this again
+
+
+def _harness_entry(cxx: str, cache_dir: Path) -> Path:
     texts = [(HERE / name).read_text() for name in HARNESS_OWN]
     key = hashlib.sha256("\0".join([*texts, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
-    cached = Path(cache_dir, "cpu", f"harness-{key}.o")
-    command = [cxx, *FLAGS, "-c", "-I", str(SHIMS), str(HERE / "harness.cpp"), "-o", str(into)]
-    _kept_or_compiled(cached, into, command, timeout_s, "the harness")
+    return Path(cache_dir, "cpu", f"harness-{key}.o")
 
 
 def _kept_or_compiled(cached: Path, into: Path, command: list[str], timeout_s: float, what: str) -> None:
@@ -167,15 +186,29 @@ def _kept_or_compiled(cached: Path, into: Path, command: list[str], timeout_s: f
     if cached.is_file():
         shutil.copyfile(cached, into)
         return
-    try:
-        finished = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
-                                  check=False)
-    except subprocess.TimeoutExpired as error:
-        raise OSError(f"{what} did not compile within {timeout_s:g} s") from error
-    if finished.returncode != 0:
-        said = finished.stdout.decode("utf-8", "replace") + finished.stderr.decode("utf-8", "replace")
-        raise OSError(f"{what} did not compile: {said.strip()[:2000]}")
+    _compiled([command], timeout_s, what)
     keep(cached, into.read_bytes())  # a cache that cannot be written costs the next build this again
+
+
+def _compiled(commands: list[list[str]], timeout_s: float, what: str) -> None:
+    """The grader's own compiles (unconfined), all started at once; OSError when any fails or runs past the
+    limit (the others are then stopped)."""
+    processes = [subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT) for command in commands]
+    deadline = time.monotonic() + timeout_s
+    try:
+        for process in processes:
+            try:
+                said, _ = process.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired as error:
+                raise OSError(f"{what} did not compile within {timeout_s:g} s") from error
+            if process.returncode != 0:
+                raise OSError(f"{what} did not compile: {said.decode('utf-8', 'replace').strip()[:2000]}")
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 def precompiled_header(cxx: str, cache_dir: Path, timeout_s: float, into: Path) -> Path | None:
@@ -194,6 +227,35 @@ def precompiled_header(cxx: str, cache_dir: Path, timeout_s: float, into: Path) 
     except OSError:  # no room, no compiler for it, a name taken: the unit is built from the text
         return None
     return into / "cuda_emu.h"
+
+
+def harness_and_header(cxx: str, cache_dir: Path, timeout_s: float, harness: Path, header: Path) -> Path | None:
+    """harness_object into `harness` and precompiled_header into `header`, made side by side where the cache
+    lacks them (the harness's units and the header are three g++ at once); precompiled_header's answer."""
+    with ThreadPoolExecutor(1) as pool:
+        precompiled = pool.submit(precompiled_header, cxx, cache_dir, timeout_s, header)
+        harness_object(cxx, cache_dir, timeout_s, harness)
+        return precompiled.result()
+
+
+def prepare(cache_dir: Path, timeout_s: float) -> bool:
+    """What every submission's build shares, made into the cache now (`grade prepare`, a grade's start) so that
+    no student's build waits for it: the harness's object and the precompiled header. False where there is no
+    compiler; OSError where the harness does not compile (the grader's fault)."""
+    cxx = compiler()
+    if cxx is None:
+        return False
+    if prepared(cache_dir):
+        return True
+    with tempfile.TemporaryDirectory(prefix="sgemm-prepare-") as work:
+        harness_and_header(cxx, cache_dir, timeout_s, Path(work, "harness.o"), Path(work, "precompiled"))
+    return True
+
+
+def prepared(cache_dir: Path) -> bool:
+    """Whether the cache holds the harness's object and the precompiled header for this grader and compiler."""
+    cxx = compiler()
+    return cxx is not None and _harness_entry(cxx, cache_dir).is_file() and _precompiled_entry(cxx, cache_dir).is_file()
 
 
 def _precompiled_entry(cxx: str, cache_dir: Path) -> Path:
@@ -226,9 +288,9 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in sources.items():
         (folder / name).write_text(text, encoding="utf-8")
-    harness_object(cxx, Path(cache_dir), timeout_s, folder / "harness.o")  # where the sandbox's uid can read it
+    # where the sandbox's uid can read them
+    header = harness_and_header(cxx, Path(cache_dir), timeout_s, folder / "harness.o", folder / "precompiled")
     emulator = emulator_variables((folder / "harness.o").read_bytes())  # read before any sandbox can change it
-    header = precompiled_header(cxx, Path(cache_dir), timeout_s, folder / "precompiled")
     binary = folder / "harness"
     compiled = _compile_unit(cxx, folder, binary, header, sandbox, timeout_s)
     if compiled is not None and compiled[0] != 0 and header is not None:
@@ -350,3 +412,4 @@ def _store_atomically(binary: Path, target: Path) -> None:
     temporary.write_bytes(read_untrusted(binary, MAX_BINARY_BYTES))
     temporary.chmod(0o755)
     os.replace(temporary, target)
+

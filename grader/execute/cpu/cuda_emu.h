@@ -134,20 +134,9 @@ inline uint32_t fewest_trips = 0, most_trips = 0;
 inline long looping_threads = 0;  // threads that reached the tile loop (0: no trips to report)
 
 // A thread's count of its last run through the tile loop, added to the launch's.
-inline void count_trips(Fiber &fiber) {
-    if (!fiber.looped) return;
-    fewest_trips = looping_threads == 0 ? fiber.trips : std::min(fewest_trips, fiber.trips);
-    most_trips = std::max(most_trips, fiber.trips);
-    ++looping_threads;
-    fiber.looped = false;
-}
+void count_trips(Fiber &fiber);
 
-inline void tile_loop_reached() {
-    if (current == nullptr) return;
-    count_trips(*current);  // a thread that reaches the loop again (an outer loop) counts each run
-    current->looped = true;
-    current->trips = 0;
-}
+void tile_loop_reached();
 
 }  // namespace cuda_emu
 
@@ -161,25 +150,9 @@ namespace cuda_emu {
 
 // ---- reports to the grader: one JSON object per line, written with write(2) --------------------------
 
-inline void report(const char *format, ...) {
-    char line[1024];
-    va_list args;
-    va_start(args, format);
-    int length = vsnprintf(line, sizeof line - 1, format, args);
-    va_end(args);
-    if (length < 0) return;
-    if (length > (int)sizeof line - 2) length = sizeof line - 2;
-    line[length] = '\n';
-    ssize_t ignored = write(report_fd, line, length + 1);
-    (void)ignored;
-}
+void report(const char *format, ...);
 
-inline void report_thread_and_exit(const char *what, int code) {
-    uint3 t = current ? current->idx : uint3{0, 0, 0};
-    report("{\"event\": \"fault\", \"what\": \"%s\", \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
-           what, t.x, t.y, t.z, blockIdx.x, blockIdx.y, blockIdx.z);
-    _exit(code);
-}
+void report_thread_and_exit(const char *what, int code);
 
 // ---- fibers ------------------------------------------------------------------------------------------
 
@@ -243,16 +216,8 @@ inline void yield_to_scheduler() {
 #endif
 }
 
-inline void thread_done();  // what the thread stored into C (below)
-
-extern "C" inline void cuda_emu_fiber_entry() {
-    kernel_body();
-    count_trips(*current);
-    thread_done();
-    current->state = FINISHED;
-    yield_to_scheduler();
-    __builtin_trap();  // a finished fiber is never resumed
-}
+// Where each fiber starts: the kernel, then the thread's bookkeeping (emulator_runtime.cpp).
+extern "C" void cuda_emu_fiber_entry();
 
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102  // Linux 6.13
@@ -357,8 +322,8 @@ inline Entry entry_of(const Region &region, const void *address) {
                                : Entry{0, element};
 }
 
-inline std::vector<Region> regions;
-inline std::vector<Cell> cells;
+extern std::vector<Region> regions;
+extern std::vector<Cell> cells;
 inline uint32_t epoch = 1;  // advances at every barrier and every new block
 inline int epoch_line = 0;  // the line of the barrier that began this epoch (0: the block's start)
 inline long races_found = 0;
@@ -389,39 +354,20 @@ struct UnwrittenRead {
     uint3 thread, block;
     uint32_t block_serial;
 };
-inline std::vector<UnwrittenRead> unwritten_reads;  // record i is named by index i + 1; reset per launch
+extern std::vector<UnwrittenRead> unwritten_reads;  // record i is named by index i + 1; reset per launch
 constexpr size_t MAX_UNWRITTEN_READS = MARK_INDEX;
 
-inline void poison(const Region &region) {
-    for (size_t at = 0; at + 4 <= region.bytes; at += 4) memcpy((char *)region.base + at, &SHARED_POISON, 4);
-}
+void poison(const Region &region);
 
 // Whether the element still holds poison (an uninstrumented store through a pointer would have changed it: only
 // the bytes say the entry was never stored): a mark in each word of an element of whole words (a float, a
 // float4), else the poison's bytes.
-inline bool holds_poison(const Region &region, const void *address) {
-    if (region.element_bytes % 4 == 0 && ((const char *)address - region.base) % 4 == 0) {
-        for (size_t j = 0; j < region.element_bytes; j += 4) {
-            uint32_t bits;
-            memcpy(&bits, (const char *)address + j, 4);
-            if (!is_mark(bits)) return false;
-        }
-        return true;
-    }
-    size_t offset = (const char *)address - region.base;
-    for (size_t j = 0; j < region.element_bytes; ++j)
-        if (((const unsigned char *)address)[j] != ((const unsigned char *)&SHARED_POISON)[(offset + j) % 4])
-            return false;
-    return true;
-}
+bool holds_poison(const Region &region, const void *address);
 
 // A block starts: its shared memory holds poison again, and no entry of it is stored yet.
-inline void new_block() {
-    ++block_serial;
-    for (const Region &region : regions) poison(region);
-}
+void new_block();
 
-inline std::vector<uint32_t> warp_syncs;  // per warp of the block: __syncwarp()s resolved so far
+extern std::vector<uint32_t> warp_syncs;  // per warp of the block: __syncwarp()s resolved so far
 
 // Whether `other`'s access (at its warp's __syncwarp count `other_sync`) happened before a __syncwarp that
 // `me` has passed since: both in one warp, and a __syncwarp between.
@@ -429,17 +375,14 @@ inline bool ordered_by_syncwarp(int other, uint32_t other_sync, int me) {
     return other / WARP == me / WARP && other_sync != warp_syncs[me / WARP];
 }
 
+// A shared array's region and shadow, the first time a thread reaches its declaration (its later threads find it).
+void share_region(const char *base, size_t bytes, const char *name, size_t row_elements, size_t element_bytes);
+
 template <class Array>
 inline void share(Array &array, const char *name) {
-    const char *base = (const char *)&array;
-    for (const Region &region : regions)
-        if (region.base == base) return;
     using Element = std::remove_all_extents_t<Array>;
     size_t row = std::rank_v<Array> >= 2 ? std::extent_v<Array, std::rank_v<Array> - 1> : 0;
-    size_t count = sizeof(Array) / sizeof(Element);
-    regions.push_back({base, sizeof(Array), name, row, sizeof(Element), cells.size(), shift_of(sizeof(Element))});
-    cells.resize(cells.size() + count);
-    poison(regions.back());  // before this block's first access: the first thread to reach the declaration
+    share_region((const char *)&array, sizeof(Array), name, row, sizeof(Element));
 }
 
 // ---- dynamic shared memory (`extern __shared__ T name[];`) ------------------------------------------------
@@ -453,14 +396,7 @@ inline size_t dynamic_shared_bytes = 0;  // the launch's
 inline const char *dynamic_name = nullptr;
 inline size_t dynamic_element = 1;
 
-inline void share_dynamic() {
-    if (dynamic_shared_bytes == 0 || dynamic_name == nullptr) return;
-    for (const Region &region : regions)
-        if (region.base == (const char *)dynamic_shared) return;
-    regions.push_back({(const char *)dynamic_shared, dynamic_shared_bytes, dynamic_name, 0, dynamic_element,
-                       cells.size(), shift_of(dynamic_element)});
-    cells.resize(cells.size() + dynamic_shared_bytes / dynamic_element);
-}
+void share_dynamic();
 
 struct DynamicShared {
     const char *name;
@@ -492,7 +428,7 @@ struct GlobalBuffer {
     size_t bytes;
     const char *name;
 };
-inline std::vector<GlobalBuffer> global_buffers;  // A, B and C, registered by the harness
+extern std::vector<GlobalBuffer> global_buffers;  // A, B and C, registered by the harness
 
 struct AccessSite {
     int line;
@@ -510,132 +446,36 @@ struct Access {
     size_t offset;
     uint32_t bytes;
 };
-inline std::vector<AccessSite> access_sites;
-inline std::vector<Access> block_accesses;  // this block's, grouped into requests at its end
-inline std::vector<std::vector<uint32_t>> executions;  // per thread, per site: how often it ran in this block
+extern std::vector<AccessSite> access_sites;
+extern std::vector<Access> block_accesses;  // this block's, grouped into requests at its end
+extern std::vector<std::vector<uint32_t>> executions;  // per thread, per site: how often it ran in this block
 constexpr size_t MAX_BLOCK_ACCESSES = 1u << 22;
 
 inline uint32_t last_site = 0;  // the site of the previous access: most accesses repeat it
 
-inline uint32_t site_of(int line, AccessKind kind, const char *array, size_t rows, size_t columns, size_t bytes) {
-    if (last_site < access_sites.size()) {
-        const AccessSite &s = access_sites[last_site];
-        if (s.line == line && s.kind == kind && s.array == array) return last_site;
-    }
-    for (uint32_t i = 0; i < access_sites.size(); ++i) {
-        const AccessSite &s = access_sites[i];
-        if (s.line == line && s.kind == kind && (s.array == array || strcmp(s.array, array) == 0))
-            return last_site = i;
-    }
-    access_sites.push_back({line, kind, array, rows, columns, bytes});
-    return last_site = (uint32_t)access_sites.size() - 1;
-}
+uint32_t site_of(int line, AccessKind kind, const char *array, size_t rows, size_t columns, size_t bytes);
 
-inline void record_access(int line, AccessKind kind, const char *array, size_t rows, size_t columns, size_t offset,
-                          size_t bytes) {
-    if (block_accesses.size() >= MAX_BLOCK_ACCESSES) return;
-    uint32_t site = site_of(line, kind, array, rows, columns, bytes);
-    int me = current->linear;
-    if (executions.size() <= (size_t)me) executions.resize(me + 1);
-    std::vector<uint32_t> &counts = executions[me];
-    if (counts.size() <= site) counts.resize(site + 1, 0);
-    block_accesses.push_back({site, (uint32_t)(me / WARP), counts[site]++, (uint32_t)(me % WARP), offset,
-                              (uint32_t)bytes});
-}
+void record_access(int line, AccessKind kind, const char *array, size_t rows, size_t columns, size_t offset,
+                          size_t bytes);
 
-inline void profile_global(const void *address, size_t bytes, int line, AccessKind kind) {
-    const char *p = (const char *)address;
-    for (const GlobalBuffer &buffer : global_buffers)
-        if (p >= buffer.base && p < buffer.base + buffer.bytes)
-            return record_access(line, kind, buffer.name, 0, 0, p - buffer.base, bytes);
-}
+void profile_global(const void *address, size_t bytes, int line, AccessKind kind);
 
 // Out of line: the shared accesses inline their bookkeeping (shared_read), not these rare paths.
 [[gnu::noinline]]
-inline void profile_shared(const Region &region, const void *address, size_t bytes, int line, AccessKind kind) {
-    size_t columns = region.row_elements, rows = columns ? region.bytes / (columns * region.element_bytes) : 0;
-    record_access(line, kind, region.name, rows, columns, (const char *)address - region.base, bytes);
-}
+void profile_shared(const Region &region, const void *address, size_t bytes, int line, AccessKind kind);
 
 // One request: the lanes' accesses [first, last) of one site, warp and execution.
-inline void count_request(AccessSite &site, const Access *first, const Access *last) {
-    bool shared = site.kind == SHARED_LOAD || site.kind == SHARED_STORE;
-    size_t unit = shared ? 4 : 32;  // a bank's word, or a sector
-    std::vector<size_t> units, starts;
-    for (const Access *a = first; a != last; ++a) {
-        for (size_t u = a->offset / unit; u <= (a->offset + a->bytes - 1) / unit; ++u) units.push_back(u);
-        starts.push_back(a->offset);
-    }
-    std::sort(units.begin(), units.end());
-    units.erase(std::unique(units.begin(), units.end()), units.end());
-    std::sort(starts.begin(), starts.end());
-    size_t distinct_bytes = (std::unique(starts.begin(), starts.end()) - starts.begin()) * first->bytes;
-    long cost = (long)units.size();
-    if (!shared) {  // sectors are sorted: a line is 4 consecutive sectors
-        long distinct = 0;
-        for (size_t i = 0; i < units.size(); ++i) distinct += i == 0 || units[i] / 4 != units[i - 1] / 4;
-        site.lines += distinct;
-    }
-    if (shared) {
-        int per_bank[WARP] = {};
-        for (size_t word : units) ++per_bank[word % WARP];
-        cost = *std::max_element(per_bank, per_bank + WARP);
-    }
-    long ideal = (long)((distinct_bytes + (shared ? 4 * WARP : 32) - 1) / (shared ? 4 * WARP : 32));
-    ++site.requests;
-    site.total += cost;
-    site.worst = std::max(site.worst, cost);
-    site.ideal += std::max(1L, ideal);
-    if (!site.strided && last - first >= 2 && first[0].lane == 0 && first[1].lane == 1) {
-        site.stride = (long long)first[1].offset - (long long)first[0].offset;
-        site.strided = true;
-    }
-}
+void count_request(AccessSite &site, const Access *first, const Access *last);
 
 // A block ended: its accesses become requests.
-inline void profile_block_end() {
-    std::sort(block_accesses.begin(), block_accesses.end(), [](const Access &a, const Access &b) {
-        if (a.site != b.site) return a.site < b.site;
-        if (a.warp != b.warp) return a.warp < b.warp;
-        return a.nth != b.nth ? a.nth < b.nth : a.lane < b.lane;
-    });
-    for (size_t start = 0; start < block_accesses.size();) {
-        size_t end = start;
-        const Access &head = block_accesses[start];
-        while (end < block_accesses.size() && block_accesses[end].site == head.site &&
-               block_accesses[end].warp == head.warp && block_accesses[end].nth == head.nth)
-            ++end;
-        count_request(access_sites[head.site], &block_accesses[start], &block_accesses[end]);
-        start = end;
-    }
-    block_accesses.clear();
-    for (std::vector<uint32_t> &counts : executions) counts.assign(counts.size(), 0);
-}
+void profile_block_end();
 
 // Block-wide barriers a profile run's blocks completed, per line of __syncthreads (the speed model's barriers).
-inline std::vector<std::pair<int, long>> barrier_lines;
+extern std::vector<std::pair<int, long>> barrier_lines;
 
-inline void count_barrier(int line) {
-    for (auto &[seen, count] : barrier_lines)
-        if (seen == line) return (void)++count;
-    if (barrier_lines.size() < 64) barrier_lines.push_back({line, 1});
-}
+void count_barrier(int line);
 
-inline void report_profile() {
-    for (const auto &[line, count] : barrier_lines)
-        report("{\"event\": \"barriers\", \"line\": %d, \"count\": %ld}", line, count);
-    int reported = 0;
-    for (const AccessSite &s : access_sites) {
-        if (s.requests == 0 || ++reported > 256) continue;
-        char stride[48] = "", lines[32] = "";
-        if (s.strided) snprintf(stride, sizeof stride, ", \"stride\": %lld", s.stride);
-        if (s.lines) snprintf(lines, sizeof lines, ", \"lines\": %ld", s.lines);
-        report("{\"event\": \"access\", \"line\": %d, \"kind\": \"%s\", \"array\": \"%.64s\", \"requests\": %ld, "
-               "\"total\": %ld, \"max\": %ld, \"ideal\": %ld, \"rows\": %zu, \"columns\": %zu, \"bytes\": %zu%s%s}",
-               s.line, ACCESS_KINDS[s.kind], s.array, s.requests, s.total, s.worst, s.ideal, s.rows, s.columns,
-               s.bytes, stride, lines);
-    }
-}
+void report_profile();
 
 // Every load through a subscript of the kernel's pointer parameters (instrument.py): recorded in a profile
 // run, and otherwise the address itself.
@@ -670,58 +510,18 @@ inline bool collision_reported = false;
 
 // A store and a read (or two stores) of one shared element by different threads with no barrier between.
 [[gnu::cold, gnu::noinline]]
-inline void race(const Region &region, const void *address, const char *kind, int store_line,
+void race(const Region &region, const void *address, const char *kind, int store_line,
                  int store_thread, int other_line, int other_thread, bool store_after_read, uint32_t store_trip,
-                 uint32_t other_trip) {
-    // The first race of each kind explains the bug (a store before the phase's reads: the barrier after
-    // loading is missing; a store after them: the one after using); the total is reported at the end.
-    ++races_found;
-    if (race_reported[store_after_read]) return;
-    race_reported[store_after_read] = true;
-    auto [row, column] = entry_of(region, address);
-    uint3 s = thread_of(store_thread), o = thread_of(other_thread);
-    report("{\"event\": \"race\", \"kind\": \"%s\", \"array\": \"%s\", \"two_d\": %s, \"row\": %zu, \"column\": %zu, "
-           "\"store_line\": %d, \"store_thread\": [%u, %u, %u], \"other_line\": %d, \"other_thread\": [%u, %u, %u], "
-           "\"block\": [%u, %u, %u], \"store_after_read\": %s, \"store_trip\": %u, \"other_trip\": %u, "
-           "\"barrier_line\": %d}",
-           kind, region.name, region.row_elements ? "true" : "false", row, column, store_line, s.x, s.y, s.z,
-           other_line, o.x, o.y, o.z, blockIdx.x, blockIdx.y, blockIdx.z, store_after_read ? "true" : "false",
-           store_trip, other_trip, epoch_line);
-}
+                 uint32_t other_trip);
 
 // The entry's words made to hold the mark naming this read (the first at this line in this block), so the value
 // the thread reads carries it (see MARK_FAMILY). Entries that are not whole words (a char tile) are not marked.
-inline void mark_read(const Region &region, const void *address, int line) {
-    if (region.element_bytes % 4 != 0 || ((const char *)address - region.base) % 4 != 0) return;
-    uint32_t bits;
-    memcpy(&bits, address, 4);
-    size_t index = bits & MARK_INDEX;
-    if (index != 0 && index <= unwritten_reads.size()) {
-        const UnwrittenRead &read = unwritten_reads[index - 1];
-        if (read.line == line && read.block_serial == block_serial) return;  // already named by this line's read
-    }
-    if (unwritten_reads.size() >= MAX_UNWRITTEN_READS) return;  // it keeps the mark it has: a read, named or not
-    auto [row, column] = entry_of(region, address);
-    unwritten_reads.push_back({region.name, region.row_elements != 0, row, column, line, current->idx, blockIdx,
-                               block_serial});
-    bits = MARK_FAMILY | (uint32_t)unwritten_reads.size();
-    for (size_t j = 0; j < region.element_bytes; j += 4) memcpy((char *)address + j, &bits, 4);
-}
+void mark_read(const Region &region, const void *address, int line);
 
 // A read of a shared entry that no thread of its block stored: its value is marked, and the first such read of
 // the launch is reported (whether it matters is whether a mark reaches C: report_unwritten_in_c).
 [[gnu::cold, gnu::noinline]]
-inline void unstored_read(const Region &region, const void *address, int line) {
-    mark_read(region, address, line);
-    if (unstored_reported) return;
-    unstored_reported = true;
-    auto [row, column] = entry_of(region, address);
-    uint3 t = current->idx;
-    report("{\"event\": \"unstored_read\", \"array\": \"%s\", \"two_d\": %s, \"row\": %zu, \"column\": %zu, "
-           "\"line\": %d, \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
-           region.name, region.row_elements ? "true" : "false", row, column, line, t.x, t.y, t.z, blockIdx.x,
-           blockIdx.y, blockIdx.z);
-}
+void unstored_read(const Region &region, const void *address, int line);
 
 // Inlined at each read of a tile: the call was a quarter of an emulated SGEMM's time.
 template <class T>
@@ -795,9 +595,9 @@ inline T *shared_update(T *address, int line) {
 
 inline char *c_begin = nullptr, *c_end = nullptr;  // C's m×n elements (the harness sets them)
 inline size_t c_rows = 0, c_columns = 1;
-inline std::vector<uint32_t> c_block, c_thread;  // per element: the last writer's block (+1; 0: none) and thread
-inline std::vector<int32_t> c_line;
-inline std::vector<bool> c_twice;  // stored by two threads (counted)
+extern std::vector<uint32_t> c_block, c_thread;  // per element: the last writer's block (+1; 0: none) and thread
+extern std::vector<int32_t> c_line;
+extern std::vector<bool> c_twice;  // stored by two threads (counted)
 inline long c_collisions = 0;  // elements of C stored by more than one thread
 
 // Which element each thread stores, against the launch's: the grid's x over C's columns (row = blockIdx.y * T +
@@ -818,112 +618,38 @@ struct Unstored {
     uint3 thread, block;
     size_t row, column;
 };
-inline std::vector<Unstored> unstored_threads;
+extern std::vector<Unstored> unstored_threads;
 constexpr size_t MAX_UNSTORED = 64;
 
 // A thread finished: did it store into C, where the launch gives it an element of C?
-inline void thread_done() {
-    if (current->stored_c || c_begin == nullptr || unstored_threads.size() >= MAX_UNSTORED) return;
-    size_t along_x = (size_t)blockIdx.x * blockDim.x + current->idx.x, along_y = (size_t)blockIdx.y * blockDim.y + current->idx.y;
-    size_t row = launch_x_rows ? along_x : along_y, column = launch_x_rows ? along_y : along_x;
-    if (row < c_rows && column < c_columns)
-        unstored_threads.push_back({current->idx, blockIdx, row, column});
-}
+void thread_done();
 
-inline void watch_c(float *begin, size_t rows, size_t columns) {
-    c_begin = (char *)begin;
-    c_end = c_begin + rows * columns * sizeof(float);
-    c_rows = rows;
-    c_columns = columns ? columns : 1;
-    c_block.assign(rows * columns, 0);
-    c_thread.assign(rows * columns, 0);
-    c_line.assign(rows * columns, 0);
-    c_twice.assign(rows * columns, false);
-}
+void watch_c(float *begin, size_t rows, size_t columns);
 
-inline uint3 block_of(uint32_t serial) {
-    unsigned x = gridDim.x, xy = gridDim.x * gridDim.y;
-    return {serial % x, (serial % xy) / x, serial / xy};
-}
+uint3 block_of(uint32_t serial);
 
 // A second thread stores an element of C another thread stored: the first such store is reported.
-inline void c_collision(size_t element, int line) {
-    if (collision_reported) return;
-    collision_reported = true;
-    uint3 t = current->idx, o = thread_of(c_thread[element]), ob = block_of(c_block[element] - 1);
-    report("{\"event\": \"c_collision\", \"row\": %zu, \"column\": %zu, \"line\": %d, \"thread\": [%u, %u, %u], "
-           "\"block\": [%u, %u, %u], \"other_line\": %d, \"other_thread\": [%u, %u, %u], \"other_block\": [%u, %u, %u]}",
-           element / c_columns, element % c_columns, line, t.x, t.y, t.z, blockIdx.x, blockIdx.y, blockIdx.z,
-           c_line[element], o.x, o.y, o.z, ob.x, ob.y, ob.z);
-}
+void c_collision(size_t element, int line);
 
 // The launch's end: the elements of C that hold a mark (a value read from a shared entry no thread of its block
 // stored reached them), how many, and the first of them with who stored it and, where the mark names one, the
 // read it came from. Each then holds the plain poison: which read a mark names depends on the threads' order,
 // and C must not (case_files.py compares the orders' outputs bit for bit). Where no thread read an entry no
 // thread stored, a mark in C is a NaN the kernel made on purpose: wrong, but not from such a read.
-inline void report_unwritten_in_c() {
-    if (c_begin == nullptr || !unstored_reported) return;
-    size_t elements = (size_t)(c_end - c_begin) / sizeof(float), marked = 0, first = 0;
-    uint32_t bits = 0, first_bits = 0;
-    for (size_t e = 0; e < elements; ++e) {
-        memcpy(&bits, c_begin + e * sizeof(float), 4);
-        if (!is_mark(bits)) continue;
-        if (marked++ == 0) first = e, first_bits = bits;
-        bits = (bits & 0x80000000u) | SHARED_POISON;
-        memcpy(c_begin + e * sizeof(float), &bits, 4);
-    }
-    if (marked == 0) return;
-    bits = first_bits;
-    char store[160] = "", read[320] = "";
-    if (c_block[first] != 0) {
-        uint3 t = thread_of(c_thread[first]), b = block_of(c_block[first] - 1);
-        snprintf(store, sizeof store, ", \"line\": %d, \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]",
-                 c_line[first], t.x, t.y, t.z, b.x, b.y, b.z);
-    }
-    size_t index = bits & MARK_INDEX;
-    if (index != 0 && index <= unwritten_reads.size()) {
-        const UnwrittenRead &r = unwritten_reads[index - 1];
-        snprintf(read, sizeof read, ", \"array\": \"%.64s\", \"two_d\": %s, \"entry_row\": %zu, "
-                 "\"entry_column\": %zu, \"read_line\": %d, \"read_thread\": [%u, %u, %u], "
-                 "\"read_block\": [%u, %u, %u]", r.array, r.two_d ? "true" : "false", r.row, r.column, r.line,
-                 r.thread.x, r.thread.y, r.thread.z, r.block.x, r.block.y, r.block.z);
-    }
-    report("{\"event\": \"unwritten_in_c\", \"elements\": %zu, \"row\": %zu, \"column\": %zu%s%s}", marked,
-           first / c_columns, first % c_columns, store, read);
-}
+void report_unwritten_in_c();
 
 // A store into C's element: is it the one the launch gives the thread, or the one of the transposed launch?
-inline void map_store(size_t element, int line) {
-    current->stored_c = true;
-    size_t row = element / c_columns, column = element % c_columns;
-    size_t along_x = (size_t)blockIdx.x * blockDim.x + current->idx.x, along_y = (size_t)blockIdx.y * blockDim.y + current->idx.y;
-    bool by_columns = row == along_y && column == along_x, by_rows = row == along_x && column == along_y;
-    bool launched = launch_x_rows ? by_rows : by_columns;
-    ++c_stores;
-    c_as_launched += launched;
-    c_transposed += launch_x_rows ? by_columns : by_rows;
-    if (!launched && !first_misplaced.seen) first_misplaced = {true, current->idx, blockIdx, row, column, line};
-}
+void map_store(size_t element, int line);
+
+// A store into C's element by the current thread: its writer recorded, a second writer reported (c_collision).
+void c_store(size_t element, int line);
 
 // Every store through a subscript outside shared memory (instrument.py); only those into C are recorded.
 template <class T>
 inline T *global_write(T *address, int line) {
     if (profiling && current != nullptr) profile_global((const void *)address, sizeof(T), line, GLOBAL_STORE);
     const char *p = (const char *)address;
-    if (current == nullptr || p < c_begin || p >= c_end) return address;
-    size_t element = (size_t)(p - c_begin) / sizeof(float);
-    uint32_t block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) + 1;
-    uint32_t thread = current->linear;
-    if (c_block[element] != 0 && (c_block[element] != block || c_thread[element] != thread)) {
-        c_collision(element, line);
-        if (!c_twice[element]) ++c_collisions;
-        c_twice[element] = true;
-    }
-    c_block[element] = block;
-    c_thread[element] = thread;
-    c_line[element] = line;
-    map_store(element, line);
+    if (current != nullptr && p >= c_begin && p < c_end) c_store((size_t)(p - c_begin) / sizeof(float), line);
     return address;
 }
 
@@ -955,32 +681,12 @@ struct Misindexed {
 inline Misindexed last_misindexed;
 
 [[gnu::cold, gnu::noinline]]
-inline void misindexed(const Matrix &matrix, const void *address, size_t bytes, int site, long long row,
-                       long long column, long long stride) {
-    unsigned kinds = (stride != matrix.columns && row != 0 ? STRIDE : 0) | (row < 0 || row >= matrix.rows ? ROW : 0) |
-                     (column < 0 || column >= matrix.columns ? COLUMN : 0);
-    last_misindexed = {(const char *)address, bytes, site, matrix.name, row, column, stride};
-    if (current == nullptr || site < 0 || site >= MAX_SITES || (kinds & ~site_reported[site]) == 0) return;
-    site_reported[site] |= kinds;
-    uint3 t = current->idx;
-    report("{\"event\": \"index\", \"site\": %d, \"matrix\": \"%s\", \"row\": %lld, \"column\": %lld, "
-           "\"stride\": %lld, \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
-           site, matrix.name, row, column, stride, t.x, t.y, t.z, blockIdx.x, blockIdx.y, blockIdx.z);
-}
+void misindexed(const Matrix &matrix, const void *address, size_t bytes, int site, long long row,
+                       long long column, long long stride);
 
 // A read of C: of an element no thread has stored in this launch, C is not zeroed (the first is reported).
 [[gnu::noinline]]
-inline void c_read(const void *address, int site) {
-    const char *p = (const char *)address;
-    if (current == nullptr || p < c_begin || p >= c_end) return;
-    size_t element = (size_t)(p - c_begin) / sizeof(float);
-    if (c_block[element] != 0) return;
-    c_read_reported = true;
-    uint3 t = current->idx;
-    report("{\"event\": \"c_read\", \"site\": %d, \"row\": %zu, \"column\": %zu, \"thread\": [%u, %u, %u], "
-           "\"block\": [%u, %u, %u]}", site, element / c_columns, element % c_columns, t.x, t.y, t.z, blockIdx.x,
-           blockIdx.y, blockIdx.z);
-}
+void c_read(const void *address, int site);
 
 // What a site's access means: its matrix, the element [row][column] of an index row * stride + column (stride 0:
 // the index is not of that form), and whether it reads C before any thread stored there.
@@ -1077,183 +783,30 @@ inline void answer(Fiber &fiber, T value) {
 }
 
 // The answer of one reduction over the lanes of `mask` (all at it): __reduce_*_sync on unsigned/int values.
-inline void resolve_reduction(Fiber *const *by_lane, unsigned mask, Kind kind) {
-    bool is_signed = false;
-    unsigned bits = kind == REDUCE_AND ? ~0u : 0u;
-    int smallest = INT32_MAX, largest = INT32_MIN;
-    unsigned usmallest = ~0u, ulargest = 0;
-    for (int lane = 0; lane < WARP; ++lane) {
-        if (!(mask >> lane & 1)) continue;
-        const Fiber &fiber = *by_lane[lane];
-        unsigned v = lane_value<unsigned>(fiber);
-        is_signed = fiber.collective.source != 0;  // reductions post their signedness as `source`
-        if (kind == REDUCE_ADD) bits += v;
-        if (kind == REDUCE_AND) bits &= v;
-        if (kind == REDUCE_OR) bits |= v;
-        if (kind == REDUCE_XOR) bits ^= v;
-        smallest = std::min(smallest, (int)v), largest = std::max(largest, (int)v);
-        usmallest = std::min(usmallest, v), ulargest = std::max(ulargest, v);
-    }
-    if (kind == REDUCE_MIN) bits = is_signed ? (unsigned)smallest : usmallest;
-    if (kind == REDUCE_MAX) bits = is_signed ? (unsigned)largest : ulargest;
-    for (int lane = 0; lane < WARP; ++lane)
-        if (mask >> lane & 1) answer(*by_lane[lane], bits);
-}
+void resolve_reduction(Fiber *const *by_lane, unsigned mask, Kind kind);
 
 // Answers the lanes of `mask`, all at the collective `kind`.
-inline void resolve(Fiber *const *by_lane, unsigned mask, Kind kind, int warp) {
-    unsigned votes = 0;
-    if (kind == BALLOT || kind == ANY || kind == ALL)
-        for (int lane = 0; lane < WARP; ++lane)
-            if (mask >> lane & 1 && by_lane[lane]->collective.value[0]) votes |= 1u << lane;
-    if (kind >= REDUCE_ADD) return resolve_reduction(by_lane, mask, kind);
-    for (int lane = 0; lane < WARP; ++lane) {
-        if (!(mask >> lane & 1)) continue;
-        Fiber &fiber = *by_lane[lane];
-        Collective &mine = fiber.collective;
-        switch (kind) {
-            case SHFL: case SHFL_UP: case SHFL_DOWN: case SHFL_XOR: {
-                // A source lane that does not take part gives an undefined value on the GPU: its own here.
-                int source = mask >> mine.source & 1 ? mine.source : lane;
-                const unsigned char *value = by_lane[source]->collective.value;
-                if (mine.size == 4) memcpy(mine.result, value, 4);  // a constant size: one move, no call
-                else if (mine.size == 8) memcpy(mine.result, value, 8);
-                else memcpy(mine.result, value, mine.size);
-                break;
-            }
-            case BALLOT: answer(fiber, votes); break;
-            case ANY: answer(fiber, (int)(votes != 0)); break;
-            case ALL: answer(fiber, (int)(votes == mask)); break;
-            case MATCH_ANY: case MATCH_ALL: {
-                unsigned same = 0;
-                for (int other = 0; other < WARP; ++other)
-                    if (mask >> other & 1 && !memcmp(by_lane[other]->collective.value, mine.value, mine.size))
-                        same |= 1u << other;
-                if (kind == MATCH_ANY) answer(fiber, same);
-                else answer(fiber, same == mask ? mask : 0u);
-                break;
-            }
-            default: break;  // SYNCWARP, ACTIVEMASK: answered by the caller
-        }
-    }
-    if (kind == SYNCWARP) ++warp_syncs[warp];
-}
+void resolve(Fiber *const *by_lane, unsigned mask, Kind kind, int warp);
 
 // One round of a warp's collectives, once every lane has run as far as it can: resolves each collective
 // whose lanes have all arrived, and makes them ready. With none, the lanes at __activemask() on one line
 // learn which lanes are there (those converged with them). Returns whether any lane was made ready.
-inline bool resolve_warp(Fiber *const *by_lane, int warp) {
-    // The common round: every lane at one collective whose mask names them all.
-    const Collective &head = by_lane[0]->collective;
-    if (by_lane[0]->state == AT_COLLECTIVE && head.kind != ACTIVEMASK) {
-        unsigned existing = 0;
-        bool same = true;
-        for (int lane = 0; lane < WARP && by_lane[lane] != nullptr; ++lane) {  // lanes exist from 0 up
-            const Fiber &f = *by_lane[lane];
-            existing |= 1u << lane;
-            same &= f.state == AT_COLLECTIVE && f.collective.kind == head.kind && f.collective.mask == head.mask;
-        }
-        if (same && (head.mask & existing) == existing) {
-            resolve(by_lane, existing, head.kind, warp);
-            for (int lane = 0; lane < WARP && by_lane[lane] != nullptr; ++lane) by_lane[lane]->state = READY;
-            return true;
-        }
-    }
-    bool progress = false;
-    unsigned done = 0;
-    for (int lane = 0; lane < WARP; ++lane) {
-        Fiber *fiber = by_lane[lane];
-        if (fiber == nullptr || fiber->state != AT_COLLECTIVE || done >> lane & 1) continue;
-        const Collective &first = fiber->collective;
-        if (first.kind == ACTIVEMASK) continue;
-        unsigned mask = first.mask;
-        bool complete = true;
-        for (int other = 0; other < WARP && complete; ++other) {
-            if (!(mask >> other & 1) || by_lane[other] == nullptr) continue;
-            const Fiber &f = *by_lane[other];
-            complete = f.state == AT_COLLECTIVE && f.collective.kind == first.kind && f.collective.mask == mask;
-        }
-        if (!complete) continue;
-        for (int other = 0; other < WARP; ++other)
-            if (by_lane[other] == nullptr) mask &= ~(1u << other);
-        resolve(by_lane, mask, first.kind, warp);
-        for (int other = 0; other < WARP; ++other)
-            if (mask >> other & 1) by_lane[other]->state = READY;
-        done |= mask;
-        progress = true;
-    }
-    if (progress) return true;
-    for (int lane = 0; lane < WARP; ++lane) {
-        Fiber *fiber = by_lane[lane];
-        if (fiber == nullptr || fiber->state != AT_COLLECTIVE || fiber->collective.kind != ACTIVEMASK) continue;
-        unsigned here = 0;
-        for (int other = 0; other < WARP; ++other) {
-            Fiber *f = by_lane[other];
-            if (f && f->state == AT_COLLECTIVE && f->collective.kind == ACTIVEMASK &&
-                f->collective.line == fiber->collective.line)
-                here |= 1u << other;
-        }
-        for (int other = 0; other < WARP; ++other)
-            if (here >> other & 1) {
-                answer(*by_lane[other], here);
-                by_lane[other]->state = READY;
-            }
-        return true;
-    }
-    return false;
-}
+bool resolve_warp(Fiber *const *by_lane, int warp);
 
-[[noreturn]] inline void trap(int line) {
-    uint3 t = current ? current->idx : uint3{0, 0, 0};
-    report("{\"event\": \"fault\", \"what\": \"trap\", \"line\": %d, \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]}",
-           line, t.x, t.y, t.z, blockIdx.x, blockIdx.y, blockIdx.z);
-    _exit(3);
-}
+[[noreturn]] void trap(int line);
 
 // ---- printf, capped like the GPU's printf buffer ---------------------------------------------------------
 
 inline size_t printed_bytes = 0;
 constexpr size_t PRINTF_CAP = 64 * 1024;
 
-inline int device_printf(const char *format, ...) {
-    if (printed_bytes >= PRINTF_CAP) return 0;
-    char text[4096];
-    va_list args;
-    va_start(args, format);
-    int length = vsnprintf(text, sizeof text, format, args);
-    va_end(args);
-    if (length <= 0) return length;
-    size_t size = std::min((size_t)length, sizeof text - 1);
-    size = std::min(size, PRINTF_CAP - printed_bytes);
-    fwrite(text, 1, size, stdout);
-    printed_bytes += size;
-    if (printed_bytes >= PRINTF_CAP) fprintf(stdout, "\n[... printf output truncated at %zu bytes ...]\n", PRINTF_CAP);
-    return length;
-}
+int device_printf(const char *format, ...);
 
 // ---- a launch starts as in a fresh process ------------------------------------------------------------
 // A worker runs a case's launches, and a stateful kernel's cases, in one process: what the emulator keeps
 // between launches is reset here (the student's own statics are not: they persist, as device globals do on
 // the GPU). Touching every variable here also makes the harness's object define each one (statics.py).
-inline void new_launch() {
-    epoch = 1;
-    block_serial = 1;
-    std::fill(cells.begin(), cells.end(), Cell{});  // the shadow of each shared entry, as never accessed
-    races_found = c_collisions = 0;
-    race_reported[0] = race_reported[1] = unstored_reported = collision_reported = false;
-    fewest_trips = most_trips = 0;
-    looping_threads = 0;
-    c_stores = c_as_launched = c_transposed = 0;
-    first_misplaced = Misplaced{};
-    unstored_threads.clear();
-    memset(site_reported, 0, sizeof site_reported);
-    c_read_reported = false;
-    last_misindexed = Misindexed{};
-    unwritten_reads.clear();
-    printed_bytes = 0;  // the printf cap is per launch, as the GPU's buffer is flushed after each
-    last_site = 0;
-    memset(dynamic_shared, 0, sizeof dynamic_shared);  // past the launch's bytes, nothing is poisoned per block
-}
+void new_launch();
 
 }  // namespace cuda_emu
 
