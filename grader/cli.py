@@ -4,6 +4,7 @@
     grade batch PATH [PATH ...]           a whole class: folders, LMS zips, Gradescope exports; --resume, --against
     grade diff OLD NEW                    two gradings of a class compared: who changed, and why
     grade reproduce RESULT.json SUBMISSION  grade again; does every verdict match, and if not why
+    grade prepare                         build what every grade shares into the cache (install, LMS image set-up)
     grade gradescope SUBMISSION RESULTS   the Gradescope autograder entry (run_autograder calls it)
     grade prairielearn SUBMISSION RESULTS the PrairieLearn external-grader entry
     grade serve --tokens FILE             the grading service: LMS containers post archives over HTTP
@@ -11,7 +12,8 @@
     grade scheduler --certs DIR           the cluster's Dask scheduler, requiring those certificates
     grade worker --scheduler tls://…      Dask workers grading on this host's GPUs
 
-Exit codes (docs/instructors.md lists them): 0 whenever grading ran (whatever the score), 1 below --fail-under,
+Exit codes (docs/instructors.md lists them): 0 whenever grading ran (whatever the score), 1 below --fail-under (or
+`grade prepare` could not make a build),
 2 for misuse (and optional libraries not installed), 3 when a cluster batch stopped because no worker was
 connected for --worker-wait, 4 when `grade PATH` could not grade a submission, 5 when --remote got no grade,
 6 when a regrade lowered a student's total (batch --against, diff), 7 when `grade reproduce` did not reproduce
@@ -33,7 +35,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from .cases import load_cases, mix_seed, with_secret
+from .cases import load_cases, mix_seed, whole_truths, with_secret
 from .classroom.cluster_tls import DEFAULT_DAYS, make_certificates
 from .config import load_config, preset_names, preset_path
 from .errors import UsageError
@@ -44,7 +46,8 @@ from .intake.intake import looks_like_a_class
 from .intake.submission import SubmissionError, at_the_door, find_kernel_noted, locate, read_headers
 from .leftovers import SCHEDULER, WORKER, clear_at_start, owned_scratch
 from .phases import Phases, describe, merged, since_process_start
-from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
+from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded, sandbox_of
+from .prepare import prepare
 from .regrade_commands import DIFF, REPRODUCE, batch_regrade_said, diff_main, read_grading, reproduce
 from .report import render, write_json, write_junit
 from .report.canvas_csv import CanvasOptions, RosterRow, read_roster
@@ -66,6 +69,8 @@ SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
 COMMANDS = {
     "grade": "grade submissions: a folder holding kernel.cu, or the .cu file",
     "batch": "grade a class: a folder of student folders, a Canvas or Gradescope zip, with the class's files",
+    "prepare": "build what every grade of this grader and config shares into the cache (the CPU emulator's "
+               "harness, the reference's emulation, the cases' truths), so no student waits for it",
     "gradescope": "grade one submission inside Gradescope's autograder (writes results.json)",
     "prairielearn": "grade one submission inside PrairieLearn's external grader (writes results.json)",
     "diff": DIFF,
@@ -282,7 +287,7 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else argv
-    command = argv[0] if argv and argv[0] in ("batch", "serve", "reproduce", *LMS_ENTRIES) else "grade"
+    command = argv[0] if argv and argv[0] in ("batch", "serve", "reproduce", "prepare", *LMS_ENTRIES) else "grade"
     rest = argv[1:] if command != "grade" else argv
     parser = argparse.ArgumentParser(prog="grade" if command == "grade" else f"grade {command}",
                                      description=_sentence(COMMANDS.get(command, COMMANDS["grade"])),
@@ -290,6 +295,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     if command == "serve":
         _serve_options(parser)
+    elif command == "prepare":
+        pass  # the common options alone: which config (its cache, reference and cases), which backend
     elif command in LMS_ENTRIES:
         parser.add_argument("submission", type=Path, help="the folder the LMS put the student's files in "
                                                           "(kernel.cu is found anywhere below it)")
@@ -498,7 +505,25 @@ def main(argv: list[str] | None = None) -> int:
         return lms_entry(args, config, cases, plan)
     if args.command == "reproduce":
         return reproduce(args, config, cases, plan, console, errors)
+    if args.command == "prepare":
+        return prepare_cache(config, cases, plan, console, errors)
     return grade_paths(args, config, cases, plan, phases, console, errors)
+
+
+def prepare_cache(config, cases, plan, console: Console, errors: Console) -> int:
+    """`grade prepare`: the per-version builds made into the cache, one line each; exit 1 where one could not be
+    made (the grades then make it themselves, or fail saying why)."""
+    if plan.backend is None:
+        console.print(f"nothing to prepare: {plan.note}", highlight=False, markup=False)
+        return EXIT_OK
+    made = prepare(config, whole_truths(cases, plan.backend == GPU), sandbox_of(plan), plan.backend == GPU)
+    for ok, what in made:
+        if ok:
+            console.print(f"ready: {what}", highlight=False, markup=False)
+        else:
+            say_error(errors, f"not prepared: {what}")
+    console.print(f"cache: {config.cache_dir}", highlight=False, markup=False)
+    return EXIT_OK if all(ok for ok, _ in made) else EXIT_BELOW_THRESHOLD
 
 
 def grade_paths(args, config, cases, plan, phases: Phases, console: Console, errors: Console) -> int:

@@ -19,6 +19,7 @@ from .phases import Phases
 
 # the grade's plan, as the commands, the class stage and the service name it
 from .plan import CPU, GPU, RunPlan, device_lock, placement_of, sandbox_of  # noqa: F401
+from .prepare import prepare_soon
 from .provenance import graded_with
 from .result import COMPILE, GRADED, GRADER_ERROR, SubmissionResult, errored
 from .rubric import Rubric
@@ -33,6 +34,8 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
     phases = Phases(started)
     if plan.backend == GPU:  # where no child has reported this GPU's toolchain yet, the parent learns it meanwhile
         cubin_cache.guess_soon(str(config.cache_dir), (plan.placement or Placement()).gpu_name())
+    if plan.backend is not None:  # a cold cache: the emulator's harness and header built while the children start
+        prepare_soon(config)
     try:
         result = _grade(path, config, cases, plan, phases)
     except SubmissionError as exc:

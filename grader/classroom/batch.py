@@ -35,6 +35,7 @@ from ..intake.intake import Entry, Intake, Refusal, discover
 from ..judge import truths
 from ..leftovers import Sweeper, clear_at_start
 from ..pipeline import CPU, GPU, RunPlan, device_lock, not_graded, sandbox_of
+from ..prepare import prepare
 from ..provenance import class_provenance, grader_digest, sha256_of
 from ..report.canvas_csv import RosterRow, roster_match
 from ..report.exports import REGRADE_CSV, ExportOptions, class_files
@@ -191,7 +192,10 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     jobs = options.jobs or os.cpu_count() or 2
     placements = _placements(plan, config)
     if plan.backend is not None:  # once, here, rather than in every worker at once; only the cases that run
-        truths.warm(whole_truths(cases, plan.backend == GPU), config)
+        if options.cluster:  # the workers' hosts build the emulator's own into their caches
+            truths.warm(whole_truths(cases, plan.backend == GPU), config)
+        else:  # what no student's grade should build (a failure here is said by each grade)
+            prepare(config, whole_truths(cases, plan.backend == GPU), sandbox_of(plan), plan.backend == GPU)
     counts = {"pass": 0, "fail": 0, "held": 0, "error": 0}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())

@@ -127,11 +127,11 @@ def job_of(submission: Submission, device: str, config: Config, cases: list[Case
         device_side_source=(prepare_source(device, tile=tile)
                             if device != submission.source else ""),
         tile_constant=tile.constant, launches_per_case=config.kernel.launches_per_case, headers=submission.headers,
-        sandbox=asdict(sandbox), access_profile=_profiled(config) and not timed, reference_original=reference,
+        sandbox=asdict(sandbox), access_profile=profiled(config) and not timed, reference_original=reference,
         parallel_cases=emulator_workers,
     )
 
 
-def _profiled(config: Config) -> bool:
+def profiled(config: Config) -> bool:
     """Whether a run on the emulator profiles the kernel and the reference: for advice, or for the speed model."""
     return config.feedback.emulator or config.timing.without_gpu == "model"

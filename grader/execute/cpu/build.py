@@ -9,6 +9,7 @@ state between launches), kept in the cache beside the binary.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -17,8 +18,11 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from ...build_failure import NO_COPY
@@ -77,6 +81,7 @@ def toolchain(cxx: str) -> tuple[Path, ...]:
     return ()
 
 
+@lru_cache(maxsize=8)  # part of every cache key here, asked several times a build: one run of the compiler
 def compiler_version(path: str) -> str:
     """`g++ (Debian 12.2.0-14) 12.2.0` -> `g++ 12.2.0`: part of the build's cache key and of reports."""
     finished = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
@@ -231,8 +236,10 @@ def precompiled_header(cxx: str, cache_dir: Path, timeout_s: float, into: Path) 
 
 def harness_and_header(cxx: str, cache_dir: Path, timeout_s: float, harness: Path, header: Path) -> Path | None:
     """harness_object into `harness` and precompiled_header into `header`, made side by side where the cache
-    lacks them (the harness's units and the header are three g++ at once); precompiled_header's answer."""
-    with ThreadPoolExecutor(1) as pool:
+    lacks them (the harness's units and the header are three g++ at once); precompiled_header's answer. One
+    process builds them at a time (a grade's parent, its child, a batch's workers): the others wait for it and
+    copy what it kept."""
+    with _alone(cxx, cache_dir), ThreadPoolExecutor(1) as pool:
         precompiled = pool.submit(precompiled_header, cxx, cache_dir, timeout_s, header)
         harness_object(cxx, cache_dir, timeout_s, harness)
         return precompiled.result()
@@ -245,7 +252,7 @@ def prepare(cache_dir: Path, timeout_s: float) -> bool:
     cxx = compiler()
     if cxx is None:
         return False
-    if prepared(cache_dir):
+    if _kept(cxx, cache_dir):
         return True
     with tempfile.TemporaryDirectory(prefix="sgemm-prepare-") as work:
         harness_and_header(cxx, cache_dir, timeout_s, Path(work, "harness.o"), Path(work, "precompiled"))
@@ -255,7 +262,30 @@ def prepare(cache_dir: Path, timeout_s: float) -> bool:
 def prepared(cache_dir: Path) -> bool:
     """Whether the cache holds the harness's object and the precompiled header for this grader and compiler."""
     cxx = compiler()
-    return cxx is not None and _harness_entry(cxx, cache_dir).is_file() and _precompiled_entry(cxx, cache_dir).is_file()
+    return cxx is not None and _kept(cxx, cache_dir)
+
+
+def _kept(cxx: str, cache_dir: Path) -> bool:
+    return _harness_entry(cxx, cache_dir).is_file() and _precompiled_entry(cxx, cache_dir).is_file()
+
+
+@contextmanager
+def _alone(cxx: str, cache_dir: Path) -> Iterator[None]:
+    """Held while the cache lacks the harness or the header: an advisory lock of the cache's, which the system
+    lets go of when its holder ends however it ends. Where it cannot be had (a read-only cache), not held."""
+    if _kept(cxx, cache_dir):
+        yield
+        return
+    try:
+        folder = Path(cache_dir, "cpu")
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / "harness.lock", "a")
+    except OSError:
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _precompiled_entry(cxx: str, cache_dir: Path) -> Path:

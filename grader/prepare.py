@@ -1,0 +1,97 @@
+"""What every grade of this grader version and configuration shares, made once into the cache before any student
+waits for it (issue 50): the CPU emulator's harness object and precompiled header, the reference kernel's
+emulation and its access profile per tile size, and the cases' float64 truths.
+
+`grade prepare` makes them all (the README's first command, the LMS images' set-up and `grade batch` before its
+first student run it); a grade starts `prepare_soon` at its very start, in the parent, so that on a cold cache the
+harness and the header are built while the children start rather than when the emulator's child gets there.
+The harness and the header are the grader's own code (compiled unconfined, build.py); the reference is built and
+run in the sandbox, as the children build and run it.
+"""
+from __future__ import annotations
+
+import threading
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+from .cases import Case
+from .config import Config
+from .contract import REFERENCE
+from .diagnose.resources import reference_launched
+from .execute.confine.sandbox import Sandbox, scratch_folder
+from .execute.cpu import build as emulator_build
+from .execute.cpu.access_profile import profile_size
+from .execute.job import Job
+from .execute.nvcc import cubin_cache
+from .execute.nvcc.compile import nvcc_path
+from .execute.runner import Placement
+
+COMPILE_TIMEOUT_S = 120  # as the CPU child's builds
+
+
+def prepare(config: Config, cases: list[Case], sandbox: Sandbox, on_gpu: bool = False) -> list[tuple[bool, str]]:
+    """Every per-version build made into the cache (kept ones are read, not made again): (made, what) for each,
+    for the command to print; made is False where it could not be made (the grades then make it, or say why)."""
+    from .judge import truths  # numpy: imported only where the truths are made
+
+    truths.warm(cases, config)
+    said = [(True, f"the float64 truths of {len(cases)} cases")]
+    if nvcc_path() is not None:
+        said.append(_reference_resources(config, sandbox, on_gpu))
+    try:
+        if not emulator_build.prepare(config.cache_dir, COMPILE_TIMEOUT_S):
+            return [*said, (False, "the CPU emulator's builds: no C++ compiler (g++) on PATH")]
+    except OSError as error:  # the grader's own code did not compile: every grade on the emulator would fail
+        return [*said, (False, f"the CPU emulator's harness: {error}")]
+    return [*said, (True, "the CPU emulator's harness object and precompiled header"), _reference(config, sandbox)]
+
+
+def prepare_soon(config: Config) -> threading.Thread | None:
+    """The emulator's harness and header built on a thread where the cache lacks them (None where it holds them or
+    there is no compiler): a child that needs them meanwhile waits for this build (build.py's lock)."""
+    if emulator_build.compiler() is None or emulator_build.prepared(config.cache_dir):
+        return None
+    # Not a daemon: a grade that ends first (a refused file) leaves no half-made build, the process waits for it.
+    thread = threading.Thread(target=_quietly, args=(config.cache_dir,), name="prepare-emulator")
+    thread.start()
+    return thread
+
+
+def _quietly(cache_dir: Path) -> None:
+    try:
+        emulator_build.prepare(cache_dir, COMPILE_TIMEOUT_S)
+    except Exception:  # the child builds them itself, and says what went wrong there
+        traceback.print_exc()
+
+
+def _reference_resources(config: Config, sandbox: Sandbox, on_gpu: bool) -> tuple[bool, str]:
+    """The reference's registers and shared memory from nvcc (the occupancy advice's and the speed model's figures),
+    for this host's GPU where a grade has told its architecture, else for compile.arch_without_gpu."""
+    hint = cubin_cache.hint(str(config.cache_dir), Placement().gpu_name()) if on_gpu else []
+    arch = hint[0] if hint else config.compile.arch_without_gpu
+    launched = reference_launched(config.reference_path.read_text(encoding="utf-8"), arch, config.compile.options,
+                                  config.timeouts.compile_s, sandbox, config.cache_dir)
+    return launched is not None, f"the reference's resources from nvcc ({arch})"
+
+
+def _reference(config: Config, sandbox: Sandbox) -> tuple[bool, str]:
+    """The reference's emulation, and its access profile on each configured tile size's profile shape when a grade
+    profiles (config.feedback.emulator, or timing estimated by the speed model), as the CPU child makes them."""
+    from .execute.child_run import profiled
+    from .execute.cpu.harness_driver import reference_profile
+
+    reference = config.reference_path.read_text(encoding="utf-8")
+    contract = config.kernel.contract()
+    with scratch_folder("sgemm-prepare-") as work:
+        built = emulator_build.build(reference, REFERENCE, REFERENCE.tile_source(), config.cache_dir, work, sandbox,
+                                     COMPILE_TIMEOUT_S)
+        if built.binary is None:
+            return False, f"the reference's emulation: {built.message}"
+        if not profiled(config):
+            return True, "the reference's emulation"
+        job = Job("", "", contract, [], str(config.cache_dir), str(work), sandbox=asdict(sandbox),
+                  reference_original=reference)
+        sizes = sorted({profile_size(tile) for tile in contract.tile_sizes})
+        made = [reference_profile(job, sandbox, size)[1] is not None for size in sizes]
+    return all(made), f"the reference's emulation and its access profile on {', '.join(f'{s}³' for s in sizes)}"
