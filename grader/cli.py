@@ -46,7 +46,7 @@ from .intake.intake import looks_like_a_class
 from .intake.submission import SubmissionError, at_the_door, find_kernel_noted, locate, read_headers
 from .leftovers import SCHEDULER, WORKER, clear_at_start, owned_scratch
 from .phases import Phases, describe, merged, since_process_start
-from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded, sandbox_of
+from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
 from .prepare import prepare
 from .regrade_commands import DIFF, REPRODUCE, batch_regrade_said, diff_main, read_grading, reproduce
 from .report import render, write_json, write_junit
@@ -409,7 +409,9 @@ def run_plan(args: argparse.Namespace) -> RunPlan:
     try:
         sandbox = detect(allow_unsafe=args.unsafe_no_sandbox)
     except SandboxUnavailable as exc:
-        raise UsageError(str(exc)) from None
+        if args.command != "prepare":
+            raise UsageError(str(exc)) from None
+        sandbox = None  # an image being built may have none: the grader's own builds are made, the reference's not
     return replace(_backend_plan(args), sandbox=sandbox)
 
 
@@ -516,7 +518,7 @@ def prepare_cache(config, cases, plan, console: Console, errors: Console) -> int
     if plan.backend is None:
         console.print(f"nothing to prepare: {plan.note}", highlight=False, markup=False)
         return EXIT_OK
-    made = prepare(config, whole_truths(cases, plan.backend == GPU), sandbox_of(plan), plan.backend == GPU)
+    made = prepare(config, whole_truths(cases, plan.backend == GPU), plan.sandbox, plan.backend == GPU)
     for ok, what in made:
         if ok:
             console.print(f"ready: {what}", highlight=False, markup=False)

@@ -35,9 +35,10 @@ GRADE, TASK = "sgemm-grade-", "sgemm-task-"  # a grade's scratch folder (execute
 QUERY = "sgemm-query-"  # the temporary files of a compiler the grader asks (source/include_policy.py)
 WORKER = "sgemm-worker-"  # `grade worker`'s: its Dask workers' local directory (their spill and lock files)
 SCHEDULER = "sgemm-scheduler-"  # `grade scheduler`'s: Dask's scratch space, not /tmp/dask-scratch-space
+PREPARE = "sgemm-prepare-"  # `grade prepare`'s and a grade's start's builds of what every grade shares (prepare.py)
 # execute/confine/sandbox.py's scratch_folder: one sandboxed run's (a compile's, a probe's, ...), named for its owner
 SCRATCH = tuple(f"sgemm-{kind}-" for kind in ("compile", "resources", "sanitize", "sanitize-group", "safety",
-                                               "profile", "profile-ref", "sandbox-probe", "expand"))
+                                               "profile", "profile-ref", "sandbox-probe", "expand", "prepare"))
 OWNED_BY = (GRADE, TASK, WORKER, SCHEDULER, QUERY, *SCRATCH)
 # The same folders as graders before owners were named made them (the prefix and mkdtemp's 8 random
 # characters): cleared by age alone.

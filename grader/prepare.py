@@ -26,25 +26,31 @@ from .execute.job import Job
 from .execute.nvcc import cubin_cache
 from .execute.nvcc.compile import nvcc_path
 from .execute.runner import Placement
+from .leftovers import PREPARE
 
 COMPILE_TIMEOUT_S = 120  # as the CPU child's builds
 
 
-def prepare(config: Config, cases: list[Case], sandbox: Sandbox, on_gpu: bool = False) -> list[tuple[bool, str]]:
+def prepare(config: Config, cases: list[Case], sandbox: Sandbox | None, on_gpu: bool = False) -> list[tuple[bool, str]]:
     """Every per-version build made into the cache (kept ones are read, not made again): (made, what) for each,
-    for the command to print; made is False where it could not be made (the grades then make it, or say why)."""
+    for the command to print; made is False where it could not be made (the grades then make it, or say why).
+    Without a sandbox (an image being built may have none) nothing of the reference's is built: the compilers
+    run in the sandbox alone."""
     from .judge import truths  # numpy: imported only where the truths are made
 
     truths.warm(cases, config)
     said = [(True, f"the float64 truths of {len(cases)} cases")]
-    if nvcc_path() is not None:
+    if sandbox is None:
+        said.append((False, "the reference's builds: no sandbox here (each grade's first makes them)"))
+    elif nvcc_path() is not None:
         said.append(_reference_resources(config, sandbox, on_gpu))
     try:
         if not emulator_build.prepare(config.cache_dir, COMPILE_TIMEOUT_S):
             return [*said, (False, "the CPU emulator's builds: no C++ compiler (g++) on PATH")]
     except OSError as error:  # the grader's own code did not compile: every grade on the emulator would fail
         return [*said, (False, f"the CPU emulator's harness: {error}")]
-    return [*said, (True, "the CPU emulator's harness object and precompiled header"), _reference(config, sandbox)]
+    said.append((True, "the CPU emulator's harness object and precompiled header"))
+    return said if sandbox is None else [*said, _reference(config, sandbox)]
 
 
 def prepare_soon(config: Config) -> threading.Thread | None:
@@ -83,7 +89,7 @@ def _reference(config: Config, sandbox: Sandbox) -> tuple[bool, str]:
 
     reference = config.reference_path.read_text(encoding="utf-8")
     contract = config.kernel.contract()
-    with scratch_folder("sgemm-prepare-") as work:
+    with scratch_folder(PREPARE) as work:
         built = emulator_build.build(reference, REFERENCE, REFERENCE.tile_source(), config.cache_dir, work, sandbox,
                                      COMPILE_TIMEOUT_S)
         if built.binary is None:

@@ -23,3 +23,10 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     extra="[gpu]"  # pycuda builds against the CUDA toolkit, which a GPU image must provide
 fi
 "$VENV/bin/pip" install -q -e "${SOURCE}${extra}"
+
+# What every grade shares (the CPU emulator's harness and precompiled header, the reference's builds, the cases'
+# truths), built now into the image's cache (root's, as run_autograder runs): each submission is graded in a fresh
+# container from this image, and none then waits for them. Where it cannot make one (no sandbox while the image
+# is built), the first grade in each container makes it: the image is still good.
+cd "$SOURCE"
+"$VENV/bin/grade" prepare || echo "grade prepare: not all prepared; each container's first grade makes the rest" >&2

@@ -76,6 +76,14 @@ def test_the_readme_grades_the_student_template(tmp_path):
 
 @needs_cxx
 @pytest.mark.slow
+def test_the_readme_prepares_the_cache_before_the_first_grade(tmp_path):
+    finished = run_as_written("README.md", ".venv/bin/grade prepare", tmp_path)
+    assert finished.returncode == 0, finished.stderr
+    assert "ready: the CPU emulator's harness object and precompiled header" in finished.stdout
+
+
+@needs_cxx
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["grade my_submission/", "python -m grader my_submission/"])
 def test_the_student_quick_start(tmp_path, command):
     submission(tmp_path, "my_submission")

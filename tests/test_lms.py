@@ -118,6 +118,16 @@ def test_gradescope_setup_installs_the_cpu_backends_compiler():
     assert "g++" in install.split()
 
 
+def test_the_lms_images_prepare_the_cache_once_the_grader_is_installed():
+    # Each submission is graded in a fresh container from the image: what `grade prepare` builds must be in it.
+    for path, install in ((ROOT / "gradescope" / "setup.sh", "pip\" install"),
+                          (ROOT / "prairielearn" / "Dockerfile", "pip install")):
+        lines = path.read_text().splitlines()
+        installed = max(i for i, line in enumerate(lines) if install in line and not line.startswith("#"))
+        prepared = [i for i, line in enumerate(lines) if "grade\" prepare" in line or "RUN grade prepare" in line]
+        assert prepared and prepared[0] > installed, path
+
+
 def compile_error() -> SubmissionResult:
     return SubmissionResult("c", COMPILE_ERROR, [
         errored("compile", COMPILE, 0, "kernel.cu(12): error: identifier \"tile\" is undefined"),

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from ...build_failure import NO_COPY
 from ...cache_file import keep
+from ...leftovers import PREPARE, owned_scratch
 from ...contract import DEFAULT_TILE, KernelContract, TileSource
 from ...source import cuda_syntax as cs
 from ...source.device_side import device_side
@@ -254,8 +254,8 @@ def prepare(cache_dir: Path, timeout_s: float) -> bool:
         return False
     if _kept(cxx, cache_dir):
         return True
-    with tempfile.TemporaryDirectory(prefix="sgemm-prepare-") as work:
-        harness_and_header(cxx, cache_dir, timeout_s, Path(work, "harness.o"), Path(work, "precompiled"))
+    with owned_scratch(PREPARE) as work:  # named for this process: a kill -9 leaves nothing for long
+        harness_and_header(cxx, cache_dir, timeout_s, work / "harness.o", work / "precompiled")
     return True
 
 

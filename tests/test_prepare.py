@@ -1,0 +1,85 @@
+"""`grade prepare` (issue 50): what every grade of a grader version shares (the CPU emulator's harness object and
+precompiled header, the reference's emulation and profile, the cases' truths) is built into the cache once, so
+that a student's grade builds their own unit alone; and a grade on a cold cache starts those builds in the parent."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SUBMISSIONS
+from hardware import needs_cxx
+
+from grader.config import load_config
+from grader.execute.cpu import build as emulator_build
+from grader.prepare import prepare_soon
+
+pytestmark = needs_cxx
+
+
+def config_with_cache(config_file: Path, cache: Path) -> Path:
+    """The quick test config with a cache of its own (empty until a command fills it)."""
+    text = config_file.read_text()
+    assert "cache_dir: ~/.cache/sgemm-grader" in text
+    path = cache.parent / "config.yaml"
+    path.write_text(text.replace("cache_dir: ~/.cache/sgemm-grader", f"cache_dir: {cache}"))
+    return path
+
+
+def grade(*arguments: str) -> subprocess.CompletedProcess:
+    finished = subprocess.run([sys.executable, "-m", "grader", *arguments], capture_output=True, text=True,
+                              cwd=ROOT, timeout=600)
+    assert "Traceback" not in finished.stdout + finished.stderr, finished.stderr
+    return finished
+
+
+def files(cache: Path) -> dict[str, int]:
+    """Every file of the cache by its path, with the time it was last written."""
+    return {str(path.relative_to(cache)): path.stat().st_mtime_ns for path in cache.rglob("*") if path.is_file()}
+
+
+def emulations(names) -> set[str]:
+    """The built emulations among cache paths (cpu/<sha256>), without their .state files."""
+    return {name for name in names if name.startswith("cpu/") and len(Path(name).name) == 64}
+
+
+@pytest.mark.slow
+def test_after_grade_prepare_a_grade_builds_the_students_unit_alone(tmp_path, quick_config_file):
+    cache = tmp_path / "cache"
+    config = config_with_cache(quick_config_file, cache)
+    prepared = grade("prepare", "--config", str(config), "--backend", "cpu")
+    assert prepared.returncode == 0, prepared.stderr
+    assert "ready: the CPU emulator's harness object and precompiled header" in prepared.stdout
+    kept = files(cache)
+    assert [name for name in kept if name.startswith("cpu/harness-") and name.endswith(".o")]
+    assert [name for name in kept if name.startswith("cpu/cuda_emu-") and name.endswith(".gch")]
+    assert len(emulations(kept)) == 1  # the reference's
+    assert [name for name in kept if name.startswith("cpu-profile/")] and [n for n in kept if n.startswith("truths/")]
+
+    graded = grade(str(SUBMISSIONS / "good_basic"), "--config", str(config), "--backend", "cpu", "-o",
+                   str(tmp_path / "out"))
+    assert graded.returncode == 0 and "Total:" in graded.stdout, graded.stderr
+    after = files(cache)
+    assert {name: after.get(name) for name in kept} == kept  # nothing prepared was built or written again
+    assert len(emulations(set(after) - set(kept))) == 1  # the student's own emulation, and nothing else built
+
+
+@pytest.mark.slow
+def test_grade_prepare_again_finds_everything_kept(tmp_path, quick_config_file):
+    cache = tmp_path / "cache"
+    config = config_with_cache(quick_config_file, cache)
+    assert grade("prepare", "--config", str(config), "--backend", "cpu").returncode == 0
+    kept = files(cache)
+    again = grade("prepare", "--config", str(config), "--backend", "cpu")
+    assert again.returncode == 0 and files(cache) == kept
+
+
+def test_a_grade_on_a_cold_cache_starts_the_harness_and_header_in_the_parent(tmp_path, quick_config_file):
+    config = load_config(config_with_cache(quick_config_file, tmp_path / "cache"))
+    assert not emulator_build.prepared(config.cache_dir)
+    building = prepare_soon(config)
+    assert building is not None
+    building.join(timeout=300)
+    assert emulator_build.prepared(config.cache_dir)
+    assert prepare_soon(config) is None  # kept: a later grade starts nothing
