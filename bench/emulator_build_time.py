@@ -24,9 +24,9 @@ SUBMISSIONS = ROOT / "tests" / "submissions"
 DEFAULT = ["good_basic", "good_tile32_macro_sync"]
 
 
-def timed(call) -> float:
+def timed(call, *arguments) -> float:
     started = time.perf_counter()
-    call()
+    call(*arguments)
     return time.perf_counter() - started
 
 
@@ -35,10 +35,9 @@ def per_version(cxx: str) -> dict[str, float]:
     seconds = {}
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
-        seconds["harness object"] = timed(lambda: emulator.harness_object(cxx, work / "a", 600, work / "harness.o"))
-        seconds["precompiled header"] = timed(
-            lambda: emulator.precompiled_header(cxx, work / "b", 600, work / "precompiled"))
-        seconds["both (prepare)"] = timed(lambda: emulator.prepare(work / "c", 600))
+        seconds["harness object"] = timed(emulator.harness_object, cxx, work / "a", 600, work / "harness.o")
+        seconds["precompiled header"] = timed(emulator.precompiled_header, cxx, work / "b", 600, work / "precompiled")
+        seconds["both (prepare)"] = timed(emulator.prepare, work / "c", 600)
     return seconds
 
 
@@ -48,8 +47,7 @@ def unit_seconds(name: str, contract, cache: Path, rounds: int) -> list[float]:
     for round_ in range(rounds):
         with scratch_folder("sgemm-bench-") as work:
             unique = f"{source}\n// round {round_} {time.time_ns()}\n"
-            times.append(timed(lambda: emulator.build(unique, contract, contract.tile_source(""), cache, work,
-                                                      sandbox, 600)))
+            times.append(timed(emulator.build, unique, contract, contract.tile_source(""), cache, work, sandbox, 600))
     return times
 
 

@@ -34,8 +34,8 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
     phases = Phases(started)
     if plan.backend == GPU:  # where no child has reported this GPU's toolchain yet, the parent learns it meanwhile
         cubin_cache.guess_soon(str(config.cache_dir), (plan.placement or Placement()).gpu_name())
-    if plan.backend is not None:  # a cold cache: the emulator's harness and header built while the children start
-        prepare_soon(config)
+    if plan.backend is not None:  # a cold cache: the emulator's own builds made while the children start
+        prepare_soon(config, plan.sandbox if plan.backend == CPU else None)  # the reference's: a CPU grade's
     try:
         result = _grade(path, config, cases, plan, phases)
     except SubmissionError as exc:

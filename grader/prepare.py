@@ -4,7 +4,8 @@ emulation and its access profile per tile size, and the cases' float64 truths.
 
 `grade prepare` makes them all (the README's first command, the LMS images' set-up and `grade batch` before its
 first student run it); a grade starts `prepare_soon` at its very start, in the parent, so that on a cold cache the
-harness and the header are built while the children start rather than when the emulator's child gets there.
+harness, the header and the reference's emulation are built while the children start rather than when the
+emulator's child gets there.
 The harness and the header are the grader's own code (compiled unconfined, build.py); the reference is built and
 run in the sandbox, as the children build and run it.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 import threading
 import traceback
 from dataclasses import asdict
-from pathlib import Path
 
 from .cases import Case
 from .config import Config
@@ -53,20 +53,23 @@ def prepare(config: Config, cases: list[Case], sandbox: Sandbox | None, on_gpu: 
     return said if sandbox is None else [*said, _reference(config, sandbox)]
 
 
-def prepare_soon(config: Config) -> threading.Thread | None:
+def prepare_soon(config: Config, sandbox: Sandbox | None = None) -> threading.Thread | None:
     """The emulator's harness and header built on a thread where the cache lacks them (None where it holds them or
-    there is no compiler): a child that needs them meanwhile waits for this build (build.py's lock)."""
+    there is no compiler), and then, given the grade's sandbox, the reference's emulation and profile: a child that
+    needs the harness or header meanwhile waits for this build (build.py's lock)."""
     if emulator_build.compiler() is None or emulator_build.prepared(config.cache_dir):
         return None
     # Not a daemon: a grade that ends first (a refused file) leaves no half-made build, the process waits for it.
-    thread = threading.Thread(target=_quietly, args=(config.cache_dir,), name="prepare-emulator")
+    thread = threading.Thread(target=_quietly, args=(config, sandbox), name="prepare-emulator")
     thread.start()
     return thread
 
 
-def _quietly(cache_dir: Path) -> None:
+def _quietly(config: Config, sandbox: Sandbox | None) -> None:
     try:
-        emulator_build.prepare(cache_dir, COMPILE_TIMEOUT_S)
+        emulator_build.prepare(config.cache_dir, COMPILE_TIMEOUT_S)
+        if sandbox is not None:
+            _reference(config, sandbox)
     except Exception:  # the child builds them itself, and says what went wrong there
         traceback.print_exc()
 

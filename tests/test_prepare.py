@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, SUBMISSIONS
-from hardware import needs_cxx
+from hardware import needs_cxx, needs_gpu
 
 from grader.config import load_config
 from grader.execute.cpu import build as emulator_build
@@ -45,10 +45,12 @@ def emulations(names) -> set[str]:
 
 
 @pytest.mark.slow
-def test_after_grade_prepare_a_grade_builds_the_students_unit_alone(tmp_path, quick_config_file):
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=[pytest.mark.gpu, needs_gpu])])
+def test_after_grade_prepare_a_grade_builds_the_students_unit_alone(tmp_path, quick_config_file, backend):
+    # On a GPU the emulator judges the cases beside the GPU child: its harness and header are as much shared.
     cache = tmp_path / "cache"
     config = config_with_cache(quick_config_file, cache)
-    prepared = grade("prepare", "--config", str(config), "--backend", "cpu")
+    prepared = grade("prepare", "--config", str(config), "--backend", backend)
     assert prepared.returncode == 0, prepared.stderr
     assert "ready: the CPU emulator's harness object and precompiled header" in prepared.stdout
     kept = files(cache)
@@ -57,7 +59,7 @@ def test_after_grade_prepare_a_grade_builds_the_students_unit_alone(tmp_path, qu
     assert len(emulations(kept)) == 1  # the reference's
     assert [name for name in kept if name.startswith("cpu-profile/")] and [n for n in kept if n.startswith("truths/")]
 
-    graded = grade(str(SUBMISSIONS / "good_basic"), "--config", str(config), "--backend", "cpu", "-o",
+    graded = grade(str(SUBMISSIONS / "good_basic"), "--config", str(config), "--backend", backend, "-o",
                    str(tmp_path / "out"))
     assert graded.returncode == 0 and "Total:" in graded.stdout, graded.stderr
     after = files(cache)

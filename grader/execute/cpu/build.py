@@ -26,8 +26,8 @@ from pathlib import Path
 
 from ...build_failure import NO_COPY
 from ...cache_file import keep
-from ...leftovers import PREPARE, owned_scratch
 from ...contract import DEFAULT_TILE, KernelContract, TileSource
+from ...leftovers import PREPARE, owned_scratch
 from ...source import cuda_syntax as cs
 from ...source.device_side import device_side
 from ...source.toolkit_headers import is_toolkit_header

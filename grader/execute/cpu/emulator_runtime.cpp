@@ -61,21 +61,6 @@ void poison(const Region &region) {
     for (size_t at = 0; at + 4 <= region.bytes; at += 4) memcpy((char *)region.base + at, &SHARED_POISON, 4);
 }
 
-bool holds_poison(const Region &region, const void *address) {
-    if (region.element_bytes % 4 == 0 && ((const char *)address - region.base) % 4 == 0) {
-        for (size_t j = 0; j < region.element_bytes; j += 4) {
-            uint32_t bits;
-            memcpy(&bits, (const char *)address + j, 4);
-            if (!is_mark(bits)) return false;
-        }
-        return true;
-    }
-    size_t offset = (const char *)address - region.base;
-    for (size_t j = 0; j < region.element_bytes; ++j)
-        if (((const unsigned char *)address)[j] != ((const unsigned char *)&SHARED_POISON)[(offset + j) % 4])
-            return false;
-    return true;
-}
 
 void new_block() {
     ++block_serial;
