@@ -3,8 +3,10 @@ precompiled header, the reference's emulation and profile, the cases' truths) is
 that a student's grade builds their own unit alone; and a grade on a cold cache starts those builds in the parent."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,23 @@ def test_a_grade_on_a_cold_cache_starts_the_harness_and_header_in_the_parent(tmp
     building.join(timeout=300)
     assert emulator_build.prepared(config.cache_dir)
     assert prepare_soon(config) is None  # kept: a later grade starts nothing
+
+
+def test_two_builders_at_once_compile_the_harness_and_header_once(tmp_path, monkeypatch):
+    # A grade's parent and its child (or a batch's workers) reach a cold cache together: one builds, the others
+    # wait for it and copy what it kept. Counted by a compiler that logs each call.
+    calls = tmp_path / "calls"
+    logging = tmp_path / "bin" / "g++"
+    logging.parent.mkdir()
+    logging.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {shutil.which(emulator_build.compiler())} "$@"\n')
+    logging.chmod(0o755)
+    monkeypatch.setenv("CXX", str(logging))
+    cache = tmp_path / "cache"
+    builders = [threading.Thread(target=emulator_build.prepare, args=(cache, 300)) for _ in range(3)]
+    for builder in builders:
+        builder.start()
+    for builder in builders:
+        builder.join()
+    assert emulator_build.prepared(cache)
+    compiles = [line for line in calls.read_text().splitlines() if "-c" in line.split() or "c++-header" in line]
+    assert len(compiles) == 3, compiles  # harness.cpp, emulator_runtime.cpp and the header, each once
