@@ -171,6 +171,7 @@ class Cases:
                     "problem": {"event": "fault", "what": "crashed", "returncode": None}}
         reports = {}
         for order in orders:
+            _discard_parts_outputs(folder, ends[order], launches)
             joined = joined_parts(spec, parts[order], outputs[order])
             if joined is None:
                 self._forget_printing(ends[order])
@@ -181,7 +182,7 @@ class Cases:
         for number, output in enumerate(distinct):
             np.save(self.job.output_path(spec.name, student_output(number)), output)
         return {"event": "case", "case": spec.name,
-                "seconds": max(end.seconds for order in orders for end in ends[order]),
+                "seconds": max(_span(ends[order]) for order in orders),
                 "launches": launches, "distinct_outputs": len(distinct),
                 "schedules_differ": _differing(forward, reversed_, spec.m * spec.n) if reversed_ else 0,
                 **_found(reports)}
@@ -190,6 +191,18 @@ class Cases:
         """Parts run again as one task: their printf output is that task's to give."""
         dropped = {end.task for end in ends}
         self.printing = [started for started in self.printing if started[2] not in dropped]
+
+
+def _discard_parts_outputs(folder: Path, ends: list[Ended], launches: int) -> None:
+    """A split case's parts' copies of C, read: each is C's size, and the folder may be in memory (/dev/shm)."""
+    for end in ends if len(ends) > 1 else ():
+        for number in range(launches):
+            (folder / f"out-{end.task}-{number}.bin").unlink(missing_ok=True)
+
+
+def _span(ends: list[Ended]) -> float:
+    """A thread order's seconds: from its first part's start to its last part's end (one part: its own)."""
+    return max(end.started + end.seconds for end in ends) - min(end.started for end in ends)
 
 
 def _runs(printing: list[tuple[int, int, int]]) -> list[list[int]]:

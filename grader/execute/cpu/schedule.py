@@ -55,6 +55,7 @@ class Ended:
     how: str
     returncode: int | None = None
     seconds: float = 0.0
+    started: float = 0.0  # on the driver's clock (a split case's seconds: from its first part's start to its last's end)
 
 
 @dataclass
@@ -186,7 +187,8 @@ class Schedule:
     def _end_case(self, task: Task, how: str, returncode: int | None = None) -> None:
         """The task's current case ended so; a task that will run no more cases gives its slot back."""
         now = time.monotonic()
-        self.ends.setdefault(task.current, {})[task.key] = Ended(task.id, how, returncode, now - task.since)
+        self.ends.setdefault(task.current, {})[task.key] = Ended(task.id, how, returncode, now - task.since,
+                                                                    task.since)
         task.finished += 1
         if how != DONE or task.finished == len(task.cases):
             del self.running[task.id]
