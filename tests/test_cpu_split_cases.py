@@ -115,6 +115,17 @@ def test_a_thread_that_stored_nothing_beside_misplaced_stores_is_no_merge():
     assert not parts_apart([[placed, unstored], [misplaced]])
 
 
+def test_a_first_unwritten_value_a_later_part_names_after_earlier_unwritten_reads_is_no_merge():
+    """A launch names so many unwritten reads (cuda_emu.h, MARK_INDEX): the one worker may have used them up in
+    the earlier parts' blocks, and left that value unnamed."""
+    read = {"event": "unstored_read", "array": "As", "two_d": True, "row": 0, "column": 0, "line": 20,
+            "thread": [0, 0, 0], "block": [0, 0, 0]}
+    marked = {"event": "unwritten_in_c", "elements": 1, "row": 5, "column": 0}
+    assert parts_apart([[read, marked, DONE], [read, {**marked, "row": 9}, DONE]])  # the first part's: its own
+    assert parts_apart([[DONE], [read, marked, DONE]])  # no name used before it
+    assert not parts_apart([[read, DONE], [read, marked, DONE]])
+
+
 def test_the_parts_printf_output_is_capped_once_as_one_launchs():
     assert joined_printf([b"a\n", b"b\n"]) == b"a\nb\n"
     half = b"x" * (PRINTF_CAP // 2 + 10)

@@ -10,7 +10,8 @@ given: the first problem in part order (that one would have stopped there); C fr
 turn writing the elements it changed; the parts' reports told as that worker's (`merged_reports`: the first of
 each kind, counts added up, a site's off-matrix report once per kind). Where the parts could have seen each other
 (elements of C two parts changed, a read of C, an element two threads stored, A or B changed, a thread that stored
-nothing beside stores not where the launch maps them) that would not be exact: `event` answers None and the
+nothing beside stores not where the launch maps them, C's first unwritten value read in a part after parts that
+read unwritten entries too) that would not be exact: `event` answers None and the
 driver runs the case again as one task.
 """
 from __future__ import annotations
@@ -240,15 +241,30 @@ def joined_parts(spec: CaseSpec, reports: list[list[dict]], outputs: list[list[n
 def parts_apart(reports: list[list[dict]]) -> bool:
     """Whether nothing the parts reported could have gone otherwise with another part's blocks before theirs:
     no read of C (another part's store would be read), no element stored twice, A and B unchanged (later blocks
-    read them), and no thread that stored nothing beside a store where the launch does not map it (which thread
-    the one worker would name depends on who stored what in every part)."""
+    read them), no thread that stored nothing beside a store where the launch does not map it (which thread
+    the one worker would name depends on who stored what in every part), and C's first unwritten value named
+    by the same read."""
     events = [event for part in reports for event in part]
     if any(event["event"] in CROSSING for event in events):
         return False
     if any(event["event"] == "done" and (event["a_changed"] or event["b_changed"]) for event in events):
         return False
     misplaced = any(event["event"] == "c_mapping" and event["stores"] != event["as_launched"] for event in events)
-    return not (misplaced and any(event["event"] == "c_unstored" for event in events))
+    if misplaced and any(event["event"] == "c_unstored" for event in events):
+        return False
+    return _reads_named_alike(reports)
+
+
+def _reads_named_alike(reports: list[list[dict]]) -> bool:
+    """Whether the read C's first unwritten value is named by is the one worker's too: a launch names at most
+    MARK_INDEX reads (cuda_emu.h), so where parts before that value's read unwritten entries too, the one worker
+    may have run out of names by then."""
+    marked = [(event["row"], event["column"], number) for number, part in enumerate(reports) for event in part
+              if event["event"] == "unwritten_in_c"]
+    if not marked:
+        return True
+    first = min(marked)[2]
+    return not any(event["event"] == "unstored_read" for part in reports[:first] for event in part)
 
 
 def merged_output(initial: np.ndarray, outputs: list[np.ndarray]) -> np.ndarray | None:
