@@ -4,6 +4,7 @@ same event, the same C, bit for bit; where the parts could have seen each other,
 """
 import contextlib
 import io
+import itertools
 import json
 
 import numpy as np
@@ -42,6 +43,24 @@ def test_a_case_is_cut_into_a_part_per_so_many_blocks_but_no_more_than_run_at_on
     assert split_parts(10_000, 16) == 16
     assert split_parts(130, 1) == 1  # one slot: one worker runs every block, as before
     assert split_parts(3, 16) == 1
+
+
+class _TaskIds:
+    """What a Schedule asks of its server before anything runs: a number for each task."""
+
+    def __init__(self):
+        self.task_id = itertools.count().__next__
+
+
+@pytest.mark.parametrize("stateful, slots, expected", [
+    (False, 4, [([0], "forward", 0, 1), ([0], "reversed", 0, 1)] + [([1], "forward", p, 4) for p in range(4)]),
+    (False, 1, [([0], "forward", 0, 1), ([0], "reversed", 0, 1), ([1], "forward", 0, 1)]),
+    # A kernel with state: its cases in one worker per order, as before (its state carries from block to block)
+    (True, 4, [([0, 1], "forward", 0, 1), ([0, 1], "reversed", 0, 1)]),
+])
+def test_only_a_sampled_case_of_a_kernel_without_state_is_cut_into_parts(stateful, slots, expected):
+    schedule = Schedule(_TaskIds(), 2, stateful, slots, 10.0, 3, lambda task: True, forward_only={1: 160})
+    assert [(task.cases, task.order, task.part, task.parts) for task in schedule.waiting] == expected
 
 
 def _image(m=3, n=5):
@@ -146,7 +165,7 @@ EVERY_BLOCK = BlockSample(seed=5, interior=500).to_wire()  # every interior tile
 SPECS = [CaseSpec("small", 33, 17, 40, 2, "uniform"), CaseSpec("large", M, N, K, 7, "uniform", EVERY_BLOCK)]
 
 
-def run_split(source: str, *slots: int, specs: list[CaseSpec] = SPECS) -> list[dict]:
+def run_split(source: str, *slots: int, specs: list[CaseSpec] = SPECS, limit_s: float = 30.0) -> list[dict]:
     """What the CPU driver tells of each case with so many `slots` workers at once, each in turn: the events
     (seconds left out), C as saved for the parent, what the kernel printed, and the blocks files its tasks ran
     (how many blocks each)."""
@@ -156,10 +175,11 @@ def run_split(source: str, *slots: int, specs: list[CaseSpec] = SPECS) -> list[d
         built = build(source, contract, job.tile, work / "cache", work, detect(), 120)
         assert built.binary is not None, built.message
         assert built.state == []  # a kernel without state: the split applies
-        return [_driven(job, built.binary, work / f"run{number}", count) for number, count in enumerate(slots)]
+        return [_driven(job, built.binary, work / f"run{number}", count, limit_s)
+                for number, count in enumerate(slots)]
 
 
-def _driven(job: Job, binary, folder, slots: int) -> dict:
+def _driven(job: Job, binary, folder, slots: int, limit_s: float) -> dict:
     specs = job.cases
     for spec in specs:
         job.output_path(spec.name, student_output(0)).unlink(missing_ok=True)
@@ -169,9 +189,9 @@ def _driven(job: Job, binary, folder, slots: int) -> dict:
     try:
         tile = server.start(60)
         cases.write_inputs()
-        limits = [30.0] * len(specs)
-        schedule = Schedule(server, len(specs), False, slots, 30.0, 3, lambda task: cases.start(server, task, tile, 1),
-                            limits, cases.block_counts(tile))
+        limits = [limit_s] * len(specs)
+        schedule = Schedule(server, len(specs), False, slots, limit_s, 3,
+                            lambda task: cases.start(server, task, tile, 1), limits, cases.block_counts(tile))
         events = [check(event, EVENTS) for event in
                   harness_driver.case_events(schedule, cases, 1, limits, lambda index: None)]
         with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())) as stream:
@@ -184,7 +204,7 @@ def _driven(job: Job, binary, folder, slots: int) -> dict:
     blocks = [len(path.read_text().splitlines()) for path in sorted(
         cases.case_folder(len(specs) - 1).glob("blocks-*.txt"), key=lambda path: int(path.stem.split("-")[1]))]
     return {"events": [{key: value for key, value in event.items() if key != "seconds"} for event in events],
-            "outputs": outputs, "printed": printed, "blocks": blocks}
+            "outputs": outputs, "printed": printed, "blocks": blocks, "hangs": schedule.hangs}
 
 
 GOOD_BASIC = _kernel("good_basic")
@@ -234,6 +254,25 @@ def test_a_case_whose_parts_could_see_each_other_is_run_again_by_one_worker(name
     one, split = run_split(_kernel(name), 1, 4)
     assert split["blocks"] == [39] * 4 + [156]  # the parts, then the case again in one worker
     _same(one, split)
+
+
+HANGS_IN_TWO_BLOCKS = GOOD_BASIC.replace("    float sum = 0.0f;", """    if ((blockIdx.x == 3 && blockIdx.y == 2) || (blockIdx.x == 9 && blockIdx.y == 11)) {
+        volatile int forever = 1;
+        while (forever) {
+        }
+    }
+    float sum = 0.0f;""")
+
+
+@needs_cxx
+def test_a_split_case_whose_parts_hang_times_out_once_with_the_cases_limit():
+    """Blocks (3, 2) and (9, 11) hang, in the first part and the last: each part has the case's limit, and the case
+    is one hang."""
+    one, split = run_split(HANGS_IN_TWO_BLOCKS, 1, 4, limit_s=2.0)
+    assert split["blocks"] == [39] * 4
+    _same(one, split)
+    assert split["events"][1]["problem"] == {"event": "timeout", "limit_s": 2.0}
+    assert one["hangs"] == split["hangs"] == 1
 
 
 FIRST_ELEMENT_TWICE = STORE + """
