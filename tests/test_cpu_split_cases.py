@@ -256,7 +256,8 @@ def test_a_case_whose_parts_could_see_each_other_is_run_again_by_one_worker(name
     _same(one, split)
 
 
-HANGS_IN_TWO_BLOCKS = GOOD_BASIC.replace("    float sum = 0.0f;", """    if ((blockIdx.x == 3 && blockIdx.y == 2) || (blockIdx.x == 9 && blockIdx.y == 11)) {
+HANGS_IN_TWO_BLOCKS = GOOD_BASIC.replace("    float sum = 0.0f;", """\
+    if ((blockIdx.x == 3 && blockIdx.y == 2) || (blockIdx.x == 9 && blockIdx.y == 11)) {
         volatile int forever = 1;
         while (forever) {
         }

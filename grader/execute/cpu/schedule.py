@@ -56,7 +56,7 @@ class Ended:
     how: str
     returncode: int | None = None
     seconds: float = 0.0
-    started: float = 0.0  # on the driver's clock (a split case's seconds: from its first part's start to its last's end)
+    started: float = 0.0  # on the driver's clock (a split case's seconds: its first part's start to its last's end)
 
 
 @dataclass
