@@ -319,14 +319,27 @@ def _without_seconds(value):
     return value
 
 
-@needs_cxx
-@pytest.mark.parametrize("name", ["good_basic", "good_tile32_macro_sync"])
-def test_a_cpu_grade_with_workers_side_by_side_is_the_grade_of_one_worker(config_file, name):
+def _graded_checks(config_file, name: str, workers: int) -> list[dict]:
+    """The result JSON's checks of a CPU grade of ragged_n and the large cases, times left out."""
     config = load_config(config_file)
     config.timeouts.run_s = 30  # the large cases on a shared machine, one worker
     cases = [case for case in load_cases(config.testcases_dir) if case.sampled or case.name == "ragged_n"]
-    results = [json.loads(to_json(grade(SUBMISSIONS / name, config, cases, RunPlan("cpu", emulator_workers=workers))))
-               for workers in (1, 4)]
-    checks = [[_without_seconds(check) for check in result["checks"]] for result in results]
-    assert checks[0] == checks[1]
-    assert [check["status"] for check in checks[0] if check["kind"] == "case"] == ["passed"] * 4
+    result = json.loads(to_json(grade(SUBMISSIONS / name, config, cases, RunPlan("cpu", emulator_workers=workers))))
+    return [_without_seconds(check) for check in result["checks"]]
+
+
+@needs_cxx
+@pytest.mark.parametrize("name", ["good_basic", "good_tile32_macro_sync"])
+def test_a_cpu_grade_with_workers_side_by_side_is_the_grade_of_one_worker(config_file, name):
+    one, split = (_graded_checks(config_file, name, workers) for workers in (1, 4))
+    assert split == one
+    assert [check["status"] for check in one if check["kind"] == "case"] == ["passed"] * 4
+
+
+@needs_cxx
+def test_a_wrong_bound_fails_the_large_cases_alike_with_workers_side_by_side(config_file):
+    """b_column_unbounded: large_ragged fails at its last block column, in the last part, with ragged_n's cause."""
+    one, split = (_graded_checks(config_file, "b_column_unbounded", workers) for workers in (1, 4))
+    assert split == one
+    large = next(check for check in one if check["name"] == "large_ragged")
+    assert large["status"] != "passed" and "out-of-bounds read of B at line 19" in large["message"]
