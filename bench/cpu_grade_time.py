@@ -4,7 +4,8 @@ Usage: python3 bench/cpu_grade_time.py [--rounds N] [--before TREE] [SUBMISSION 
 kernels of different shapes, one round). --before TREE also grades them with the grader in TREE (an earlier
 checkout: `git worktree add TREE REV`), each submission there right before here, so that both see the same load.
 Prints one line per submission and cache state: the wall time and the emulated
-cases' own seconds (added up: cases that ran side by side overlap). With several rounds, each with a fresh
+cases' own seconds (added up: cases that ran side by side overlap), and the slowest cases' seconds (a sampled
+large case's: from its first part's start to its last part's end at most). With several rounds, each with a fresh
 cache, the median and the best of the rounds (on a machine others share, the best is the least disturbed).
 The harness's object, its precompiled header and the reference's build are made by a first grade of the
 reference kernel in each round (not reported): "cold" is then a new submission's grade.
@@ -87,6 +88,9 @@ def report(rounds: list[dict], tree: str, submission: Path) -> None:
         verdict = "meets" if wall < TARGET_S else "MISSES"
         print(f"{submission.name:24s} {label}: wall {wall:5.2f} s ({verdict} target), best {best:5.2f} s, "
               f"{len(cases)} cases emulated in {emulated:.2f} s, score {result['score']:g}/{result['max_score']:g}")
+        slowest = sorted(cases, key=lambda c: c["metrics"]["seconds"])[-3:]  # the grade's last waits
+        print(f"{'':24s} slowest cases (last round): "
+              + ", ".join(f"{c['name']} {c['metrics']['seconds']:.2f} s" for c in reversed(slowest)))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,15 @@ Each case has a folder named by its index (a hidden case's name never reaches st
 harness's sandbox starts, so that the sandbox owns it; its inputs are written there after, readable by anyone.
 A worker's report and outputs are student-controlled: read as untrusted, every report line checked
 (protocol.py). Imported by the driver while the student's unit builds (numpy's import is most of its start).
+
+A sampled case cut into parts (schedule.py) gets the event one worker running all its blocks in turn would have
+given: the first problem in part order (that one would have stopped there); C from C's initial image, each part in
+turn writing the elements it changed; the parts' reports told as that worker's (`merged_reports`: the first of
+each kind, counts added up, a site's off-matrix report once per kind). Where the parts could have seen each other
+(elements of C two parts changed, a read of C, an element two threads stored, A or B changed, a thread that stored
+nothing beside stores not where the launch maps them, C's first unwritten value read in a part after parts that
+read unwritten entries too) that would not be exact: `event` answers None and the
+driver runs the case again as one task.
 """
 from __future__ import annotations
 
@@ -14,13 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from ...contract import KernelContract
-from ...judge.inputs import make_inputs
+from ...judge.inputs import guarded_c, make_inputs
 from ...judge.layout import GUARD_BEFORE, guarded_layout, guarded_size
 from ..confine.sandbox import HARNESS_LIMITS
 from ..job import CaseSpec, Job, student_output
 from ..protocol import harness_report, read_untrusted, read_untrusted_head
 from .access_profile import PROFILE_SEED, access_records
-from .sampling import BlockSample, launched_blocks, sampled_tiles
+from .sampling import BlockSample, block_parts, launched_blocks, sampled_tiles
 from .schedule import DONE, ORDERS, TIMED_OUT, Ended, Task
 from .server import Server
 
@@ -29,6 +38,10 @@ REPORT_BYTES = 1 << 20
 PRINTED_BYTES = 1 << 20  # of one worker's printf output, passed on to the log
 PROFILE = "profile"  # the folder of the profile launch's inputs, beside the cases'
 INDEX_REPORTS = 48  # of a case's off-matrix accesses, passed on (the event's lists hold at most 64)
+PRINTF_CAP = 64 * 1024  # of a launch's printf output (cuda_emu.h), and the line that tells it was cut there
+PRINTF_CUT = f"\n[... printf output truncated at {PRINTF_CAP} bytes ...]\n".encode()
+# Reports a part leaves that another part's blocks could have changed (see the module's doc)
+CROSSING = ("c_read", "c_collision")
 
 
 def write_inputs(folder: Path, spec: CaseSpec) -> None:
@@ -38,23 +51,30 @@ def write_inputs(folder: Path, spec: CaseSpec) -> None:
         (folder / f"{name}.bin").chmod(0o644)
 
 
-def case_line(folder: Path, spec: CaseSpec, tile: int, contract: KernelContract, task: int) -> str:
-    """How a worker runs one case (harness.cpp): the launch, C's image, the inputs, the report and the outputs."""
+def case_line(folder: Path, spec: CaseSpec, tile: int, contract: KernelContract, task: int,
+              blocks: Path | None = None) -> str:
+    """How a worker runs one case (harness.cpp): the launch, C's image, the inputs, the report and the outputs,
+    and the file of the blocks it runs (a sampled case: `blocks_file`)."""
     launch = contract.launch(spec.m, spec.n, tile)
     segments = [f"{first} {count} {bits:x}" for first, count, bits in guarded_layout(spec.m, spec.n)]
-    blocks = [] if spec.sample is None else [_blocks_file(folder, spec, tile, contract)]
     return " ".join(map(str, [spec.m, spec.n, spec.k, *launch.grid, *launch.block, contract.x, launch.shared_bytes,
                               GUARD_BEFORE, guarded_size(spec.m, spec.n), *segments, folder / "a.bin",
-                              folder / "b.bin", folder / f"report-{task}.jsonl", folder / f"out-{task}", *blocks]))
+                              folder / "b.bin", folder / f"report-{task}.jsonl", folder / f"out-{task}",
+                              *([] if blocks is None else [blocks])]))
 
 
-def _blocks_file(folder: Path, spec: CaseSpec, tile: int, contract: KernelContract) -> Path:
-    """The blocks a sampled case runs (sampling.py), where the harness reads them: "x y" a line. The parent
+def sampled_blocks(spec: CaseSpec, tile: int, contract: KernelContract) -> list[tuple[int, int]]:
+    """The blockIdx a sampled case runs (sampling.py), in the order one worker runs them."""
+    tiles = sampled_tiles(spec.m, spec.n, tile, BlockSample.from_wire(spec.sample))
+    return launched_blocks(tiles.all, contract.x)
+
+
+def blocks_file(folder: Path, blocks: list[tuple[int, int]], task: int) -> Path:
+    """The blocks a task runs of a sampled case, where the harness reads them: "x y" a line. The parent
     computes the same tiles from the same sample to judge them, so a file the kernel changed only loses it the
     tiles it left out."""
-    tiles = sampled_tiles(spec.m, spec.n, tile, BlockSample.from_wire(spec.sample))
-    path = folder / "blocks.txt"
-    text = "".join(f"{x} {y}\n" for x, y in launched_blocks(tiles.all, contract.x)).encode()
+    path = folder / f"blocks-{task}.txt"
+    text = "".join(f"{x} {y}\n" for x, y in blocks).encode()
     # The folder is the sandbox's: a link the kernel left there is not followed
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     with os.fdopen(descriptor, "wb") as file:
@@ -82,7 +102,9 @@ class Cases:
         for index in range(len(job.cases)):
             self.case_folder(index).mkdir(parents=True, exist_ok=True)
         (folder / PROFILE).mkdir(parents=True, exist_ok=True)
-        self.printing: list[int] = []  # the tasks whose printf output goes to the log, in the order they started
+        # The tasks whose printf output goes to the log: (first case, part, task), in the order they started
+        self.printing: list[tuple[int, int, int]] = []
+        self._blocks: dict[int, list[tuple[int, int]]] = {}  # a sampled case's blocks, made once
 
     def case_folder(self, index: int) -> Path:
         return self.folder / f"case{index}"
@@ -91,48 +113,232 @@ class Cases:
         for index, spec in enumerate(self.job.cases):
             write_inputs(self.case_folder(index), spec)
 
+    def blocks(self, index: int, tile: int) -> list[tuple[int, int]]:
+        """The blocks sampled case `index` runs, in the order one worker runs them."""
+        if index not in self._blocks:
+            self._blocks[index] = sampled_blocks(self.job.cases[index], tile, self.job.contract)
+        return self._blocks[index]
+
+    def block_counts(self, tile: int) -> dict[int, int]:
+        """How many blocks each sampled case runs, by position."""
+        return {index: len(self.blocks(index, tile)) for index, spec in enumerate(self.job.cases) if spec.sample}
+
     def start(self, server: Server, task: Task, tile: int, launches: int) -> bool:
         """A task's worker started: the forward order prints (as a GPU run prints each launch's printf)."""
         stdout = str(self.folder / f"task{task.id}.out") if task.order == ORDERS[0][0] else "-"
         if stdout != "-":
-            self.printing.append(task.id)
-        lines = [case_line(self.case_folder(index), self.job.cases[index], tile, self.job.contract, task.id)
-                 for index in task.cases]
+            self.printing.append((task.cases[0], task.part, task.id))
+        lines = [self._case_line(index, task, tile) for index in task.cases]
         return server.run(task.id, task.order, task.layout, launches, stdout, lines)
 
+    def _case_line(self, index: int, task: Task, tile: int) -> str:
+        spec, folder = self.job.cases[index], self.case_folder(index)
+        blocks = None
+        if spec.sample is not None:  # the task's part of the blocks (all of them, unless the case is split)
+            blocks = blocks_file(folder, block_parts(self.blocks(index, tile), task.parts)[task.part], task.id)
+        return case_line(folder, spec, tile, self.job.contract, task.id, blocks)
+
     def print_outputs(self) -> None:
-        """What the forward workers printed, into this child's log, worker by worker."""
+        """What the forward workers printed, into this child's log, worker by worker; a split case's parts as
+        the one worker running its blocks in turn would have printed (`joined_printf`)."""
         sys.stdout.flush()
-        for task in self.printing:
-            try:
-                sys.stdout.buffer.write(read_untrusted_head(self.folder / f"task{task}.out", PRINTED_BYTES))
-            except OSError:
-                pass  # a worker that never started (or left a link there: its own output, not the grade)
+        for tasks in _runs(sorted(self.printing, key=lambda started: started[0])):
+            sys.stdout.buffer.write(joined_printf([self._printed(task) for task in tasks]))
         sys.stdout.flush()
 
-    def event(self, index: int, ends: dict[str, Ended], launches: int, limit_s: float) -> dict:
-        """The case's event from what each thread order's worker left: a `case_error` for the first order that
-        went wrong (forward first), else a `case` with every distinct forward output saved for the parent."""
+    def _printed(self, task: int) -> bytes:
+        try:
+            return read_untrusted_head(self.folder / f"task{task}.out", PRINTED_BYTES)
+        except OSError:
+            return b""  # a worker that never started (or left a link there: its own output, not the grade)
+
+    def event(self, index: int, ends: dict[str, list[Ended]], launches: int, limit_s: float) -> dict | None:
+        """The case's event from what each thread order's workers left (a split case: its parts', in part order):
+        a `case_error` for the first order that went wrong (forward first; its first part that did), else a
+        `case` with every distinct forward output saved for the parent. None: a split case whose parts could
+        have seen each other, to be run again as one task (schedule.py, run_whole)."""
         spec, folder = self.job.cases[index], self.case_folder(index)
         orders = [order for order, _ in ORDERS if order in ends]  # a sampled large case: the forward one alone
-        reports = {order: _events(folder / f"report-{ends[order].task}.jsonl") for order in orders}
+        parts = {order: [_events(folder / f"report-{end.task}.jsonl") for end in ends[order]] for order in orders}
         for order in orders:
-            problem = _problem(ends[order], reports[order], limit_s)
-            if problem is not None:
-                return {"event": "case_error", "case": spec.name, "schedule": order, "problem": problem}
+            for end, events in zip(ends[order], parts[order]):
+                problem = _problem(end, events, limit_s)
+                if problem is not None:
+                    return {"event": "case_error", "case": spec.name, "schedule": order, "problem": problem}
         size = guarded_size(spec.m, spec.n)
-        outputs = {order: _outputs(folder, ends[order].task, launches, size) for order in orders}
-        if any(found is None for found in outputs.values()):
+        outputs = {order: [_outputs(folder, end.task, launches, size) for end in ends[order]] for order in orders}
+        if any(found is None for order in orders for found in outputs[order]):
             return {"event": "case_error", "case": spec.name, "schedule": ORDERS[0][0],
                     "problem": {"event": "fault", "what": "crashed", "returncode": None}}
+        reports = {}
+        for order in orders:
+            _discard_parts_outputs(folder, ends[order], launches)
+            joined = joined_parts(spec, parts[order], outputs[order])
+            if joined is None:
+                self._forget_printing(ends[order])
+                return None
+            reports[order], outputs[order] = joined
         forward, reversed_ = outputs[ORDERS[0][0]], outputs.get(ORDERS[1][0])
         distinct = _distinct(forward)
         for number, output in enumerate(distinct):
             np.save(self.job.output_path(spec.name, student_output(number)), output)
-        return {"event": "case", "case": spec.name, "seconds": max(end.seconds for end in ends.values()),
+        return {"event": "case", "case": spec.name,
+                "seconds": max(_span(ends[order]) for order in orders),
                 "launches": launches, "distinct_outputs": len(distinct),
                 "schedules_differ": _differing(forward, reversed_, spec.m * spec.n) if reversed_ else 0,
                 **_found(reports)}
+
+    def _forget_printing(self, ends: list[Ended]) -> None:
+        """Parts run again as one task: their printf output is that task's to give."""
+        dropped = {end.task for end in ends}
+        self.printing = [started for started in self.printing if started[2] not in dropped]
+
+
+def _discard_parts_outputs(folder: Path, ends: list[Ended], launches: int) -> None:
+    """A split case's parts' copies of C, read: each is C's size, and the folder may be in memory (/dev/shm)."""
+    for end in ends if len(ends) > 1 else ():
+        for number in range(launches):
+            (folder / f"out-{end.task}-{number}.bin").unlink(missing_ok=True)
+
+
+def _span(ends: list[Ended]) -> float:
+    """A thread order's seconds: from its first part's start to its last part's end (one part: its own)."""
+    return max(end.started + end.seconds for end in ends) - min(end.started for end in ends)
+
+
+def _runs(printing: list[tuple[int, int, int]]) -> list[list[int]]:
+    """The printing tasks grouped as workers' runs: a split case's parts together (part 0 starts a run)."""
+    runs: list[list[int]] = []
+    for _, part, task in printing:
+        if part == 0 or not runs:
+            runs.append([])
+        runs[-1].append(task)
+    return runs
+
+
+def joined_printf(printed: list[bytes]) -> bytes:
+    """One worker's printf output from its parts' (each part's launch capped at PRINTF_CAP, as the one launch
+    was): one part's as it is; several, joined and capped once, as their blocks in one launch would have printed."""
+    if len(printed) == 1:
+        return printed[0]
+    whole = b"".join(part[:-len(PRINTF_CUT)] if part.endswith(PRINTF_CUT) and len(part) == PRINTF_CAP + len(PRINTF_CUT)
+                     else part for part in printed)
+    return whole if len(whole) < PRINTF_CAP else whole[:PRINTF_CAP] + PRINTF_CUT
+
+
+def joined_parts(spec: CaseSpec, reports: list[list[dict]], outputs: list[list[np.ndarray]]
+                 ) -> tuple[list[dict], list[np.ndarray]] | None:
+    """One thread order's reports and outputs, as one worker running every part's blocks in turn would have left
+    them; None where its parts could have seen each other (see the module's doc). One part: as it is."""
+    if len(reports) == 1:
+        return reports[0], outputs[0]
+    if not parts_apart(reports):
+        return None
+    merged = merged_output(guarded_c(spec.m, spec.n), [found[0] for found in outputs])  # one launch each
+    return None if merged is None else (merged_reports(reports, spec), [merged])
+
+
+def parts_apart(reports: list[list[dict]]) -> bool:
+    """Whether nothing the parts reported could have gone otherwise with another part's blocks before theirs:
+    no read of C (another part's store would be read), no element stored twice, A and B unchanged (later blocks
+    read them), no thread that stored nothing beside a store where the launch does not map it (which thread
+    the one worker would name depends on who stored what in every part), and C's first unwritten value named
+    by the same read."""
+    events = [event for part in reports for event in part]
+    if any(event["event"] in CROSSING for event in events):
+        return False
+    if any(event["event"] == "done" and (event["a_changed"] or event["b_changed"]) for event in events):
+        return False
+    misplaced = any(event["event"] == "c_mapping" and event["stores"] != event["as_launched"] for event in events)
+    if misplaced and any(event["event"] == "c_unstored" for event in events):
+        return False
+    return _reads_named_alike(reports)
+
+
+def _reads_named_alike(reports: list[list[dict]]) -> bool:
+    """Whether the read C's first unwritten value is named by is the one worker's too: a launch names at most
+    MARK_INDEX reads (cuda_emu.h), so where parts before that value's read unwritten entries too, the one worker
+    may have run out of names by then."""
+    marked = [(event["row"], event["column"], number) for number, part in enumerate(reports) for event in part
+              if event["event"] == "unwritten_in_c"]
+    if not marked:
+        return True
+    first = min(marked)[2]
+    return not any(event["event"] == "unstored_read" for part in reports[:first] for event in part)
+
+
+def merged_output(initial: np.ndarray, outputs: list[np.ndarray]) -> np.ndarray | None:
+    """C (guard bands included) from its initial image, each part in turn writing the elements it changed;
+    None where two parts changed one element (which store one worker would have kept, and whether it saw both,
+    the parts cannot say)."""
+    start = initial.view(np.uint32)
+    merged, changed = start.copy(), np.zeros(start.size, dtype=bool)
+    for output in outputs:
+        bits = output.view(np.uint32)
+        mine = bits != start
+        if np.any(mine & changed):
+            return None
+        merged[mine] = bits[mine]
+        changed |= mine
+    return merged.view(np.float32)
+
+
+MERGED = ("index", "unwritten_in_c", "tile_loop", "c_mapping", "done")  # reports merged_reports adds up
+
+
+def merged_reports(reports: list[list[dict]], spec: CaseSpec) -> list[dict]:
+    """The parts' reports as one worker running their blocks in turn would have written them: each kind reported
+    once per launch is the first part's (`_found` takes the first), counts over the launch are added up, and a
+    site's off-matrix access is told once per kind."""
+    events = [event for part in reports for event in part]
+    merged = [event for event in events if event["event"] not in MERGED]
+    merged += _first_per_site_and_kind(events, {"A": (spec.m, spec.k), "B": (spec.k, spec.n), "C": (spec.m, spec.n)})
+    for name, merge in (("unwritten_in_c", _unwritten_in_c), ("tile_loop", _tile_loop), ("c_mapping", _c_mapping),
+                        ("done", _done)):
+        found = [event for event in events if event["event"] == name]
+        if found:
+            merged.append(merge(found))
+    return merged
+
+
+def _first_per_site_and_kind(events: list[dict], shapes: dict[str, tuple[int, int]]) -> list[dict]:
+    """The `index` reports one launch would have made: a site reports an access whose kinds of being off (a
+    stride, a row, a column: cuda_emu.h, misindexed) it has not reported yet."""
+    told: dict[int, set[str]] = {}
+    kept = []
+    for event in (event for event in events if event["event"] == "index"):
+        rows, columns = shapes[event["matrix"]]
+        kinds = {kind for kind, off in (("stride", event["stride"] != columns and event["row"] != 0),
+                                        ("row", not 0 <= event["row"] < rows),
+                                        ("column", not 0 <= event["column"] < columns)) if off}
+        if kinds - told.setdefault(event["site"], set()):
+            told[event["site"]] |= kinds
+            kept.append(event)
+    return kept
+
+
+def _unwritten_in_c(found: list[dict]) -> dict:
+    """C's first marked element is the lowest of the parts' (no two parts changed one element), the count theirs."""
+    first = min(found, key=lambda event: (event["row"], event["column"]))
+    return {**first, "elements": sum(event["elements"] for event in found)}
+
+
+def _tile_loop(found: list[dict]) -> dict:
+    return {"event": "tile_loop", "fewest": min(event["fewest"] for event in found),
+            "most": max(event["most"] for event in found), "threads": sum(event["threads"] for event in found)}
+
+
+def _c_mapping(found: list[dict]) -> dict:
+    """The counts added up; the first misplaced store is the first part's that saw one."""
+    example = next((event for event in found if "thread" in event), {})
+    return {**example, "event": "c_mapping", **{key: sum(event[key] for event in found)
+                                                for key in ("stores", "as_launched", "transposed")}}
+
+
+def _done(found: list[dict]) -> dict:
+    return {"event": "done", "a_changed": any(event["a_changed"] for event in found),
+            "b_changed": any(event["b_changed"] for event in found), "races": sum(event["races"] for event in found),
+            "c_collisions": max(event.get("c_collisions", 0) for event in found)}
 
 
 def _problem(end: Ended, events: list[dict], limit_s: float) -> dict | None:

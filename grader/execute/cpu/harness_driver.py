@@ -10,8 +10,9 @@ protocol.
 
 A large case (its spec's `sample`) runs only its sampled blocks (sampling.py: every edge block, a seeded sample of
 the interior ones, any extra ones asked for), listed in a file beside its inputs, in the forward order alone unless
-the kernel has state; the rest of C keeps its
-poison, and the parent judges the sampled tiles alone.
+the kernel has state; the rest of C keeps its poison, and the parent judges the sampled tiles alone. Without state,
+its blocks are cut into parts run by workers side by side, and the case told as one worker running them in turn
+would have told it (schedule.py, case_files.py), or run again by one worker where that cannot be vouched for.
 
 Each case runs in two thread orders: threads in forward order with A, B and C ending at an inaccessible page,
 and in reversed order with them starting after one, so an access just past either end faults in one of the
@@ -34,6 +35,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import import_module
 from pathlib import Path
@@ -133,17 +135,29 @@ def _run_cases(channel: Channel, answers, server: Server, cases: Cases, tile: in
     limits = [limit_s * (launches if spec.sample else 1) for spec in job.cases]
     # A sampled large case runs its blocks in the forward order alone: its blocks cost seconds where a small case's
     # cost milliseconds, and the small cases run both orders of the same code (a kernel with state: both, its
-    # cases in one worker per order)
-    sampled = frozenset(index for index, spec in enumerate(job.cases) if spec.sample)
+    # cases in one worker per order); without state its blocks are cut into parts that run side by side
+    # (schedule.py), told as one worker's run of them (case_files.py)
     schedule = Schedule(server, len(job.cases), stateful, slots(job), limit_s, job.max_restarts + 1,
-                        lambda task: cases.start(server, task, tile, launches), limits, sampled)
+                        lambda task: cases.start(server, task, tile, launches), limits, cases.block_counts(tile))
     hung = False
-    for index, ends in schedule.cases(lambda index: channel.send("phase", phase="case", case=job.cases[index].name)):
-        event = cases.event(index, ends, launches, limits[index])
+    for event in case_events(schedule, cases, launches, limits,
+                             lambda index: channel.send("phase", phase="case", case=job.cases[index].name)):
         hung = hung or event.get("problem", {}).get("event") == "timeout"
         channel.send(**event)
     cases.print_outputs()
     return not hung
+
+
+def case_events(schedule: Schedule, cases: Cases, launches: int, limits: list[float],
+                heartbeat: Callable[[int], None]) -> Iterator[dict]:
+    """Each case's event, in job order (a split case whose parts' merge would not be what one worker gives is
+    run again by one worker first)."""
+    for index, ends in schedule.cases(heartbeat):
+        event = cases.event(index, ends, launches, limits[index])
+        if event is None:
+            schedule.run_whole(index)
+        else:
+            yield event
 
 
 def _send_profile(channel: Channel, answers, server: Server, cases: Cases, tile: int, reference: Future) -> None:

@@ -98,3 +98,9 @@ def tiles_of_elements(rows, columns, tile: int, most: int) -> tuple[Tile, ...]:
         return tuple(found)
     step = (len(found) - 1) / max(most - 1, 1)
     return tuple(sorted({found[round(i * step)] for i in range(most)}))
+
+
+def block_parts(blocks: list, parts: int) -> list[list]:
+    """`blocks` cut into `parts` contiguous runs, in order, their lengths differing by one at most (the CPU driver
+    runs each run in a worker of its own: schedule.py)."""
+    return [blocks[len(blocks) * part // parts:len(blocks) * (part + 1) // parts] for part in range(parts)]

@@ -9,10 +9,18 @@ its state carries from launch to launch and from case to case, as in the GPU chi
 case that faulted, diverged or hung in either order, a fresh pair of workers runs the rest, as the GPU path
 starts a fresh child. Either way the workers start in job order, and cases are told in job order.
 
+A sampled large case of a kernel without state (`forward_only`: its blocks in the forward order alone) costs
+seconds where a small case costs milliseconds, so it would be the grade's last wait: its block list is cut into
+`parts` contiguous runs (`split_parts`), each a task of its own, and told once every part ended, each part's end
+under its key (order, part). The driver merges what the parts left (case_files.py) into what one worker running
+every block in turn would have left; where it cannot vouch for that (parts that stored one element of C, a read
+of C, ...) it asks for the case again (`run_whole`): one task of all its blocks, queued first, told in its place.
+
 Each case has `limit_s` of its worker's own time, or the limit `limits` gives it (a sampled large case of a kernel
-with state has one per launch); waiting for a CPU is not counted (deadline.py). A worker
-past it is killed and its case ends timed out, while the other cases go on. After `max_hangs` cases timed out
-(in job order) nothing more runs, as the GPU path gives up after restarting its child so often.
+with state has one per launch; each part of a split case has the case's); waiting for a CPU is not counted
+(deadline.py). A worker past it is killed and its case ends timed out, while the other cases go on. After
+`max_hangs` cases timed out (in job order; a case whose parts hung counts once) nothing more runs, as the GPU
+path gives up after restarting its child so often.
 """
 from __future__ import annotations
 
@@ -25,6 +33,18 @@ from .server import Reply, Server
 
 ORDERS = (("forward", "end"), ("reversed", "start"))  # thread order, and where A, B, C sit by their guard pages
 DONE, DIED, TIMED_OUT = "done", "died", "timed_out"
+# Blocks of a sampled case worth a worker of their own: a part's fixed cost (a fork, reading A and B, writing and
+# merging C: ~35 ms for large_ragged's 1031×1009×1013, measured on 2 cores) stays small beside its blocks' (~18 ms a
+# block of tile 32, ~5 ms of tile 16)
+BLOCKS_PER_PART = 16
+
+Key = tuple[str, int]  # what ran: a thread order, and which part of the case's blocks (0: the first, or all)
+
+
+def split_parts(blocks: int, slots: int) -> int:
+    """Into how many parts a sampled case of `blocks` blocks is cut: one per BLOCKS_PER_PART blocks, no more than
+    run at once (one slot: one part, as before)."""
+    return max(1, min(slots, -(-blocks // BLOCKS_PER_PART)))
 
 
 @dataclass
@@ -36,6 +56,7 @@ class Ended:
     how: str
     returncode: int | None = None
     seconds: float = 0.0
+    started: float = 0.0  # on the driver's clock (a split case's seconds: its first part's start to its last's end)
 
 
 @dataclass
@@ -46,6 +67,8 @@ class Task:
     order: str
     layout: str
     cases: list[int]
+    part: int = 0  # which of its case's `parts` runs of blocks (a split sampled case; else 0 of 1: every block)
+    parts: int = 1
     finished: int = 0  # of its cases
     since: float = 0.0  # when its current case began
     deadline: Deadline | None = None
@@ -55,36 +78,60 @@ class Task:
     def current(self) -> int:
         return self.cases[self.finished]
 
+    @property
+    def key(self) -> Key:
+        return self.order, self.part
+
 
 class Schedule:
-    """The cases of one job on one server. `start(task)` sends a task to it (False: the server is gone)."""
+    """The cases of one job on one server. `start(task)` sends a task to it (False: the server is gone).
+    `forward_only`: the sampled cases, with how many blocks each runs."""
 
     def __init__(self, server: Server, count: int, stateful: bool, slots: int, limit_s: float, max_hangs: int,
                  start: Callable[[Task], bool], limits: list[float] | None = None,
-                 forward_only: frozenset[int] = frozenset()):
+                 forward_only: dict[int, int] | None = None):
         self.server, self.count, self.stateful, self.start = server, count, stateful, start
         self.slots, self.limit_s, self.max_hangs = max(slots, 1), limit_s, max_hangs
         self.limits = limits or [limit_s] * count  # each case's
         # Cases run in the forward order alone (a sampled large case of a kernel without state: half the time)
-        self.forward_only = forward_only
+        self.forward_only = forward_only or {}
+        self.whole: set[int] = set()  # split cases run again as one task (run_whole)
         self.waiting: list[Task] = []  # in the order they are to start
         self.running: dict[int, Task] = {}
-        self.ends: dict[int, dict[str, Ended]] = {}  # per case not told yet, per thread order
+        self.ends: dict[int, dict[Key, Ended]] = {}  # per case not told yet, per thread order and part
         self.told = 0  # cases told so far, in job order
         self.hangs = 0
         if stateful:
             self._workers_from(0)
         else:
-            self.waiting = [self._task(order, layout, [index]) for index in range(count)
-                            for order, layout in self.orders(index)]
+            self.waiting = [task for index in range(count) for task in self._tasks_of(index)]
 
     def orders(self, index: int) -> tuple[tuple[str, str], ...]:
         """The thread orders (and layouts) case `index` runs in."""
         return ORDERS[:1] if index in self.forward_only and not self.stateful else ORDERS
 
-    def cases(self, heartbeat: Callable[[int], None]) -> Iterator[tuple[int, dict[str, Ended]]]:
-        """Each case's position and its thread orders' ends, in job order; `heartbeat(first case not told)`
-        whenever a quarter of a case's limit passed without one (the parent's deadline is a backstop to ours)."""
+    def parts(self, index: int) -> int:
+        """Into how many parts case `index`'s blocks are cut (1: one task runs them all)."""
+        if self.stateful or index not in self.forward_only or index in self.whole:
+            return 1
+        return split_parts(self.forward_only[index], self.slots)
+
+    def keys(self, index: int) -> list[Key]:
+        """What of case `index` must end before it is told: each thread order's parts."""
+        return [(order, part) for order, _ in self.orders(index) for part in range(self.parts(index))]
+
+    def run_whole(self, index: int) -> None:
+        """The case just told is told again, from one task of all its blocks, queued first: its parts' merge
+        would not be what one task gives (case_files.py). Only a case that ended without a problem comes
+        back so: it counted no hang."""
+        self.whole.add(index)
+        self.told = index
+        self.waiting[:0] = self._tasks_of(index)
+
+    def cases(self, heartbeat: Callable[[int], None]) -> Iterator[tuple[int, dict[str, list[Ended]]]]:
+        """Each case's position and its thread orders' ends (each order's parts' in part order), in job order;
+        `heartbeat(first case not told)` whenever a quarter of a case's limit passed without one (the parent's
+        deadline is a backstop to ours). The consumer may call run_whole(position) before asking for the next."""
         beat = time.monotonic()
         while self.told < self.count:
             self._start_waiting()
@@ -100,8 +147,14 @@ class Schedule:
                 beat = time.monotonic()
         self._stop()
 
-    def _task(self, order: str, layout: str, cases: list[int]) -> Task:
-        return Task(self.server.task_id(), order, layout, cases)
+    def _task(self, order: str, layout: str, cases: list[int], part: int = 0, parts: int = 1) -> Task:
+        return Task(self.server.task_id(), order, layout, cases, part, parts)
+
+    def _tasks_of(self, index: int) -> list[Task]:
+        """A task per thread order and part of case `index` (a kernel without state)."""
+        parts = self.parts(index)
+        return [self._task(order, layout, [index], part, parts) for order, layout in self.orders(index)
+                for part in range(parts)]
 
     def _workers_from(self, first: int) -> None:
         """A fresh pair of workers for the cases from `first` on, one per thread order (a stateful kernel)."""
@@ -135,7 +188,8 @@ class Schedule:
     def _end_case(self, task: Task, how: str, returncode: int | None = None) -> None:
         """The task's current case ended so; a task that will run no more cases gives its slot back."""
         now = time.monotonic()
-        self.ends.setdefault(task.current, {})[task.order] = Ended(task.id, how, returncode, now - task.since)
+        self.ends.setdefault(task.current, {})[task.key] = Ended(task.id, how, returncode, now - task.since,
+                                                                    task.since)
         task.finished += 1
         if how != DONE or task.finished == len(task.cases):
             del self.running[task.id]
@@ -157,17 +211,20 @@ class Schedule:
         for task in list(self.running.values()):
             self._end_case(task, DIED, self.server.process.poll())
 
-    def _in_job_order(self) -> Iterator[tuple[int, dict[str, Ended]]]:
-        while self.told < self.count and len(self.ends.get(self.told, {})) == len(self.orders(self.told)):
+    def _in_job_order(self) -> Iterator[tuple[int, dict[str, list[Ended]]]]:
+        while self.told < self.count and len(self.ends.get(self.told, {})) == len(self.keys(self.told)):
             index, ends = self.told, self.ends.pop(self.told)
             self.told += 1
             if any(end.how == TIMED_OUT for end in ends.values()):
-                self.hangs += 1
+                self.hangs += 1  # once for the case, however many of its parts hung
             if self.stateful and any(end.how != DONE for end in ends.values()):
                 self._fresh_workers_after(index)
-            yield index, ends
+            yield index, self._by_order(index, ends)
             if self.hangs >= self.max_hangs:
                 self.told = self.count  # the rest is not run, as the GPU path stops restarting its child
+
+    def _by_order(self, index: int, ends: dict[Key, Ended]) -> dict[str, list[Ended]]:
+        return {order: [ends[order, part] for part in range(self.parts(index))] for order, _ in self.orders(index)}
 
     def _fresh_workers_after(self, index: int) -> None:
         """A stateful kernel's case went wrong: its workers are ended, and what they ran past it is forgotten
