@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import os
 import re
 import shutil
@@ -27,6 +26,10 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where a copy of the Python is made: 10-15 ms of every grader process's start else
+    import importlib.metadata
 
 COPIES_VARIABLE = "SGEMM_GRADER_SANDBOX_COPIES"
 # Part of every copy's name: a grader that lays its copies out differently must not take an older one's.
@@ -292,6 +295,8 @@ def child_distributions() -> list[importlib.metadata.Distribution]:
 
 def _child_requirements() -> list[str]:
     """The grader's own requirements and its `gpu` extra's (what the GPU child imports: numpy, pycuda)."""
+    import importlib.metadata
+
     try:
         requirements = importlib.metadata.requires("sgemm-grader") or []
     except importlib.metadata.PackageNotFoundError:
@@ -301,6 +306,8 @@ def _child_requirements() -> list[str]:
 
 def _closure(requirements: list[str]) -> list[importlib.metadata.Distribution]:
     """The installed distributions these requirements name, and theirs (extras of theirs left out)."""
+    import importlib.metadata
+
     found: dict[str, importlib.metadata.Distribution] = {}
     pending = list(requirements)
     while pending:
