@@ -40,7 +40,7 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
     except Exception:  # a grader bug must cost one submission, never the batch
         result = not_graded(path, config, cases, "internal grader error: tell your instructor", GRADER_ERROR)
         result.log = traceback.format_exc()
-    result.provenance = graded_with(config, cases, path)
+    result.provenance = graded_with(config, cases, path, plan.provenance)
     phases.mark("grading_other")
     result.duration_s = round(time.perf_counter() - started, 3)
     result.phases = phases.rounded()
