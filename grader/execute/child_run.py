@@ -46,8 +46,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     workdir = str(owned_folder(GRADE))  # named for this process: a later start clears it if we die unclean
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
     sandbox = sandbox_of(plan)
-    warming = Warming(whole_truths(cases, backend == GPU), config,  # the judge ready when the first outputs are
-                      [case for case in cases if case.name in samples])
+    warming = Warming(whole_truths(cases, backend == GPU), config)  # the judge ready when the first outputs are
     device = device_side(submission.source, submission.headers)  # what the emulator builds, its sites numbered
     try:
         job = job_of(submission, device, config, cases, workdir, sandbox, timed=backend == GPU,

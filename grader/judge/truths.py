@@ -59,15 +59,6 @@ def warm(cases: list[Case], config: Config, stop: threading.Event | None = None)
         case_truth(case, config)
 
 
-def warm_inputs(cases: list[Case], stop: threading.Event | None = None) -> None:
-    """Make the sampled cases' inputs now (a large case's are tens of milliseconds of random numbers), while the
-    child runs, not when the first of them is judged."""
-    for case in cases:
-        if stop is not None and stop.is_set():
-            return
-        _inputs(case.m, case.n, case.k, case.seed, case.distribution)
-
-
 @lru_cache(maxsize=64)
 def _case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: float, abs_tol: float,
                 folder: str) -> tuple[np.ndarray, np.ndarray, Truth]:

@@ -15,19 +15,15 @@ if TYPE_CHECKING:
 class Warming:
     """`stop()` ends the thread after the case at hand (a grade that ends early does not wait for the rest)."""
 
-    def __init__(self, cases: list[Case], config: Config, sampled: list[Case] | None = None):
-        """`sampled`: cases judged on sampled tiles, whose inputs alone are made here (their truth is of the tiles
-        the run's tile size picks)."""
+    def __init__(self, cases: list[Case], config: Config):
         self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._warm, args=(cases, config, sampled or []), daemon=True,
-                                       name="truths")
+        self.thread = threading.Thread(target=self._warm, args=(cases, config), daemon=True, name="truths")
         self.thread.start()
 
-    def _warm(self, cases: list[Case], config: Config, sampled: list[Case]) -> None:
+    def _warm(self, cases: list[Case], config: Config) -> None:
         from . import truths  # the judge and numpy: imported here, off the parent's way to its child
 
         truths.warm(cases, config, self.stopping)
-        truths.warm_inputs(sampled, self.stopping)
 
     def stop(self) -> None:
         self.stopping.set()
