@@ -30,33 +30,29 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
 from .cases import load_cases, mix_seed, whole_truths, with_secret
-from .classroom.cluster_tls import DEFAULT_DAYS, make_certificates
 from .config import load_config, preset_names, preset_path
 from .errors import UsageError
-from .execute.confine.sandbox import SandboxUnavailable, detect
-from .execute.cpu.build import compiler
-from .execute.gpu.detect import gpu_unavailable_reason, local_gpus
-from .intake.intake import looks_like_a_class
-from .intake.submission import SubmissionError, at_the_door, find_kernel_noted, locate, read_headers
-from .leftovers import SCHEDULER, WORKER, clear_at_start, owned_scratch
 from .phases import Phases, describe, merged, since_process_start
-from .pipeline import CPU, CPU_NOTE, GPU, RunPlan, grade, not_graded
-from .prepare import prepare
-from .regrade_commands import DIFF, REPRODUCE, batch_regrade_said, diff_main, read_grading, reproduce
-from .report import render, write_json, write_junit
-from .report.canvas_csv import CanvasOptions, RosterRow, read_roster
-from .report.exports import CLASS_EXPORTS, LMS_ENTRIES, ExportOptions
+from .regrade_commands import DIFF, REPRODUCE
+from .report.exports import LMS_ENTRIES
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
 from .report.points import HOLD, WITHOUT_GPU, format_points, run_gpu_note, run_total
-from .report.status import status_label
 from .report.terminal import say_error
 from .result import GRADER_ERROR, SUBMISSION_ERROR, SubmissionResult
+
+# What only some commands or a later stage of a grade use is imported where it is used (issue 50): `grade PATH`
+# starts before the pipeline, the sandbox's detection, the class's and the cluster's modules are imported.
+if TYPE_CHECKING:
+    from .pipeline import RunPlan
+    from .report.canvas_csv import RosterRow
+    from .report.exports import ExportOptions
 
 EXIT_OK, EXIT_BELOW_THRESHOLD, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_NOT_GRADED = 4  # `grade PATH`: not graded (no kernel.cu, an empty or binary one; a submission error)
@@ -168,6 +164,8 @@ def worker_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from .classroom.cluster import run_until_stopped, worker_commands
     from .classroom.cluster_tls import checked_files
+    from .execute.gpu.detect import local_gpus
+    from .leftovers import WORKER, clear_at_start, owned_scratch
 
     try:
         require_extra("grade worker", "cluster")
@@ -189,6 +187,8 @@ def worker_main(argv: list[str]) -> int:
 def _sandbox_words() -> str:
     """Where a worker runs student code: this host's sandbox, said once at its start (a service or batch on
     a cluster does not know it)."""
+    from .execute.confine.sandbox import SandboxUnavailable, detect
+
     try:
         sandbox = detect()
     except SandboxUnavailable as exc:
@@ -225,6 +225,8 @@ def scheduler_main(argv: list[str]) -> int:
         command += ["--host", args.host]
     from .classroom.cluster import run_until_stopped
 
+    from .leftovers import SCHEDULER, clear_at_start, owned_scratch
+
     for line in clear_at_start():  # what a kill -9 of an earlier scheduler (or grader) left
         print(f"grade scheduler: {line}", file=sys.stderr, flush=True)
     with owned_scratch(SCHEDULER) as scratch:
@@ -242,6 +244,8 @@ def _http_words(args: argparse.Namespace) -> str:
 
 def certs_main(argv: list[str]) -> int:
     """`grade cluster-certs DIR`: the cluster's CA and the scheduler's, workers' and clients' certificates."""
+    from .classroom.cluster_tls import DEFAULT_DAYS, make_certificates
+
     parser = argparse.ArgumentParser(prog="grade cluster-certs",
                                      description=_sentence(COMMANDS["cluster-certs"]))
     parser.add_argument("folder", type=Path, metavar="DIR", help="a new folder for them (made mode 700)")
@@ -406,6 +410,8 @@ def load_secret(path: Path | None) -> str:
 
 
 def run_plan(args: argparse.Namespace) -> RunPlan:
+    from .execute.confine.sandbox import SandboxUnavailable, detect
+
     try:
         sandbox = detect(allow_unsafe=args.unsafe_no_sandbox)
     except SandboxUnavailable as exc:
@@ -416,6 +422,10 @@ def run_plan(args: argparse.Namespace) -> RunPlan:
 
 
 def _backend_plan(args: argparse.Namespace) -> RunPlan:
+    from .execute.cpu.build import compiler
+    from .execute.gpu.detect import gpu_unavailable_reason
+    from .pipeline import CPU, CPU_NOTE, GPU, RunPlan
+
     if args.no_run:
         return RunPlan(None, "not run: --no-run asks for the static check and compilation only")
     cluster = getattr(args, "cluster", "")
@@ -476,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
         return cluster_commands[argv[0]](argv[1:])
     console, errors = ResultConsole(), Console(stderr=True, soft_wrap=True)
     if argv[:1] == ["diff"]:
+        from .regrade_commands import diff_main
+
         return diff_main(argv[1:], console, errors)
     args = parse_args(argv)
     try:
@@ -506,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in LMS_ENTRIES:
         return lms_entry(args, config, cases, plan)
     if args.command == "reproduce":
+        from .regrade_commands import reproduce
+
         return reproduce(args, config, cases, plan, console, errors)
     if args.command == "prepare":
         return prepare_cache(config, cases, plan, console, errors)
@@ -518,6 +532,8 @@ def prepare_cache(config, cases, plan, console: Console, errors: Console) -> int
     if plan.backend is None:
         console.print(f"nothing to prepare: {plan.note}", highlight=False, markup=False)
         return EXIT_OK
+    from .prepare import prepare
+
     made = prepare(config, whole_truths(cases, plan.backend == GPU), plan.sandbox, plan.backend == GPU)
     for ok, what in made:
         if ok:
@@ -530,6 +546,11 @@ def prepare_cache(config, cases, plan, console: Console, errors: Console) -> int
 
 def grade_paths(args, config, cases, plan, phases: Phases, console: Console, errors: Console) -> int:
     """`grade PATH ...`: each graded, its files written, its result printed (and with --phases its time)."""
+    from .intake.intake import looks_like_a_class
+    from .intake.submission import at_the_door, locate
+    from .pipeline import grade, not_graded
+    from .report import render
+
     code, names = EXIT_OK, set()
     started = phases.last - sum(phases.seconds.values())  # the process's start (main()'s, off Linux)
     for path in args.paths:
@@ -644,6 +665,8 @@ def unique_name(name: str, taken: set[str]) -> str:
 
 
 def write_outputs(result: SubmissionResult, outdir: Path, name: str) -> None:
+    from .report import write_json, write_junit
+
     outdir.mkdir(parents=True, exist_ok=True)
     write_json(result, outdir / f"{name}.json")
     write_junit(result, outdir / f"{name}.junit.xml")
@@ -653,6 +676,8 @@ def write_outputs(result: SubmissionResult, outdir: Path, name: str) -> None:
 
 
 def load_roster(path: Path | None) -> list[RosterRow] | None:
+    from .report.canvas_csv import read_roster
+
     if path is None:
         return None
     try:
@@ -668,6 +693,9 @@ def load_roster(path: Path | None) -> list[RosterRow] | None:
 
 
 def export_options(args: argparse.Namespace, config) -> ExportOptions:
+    from .report.canvas_csv import CanvasOptions
+    from .report.exports import ExportOptions
+
     options = ExportOptions(compile_error_graded=config.prairielearn.compile_error_graded)
     if args.command == "gradescope":
         options.hidden_visibility = args.hidden_visibility
@@ -685,6 +713,7 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
 
 def grade_batch(args, config, cases, plan, console: Console, errors: Console) -> int:
     from .classroom.batch import BatchOptions, run_batch
+    from .regrade_commands import batch_regrade_said, read_grading
 
     if args.keep_older and not args.resume:
         return _misuse(UsageError("--keep-older is for --resume: it keeps stored results of another grader"))
@@ -720,6 +749,9 @@ def grade_batch(args, config, cases, plan, console: Console, errors: Console) ->
 def write_summary_lines(args, outcome, console: Console) -> None:
     """After a batch: the counts, what a run without a GPU could check, where the class files are, and the
     rows Canvas will not take as they are."""
+    from .report.exports import CLASS_EXPORTS
+    from .report.status import status_label
+
     statuses = Counter(status_label(r) for r in outcome.results)
     console.print(f"{len(outcome.results)} students: {outcome.graded_now} graded now, {outcome.reused} kept from "
                   f"earlier runs; " + ", ".join(f"{n} {label}" for label, n in sorted(statuses.items())))
@@ -760,6 +792,8 @@ def _remote_grade(args, folder: Path, config, cases, plan) -> tuple[SubmissionRe
     the service did not grade carries `regrade_reason`, so the instructor finds it and grades it again; and
     whether the student's newer upload is graded instead (nothing for anyone to do)."""
     from .classroom.remote import RemoteUnavailable, grade_remotely, mark_for_regrade, student_of, submitted_at_of
+    from .intake.submission import SubmissionError, read_headers
+    from .pipeline import grade, not_graded
 
     kernel = folder / "kernel.cu" if folder.is_dir() else folder
     try:
@@ -795,6 +829,9 @@ def _remote_grade(args, folder: Path, config, cases, plan) -> tuple[SubmissionRe
 
 def lms_entry(args, config, cases, plan) -> int:
     """One submission for an LMS: the results file is always written, whatever happened."""
+    from .intake.submission import SubmissionError, find_kernel_noted
+    from .pipeline import grade, not_graded
+
     started = time.perf_counter()
     superseded = False
     try:

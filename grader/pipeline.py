@@ -10,11 +10,9 @@ from pathlib import Path
 
 from .cases import Case
 from .config import Config
-from .execute.nvcc import cubin_cache
 from .execute.runner import Placement
 from .intake.submission import Submission, SubmissionError, read_submission
 from .on_cpu import CPU_NOTE, compile_only, grade_on_cpu, needs_gpu_checks  # noqa: F401  (CPU_NOTE: the commands say it)
-from .on_gpu import grade_on_gpu
 from .phases import Phases
 
 # the grade's plan, as the commands, the class stage and the service name it
@@ -33,6 +31,8 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
     started = time.perf_counter()
     phases = Phases(started)
     if plan.backend == GPU:  # where no child has reported this GPU's toolchain yet, the parent learns it meanwhile
+        from .execute.nvcc import cubin_cache
+
         cubin_cache.guess_soon(str(config.cache_dir), (plan.placement or Placement()).gpu_name())
     if plan.backend is not None:  # a cold cache: the emulator's own builds made while the children start
         prepare_soon(config, plan.sandbox if plan.backend == CPU else None)  # the reference's: a CPU grade's
@@ -43,7 +43,7 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> Submi
     except Exception:  # a grader bug must cost one submission, never the batch
         result = not_graded(path, config, cases, "internal grader error: tell your instructor", GRADER_ERROR)
         result.log = traceback.format_exc()
-    result.provenance = graded_with(config, cases, path)
+    result.provenance = graded_with(config, cases, path, plan.provenance)
     phases.mark("grading_other")
     result.duration_s = round(time.perf_counter() - started, 3)
     result.phases = phases.rounded()
@@ -88,6 +88,8 @@ def _graded(submission: Submission, kernels: list[str], config: Config, cases: l
     elif plan.backend == CPU:
         made, not_run = grade_on_cpu(submission, config, cases, result, plan, phases)
     else:
+        from .on_gpu import grade_on_gpu  # the GPU's stages and the tools' (sanitizer, ncu): a GPU grade's alone
+
         made, not_run = grade_on_gpu(submission, config, cases, result, plan, phases, rubric, statics)
     # settle: every check of the rubric, scored the same on every path
     result.checks = rubric.results([*made, *statics], not_run)

@@ -9,6 +9,7 @@ from .config import Config
 from .execute.confine.sandbox import Sandbox, detect
 from .execute.gpu.device_lock import DeviceLock
 from .execute.runner import Placement
+from .result import Provenance
 
 GPU, CPU = "gpu", "cpu"
 
@@ -33,6 +34,10 @@ class RunPlan:
     # In a batch worker: its socket to the batch parent, which checks kernels under the sanitizer in groups
     # (diagnose/groups.py); None grades alone.
     sanitizer_channel: int | None = None
+    # What every student of the run is graded with but what they hand in (provenance.class_provenance): made once
+    # by the batch's workers on the host they grade on, not again in each student's process (nvcc --version, the
+    # grader's code hashed); None: the grade makes it.
+    provenance: Provenance | None = None
 
 
 @functools.cache

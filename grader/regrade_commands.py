@@ -10,19 +10,19 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-
-from .cache_file import write_whole
-from .classroom.store import StoredResults, read_results
 from .errors import UsageError
-from .pipeline import grade
 from .report.exports import REGRADE_CSV
-from .report.regrade import Regrade, compare, compare_one
-from .report.regrade_csv import to_regrade_csv
-from .report.regrade_text import regrade_lines, reproduce_lines
 from .report.terminal import say_error
 from .result import SubmissionResult
+
+# `grade` imports this module for DIFF and REPRODUCE: what the commands run is imported when they run (issue 50).
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .classroom.store import StoredResults
+    from .report.regrade import Regrade
 
 EXIT_WENT_DOWN = 6  # a regrade lowered a student's total
 EXIT_NOT_REPRODUCED = 7  # `grade reproduce`: a verdict differs
@@ -41,6 +41,10 @@ def diff_main(argv: list[str], console: Console, errors: Console) -> int:
     parser.add_argument("--csv", type=Path, default=None, metavar="FILE",
                         help=f"where to write the changed students' checks (default: NEW/{REGRADE_CSV})")
     args = parser.parse_args(argv)
+    from .cache_file import write_whole
+    from .report.regrade import compare
+    from .report.regrade_csv import to_regrade_csv
+
     try:
         old, new = read_grading(args.old, "OLD", errors), read_grading(args.new, "NEW", errors)
     except UsageError as exc:
@@ -56,6 +60,8 @@ def diff_main(argv: list[str], console: Console, errors: Console) -> int:
 
 def read_grading(folder: Path, which: str, errors: Console) -> StoredResults:
     """A results folder's results (UsageError where it is none); the results left out are said on stderr."""
+    from .classroom.store import read_results
+
     try:
         found = read_results(folder)
     except FileNotFoundError as exc:
@@ -67,12 +73,18 @@ def read_grading(folder: Path, which: str, errors: Console) -> StoredResults:
 
 
 def print_regrade(regrade: Regrade, console: Console) -> None:
+    from .report.regrade_text import regrade_lines
+
     for line in regrade_lines(regrade):
         console.print(line, highlight=False, markup=False)
 
 
 def reproduce(args, config, cases, plan, console: Console, errors: Console) -> int:
     """`grade reproduce RESULT.json SUBMISSION/`: grades the submission as configured and compares."""
+    from .pipeline import grade
+    from .report.regrade import compare_one
+    from .report.regrade_text import reproduce_lines
+
     try:
         stored = SubmissionResult.from_dict(json.loads(args.result.read_text(encoding="utf-8")))
     except OSError as exc:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from .cases import Case
 from .config import Config
-from .diagnose.run import NAME as SANITIZER_NAME
 from .judge.timing import NAME as TIMING_NAME
 from .result import CASE, COMPILE, PUBLIC, SANITIZER, SKIPPED, STATIC, TIMING, CheckResult, skipped
 from .source.static_check import STATIC_CHECKS
@@ -59,7 +58,9 @@ class Rubric:
                   *(Check(name, STATIC, float(static.get(key, 0.0))) for key, name in STATIC_CHECKS),
                   *(Check(case.name, CASE, case.points, (COMPILE_NAME,), case.visibility) for case in cases),
                   Check(TIMING_NAME, TIMING, config.points.timing, (COMPILE_NAME, *(case.name for case in cases)))]
-        if sanitize:
+        if sanitize:  # the tools' module (the sanitizer's runs, its log's reading) only where they run: a GPU grade
+            from .diagnose.run import NAME as SANITIZER_NAME
+
             checks.append(Check(SANITIZER_NAME, SANITIZER, 0.0, (COMPILE_NAME,)))
         return cls(tuple(checks))
 

@@ -267,6 +267,26 @@ def test_a_run_queued_behind_a_timing_turn_longer_than_its_limit_gets_its_verdic
     assert stored(out, "good_basic").score == stored(out, "good_basic").checkable_max  # full marks
 
 
+def test_a_batch_student_is_recorded_as_graded_with_what_grade_alone_records(quick_config, tmp_path):
+    """A batch's workers make the run's provenance once on their host, not in each student's process: what a
+    student's result says it was graded with (what --resume and a regrade compare) is what `grade` alone says, and
+    so are its verdicts."""
+    from grader.config import load_config
+    from grader.judge.verdicts import differences
+
+    folder = tmp_path / "class"
+    (folder / "bob").mkdir(parents=True)
+    shutil.copy(SUBMISSIONS / "truncated_phases" / "kernel.cu", folder / "bob" / "kernel.cu")
+    out = tmp_path / "out"
+    finished = batch(quick_config, folder, "-o", out)
+    _, stderr = finished.communicate(timeout=180)
+    assert finished.returncode == 0, stderr
+    in_batch, by_itself = stored(out, "bob"), alone(quick_config, folder / "bob", tmp_path)
+    assert in_batch.provenance.grader_digest and in_batch.provenance.submission_sha256
+    assert in_batch.provenance == by_itself.provenance
+    assert differences(in_batch, by_itself, load_config(quick_config).timing.max_ratio) == []
+
+
 def bomb(size: int = 20 << 20) -> bytes:
     """20 MB of zeros, which an archive deflates to a few kB: a zip bomb (issue 43's refused upload)."""
     return b"\0" * size

@@ -20,7 +20,8 @@ from ..diagnose.groups import SanitizerGroups
 from ..execute.confine.sandbox import ONE_BLAS_THREAD
 from ..intake.intake import Entry
 from ..pipeline import RunPlan, not_graded
-from ..result import GRADER_ERROR, SubmissionResult
+from ..provenance import class_provenance
+from ..result import GRADER_ERROR, Provenance, SubmissionResult
 
 WORKER = "grader.classroom.batch_worker"
 
@@ -45,8 +46,20 @@ class Workers:
         self.stopping = False
         self.lock = threading.Lock()
         self.groups = groups
+        self.made: tuple[Config, list[Case], Provenance] | None = None  # the run's provenance, for whom it was made
+        self.making = threading.Lock()
+
+    def run_provenance(self, config: Config, cases: list[Case]) -> Provenance:
+        """What every student graded with this config and these cases is graded with, made once on this host (the
+        one the workers grade on) and handed to each worker: not an `nvcc --version` and a hash of the grader's
+        code in every student's process."""
+        with self.making:
+            if self.made is None or self.made[0] is not config or self.made[1] is not cases:
+                self.made = (config, cases, class_provenance(config, cases))
+            return self.made[2]
 
     def grade(self, entry: Entry, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
+        plan = replace(plan, provenance=self.run_provenance(config, cases))
         ours, theirs = socket.socketpair() if self.groups is not None else (None, None)
         if theirs is not None:
             plan = replace(plan, sanitizer_channel=theirs.fileno())

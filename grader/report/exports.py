@@ -10,16 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.report.canvas_csv import CanvasOptions, to_canvas
-from grader.report.grades_csv import to_grades_csv
-from grader.report.gradescope import DEFAULT_HIDDEN_VISIBILITY, write_gradescope
-from grader.report.junit_report import to_combined_junit
+from grader.report.canvas_csv import CanvasOptions
+from grader.report.gradescope import DEFAULT_HIDDEN_VISIBILITY
 from grader.report.points import HOLD
-from grader.report.prairielearn import write_prairielearn
-from grader.report.regrade import compare
-from grader.report.regrade_csv import to_regrade_csv
-from grader.report.summary_html import summary_files
 from grader.result import SubmissionResult
+
+# Each export's module is imported when the export is written: `grade PATH` reads this table for its options
+# and the LMS entries' names, and writes none of the class's files (issue 50: what a grade's start imports).
 
 
 @dataclass
@@ -44,25 +41,57 @@ class ClassExport:
 
 
 def _canvas(results: list[SubmissionResult], options: ExportOptions) -> Files:
+    from grader.report.canvas_csv import to_canvas
+
     export = to_canvas(results, options.canvas)
     notes = "\n".join(export.notes)
     return {"canvas.csv": export.csv, "canvas-notes.txt": notes + "\n" if notes else ""}
 
 
 def _summary(results: list[SubmissionResult], options: ExportOptions) -> Files:
+    from grader.report.regrade import compare
+    from grader.report.summary_html import summary_files
+
     regrade = compare(options.previous, results) if options.previous is not None else None
     return {f"summary/{name}": content for name, content in summary_files(results, regrade).items()}
 
 
 def _regrade(results: list[SubmissionResult], options: ExportOptions) -> Files:
+    from grader.report.regrade import compare
+    from grader.report.regrade_csv import to_regrade_csv
+
     return {} if options.previous is None else {REGRADE_CSV: to_regrade_csv(compare(options.previous, results))}
+
+
+def _grades(results: list[SubmissionResult], options: ExportOptions) -> Files:
+    from grader.report.grades_csv import to_grades_csv
+
+    return {"grades.csv": to_grades_csv(results)}
+
+
+def _junit(results: list[SubmissionResult], options: ExportOptions) -> Files:
+    from grader.report.junit_report import to_combined_junit
+
+    return {"junit.xml": to_combined_junit(results)}
+
+
+def _gradescope(result: SubmissionResult, path: Path, seconds: float, options: ExportOptions) -> Path:
+    from grader.report.gradescope import write_gradescope
+
+    return write_gradescope(result, path, seconds, options.hidden_visibility, options.without_gpu)
+
+
+def _prairielearn(result: SubmissionResult, path: Path, seconds: float, options: ExportOptions) -> Path:
+    from grader.report.prairielearn import write_prairielearn
+
+    return write_prairielearn(result, path, options.compile_error_graded, options.without_gpu)
 
 
 REGRADE_CSV = "regrade.csv"
 CLASS_EXPORTS: tuple[ClassExport, ...] = (
-    ClassExport("grades", "grades.csv", lambda results, _: {"grades.csv": to_grades_csv(results)}),
+    ClassExport("grades", "grades.csv", _grades),
     ClassExport("canvas", "canvas.csv", _canvas),
-    ClassExport("junit", "junit.xml", lambda results, _: {"junit.xml": to_combined_junit(results)}),
+    ClassExport("junit", "junit.xml", _junit),
     ClassExport("summary", "summary/index.html", _summary),
     ClassExport("regrade", REGRADE_CSV, _regrade),  # only with --against
 )
@@ -77,11 +106,9 @@ class LmsEntry:
 
 LMS_ENTRIES: dict[str, LmsEntry] = {
     "gradescope": LmsEntry("gradescope", "grade gradescope /autograder/submission /autograder/results/results.json",
-                           lambda r, path, seconds, o: write_gradescope(r, path, seconds, o.hidden_visibility,
-                                                                        o.without_gpu)),
+                           _gradescope),
     "prairielearn": LmsEntry("prairielearn", "grade prairielearn /grade/student /grade/results/results.json",
-                             lambda r, path, seconds, o: write_prairielearn(r, path, o.compile_error_graded,
-                                                                            o.without_gpu)),
+                             _prairielearn),
 }
 
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import compileall
 import hashlib
-import importlib.metadata
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importlib.metadata costs 10-15 ms to import: only the annotations name it
+    import importlib.metadata
 
 
 def ensure_soon(distributions: Callable[[], list[importlib.metadata.Distribution]], cache_dir: Path) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import os
 import re
 import shutil
@@ -27,6 +26,10 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where a copy of the Python is made: 10-15 ms of every grader process's start else
+    import importlib.metadata
 
 COPIES_VARIABLE = "SGEMM_GRADER_SANDBOX_COPIES"
 # Part of every copy's name: a grader that lays its copies out differently must not take an older one's.
@@ -47,26 +50,37 @@ class CopyUnsafe(Exception):
 # --- who can reach what --------------------------------------------------------------------------------------
 
 
-def reachable(path: Path | str, execute: bool = False) -> bool:
+def reachable(path: Path | str, execute: bool = False, entered: dict[str, bool] | None = None) -> bool:
     """Whether a uid that owns nothing and is in no group can read `path` (and run it, with `execute`;
     a folder: list and enter it), through every folder above it. Symlinks are followed, each link's
-    own folder checked as the kernel would walk it."""
+    own folder checked as the kernel would walk it. `entered`: folders already checked in this look (walkable)."""
     try:
-        resolved = Path(os.path.realpath(path))
+        resolved = os.path.realpath(path)
         mode = os.stat(resolved).st_mode
     except OSError:
         return False
     wanted = stat.S_IROTH | (stat.S_IXOTH if execute or stat.S_ISDIR(mode) else 0)
-    return (mode & wanted) == wanted and walkable(Path(path)) and walkable(resolved)
+    return (mode & wanted) == wanted and walkable(path, entered) and walkable(resolved, entered)
 
 
-def walkable(path: Path) -> bool:
-    """Every folder above `path` can be entered by "other" (the path itself is not checked)."""
-    for folder in Path(os.path.abspath(path)).parents:
-        try:
-            if not os.stat(folder).st_mode & stat.S_IXOTH:
+def walkable(path: Path | str, entered: dict[str, bool] | None = None) -> bool:
+    """Every folder above `path` can be entered by "other" (the path itself is not checked). `entered` remembers
+    each folder's answer for one look over many paths (the package's 150 files share a dozen folders: 2,800
+    stats, 25 ms of every grade's start, were a few dozen)."""
+    folder = os.path.abspath(path)
+    while folder != "/":
+        folder = os.path.dirname(folder)
+        if entered is not None and folder in entered:
+            if not entered[folder]:
                 return False
+            continue
+        try:
+            can = bool(os.stat(folder).st_mode & stat.S_IXOTH)
         except OSError:
+            can = False
+        if entered is not None:
+            entered[folder] = can
+        if not can:
             return False
     return True
 
@@ -186,7 +200,8 @@ def package_copy() -> str:
     what children import and g++ reads the harness from."""
     files = package_files()
     # The folder above too: Python lists a PYTHONPATH entry's folder before it imports from it (uid-only).
-    in_reach = all(reachable(p) for p in files) and reachable(PACKAGE_DIR) and reachable(PACKAGE_DIR.parent)
+    entered: dict[str, bool] = {}
+    in_reach = all(reachable(p, entered=entered) for p in [*files, PACKAGE_DIR, PACKAGE_DIR.parent])
     return "" if in_reach else copy_package()
 
 
@@ -292,6 +307,8 @@ def child_distributions() -> list[importlib.metadata.Distribution]:
 
 def _child_requirements() -> list[str]:
     """The grader's own requirements and its `gpu` extra's (what the GPU child imports: numpy, pycuda)."""
+    import importlib.metadata
+
     try:
         requirements = importlib.metadata.requires("sgemm-grader") or []
     except importlib.metadata.PackageNotFoundError:
@@ -301,6 +318,8 @@ def _child_requirements() -> list[str]:
 
 def _closure(requirements: list[str]) -> list[importlib.metadata.Distribution]:
     """The installed distributions these requirements name, and theirs (extras of theirs left out)."""
+    import importlib.metadata
+
     found: dict[str, importlib.metadata.Distribution] = {}
     pending = list(requirements)
     while pending:

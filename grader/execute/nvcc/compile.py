@@ -19,15 +19,18 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...build_failure import NVCC_EVIDENCE, classify
 from ...contract import DEFAULT_TILE, KernelContract, TileSource
 from ..confine.proc import BACKGROUND_NICE, run_killable
-from ..confine.sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
 from ..gpu.late_warps import PRELUDE as LATE_WARPS_PRELUDE
 from ..gpu.late_warps import with_late_warps
 from ..protocol import read_untrusted
 from .kernel_params import parameter_problem
+
+if TYPE_CHECKING:
+    from ..confine.sandbox import Sandbox
 
 STUDENT_FILE, CUBIN_FILE = "kernel.cu", "kernel.cubin"
 MAX_CUBIN_BYTES = 64 << 20
@@ -177,6 +180,10 @@ def compile_check(source: str, arch: str, options: list[str], timeout: float, sa
     pycuda hands nvcc with NO_EXTERN_C, the headers handed in with it beside it. The cubin is read only for
     the contract's kernel and its parameter list (kernel_params.py), then discarded. A failure with no
     evidence that it is the student's (build_failure.py) is the grader's, not a compile error."""
+    # The sandbox's module (seccomp, the reachable copies) only here, in the parent: the GPU child, which imports
+    # this module for its compiles, runs in the sandbox already and starts without it (issue 50)
+    from ..confine.sandbox import COMPILER_LIMITS, Confinement, child_environment, scratch_folder
+
     nvcc = nvcc_path()
     if nvcc is None:
         raise FileNotFoundError("nvcc not found on PATH")

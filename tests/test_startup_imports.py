@@ -1,0 +1,51 @@
+"""What each of a grade's processes imports before it does anything (issue 50): every module a process imports at
+its start is paid on every grade, and in a batch once per student. A module-level import added for a command
+or a stage the process never reaches would silently slow them all; these keep the start to what it needs."""
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+
+def loaded_after(statement: str) -> set[str]:
+    """The modules a fresh interpreter holds after `statement` (run from the project, as `grade` is)."""
+    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    return set(json.loads(finished.stdout))
+
+
+def within(found: set[str], prefixes: tuple[str, ...]) -> set[str]:
+    return {name for name in found if any(name == p or name.startswith(p + ".") for p in prefixes)}
+
+
+# Imported by `grade PATH` only where a class, a cluster, the service, a regrade or an LMS export is asked for, or
+# where a GPU grade runs its tools; importlib.metadata only where a copy of the Python is made for the sandbox.
+NOT_AT_GRADE_START = ("grader.classroom", "grader.serve", "grader.on_gpu", "grader.diagnose", "grader.pipeline",
+                      "grader.report.summary_html", "grader.report.regrade_csv",
+                      "grader.report.prairielearn", "grader.report.grades_csv", "grader.intake.intake",
+                      "grader.execute.confine.sandbox", "importlib.metadata", "numpy", "distributed", "fastapi")
+
+
+def test_the_grade_command_starts_without_what_a_grade_does_not_need_first():
+    found = loaded_after("import grader.cli")
+    assert "grader.cli" in found and "rich.console" in found  # the command itself did load
+    assert within(found, NOT_AT_GRADE_START) == set()
+
+
+def test_a_cpu_grade_imports_no_gpu_stage_nor_sanitizer_module():
+    found = loaded_after("import grader.pipeline, grader.rubric")
+    assert within(found, ("grader.on_gpu", "grader.diagnose.run", "grader.diagnose.checks", "grader.diagnose.groups",
+                          "grader.diagnose.sanitizer_log", "importlib.metadata")) == set()
+
+
+@pytest.mark.parametrize("child", ["grader.execute.gpu.child", "grader.execute.cpu.harness_driver"])
+def test_a_child_starts_without_the_parents_sandbox_set_up(child):
+    """The children run inside the sandbox: the parent's set-up of it (the reachable copies, the distributions
+    they list) is not theirs to import. The GPU child does not build sandboxes at all."""
+    found = loaded_after(f"import {child}")
+    assert child in found
+    assert within(found, ("importlib.metadata", "grader.classroom", "grader.report", "grader.diagnose")) == set()
+    if child == "grader.execute.gpu.child":
+        assert within(found, ("grader.execute.confine.sandbox", "grader.execute.confine.reachable")) == set()
