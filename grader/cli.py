@@ -224,7 +224,6 @@ def scheduler_main(argv: list[str]) -> int:
     if args.host:
         command += ["--host", args.host]
     from .classroom.cluster import run_until_stopped
-
     from .leftovers import SCHEDULER, clear_at_start, owned_scratch
 
     for line in clear_at_start():  # what a kill -9 of an earlier scheduler (or grader) left
@@ -532,6 +531,7 @@ def prepare_cache(config, cases, plan, console: Console, errors: Console) -> int
     if plan.backend is None:
         console.print(f"nothing to prepare: {plan.note}", highlight=False, markup=False)
         return EXIT_OK
+    from .pipeline import GPU
     from .prepare import prepare
 
     made = prepare(config, whole_truths(cases, plan.backend == GPU), plan.sandbox, plan.backend == GPU)

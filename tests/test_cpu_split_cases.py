@@ -17,8 +17,14 @@ from grader.config import load_config
 from grader.execute.confine.sandbox import detect, scratch_folder
 from grader.execute.cpu import case_files, harness_driver
 from grader.execute.cpu.build import build
-from grader.execute.cpu.case_files import (PRINTF_CAP, PRINTF_CUT, joined_printf, merged_output, merged_reports,
-                                           parts_apart)
+from grader.execute.cpu.case_files import (
+    PRINTF_CAP,
+    PRINTF_CUT,
+    joined_printf,
+    merged_output,
+    merged_reports,
+    parts_apart,
+)
 from grader.execute.cpu.sampling import BlockSample, block_parts
 from grader.execute.cpu.schedule import BLOCKS_PER_PART, Schedule, split_parts
 from grader.execute.job import CaseSpec, Job, student_output
