@@ -15,6 +15,7 @@ The worker reads its task on stdin and writes its result on stdout exactly as ba
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import os
 import select
@@ -131,6 +132,7 @@ def main() -> int:
     name_process(TEMPLATE_NAME)
     control = socket.socket(fileno=int(sys.argv[1]))
     preload()
+    gc.freeze()  # what was imported stays out of the forks' collections: they neither scan nor copy it
     serve(control)
     return 0
 
