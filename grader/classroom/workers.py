@@ -45,8 +45,9 @@ def _worker_environment() -> dict[str, str]:
 class Forked:
     """A worker forked by the template, seen from the batch: its pipes, and what the template says of it."""
 
-    def __init__(self, pid: int, pidfd: int, reply: socket.socket, stdin: int, stdout: int, stderr: int):
-        self.pid, self.pidfd, self.reply = pid, pidfd, reply
+    def __init__(self, template: Template, pid: int, pidfd: int, reply: socket.socket, stdin: int, stdout: int,
+                 stderr: int):
+        self.template, self.pid, self.pidfd, self.reply = template, pid, pidfd, reply
         self.stdin, self.stdout, self.stderr = os.fdopen(stdin, "wb"), os.fdopen(stdout, "rb"), os.fdopen(stderr, "rb")
         self.returncode: int | None = None
 
@@ -127,10 +128,7 @@ class Template:
                 os.close(end)
             reply.close()
             return None
-        return Forked(int(message), fds[0], reply, stdin, stdout, stderr)
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
+        return Forked(self, int(message), fds[0], reply, stdin, stdout, stderr)
 
     def stop(self) -> None:
         self.control.close()
@@ -201,7 +199,7 @@ class Workers:
                 process.close()
         if lost:  # the template died, and its worker with it: not this student's doing, so graded afresh
             with self.lock:
-                self._template_died()
+                self._template_died(process.template)
             return self.grade(entry, config, cases, plan)
         if process.returncode == 0:
             try:
@@ -218,7 +216,7 @@ class Workers:
             forked = self.template.fork(channel)
             if forked is not None:
                 return forked
-            self._template_died()
+            self._template_died(self.template)
         return subprocess.Popen([sys.executable, "-m", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=_worker_environment(), pass_fds=_fds(channel))
 
@@ -226,9 +224,10 @@ class Workers:
         self.template_starts += 1
         self.template = Template()
 
-    def _template_died(self) -> None:
-        if self.template is not None and not self.template.alive():
-            self.template.stop()
+    def _template_died(self, template: Template) -> None:
+        """The next student gets a new template (once another thread's has not already)."""
+        if self.template is template:
+            template.stop()
             self.template = None
 
     def stop(self, wait_s: float = 10.0) -> None:
