@@ -44,8 +44,9 @@ def main() -> int:
     print(f"{code}: {count} students, --jobs {jobs}: wall {wall:.1f} s; workers {workers:.2f} CPU-s "
           f"({workers / count:.3f} s per student), template {template:.2f} CPU-s; "
           f"per student with the template's share {(workers + template) / count:.3f} s")
-    top = ", ".join(f"{name} {s:.1f}" for name, s in seconds.most_common(8))
-    print(f"  CPU s by program (lower bound): {top}")
+    # The grader's own Python only: a process older than the batch (a kernel thread) counts all its life here.
+    ours = [(name, s) for name, s in seconds.most_common() if name.startswith(("python", "batch_"))]
+    print("  its Python's CPU s by program (lower bound): " + ", ".join(f"{name} {s:.1f}" for name, s in ours[:6]))
     return 0
 
 
