@@ -19,8 +19,13 @@ from pathlib import Path
 from batch_300 import CpuUse
 from benchlib import ROOT, config_with_cache, generate
 
-WORKER_LABELS = ("batch_worker",)  # a forked worker's name, and a started one's module
-TEMPLATE_LABELS = ("zygote",)
+WORKER_LABELS = ("batch_worker", "grader.classroom.batch_worker")  # a forked worker's name; a started one's module
+TEMPLATE_LABELS = ("batch_zygote", "grader.classroom.zygote")
+
+
+def _labelled(name: str, labels: tuple[str, ...]) -> bool:
+    """CpuUse's label is the program, or for Python "python MODULE": this bench's own is not a worker."""
+    return name.split()[-1] in labels
 
 
 def main() -> int:
@@ -39,8 +44,8 @@ def main() -> int:
                            stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(code)})
         wall = time.perf_counter() - started
     seconds = cpu.by_name()
-    workers = sum(s for name, s in seconds.items() if any(w in name for w in WORKER_LABELS))
-    template = sum(s for name, s in seconds.items() if any(w in name for w in TEMPLATE_LABELS))
+    workers = sum(s for name, s in seconds.items() if _labelled(name, WORKER_LABELS))
+    template = sum(s for name, s in seconds.items() if _labelled(name, TEMPLATE_LABELS))
     print(f"{code}: {count} students, --jobs {jobs}: wall {wall:.1f} s; workers {workers:.2f} CPU-s "
           f"({workers / count:.3f} s per student), template {template:.2f} CPU-s; "
           f"per student with the template's share {(workers + template) / count:.3f} s")
