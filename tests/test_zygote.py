@@ -13,6 +13,7 @@ from pathlib import Path
 from conftest import ROOT
 from test_escapes import GOOD, hostile, stored, write
 
+from grader.classroom.workers import Template
 from grader.classroom.zygote import TEMPLATE_NAME, WORKER_NAME
 from grader.execute.confine.proc import process_tree
 
@@ -99,3 +100,24 @@ def test_a_template_killed_mid_batch_loses_no_student(tmp_path, config_file):
     assert graded["carol"]["score"] == 100  # graded afresh where its worker died with the template
     verdicts = {name: [(c["name"], c["status"], c["score"]) for c in graded[name]["checks"]] for name in graded}
     assert verdicts["slow_a"] == verdicts["slow_b"]
+
+
+def test_a_forked_worker_that_crashes_or_is_killed_ends_alone_and_the_template_forks_the_next():
+    template = Template()
+    try:
+        crashing = template.fork(None)
+        _, errors = crashing.communicate(b"not a task")
+        assert crashing.ended() and crashing.returncode == 1 and b"UnpicklingError" in errors
+        killed = template.fork(None)
+        killed.kill()
+        killed.communicate(b"")
+        assert killed.ended() and killed.returncode == -signal.SIGKILL
+        for worker in (crashing, killed):
+            worker.close()
+        assert template.process.poll() is None  # the template goes on forking
+        after = template.fork(None)
+        _, errors = after.communicate(b"not a task either")
+        assert after.ended() and after.returncode == 1
+        after.close()
+    finally:
+        template.stop()
