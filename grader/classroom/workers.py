@@ -28,6 +28,7 @@ from ..result import GRADER_ERROR, Provenance, SubmissionResult
 WORKER = "grader.classroom.batch_worker"
 TEMPLATE = "grader.classroom.zygote"
 TEMPLATE_STARTS = 3  # a template that keeps dying is given up: the rest of the batch starts its workers
+TEMPLATE_ANSWER_S = 60.0  # its imports, then a fork: a template silent for longer is hung, and replaced
 
 
 def emulator_share(graded_at_once: int) -> int:
@@ -113,11 +114,13 @@ class Template:
         reply, their_reply = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         (stdin, their_stdin), (stdout, their_stdout), (stderr, their_stderr) = _pipe(), os.pipe(), os.pipe()
         given = [their_reply.fileno(), their_stdin, their_stdout, their_stderr, *_fds(channel)]
+        reply.settimeout(TEMPLATE_ANSWER_S)
         try:
             with self.sending:
                 socket.send_fds(self.control, [b"fork"], given)
             message, fds, _, _ = socket.recv_fds(reply, 32, 1)
-        except OSError:
+            reply.settimeout(None)  # how the worker ended comes when it ends
+        except OSError:  # TimeoutError among them
             message, fds = b"", []
         finally:
             their_reply.close()
