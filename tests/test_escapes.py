@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SUBMISSIONS
 
+from grader.classroom.zygote import WORKER_NAME
 from grader.cli import main
 from grader.execute.confine.proc import process_tree
 from grader.execute.cpu.build import compiler
@@ -269,7 +270,7 @@ def test_a_worker_killed_mid_grade_costs_one_row_marked_grader_error(tmp_path, c
 def _kill_the_last_worker(batch_pid: int, done: Path, deadline: float) -> bool:
     """Once the quick student's result is stored, SIGKILL the one batch worker of this batch still running."""
     while time.monotonic() < deadline:
-        workers = _descendants_with(batch_pid, b"grader.classroom.batch_worker") if done.exists() else []
+        workers = _batch_workers(batch_pid) if done.exists() else []
         if len(workers) == 1:
             os.kill(workers[0], signal.SIGKILL)
             return True
@@ -277,14 +278,16 @@ def _kill_the_last_worker(batch_pid: int, done: Path, deadline: float) -> bool:
     return False
 
 
-def _descendants_with(root: int, word: bytes) -> list[int]:
-    """The processes under `root` whose command line holds `word`. Only this test's own tree: a scan of the
+def _batch_workers(root: int) -> list[int]:
+    """The batch workers under `root`: forked from the template, they are named batch_worker (their command line
+    is the template's); a started one runs the batch_worker module. Only this test's own tree: a scan of the
     whole machine once killed another batch's worker (a parallel test run, or a second suite on the host),
     failing a correct kernel there with a "grader error" row."""
     found = []
     for pid in process_tree(root)[1:]:
         try:
-            if word in Path(f"/proc/{pid}/cmdline").read_bytes():
+            named = Path(f"/proc/{pid}/comm").read_bytes().strip() == WORKER_NAME
+            if named or b"grader.classroom.batch_worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.append(pid)
         except OSError:
             continue

@@ -199,7 +199,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
     counts = {"pass": 0, "fail": 0, "held": 0, "error": 0}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
-    workers = Workers(_sanitizer_groups(plan, config, placements, options, jobs))
+    workers = Workers(_sanitizer_groups(plan, config, placements, options, jobs), forked=not options.cluster)
     pool, client = _executor(options, plan, jobs)
     from .cluster import WorkerWatch, grade_task, remote_task, task_result  # Dask: imported only for a cluster
 
@@ -247,6 +247,7 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
                 client.close()  # every future is done or given up: nothing left for the executor to wait on
     if client is None:
         pool.shutdown()
+        workers.close()
     return len(todo), False, ""
 
 

@@ -44,7 +44,7 @@ class JobRunner:
         self.plan = replace(plan, emulator_workers=plan.emulator_workers or emulator_share(workers))
         self.scratch = scratch
         self.stopping, self.wake = threading.Event(), threading.Event()
-        self.workers = Workers()
+        self.workers = Workers(forked=client is None)  # jobs graded here fork from one template
         self.threads = [threading.Thread(target=self._loop, daemon=True, name=f"grader-{i}") for i in range(workers)]
 
     def start(self) -> None:

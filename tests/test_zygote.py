@@ -1,0 +1,123 @@
+"""A batch's workers are forked from one template process (grader/classroom/zygote.py) that imported what a
+grade needs: what it must keep from the batch of started workers it replaced. Each student graded as alone
+is test_batch.py's; a forked worker killed mid-grade costing one row is test_escapes.py's."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT
+from test_escapes import GOOD, hostile, stored, write
+
+from grader.classroom.workers import Template
+from grader.classroom.zygote import TEMPLATE_NAME, WORKER_NAME
+from grader.execute.confine.proc import process_tree
+
+SLOW = hostile("sleep(6);")  # a kernel that holds its worker till each case times out, at no CPU cost
+
+
+def start_batch(klass: Path, out: Path, config_file) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "grader", "batch", str(klass), "-o", str(out), "--config",
+                             str(config_file), "--backend", "cpu", "--jobs", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+
+
+def named(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/comm").read_bytes().strip()
+    except OSError:
+        return b""
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def wait_for_workers(batch: int, count: int, deadline: float) -> list[int]:
+    """The batch's forked workers, once `count` of them grade at once."""
+    while time.monotonic() < deadline:
+        workers = [pid for pid in process_tree(batch)[1:] if named(pid) == WORKER_NAME]
+        if len(workers) >= count:
+            return workers
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} forked workers under the batch")
+
+
+def test_the_template_imports_what_a_grade_needs_but_not_pycuda():
+    """pycuda and CUDA live in the GPU child alone: a CUDA context in the template would be in every fork."""
+    check = ("import sys; from grader.classroom.zygote import preload; preload(); "
+             "assert {'grader.pipeline', 'grader.on_gpu', 'grader.run_events', 'numpy'} <= set(sys.modules); "
+             "assert not [m for m in sys.modules if m.startswith('pycuda')], 'pycuda imported'")
+    finished = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr
+
+
+def test_workers_are_forked_from_one_template_and_a_kill_9_of_the_batch_takes_them_all(tmp_path, config_file):
+    klass = tmp_path / "class"
+    write(klass / "slow_a", SLOW)
+    write(klass / "slow_b", SLOW)
+    running = start_batch(klass, tmp_path / "out", config_file)
+    try:
+        workers = wait_for_workers(running.pid, 2, time.monotonic() + 120)
+        templates = {parent_of(pid) for pid in workers}
+        assert len(templates) == 1  # one template for the batch, forking every worker
+        template = templates.pop()
+        assert named(template) == TEMPLATE_NAME and parent_of(template) == running.pid
+    finally:
+        running.send_signal(signal.SIGKILL)
+        running.wait()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in [template, *workers]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in [template, *workers] if alive(pid)]  # die_with_parent, set again after the fork
+
+
+def test_a_template_killed_mid_batch_loses_no_student(tmp_path, config_file):
+    klass, out = tmp_path / "class", tmp_path / "out"
+    write(klass / "slow_a", SLOW)
+    write(klass / "slow_b", SLOW)
+    write(klass / "carol", GOOD)
+    running = start_batch(klass, out, config_file)
+    workers = wait_for_workers(running.pid, 1, time.monotonic() + 120)
+    os.kill(parent_of(workers[0]), signal.SIGKILL)  # the template, and with it the workers it forked
+    _, errors = running.communicate(timeout=300)
+    assert running.returncode == 0, errors
+    graded = {name: stored(out, name) for name in ("slow_a", "slow_b", "carol")}
+    assert {name: result["outcome"] for name, result in graded.items()} == dict.fromkeys(graded, "graded")
+    assert graded["carol"]["score"] == 100  # graded afresh where its worker died with the template
+    verdicts = {name: [(c["name"], c["status"], c["score"]) for c in graded[name]["checks"]] for name in graded}
+    assert verdicts["slow_a"] == verdicts["slow_b"]
+
+
+def test_a_forked_worker_that_crashes_or_is_killed_ends_alone_and_the_template_forks_the_next():
+    template = Template()
+    try:
+        crashing = template.fork(None)
+        _, errors = crashing.communicate(b"not a task")
+        assert crashing.ended() and crashing.returncode == 1 and b"UnpicklingError" in errors
+        killed = template.fork(None)
+        killed.kill()
+        killed.communicate(b"")
+        assert killed.ended() and killed.returncode == -signal.SIGKILL
+        for worker in (crashing, killed):
+            worker.close()
+        assert template.process.poll() is None  # the template goes on forking
+        after = template.fork(None)
+        _, errors = after.communicate(b"not a task either")
+        assert after.ended() and after.returncode == 1
+        after.close()
+    finally:
+        template.stop()
