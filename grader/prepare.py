@@ -57,7 +57,10 @@ def prepare_soon(config: Config, sandbox: Sandbox | None = None) -> threading.Th
     """The emulator's harness and header built on a thread where the cache lacks them (None where it holds them or
     there is no compiler), and then, given the grade's sandbox, the reference's emulation and profile: a child that
     needs the harness or header meanwhile waits for this build (build.py's lock)."""
-    if emulator_build.compiler() is None or emulator_build.prepared(config.cache_dir):
+    try:
+        if emulator_build.compiler() is None or emulator_build.prepared(config.cache_dir):
+            return None
+    except OSError:  # a compiler that cannot be run: the child finds it so and says why (a grader error)
         return None
     # Not a daemon: a grade that ends first (a refused file) leaves no half-made build, the process waits for it.
     thread = threading.Thread(target=_quietly, args=(config, sandbox), name="prepare-emulator")
