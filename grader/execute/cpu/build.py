@@ -442,4 +442,3 @@ def _store_atomically(binary: Path, target: Path) -> None:
     temporary.write_bytes(read_untrusted(binary, MAX_BINARY_BYTES))
     temporary.chmod(0o755)
     os.replace(temporary, target)
-
