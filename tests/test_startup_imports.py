@@ -2,6 +2,7 @@
 its start is paid on every grade, and in a batch once per student. A module-level import added for a command
 or a stage the process never reaches would silently slow them all; these keep the start to what it needs."""
 import json
+import os
 import subprocess
 import sys
 
@@ -49,3 +50,17 @@ def test_a_child_starts_without_the_parents_sandbox_set_up(child):
     assert within(found, ("importlib.metadata", "grader.classroom", "grader.report", "grader.diagnose")) == set()
     if child == "grader.execute.gpu.child":
         assert within(found, ("grader.execute.confine.sandbox", "grader.execute.confine.reachable")) == set()
+
+
+def test_the_grade_command_caps_its_blas_threads_before_numpy_loads():
+    """The grade process's numpy computes truths on a thread while its children start: OpenBLAS's default, a thread
+    per core spinning after every call, took the cores the emulator's workers and the GPU child needed (on the
+    H200 host, the parents of four GPU grades used 29 CPU-s while the settings were lost). Where the user set
+    nothing, `grade` (console script and `python -m grader`, both grader.startup) sets them before numpy loads."""
+    code = ("import os, sys, grader.startup; assert 'numpy' not in sys.modules; "
+            "print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['OPENBLAS_THREAD_TIMEOUT'])")
+    unset = {name: value for name, value in os.environ.items() if not name.startswith(("OPENBLAS_", "MKL_"))}
+    finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=unset)
+    assert finished.returncode == 0, finished.stderr
+    threads, timeout = finished.stdout.split()
+    assert 1 <= int(threads) <= 4 and timeout == "4"

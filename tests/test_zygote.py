@@ -3,7 +3,10 @@ grade needs: what it must keep from the batch of started workers it replaced. Ea
 is test_batch.py's; a forked worker killed mid-grade costing one row is test_escapes.py's."""
 from __future__ import annotations
 
+import json
 import os
+import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,9 +16,13 @@ from pathlib import Path
 from conftest import ROOT
 from test_escapes import GOOD, hostile, stored, write
 
+from grader.cases import load_cases
 from grader.classroom.workers import Template
 from grader.classroom.zygote import TEMPLATE_NAME, WORKER_NAME
+from grader.config import load_config
 from grader.execute.confine.proc import process_tree
+from grader.plan import CPU, RunPlan
+from grader.result import FAILED, GRADED, SubmissionResult
 
 SLOW = hostile("sleep(6);")  # a kernel that holds its worker till each case times out, at no CPU cost
 
@@ -121,3 +128,42 @@ def test_a_forked_worker_that_crashes_or_is_killed_ends_alone_and_the_template_f
         after.close()
     finally:
         template.stop()
+
+
+def graded_by_a_fork(template: Template, student: Path, config, cases, truths: Path) -> SubmissionResult:
+    """One student graded by a worker the template forks, the truths in the cache deleted once it is forked."""
+    forked = template.fork(None)
+    assert forked is not None
+    shutil.rmtree(truths, ignore_errors=True)
+    try:
+        output, errors = forked.communicate(pickle.dumps((student, config, cases, RunPlan(CPU))))
+        assert forked.ended() and forked.returncode == 0, errors.decode()
+    finally:
+        forked.close()
+    return SubmissionResult.from_dict(json.loads(output))
+
+
+def test_a_warmed_template_loads_the_truths_once_for_every_worker(tmp_path, quick_config_file):
+    """What each student's grade loaded for itself (the float64 truths, above all) the template loads once, when
+    the batch tells it the config and cases: its forks grade from what it holds. The truths deleted from the
+    cache after the warm are not made again by the worker; an unwarmed template's worker makes them itself."""
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(quick_config_file.read_text().replace("cache_dir: ~/.cache/sgemm-grader",
+                                                                 f"cache_dir: {tmp_path / 'cache'}"))
+    config = load_config(config_path)
+    cases = load_cases(config.testcases_dir)
+    truths = config.cache_dir / "truths"
+    student = tmp_path / "student"
+    write(student, GOOD)
+    warmed, cold = Template(), Template()
+    try:
+        warmed.warm(config, cases, on_gpu=False)
+        result = graded_by_a_fork(warmed, student, config, cases, truths)
+        assert result.outcome == GRADED and not [c.name for c in result.checks if c.status == FAILED]
+        assert not list(truths.glob("*.npz")), "the worker computed truths the template held"
+        alone = graded_by_a_fork(cold, student, config, cases, truths)
+        assert alone.score == result.score and alone.score > 0
+        assert list(truths.glob("*.npz")), "an unwarmed template's worker makes its truths itself"
+    finally:
+        warmed.stop()
+        cold.stop()

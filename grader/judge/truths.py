@@ -43,7 +43,13 @@ def sampled_case_truth(case: Case, config: Config, tiles: list[tuple[int, int]],
     return a, b, sampled_truth_of(a, b, tiles, tile, tolerance.k_factor, tolerance.abs, scope)
 
 
-@lru_cache(maxsize=8)
+def warm_inputs(cases: list[Case]) -> None:
+    """The inputs of these cases made now (a batch's template: for the sampled cases' truths, made per grade)."""
+    for case in cases:
+        _inputs(case.m, case.n, case.k, case.seed, case.distribution)
+
+
+@lru_cache(maxsize=64)
 def _inputs(m: int, n: int, k: int, seed: int, distribution: str) -> tuple[np.ndarray, np.ndarray]:
     a, b = make_inputs(m, n, k, seed, distribution)
     a.setflags(write=False)
@@ -62,7 +68,7 @@ def warm(cases: list[Case], config: Config, stop: threading.Event | None = None)
 @lru_cache(maxsize=64)
 def _case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: float, abs_tol: float,
                 folder: str) -> tuple[np.ndarray, np.ndarray, Truth]:
-    a, b = make_inputs(m, n, k, seed, distribution)
+    a, b = _inputs(m, n, k, seed, distribution)
     key = hashlib.sha256(repr((VERSION, m, n, k, seed, distribution, k_factor, abs_tol)).encode()).hexdigest()
     path = Path(folder) / f"{key[:32]}.npz"
     truth = _load(path, (m, n))
