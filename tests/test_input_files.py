@@ -1,0 +1,147 @@
+"""Each case's seeded A and B stored once in the grader's cache and read by every grade's children (issue 50):
+what a child reads is what make_inputs gives, a file that was changed, cut short or mislabelled is never used, and
+a grade reads them (its `case` events say so) with the same verdicts as a grade that generates them."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, SUBMISSIONS
+from hardware import needs_cxx, needs_gpu
+
+from grader.judge.input_files import child_inputs, stored_inputs
+from grader.judge.input_records import data_path, for_child, opened_for_child, record_path, recorded
+from grader.judge.inputs import make_inputs
+
+SHAPE = (67, 45, 31, 7, "normal")  # m, n, k, seed, distribution: ragged, so A and B differ in size
+
+
+def child_view(cache: Path) -> tuple[np.ndarray, np.ndarray, bool]:
+    """What a child reads of SHAPE's file: through a descriptor opened as the runner opens it."""
+    record = recorded(*SHAPE, cache)
+    descriptor = opened_for_child(record) if record else None
+    return child_inputs(None if descriptor is None else for_child(record, descriptor), *SHAPE)
+
+
+def assert_generated_ones(a: np.ndarray, b: np.ndarray) -> None:
+    want_a, want_b = make_inputs(*SHAPE)
+    assert a.dtype == np.float32 and np.array_equal(a, want_a) and np.array_equal(b, want_b)
+
+
+def test_a_child_reads_the_stored_inputs_and_they_are_make_inputs(tmp_path):
+    stored_inputs(*SHAPE, tmp_path)
+    a, b, cached = child_view(tmp_path)
+    assert cached
+    assert_generated_ones(a, b)
+    assert not a.flags.writeable and not b.flags.writeable  # mapped read-only: nothing to write back through
+    assert stat.S_IMODE(data_path(tmp_path, *SHAPE).stat().st_mode) == 0o444  # nobody writes it in place
+
+
+def test_the_parent_reads_a_stored_file_again_without_writing_it(tmp_path):
+    stored_inputs(*SHAPE, tmp_path)
+    data = data_path(tmp_path, *SHAPE)
+    before = (data.stat().st_ino, data.stat().st_mtime_ns, record_path(data).stat().st_mtime_ns)
+    assert_generated_ones(*stored_inputs(*SHAPE, tmp_path))
+    assert (data.stat().st_ino, data.stat().st_mtime_ns, record_path(data).stat().st_mtime_ns) == before
+
+
+def overwrite_in_place(path: Path, offset: int, data: bytes) -> None:
+    path.chmod(0o644)
+    with open(path, "r+b") as file:
+        file.seek(offset)
+        file.write(data)
+
+
+@pytest.mark.parametrize("damage", ["values", "truncated", "replaced"])
+def test_a_changed_file_is_never_used(tmp_path, damage):
+    stored_inputs(*SHAPE, tmp_path)
+    data = data_path(tmp_path, *SHAPE)
+    record = recorded(*SHAPE, tmp_path)
+    descriptor = opened_for_child(record)  # a child started before the damage: its descriptor is checked again
+    if damage == "values":
+        overwrite_in_place(data, 200, np.full(16, 1e30, np.float32).tobytes())
+    elif damage == "truncated":
+        os.truncate(data, data.stat().st_size // 2)
+    else:  # another file put in its place, of the right size
+        zeros = data.with_name("zeros.npy")
+        np.save(zeros, np.zeros(67 * 31 + 31 * 45, np.float32))
+        os.replace(zeros, data)
+    assert recorded(*SHAPE, tmp_path) is None  # the next child is not given it
+    a, b, cached = child_inputs(for_child(record, descriptor), *SHAPE)
+    assert not cached
+    assert_generated_ones(a, b)
+    assert_generated_ones(*stored_inputs(*SHAPE, tmp_path))  # the parent's truths: made again, not read
+    assert recorded(*SHAPE, tmp_path) is not None and child_view(tmp_path)[2]  # and stored anew
+
+
+def test_a_file_whose_header_does_not_fit_the_case_is_not_used_though_recorded(tmp_path):
+    # Recorded as it is (so only the header check stands), but holding another shape: never read as this case's.
+    stored_inputs(67, 45, 30, 7, "normal", tmp_path)
+    other = data_path(tmp_path, 67, 45, 30, 7, "normal")
+    data = data_path(tmp_path, *SHAPE)
+    os.replace(other, data)
+    os.replace(record_path(other), record_path(data))
+    info = data.stat()
+    record_path(data).write_text(json.dumps({"size": info.st_size, "inode": info.st_ino, "device": info.st_dev,
+                                             "mtime_ns": info.st_mtime_ns, "ctime_ns": info.st_ctime_ns}))
+    a, b, cached = child_view(tmp_path)
+    assert not cached
+    assert_generated_ones(a, b)
+
+
+def test_a_changed_generator_never_reads_an_older_file(tmp_path, monkeypatch):
+    from grader.judge import input_records
+
+    old = data_path(tmp_path, *SHAPE)
+    monkeypatch.setattr(input_records, "VERSION", input_records.VERSION + "-next")
+    assert data_path(tmp_path, *SHAPE) != old
+
+
+# -- grades ------------------------------------------------------------------------------------------------------
+
+
+def grade(config: Path, out: Path, backend: str) -> dict:
+    finished = subprocess.run([sys.executable, "-m", "grader", str(SUBMISSIONS / "good_basic"), "--config", str(config),
+                               "--backend", backend, "-o", str(out)], capture_output=True, text=True, cwd=ROOT,
+                              timeout=600)
+    assert finished.returncode == 0 and "Traceback" not in finished.stdout + finished.stderr, finished.stderr
+    return json.loads((out / "good_basic.json").read_text())
+
+
+def verdicts(result: dict) -> list[tuple]:
+    return [(c["name"], c["status"], c["score"], c["message"]) for c in result["checks"]]
+
+
+def cached_inputs(result: dict) -> int:
+    return next(c for c in result["checks"] if c["kind"] == "compile")["metrics"]["cached_inputs"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [pytest.param("cpu", marks=needs_cxx),
+                                     pytest.param("gpu", marks=[pytest.mark.gpu, needs_gpu])])
+def test_a_grade_reads_the_prepared_inputs_and_judges_as_one_that_generates_them(tmp_path, quick_config_file,
+                                                                                  backend):
+    text = quick_config_file.read_text()
+    assert "cache_dir: ~/.cache/sgemm-grader" in text
+    configs = {}
+    for name in ("with", "without"):
+        (tmp_path / name).mkdir()
+        configs[name] = tmp_path / name / "config.yaml"
+        configs[name].write_text(text.replace("cache_dir: ~/.cache/sgemm-grader", f"cache_dir: {tmp_path / name}"))
+    (tmp_path / "without" / "inputs").write_text("not a folder: no inputs can be stored")
+    prepared = subprocess.run([sys.executable, "-m", "grader", "prepare", "--config", str(configs["with"]),
+                               "--backend", backend], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert prepared.returncode == 0 and "ready: the seeded inputs of" in prepared.stdout, prepared.stderr
+
+    cached = grade(configs["with"], tmp_path / "out-with", backend)
+    generated = grade(configs["without"], tmp_path / "out-without", backend)
+    ran = [c for c in cached["checks"] if c["kind"] == "case" and "GPU only" not in c["message"]]
+    assert ran and cached_inputs(cached) == len(ran)  # every case its child ran, on the stored inputs
+    assert cached_inputs(generated) == 0
+    assert verdicts(cached) == verdicts(generated)
