@@ -3,11 +3,14 @@ what a child reads is what make_inputs gives, a file that was changed, cut short
 a grade reads them (its `case` events say so) with the same verdicts as a grade that generates them."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,9 @@ import pytest
 from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx, needs_gpu
 
+from grader.contract import KernelContract
+from grader.execute.job import CaseSpec, Job
+from grader.execute.runner import ChildProgram, Limits, run_job
 from grader.judge.input_files import child_inputs, stored_inputs
 from grader.judge.input_records import data_path, for_child, opened_for_child, record_path, recorded
 from grader.judge.inputs import make_inputs
@@ -101,6 +107,52 @@ def test_a_changed_generator_never_reads_an_older_file(tmp_path, monkeypatch):
     old = data_path(tmp_path, *SHAPE)
     monkeypatch.setattr(input_records, "VERSION", input_records.VERSION + "-next")
     assert data_path(tmp_path, *SHAPE) != old
+
+
+# A stand-in for the GPU child in the real sandbox, confined as the GPU child is (its code on the command line: the
+# sandbox shows it its own folder alone): it tries to write through the descriptor it was given, and reads it.
+SANDBOXED_CHILD = """
+import hashlib, json, os, sys
+from grader.execute.job import Job
+from grader.judge.input_files import child_inputs
+job, events = Job.load(sys.argv[1], forget=True), int(sys.argv[2])
+spec = job.cases[0]
+tried = {}
+for how, attempt in (("write", lambda: os.write(spec.inputs["fd"], b"x")),
+                     ("reopen", lambda: os.open(f"/proc/self/fd/{spec.inputs['fd']}", os.O_RDWR)),
+                     ("by_path", lambda: os.open(CACHE_FILE, os.O_RDONLY))):
+    try:
+        attempt()
+        tried[how] = "done"
+    except OSError:
+        tried[how] = "refused"
+a, b, cached = child_inputs(spec.inputs, spec.m, spec.n, spec.k, spec.seed, spec.distribution)
+seen = {"cached": cached, "digest": hashlib.sha256(a.tobytes() + b.tobytes()).hexdigest(), "tried": tried}
+open(os.path.join(job.workdir, "seen.json"), "w").write(json.dumps(seen))
+os.write(events, b'{"event": "done"}\\n')
+"""
+
+
+def test_a_sandboxed_child_maps_its_descriptor_and_cannot_write_through_it(tmp_path, sandbox):
+    stored_inputs(*SHAPE, tmp_path / "cache")
+    data = data_path(tmp_path / "cache", *SHAPE)
+    before = recorded(*SHAPE, tmp_path / "cache")
+    folder = Path(tempfile.mkdtemp(prefix="sgemm-grade-"))  # as run_child makes a grade's folder: the uid enters
+    folder.chmod(0o711)
+    try:
+        job = Job(student_source="", reference_source="", contract=KernelContract(tile_sizes=(16,)), options=[],
+                  cache_dir=str(tmp_path / "cache"), workdir=str(folder), cases=[CaseSpec("one", *SHAPE)])
+        code = SANDBOXED_CHILD.replace("CACHE_FILE", repr(str(data)))  # told the path: only the sandbox stops it
+        events = list(run_job(job, Limits(startup_s=60, compile_s=60, run_s=60, max_restarts=0), lambda: 0,
+                              ChildProgram((sys.executable, "-c", code), sandbox)))
+        assert [e["event"] for e in events][-2:] == ["done", "output"], events
+        seen = json.loads(next(folder.glob("child-*/seen.json")).read_text())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    want_a, want_b = make_inputs(*SHAPE)
+    assert seen["cached"] and seen["digest"] == hashlib.sha256(want_a.tobytes() + want_b.tobytes()).hexdigest()
+    assert seen["tried"] == {"write": "refused", "reopen": "refused", "by_path": "refused"}
+    assert recorded(*SHAPE, tmp_path / "cache") == before  # the file is as the parent recorded it
 
 
 # -- grades ------------------------------------------------------------------------------------------------------

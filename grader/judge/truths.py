@@ -4,7 +4,8 @@ A batch grades every student in a process of its own; without this each would re
 products (two 1000³ matmuls for a large case), all at once, on cores the students' compilers need. The
 files live in the grader's cache, which no sandboxed process can write; a file that cannot be read, or
 whose arrays do not match the digest stored with them, is computed again. One grade computes (or reads)
-them in a thread while its child starts and compiles (warming.py), so judging never waits on them.
+them in a thread while its child starts and compiles (warming.py), so judging never waits on them. The inputs a
+truth is made from are the ones the children read (input_files.py), stored once beside the truths.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ..config import Config
 from .compare import Truth, sampled_truth_of, truth_of
 from .input_files import stored_inputs
 
-VERSION = "1"  # bump when make_inputs or the bound changes
+VERSION = "1"  # bump when make_inputs (input_records.VERSION too) or the bound changes
 
 
 _computing = threading.Lock()  # one thread computes a truth; another wanting it waits, then reads it
