@@ -26,7 +26,7 @@ from .execute.job import student_output
 from .execute.protocol import read_untrusted
 from .judge.compare import CaseRun, judge_case, wrong_mask
 from .judge.findings import Finding
-from .judge.input_records import CACHED, GENERATED
+from .judge.input_records import GENERATED
 from .judge.inputs import split_guarded
 from .judge.layout import guarded_size
 from .judge.locate import stored_over

@@ -330,7 +330,7 @@ class Worker:
     # -- cases ---------------------------------------------------------------------------------
 
     def run_case(self, spec: CaseSpec, a: np.ndarray, b: np.ndarray, student: Kernel, reference: Kernel,
-                 memory: CaseMemory, cached: bool = False) -> None:
+                 memory: CaseMemory, cached: bool) -> None:
         """The student's kernel first, `launches_per_case` times on the same inputs, each on poisoned C and
         poisoned shared memory, the launches after the first with late warps (late_warps.py: a race shows
         every time); then the reference: its output is never in GPU memory while student code runs. Each
