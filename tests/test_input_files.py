@@ -18,6 +18,7 @@ import pytest
 from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx, needs_gpu
 
+from grader.cases import load_cases
 from grader.contract import KernelContract
 from grader.execute.job import CaseSpec, Job
 from grader.execute.runner import ChildProgram, Limits, run_job
@@ -190,6 +191,8 @@ def test_a_grade_reads_the_prepared_inputs_and_judges_as_one_that_generates_them
     prepared = subprocess.run([sys.executable, "-m", "grader", "prepare", "--config", str(configs["with"]),
                                "--backend", backend], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert prepared.returncode == 0 and "ready: the seeded inputs of" in prepared.stdout, prepared.stderr
+    every = load_cases(quick_config_file.parent / "testcases")  # the GPU-only one too: a GPU grade runs it
+    assert all(recorded(c.m, c.n, c.k, c.seed, c.distribution, tmp_path / "with") for c in every)
 
     cached = grade(configs["with"], tmp_path / "out-with", backend)
     generated = grade(configs["without"], tmp_path / "out-without", backend)
