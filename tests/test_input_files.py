@@ -21,7 +21,7 @@ from hardware import needs_cxx, needs_gpu
 from grader.cases import load_cases
 from grader.contract import KernelContract
 from grader.execute.job import CaseSpec, Job
-from grader.execute.runner import ChildProgram, Limits, run_job
+from grader.execute.runner import ChildProgram, Limits, inputs_for_child, run_job
 from grader.judge.input_files import child_inputs, stored_inputs
 from grader.judge.input_records import data_path, for_child, opened_for_child, record_path, recorded
 from grader.judge.inputs import make_inputs
@@ -108,6 +108,20 @@ def test_a_changed_generator_never_reads_an_older_file(tmp_path, monkeypatch):
     old = data_path(tmp_path, *SHAPE)
     monkeypatch.setattr(input_records, "VERSION", input_records.VERSION + "-next")
     assert data_path(tmp_path, *SHAPE) != old
+
+
+def test_a_childs_job_names_a_descriptor_of_the_stored_file_never_its_path(tmp_path):
+    stored_inputs(*SHAPE, tmp_path)
+    named, descriptors = inputs_for_child([CaseSpec("stored", *SHAPE), CaseSpec("not_stored", 5, 6, 7, 1, "uniform")],
+                                          str(tmp_path))
+    try:
+        assert named[1].inputs is None and len(descriptors) == 1  # the other case's child generates it
+        assert "path" not in named[0].inputs and str(tmp_path) not in json.dumps(named[0].inputs)
+        assert os.fstat(named[0].inputs["fd"]).st_ino == data_path(tmp_path, *SHAPE).stat().st_ino
+        assert not os.get_inheritable(descriptors[0])  # no other process the parent starts inherits it
+    finally:
+        for descriptor in descriptors:
+            os.close(descriptor)
 
 
 # A stand-in for the GPU child in the real sandbox, confined as the GPU child is (its code on the command line: the

@@ -47,6 +47,9 @@ from .protocol import ProtocolError
 # Events after which the child is gone; in a case, the remaining cases go to a fresh child.
 BROKEN = ("fault", "timeout", "crash", "protocol_error")
 LOG_FILE_BYTES = 1 << 20  # of a child's stdout and stderr, what the parent reads back
+# Cases whose stored inputs a child is passed as descriptors; the rest it generates. Far within both processes'
+# open-file limits (the GPU child's is 1024) for a config of many cases; the shipped one has 21.
+MAX_INPUT_DESCRIPTORS = 256
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,8 @@ def inputs_for_child(cases: list[CaseSpec], cache_dir: str) -> tuple[list[CaseSp
     is missing or not the recorded one goes without: its child generates them."""
     named, descriptors = [], []
     for spec in cases:
-        record = recorded(spec.m, spec.n, spec.k, spec.seed, spec.distribution, cache_dir) if cache_dir else None
+        wanted = cache_dir and len(descriptors) < MAX_INPUT_DESCRIPTORS
+        record = recorded(spec.m, spec.n, spec.k, spec.seed, spec.distribution, cache_dir) if wanted else None
         descriptor = opened_for_child(record) if record else None
         if descriptor is not None:
             descriptors.append(descriptor)
