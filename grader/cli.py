@@ -534,7 +534,7 @@ def prepare_cache(config, cases, plan, console: Console, errors: Console) -> int
     from .pipeline import GPU
     from .prepare import prepare
 
-    made = prepare(config, whole_truths(cases, plan.backend == GPU), plan.sandbox, plan.backend == GPU)
+    made = prepare(config, whole_truths(cases, plan.backend == GPU), plan.sandbox, plan.backend == GPU, inputs=cases)
     for ok, what in made:
         if ok:
             console.print(f"ready: {what}", highlight=False, markup=False)

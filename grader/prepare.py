@@ -1,6 +1,6 @@
 """What every grade of this grader version and configuration shares, made once into the cache before any student
 waits for it (issue 50): the CPU emulator's harness object and precompiled header, the reference kernel's
-emulation and its access profile per tile size, and the cases' float64 truths.
+emulation and its access profile per tile size, and the cases' seeded inputs and float64 truths.
 
 `grade prepare` makes them all (the README's first command, the LMS images' set-up and `grade batch` before its
 first student run it); a grade starts `prepare_soon` at its very start, in the parent, so that on a cold cache the
@@ -31,15 +31,19 @@ from .leftovers import PREPARE
 COMPILE_TIMEOUT_S = 120  # as the CPU child's builds
 
 
-def prepare(config: Config, cases: list[Case], sandbox: Sandbox | None, on_gpu: bool = False) -> list[tuple[bool, str]]:
+def prepare(config: Config, cases: list[Case], sandbox: Sandbox | None, on_gpu: bool = False,
+            inputs: list[Case] | None = None) -> list[tuple[bool, str]]:
     """Every per-version build made into the cache (kept ones are read, not made again): (made, what) for each,
     for the command to print; made is False where it could not be made (the grades then make it, or say why).
-    Without a sandbox (an image being built may have none) nothing of the reference's is built: the compilers
-    run in the sandbox alone."""
-    from .judge import truths  # numpy: imported only where the truths are made
+    `cases`: those whose truths the grades need; `inputs`: those whose seeded A and B the children read (by default
+    the same). Without a sandbox (an image being built may have none) nothing of the reference's is built: the
+    compilers run in the sandbox alone."""
+    from .judge import input_files, truths  # numpy: imported only where the truths and inputs are made
 
+    inputs = cases if inputs is None else inputs
+    input_files.warm(inputs, config.cache_dir)
     truths.warm(cases, config)
-    said = [(True, f"the float64 truths of {len(cases)} cases")]
+    said = [(True, f"the seeded inputs of {len(inputs)} cases"), (True, f"the float64 truths of {len(cases)} cases")]
     if sandbox is None:
         said.append((False, "the reference's builds: no sandbox here (each grade's first makes them)"))
     elif nvcc_path() is not None:

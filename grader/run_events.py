@@ -26,6 +26,7 @@ from .execute.job import student_output
 from .execute.protocol import read_untrusted
 from .judge.compare import CaseRun, judge_case, wrong_mask
 from .judge.findings import Finding
+from .judge.input_records import GENERATED
 from .judge.inputs import split_guarded
 from .judge.layout import guarded_size
 from .judge.locate import stored_over
@@ -173,6 +174,7 @@ class RunEvents:
         self.timing_rounds: list[dict] = []  # each measurement the child made, in order
         self.waited_s = 0.0  # for turns on the device: never counted against the student
         self.held_s: dict[str, float] = {}  # per kind of turn: the device time this submission took
+        self.inputs_from: dict[str, str] = {}  # per case its child ran: cached or generated (judge/input_files.py)
         self.not_run_reason = "not run"
         self.broken_cases: list[str] = []
         self.grader_error = ""
@@ -273,6 +275,7 @@ class RunEvents:
         if case is None:
             self._broken(event, f"the grading process reported a case it was not given ({event['case'][:40]!r})")
             return
+        self.inputs_from[case.name] = event.get("inputs", GENERATED)
         launches = event.get("launches", 1)
         distinct = event.get("distinct_outputs", 1)
         if not 1 <= distinct <= launches <= MAX_LAUNCHES_PER_CASE:

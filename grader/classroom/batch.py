@@ -195,7 +195,8 @@ def _grade_all(todo, config, cases, plan, options, console, rows) -> tuple[int, 
         if options.cluster:  # the workers' hosts build the emulator's own into their caches
             truths.warm(whole_truths(cases, plan.backend == GPU), config)
         else:  # what no student's grade should build (a failure here is said by each grade)
-            prepare(config, whole_truths(cases, plan.backend == GPU), sandbox_of(plan), plan.backend == GPU)
+            prepare(config, whole_truths(cases, plan.backend == GPU), sandbox_of(plan), plan.backend == GPU,
+                    inputs=cases)
     counts = {"pass": 0, "fail": 0, "held": 0, "error": 0}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())

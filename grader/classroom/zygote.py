@@ -61,7 +61,7 @@ def warm(config, cases: list, on_gpu: bool) -> None:
 
     try:
         truths.warm(whole_truths(cases, on_gpu), config)
-        truths.warm_inputs([case for case in cases if case.sampled])
+        truths.warm_inputs([case for case in cases if case.sampled], config)
         child_distributions()
         reference = config.reference_path.read_text(encoding="utf-8")
         static_checks(reference, (find_kernels(reference) or ["mysgemm"])[0], vars(config.points.static))

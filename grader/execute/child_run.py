@@ -15,6 +15,7 @@ from ..cases import Case, sample_seed, whole_truths
 from ..config import Config
 from ..contract import KernelContract
 from ..intake.submission import Submission
+from ..judge.input_records import CACHED
 from ..judge.printed import kernel_output
 from ..judge.warming import Warming
 from ..leftovers import GRADE, owned_folder
@@ -46,7 +47,8 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     workdir = str(owned_folder(GRADE))  # named for this process: a later start clears it if we die unclean
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
     sandbox = sandbox_of(plan)
-    warming = Warming(whole_truths(cases, backend == GPU), config)  # the judge ready when the first outputs are
+    # The judge ready when the first outputs are, and every case's inputs stored for the next grades
+    warming = Warming(whole_truths(cases, backend == GPU), config, inputs=cases)
     device = device_side(submission.source, submission.headers)  # what the emulator builds, its sites numbered
     try:
         job = job_of(submission, device, config, cases, workdir, sandbox, timed=backend == GPU,
@@ -77,6 +79,8 @@ def take_run(result: SubmissionResult, run: RunEvents) -> None:
     result.outcome = run.outcome
     run.compile_check.metrics["turn_wait_s"] = round(run.waited_s, 3)  # the instructor's figure: not its time
     run.compile_check.metrics["turn_held_s"] = {kind: round(s, 3) for kind, s in run.held_s.items()}
+    # How many cases the child ran on A and B read from the cache rather than generated (judge/input_files.py)
+    run.compile_check.metrics["cached_inputs"] = sum(origin == CACHED for origin in run.inputs_from.values())
     if run.grader_error:
         result.message = run.grader_error
 

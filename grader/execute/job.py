@@ -24,6 +24,9 @@ class CaseSpec:
     # A case run by sampled blocks on the CPU emulator (execute/cpu/sampling.py's BlockSample, as its wire form);
     # None: the whole grid. The GPU child runs every case whole.
     sample: dict | None = None
+    # The case's A and B as the parent stored them (judge/input_records.py), in the child's job alone: the file's
+    # recorded identity and the read-only descriptor the runner passed. None: the child generates them.
+    inputs: dict | None = None
 
 
 @dataclass

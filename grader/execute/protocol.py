@@ -14,6 +14,8 @@ import os
 import stat
 from pathlib import Path
 
+from ..judge.input_records import CACHED, GENERATED
+
 MAX_LINE_BYTES = 1 << 20
 MAX_TEXT = 64 * 1024
 MAX_LIST = 4096
@@ -65,7 +67,7 @@ EVENTS: dict[str, tuple[dict, dict]] = {
              {"races": RECORDS, "schedules_differ": int, "launches": int, "distinct_outputs": int,
               "unstored_reads": RECORDS, "collisions": RECORDS, "c_collisions": int, "indices": RECORDS,
               "c_reads": RECORDS, "tile_loops": RECORDS, "mappings": RECORDS, "unstored": RECORDS,
-              "unwritten_in_c": RECORDS}),
+              "unwritten_in_c": RECORDS, "inputs": one_of(CACHED, GENERATED)}),
     "case_error": ({"case": str, "schedule": str, "problem": RECORD}, {}),
     # A turn on the device for the cases, or for a sanitizer launch (job: which of launch_kernel's): "go"
     "await_device": ({}, {"job": int}),

@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..judge.input_records import for_child, opened_for_child, recorded
 from .confine import bytecode, reachable
 from .confine.deadline import Deadline
 from .confine.proc import (
@@ -38,7 +39,7 @@ from .confine.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
 from .event_pipe import TimedOut, read_events
 from .gpu.clocks import ClockWatch
 from .gpu.device_lock import DeviceLock, Turn
-from .job import Job
+from .job import CaseSpec, Job
 from .nvcc import cubin_cache
 from .nvcc.compile_ahead import CompilesAhead
 from .protocol import ProtocolError
@@ -46,6 +47,9 @@ from .protocol import ProtocolError
 # Events after which the child is gone; in a case, the remaining cases go to a fresh child.
 BROKEN = ("fault", "timeout", "crash", "protocol_error")
 LOG_FILE_BYTES = 1 << 20  # of a child's stdout and stderr, what the parent reads back
+# Cases whose stored inputs a child is passed as descriptors; the rest it generates. Far within both processes'
+# open-file limits (the GPU child's is 1024) for a config of many cases; the shipped one has 21.
+MAX_INPUT_DESCRIPTORS = 256
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,21 @@ def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: C
         yield {"event": "restart", "after": broken["case"], "restarts": restarts}
 
 
+def inputs_for_child(cases: list[CaseSpec], cache_dir: str) -> tuple[list[CaseSpec], list[int]]:
+    """The cases as the child's job names them: each A and B stored in the cache (judge/input_records.py) as a
+    read-only descriptor the child maps, never the cache's path; and those descriptors, to pass. A case whose file
+    is missing or not the recorded one goes without: its child generates them."""
+    named, descriptors = [], []
+    for spec in cases:
+        wanted = cache_dir and len(descriptors) < MAX_INPUT_DESCRIPTORS
+        record = recorded(spec.m, spec.n, spec.k, spec.seed, spec.distribution, cache_dir) if wanted else None
+        descriptor = opened_for_child(record) if record else None
+        if descriptor is not None:
+            descriptors.append(descriptor)
+        named.append(replace(spec, inputs=None if descriptor is None else for_child(record, descriptor)))
+    return named, descriptors
+
+
 class Child:
     def __init__(self, job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
                  placement: Placement):
@@ -165,21 +184,26 @@ class Child:
             if self.program.sandbox is not None:
                 self.ahead = CompilesAhead.start(self.cubins, hint, self.program.sandbox, self.limits.compile_s,
                                                  Path(self.job.workdir))
-        replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint,
+        cases, inputs = inputs_for_child(self.job.cases, self.job.cache_dir)
+        replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint, cases=cases,
                 parent_compiles=self.ahead is not None, case_s=self.limits.for_phase("case"),
                 max_restarts=self.limits.max_restarts).save(job_file)
         read_fd, write_fd = os.pipe()
         control_read, self.control_fd = os.pipe()
         argv = [*self.program.argv, str(job_file), str(write_fd), str(control_read)]
-        options = dict(pass_fds=(write_fd, control_read), stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        options = dict(pass_fds=(write_fd, control_read, *inputs), stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                        env=child_environment(str(self.workdir), self.placement.environment()))
         self.timeline.enter("sandbox")  # the confinement's set-up: reachable copies, the command line
-        with open(self.log_path, "wb") as log:
-            if self.program.sandbox is not None:
-                confinement = self.program.confinement(self.workdir)
-                proc = self.program.sandbox.popen(argv, confinement, stdout=log, **options)
-            else:
-                proc = subprocess.Popen(argv, stdout=log, start_new_session=True, cwd=self.workdir, **options)
+        try:
+            with open(self.log_path, "wb") as log:
+                if self.program.sandbox is not None:
+                    confinement = self.program.confinement(self.workdir)
+                    proc = self.program.sandbox.popen(argv, confinement, stdout=log, **options)
+                else:
+                    proc = subprocess.Popen(argv, stdout=log, start_new_session=True, cwd=self.workdir, **options)
+        finally:
+            for descriptor in inputs:
+                os.close(descriptor)  # the child's now
         self.pid, self.tree = proc.pid, ProcessTree(proc.pid)
         if self.program.gpu and self.job.cache_dir:
             bytecode.ensure_soon(reachable.child_distributions, Path(self.job.cache_dir))

@@ -4,7 +4,8 @@ A batch grades every student in a process of its own; without this each would re
 products (two 1000³ matmuls for a large case), all at once, on cores the students' compilers need. The
 files live in the grader's cache, which no sandboxed process can write; a file that cannot be read, or
 whose arrays do not match the digest stored with them, is computed again. One grade computes (or reads)
-them in a thread while its child starts and compiles (warming.py), so judging never waits on them.
+them in a thread while its child starts and compiles (warming.py), so judging never waits on them. The inputs a
+truth is made from are the ones the children read (input_files.py), stored once beside the truths.
 """
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ import numpy as np
 from ..cases import Case
 from ..config import Config
 from .compare import Truth, sampled_truth_of, truth_of
-from .inputs import make_inputs
+from .input_files import stored_inputs
 
-VERSION = "1"  # bump when make_inputs or the bound changes
+VERSION = "1"  # bump when make_inputs (input_records.VERSION too) or the bound changes
 
 
 _computing = threading.Lock()  # one thread computes a truth; another wanting it waits, then reads it
@@ -31,27 +32,27 @@ def case_truth(case: Case, config: Config) -> tuple[np.ndarray, np.ndarray, Trut
     tolerance = config.tolerance
     with _computing:
         return _case_truth(case.m, case.n, case.k, case.seed, case.distribution, tolerance.k_factor,
-                           tolerance.abs, str(config.cache_dir / "truths"))
+                           tolerance.abs, str(config.cache_dir))
 
 
 def sampled_case_truth(case: Case, config: Config, tiles: list[tuple[int, int]], tile: int,
                        scope: str) -> tuple[np.ndarray, np.ndarray, Truth]:
     """A case run by sampled blocks: its inputs and the truth of the given tiles of C alone (compare.py), computed
     per grade (a few small products), never the whole float64 A @ B."""
-    a, b = _inputs(case.m, case.n, case.k, case.seed, case.distribution)
+    a, b = _inputs(case.m, case.n, case.k, case.seed, case.distribution, str(config.cache_dir))
     tolerance = config.tolerance
     return a, b, sampled_truth_of(a, b, tiles, tile, tolerance.k_factor, tolerance.abs, scope)
 
 
-def warm_inputs(cases: list[Case]) -> None:
-    """The inputs of these cases made now (a batch's template: for the sampled cases' truths, made per grade)."""
+def warm_inputs(cases: list[Case], config: Config) -> None:
+    """The inputs of these cases read now (a batch's template: for the sampled cases' truths, made per grade)."""
     for case in cases:
-        _inputs(case.m, case.n, case.k, case.seed, case.distribution)
+        _inputs(case.m, case.n, case.k, case.seed, case.distribution, str(config.cache_dir))
 
 
 @lru_cache(maxsize=64)
-def _inputs(m: int, n: int, k: int, seed: int, distribution: str) -> tuple[np.ndarray, np.ndarray]:
-    a, b = make_inputs(m, n, k, seed, distribution)
+def _inputs(m: int, n: int, k: int, seed: int, distribution: str, cache_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    a, b = stored_inputs(m, n, k, seed, distribution, cache_dir)  # the arrays the children read (input_files.py)
     a.setflags(write=False)
     b.setflags(write=False)
     return a, b
@@ -67,10 +68,10 @@ def warm(cases: list[Case], config: Config, stop: threading.Event | None = None)
 
 @lru_cache(maxsize=64)
 def _case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: float, abs_tol: float,
-                folder: str) -> tuple[np.ndarray, np.ndarray, Truth]:
-    a, b = _inputs(m, n, k, seed, distribution)
+                cache_dir: str) -> tuple[np.ndarray, np.ndarray, Truth]:
+    a, b = _inputs(m, n, k, seed, distribution, cache_dir)
     key = hashlib.sha256(repr((VERSION, m, n, k, seed, distribution, k_factor, abs_tol)).encode()).hexdigest()
-    path = Path(folder) / f"{key[:32]}.npz"
+    path = Path(cache_dir, "truths", f"{key[:32]}.npz")
     truth = _load(path, (m, n))
     if truth is None:
         truth = truth_of(a, b, k_factor, abs_tol)

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from ...contract import KernelContract
-from ...judge.inputs import guarded_c, make_inputs
+from ...judge.input_files import child_inputs
+from ...judge.inputs import guarded_c
 from ...judge.layout import GUARD_BEFORE, guarded_layout, guarded_size
 from ..confine.sandbox import HARNESS_LIMITS
 from ..job import CaseSpec, Job, student_output
@@ -44,11 +45,14 @@ PRINTF_CUT = f"\n[... printf output truncated at {PRINTF_CAP} bytes ...]\n".enco
 CROSSING = ("c_read", "c_collision")
 
 
-def write_inputs(folder: Path, spec: CaseSpec) -> None:
-    """A and B of a case, where the sandbox can read them (written after it started: readable by anyone)."""
-    for name, array in zip(("a", "b"), make_inputs(spec.m, spec.n, spec.k, spec.seed, spec.distribution)):
+def write_inputs(folder: Path, spec: CaseSpec) -> bool:
+    """A and B of a case, where the sandbox can read them (written after it started: readable by anyone); whether
+    they came from the grader's cache (judge/input_files.py) rather than made here."""
+    a, b, cached = child_inputs(spec.inputs, spec.m, spec.n, spec.k, spec.seed, spec.distribution)
+    for name, array in zip(("a", "b"), (a, b)):
         array.tofile(folder / f"{name}.bin")
         (folder / f"{name}.bin").chmod(0o644)
+    return cached
 
 
 def case_line(folder: Path, spec: CaseSpec, tile: int, contract: KernelContract, task: int,
@@ -109,9 +113,8 @@ class Cases:
     def case_folder(self, index: int) -> Path:
         return self.folder / f"case{index}"
 
-    def write_inputs(self) -> None:
-        for index, spec in enumerate(self.job.cases):
-            write_inputs(self.case_folder(index), spec)
+    def write_inputs(self) -> list[bool]:
+        return [write_inputs(self.case_folder(index), spec) for index, spec in enumerate(self.job.cases)]
 
     def blocks(self, index: int, tile: int) -> list[tuple[int, int]]:
         """The blocks sampled case `index` runs, in the order one worker runs them."""

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...contract import REFERENCE, KernelContract
+from ...judge.input_records import CACHED, GENERATED
 from ..confine.proc import die_with_parent
 from ..confine.sandbox import HARNESS_LIMITS, Sandbox, SandboxFailed
 from ..job import Job
@@ -123,7 +124,7 @@ def _run_cases(channel: Channel, answers, server: Server, cases: Cases, tile: in
     job = cases.job
     if not job.cases:
         return True
-    cases.write_inputs()  # host work, before the turn
+    cached = dict(zip((spec.name for spec in job.cases), cases.write_inputs()))  # host work, before the turn
     channel.send("phase", phase="case", case=job.cases[0].name)
     if not _turn(channel, answers):
         return False
@@ -143,6 +144,8 @@ def _run_cases(channel: Channel, answers, server: Server, cases: Cases, tile: in
     for event in case_events(schedule, cases, launches, limits,
                              lambda index: channel.send("phase", phase="case", case=job.cases[index].name)):
         hung = hung or event.get("problem", {}).get("event") == "timeout"
+        if event["event"] == "case":  # where its A and B came from, as the GPU child tells it
+            event["inputs"] = CACHED if cached[event["case"]] else GENERATED
         channel.send(**event)
     cases.print_outputs()
     return not hung

@@ -63,7 +63,8 @@ from pathlib import Path
 import numpy as np
 
 from ...contract import REFERENCE, KernelContract
-from ...judge.inputs import make_inputs
+from ...judge.input_files import child_inputs
+from ...judge.input_records import CACHED, GENERATED
 from ...judge.layout import GUARD_BEFORE, POISON_BITS, guard_after, guarded_layout, guarded_size
 from ...judge.tolerance import uniform_bound
 from ..confine.proc import BACKGROUND_NICE, die_with_parent
@@ -177,16 +178,16 @@ class Worker:
             return
         student, reference = loaded
         # Host work and device memory before the turn: every other child waits while this one holds the GPU.
-        inputs = [(spec, *make_inputs(spec.m, spec.n, spec.k, spec.seed, spec.distribution))
+        inputs = [(spec, *child_inputs(spec.inputs, spec.m, spec.n, spec.k, spec.seed, spec.distribution))
                   for spec in self.job.cases]
         timing_memory = TimingMemory(self.job.timing, self.device) if self.job.timing else None
         if inputs:
             case_memory = CaseMemory(self.job.cases)
             if not self.turn("await_device"):  # one turn for all the cases
                 return
-            for spec, a, b in inputs:
+            for spec, a, b, cached in inputs:
                 self.channel.send("phase", phase="case", case=spec.name)
-                self.run_case(spec, a, b, student, reference, case_memory)
+                self.run_case(spec, a, b, student, reference, case_memory, cached)
             student.late_warps(OFF)  # timing measures the kernel as the GPU schedules it
         while timing_memory is not None:
             # Only the parent judges correctness, so it decides whether timing (or timing again) is worth it.
@@ -334,7 +335,7 @@ class Worker:
     # -- cases ---------------------------------------------------------------------------------
 
     def run_case(self, spec: CaseSpec, a: np.ndarray, b: np.ndarray, student: Kernel, reference: Kernel,
-                 memory: CaseMemory) -> None:
+                 memory: CaseMemory, cached: bool) -> None:
         """The student's kernel first, `launches_per_case` times on the same inputs, each on poisoned C and
         poisoned shared memory, the launches after the first with late warps (late_warps.py: a race shows
         every time); then the reference: its output is never in GPU memory while student code runs. Each
@@ -382,7 +383,7 @@ class Worker:
             np.save(self.job.output_path(spec.name, student_output(index)), output)
         np.save(self.job.output_path(spec.name, "reference"), ref_out)
         self.channel.send("case", case=spec.name, seconds=min(seconds), a_changed=a_changed, b_changed=b_changed,
-                          launches=launches, distinct_outputs=len(outputs))
+                          launches=launches, distinct_outputs=len(outputs), inputs=CACHED if cached else GENERATED)
 
     # -- timing --------------------------------------------------------------------------------
 
