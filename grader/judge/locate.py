@@ -18,26 +18,28 @@ ROUND_UP = "round the phase count up, (k + TILE - 1) / TILE, and load out-of-ran
 
 
 def locate_errors(wrong: np.ndarray, unwritten: np.ndarray, c: np.ndarray, a: np.ndarray, b: np.ndarray,
-                  tile: int, k_factor: float, abs_tol: float, truth=None, phase_count_right: bool = False) -> Finding:
+                  tile: int, k_factor: float, abs_tol: float, truth=None, phase_count_right: bool = False,
+                  at: np.ndarray | None = None) -> Finding:
     """`truth` (compare.Truth), when given, lets a wrong element be recognised as another element's value; of a
     case run by sampled blocks (truth.checked) only the tiles checked are spoken of, and no element's value is
     looked up among the others' (most have no truth). Where the emulator saw the tile loop run ceil(k / TILE)
     times (`phase_count_right`), a C that looks like the product over whole tiles only is not told as a phase
-    count that rounds down."""
+    count that rounds down. `at`: the flat indices of the wrong elements, where the caller has them."""
     sampled = truth is not None and truth.checked is not None
     m, n = wrong.shape
     k = a.shape[1]
-    rows, cols = np.nonzero(wrong)
-    tile_rows, tile_cols = np.unique(rows // tile).tolist(), np.unique(cols // tile).tolist()
+    at = np.flatnonzero(wrong) if at is None else at
+    rows, cols = np.divmod(at, n)
     grid_rows, grid_cols = -(-m // tile), -(-n // tile)
+    tile_rows, tile_cols = _present(rows // tile, grid_rows), _present(cols // tile, grid_cols)
     where = (f"tile rows {_ranges(tile_rows)} and tile columns {_ranges(tile_cols)} "
              f"(of {grid_rows}×{grid_cols} tiles of {tile}×{tile})")
     for hint in (
         _nothing_stored(unwritten, truth.checked if sampled else None),
         None if phase_count_right else _last_partial_phase(c, wrong, rows, cols, a, b, tile, k_factor, abs_tol),
-        None if sampled else _misplaced(c, wrong, truth),
+        None if sampled else _misplaced(c, at, truth),
         _partial_edges(rows, cols, m, n, tile),
-        _unwritten_only(wrong, unwritten, where),
+        _unwritten_only(unwritten.ravel()[at], where),
         _everywhere(tile_rows, tile_cols, grid_rows, grid_cols, m, n, k, tile, "checked " if sampled else ""),
     ):
         if hint:
@@ -51,8 +53,16 @@ def _nothing_stored(unwritten: np.ndarray, checked: np.ndarray | None = None) ->
     return None
 
 
-def _unwritten_only(wrong: np.ndarray, unwritten: np.ndarray, where: str) -> Finding | None:
-    if unwritten[wrong].all():
+def _present(indices: np.ndarray, size: int) -> list[int]:
+    """The distinct values of `indices` (each in range(size)), ascending: np.unique's answer, by marking."""
+    seen = np.zeros(size, bool)
+    seen[indices] = True
+    return np.flatnonzero(seen).tolist()
+
+
+def _unwritten_only(unwritten_wrong: np.ndarray, where: str) -> Finding | None:
+    """`unwritten_wrong`: for each wrong element, whether it still holds the poison."""
+    if unwritten_wrong.all():
         return Finding(f"the elements never written sit in {where}",
                        "check the condition and the index of the store to C")
     return None
@@ -89,13 +99,14 @@ def _truncated_product_at(c, rows, cols, a, b, k_factor, abs_tol, count: int) ->
     return bool(within(c[rows, cols], value, bound).all())
 
 
-def _misplaced(c: np.ndarray, wrong: np.ndarray, truth) -> Finding | None:
+def _misplaced(c: np.ndarray, at: np.ndarray, truth) -> Finding | None:
     """Wrong elements that hold other elements' right values: the sums are right and stored at the wrong
     place (a wrong index of C, two threads storing one element). Seen from the values alone, so it holds on
-    any backend; the pattern only where at least half of a sample of wrong elements show it."""
+    any backend; the pattern only where at least half of a sample of wrong elements show it (`at`: the wrong
+    elements' flat indices)."""
     if truth is None:
         return None
-    rows, cols = np.nonzero(wrong & np.isfinite(c))
+    rows, cols = np.divmod(at[np.isfinite(c.ravel()[at])], c.shape[1])
     if rows.size < 2:
         return None
     pick = np.unique(np.linspace(0, rows.size - 1, min(MISPLACED_SAMPLE, rows.size)).astype(np.int64))
