@@ -328,7 +328,7 @@ class RunEvents:
         if sample is None:
             return case_truth(case, self.config)
         tiles = sampled_tiles(case.m, case.n, self.tile_size, sample)
-        return sampled_case_truth(case, self.config, tiles.all, self.tile_size, tiles.describe())
+        return sampled_case_truth(case, self.config, tiles.all, self.tile_size, tiles.describe(), keep=not tiles.extra)
 
     def judge_outputs(self) -> None:
         """Judge every case whose outputs were read."""

@@ -111,6 +111,22 @@ def sampled_truth_of(a: np.ndarray, b: np.ndarray, tiles: list[tuple[int, int]],
     return Truth(value, bound, checked, scope)
 
 
+def tiles_checked(shape: tuple[int, int], tiles: list[tuple[int, int]], tile: int) -> np.ndarray:
+    """The m×n mask of the given tiles' elements: what sampled_truth_of's truth checks."""
+    checked = np.zeros(shape, bool)
+    for r, c in tiles:
+        checked[r * tile:(r + 1) * tile, c * tile:(c + 1) * tile] = True
+    return checked
+
+
+def sampled_truth_from(checked: np.ndarray, value: np.ndarray, bound: np.ndarray, scope: str) -> Truth:
+    """A sampled truth from its checked elements' values and bounds alone (flat, in C's order), as kept in a
+    cache: the others hold 0, as sampled_truth_of leaves them."""
+    whole_value, whole_bound = np.zeros(checked.shape), np.zeros(checked.shape)
+    whole_value[checked], whole_bound[checked] = value, bound
+    return Truth(whole_value, whole_bound, checked, scope)
+
+
 def wrong_mask(c: np.ndarray, truth: Truth) -> np.ndarray:
     """True where C is off by more than the bound; NaN and inf are always wrong. Of a sampled truth, only the
     elements it checks can be."""
@@ -206,7 +222,7 @@ def _wrong_elements(c, truth, wrong, hint, phase_count_right: bool = False) -> F
     count = at.size
     of = (f"the {truth.checked_at.size:,} elements of C checked ({truth.scope})" if truth.checked is not None
           else f"{m * n} elements of C")
-    lines = [f"{count} of {of} are wrong: {_how_wrong(c.ravel()[at], truth.value.ravel()[at])}"]
+    lines = [f"{count} of {of} are wrong: {_how_wrong(c[wrong], truth.value[wrong])}"]
     for r, col in zip(*np.divmod(at[:SHOWN_ELEMENTS], n)):
         lines.append(f"  C[{r}][{col}]: expected {truth.value[r, col]:.6g}, got {c[r, col]:.6g}")
     if count > SHOWN_ELEMENTS:

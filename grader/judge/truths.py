@@ -18,7 +18,7 @@ import numpy as np
 
 from ..cases import Case
 from ..config import Config
-from .compare import Truth, sampled_truth_of, truth_of
+from .compare import Truth, sampled_truth_from, sampled_truth_of, tiles_checked, truth_of
 from .inputs import make_inputs
 
 VERSION = "1"  # bump when make_inputs or the bound changes
@@ -35,12 +35,19 @@ def case_truth(case: Case, config: Config) -> tuple[np.ndarray, np.ndarray, Trut
 
 
 def sampled_case_truth(case: Case, config: Config, tiles: list[tuple[int, int]], tile: int,
-                       scope: str) -> tuple[np.ndarray, np.ndarray, Truth]:
-    """A case run by sampled blocks: its inputs and the truth of the given tiles of C alone (compare.py), computed
-    per grade (a few small products), never the whole float64 A @ B."""
+                       scope: str, keep: bool = True) -> tuple[np.ndarray, np.ndarray, Truth]:
+    """A case run by sampled blocks: its inputs and the truth of the given tiles of C alone (compare.py), never
+    the whole float64 A @ B. Kept in the cache like a whole truth (`keep`: the tiles every grade with this tile
+    size checks, which `grade prepare` makes), as making it took a batch worker 0.06 CPU-s per grade; the
+    truth of tiles one submission alone checks (where the GPU found its wrong elements) is made, not kept."""
     a, b = _inputs(case.m, case.n, case.k, case.seed, case.distribution)
     tolerance = config.tolerance
-    return a, b, sampled_truth_of(a, b, tiles, tile, tolerance.k_factor, tolerance.abs, scope)
+    if not keep:
+        return a, b, sampled_truth_of(a, b, tiles, tile, tolerance.k_factor, tolerance.abs, scope)
+    with _computing:
+        return a, b, _sampled_truth(case.m, case.n, case.k, case.seed, case.distribution, tolerance.k_factor,
+                                    tolerance.abs, tuple((int(r), int(c)) for r, c in tiles), tile, scope,
+                                    str(config.cache_dir / "truths"))
 
 
 @lru_cache(maxsize=8)
@@ -72,6 +79,25 @@ def _case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: 
     for array in (a, b, truth.value, truth.bound):
         array.setflags(write=False)  # shared between submissions graded at once
     return a, b, truth
+
+
+@lru_cache(maxsize=16)
+def _sampled_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: float, abs_tol: float,
+                   tiles: tuple[tuple[int, int], ...], tile: int, scope: str, folder: str) -> Truth:
+    key = hashlib.sha256(repr((VERSION, m, n, k, seed, distribution, k_factor, abs_tol, tiles, tile,
+                               scope)).encode()).hexdigest()
+    path = Path(folder) / f"sampled-{key[:32]}.npz"
+    checked = tiles_checked((m, n), list(tiles), tile)
+    stored = _load(path, (int(checked.sum()),))  # the checked elements alone: a tenth of C, or less
+    if stored is None:
+        a, b = _inputs(m, n, k, seed, distribution)
+        truth = sampled_truth_of(a, b, list(tiles), tile, k_factor, abs_tol, scope)
+        _store(path, Truth(truth.value[truth.checked], truth.bound[truth.checked]))
+    else:
+        truth = sampled_truth_from(checked, stored.value, stored.bound, scope)
+    for array in (truth.value, truth.bound, truth.checked):
+        array.setflags(write=False)  # shared between submissions graded at once
+    return truth
 
 
 def _digest(value: np.ndarray, bound: np.ndarray) -> np.ndarray:
