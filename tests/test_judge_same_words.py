@@ -195,3 +195,24 @@ def test_a_kept_sampled_truth_is_the_made_one_byte_for_byte(tmp_path):
             assert got.scope == "some tiles"
             for name in ("value", "bound", "checked"):
                 assert getattr(got, name).tobytes() == getattr(fresh, name).tobytes(), name
+
+
+def test_the_wrong_elements_kept_for_a_second_emulation_are_the_spread_every_wrong_elements_position_gives(
+        case, tmp_path):
+    from grader.judge.inputs import guarded_c, split_guarded
+    from grader.run_events import WRONG_KEPT, RunEvents
+
+    a, b, whole, _ = case
+    large = Case("big", M, N, K, 601, 4, distribution="normal", cpu="sampled")
+    events = RunEvents(Config(), [large], tmp_path)
+    buffers = {}
+    for pattern, c in bugs(a, b).items():
+        buffers[pattern] = guarded_c(M, N)
+        split_guarded(buffers[pattern], M, N)[1][:] = c
+    for pattern in ("missing_barrier", "wrong_stride", "no_bounds"):
+        buffer = buffers[pattern]
+        events._keep_wrong_at(large, [buffers["right"], buffer], whole)  # the first launch right: the second's
+        rows, cols = np.nonzero(reference_wrong_mask(split_guarded(buffer, M, N)[1], whole))
+        pick = np.unique(np.linspace(0, rows.size - 1, min(WRONG_KEPT, rows.size)).astype(np.int64))
+        kept = events.wrong_at["big"]
+        assert np.array_equal(kept[0], rows[pick]) and np.array_equal(kept[1], cols[pick]), pattern

@@ -59,7 +59,8 @@ class Truth:
     @cached_property
     def magnitude(self) -> np.ndarray:
         """What an error of each element checked is relative to: |value|, never below 1e-30."""
-        return np.maximum(np.abs(self.checked_value), 1e-30)
+        magnitude = np.abs(self.checked_value)
+        return np.maximum(magnitude, 1e-30, out=magnitude)
 
     @cached_property
     def widest(self) -> float:
