@@ -69,13 +69,18 @@ def report(sides: dict, ref: str, detail: bool) -> None:
     before, after = sides["before"], sides["after"]
     differ = sorted(key for key in before if before[key]["digest"] != after[key]["digest"])
     rows: dict[tuple, list[float]] = {}
+    patterns = sorted({key.split("/")[1] for key in before} - {"-"})
     for key in before:
         case, pattern, stage = key.split("/")
-        for row in ((pattern, stage), (pattern, "grade")) + (((case, pattern, stage),) if detail else ()):
+        # A grade reads each case's truth once, whatever its C: in every pattern's total
+        totals = [(each, "grade") for each in patterns] if pattern == "-" else [(pattern, "grade")]
+        for row in [("every pattern", stage) if pattern == "-" else (pattern, stage), *totals,
+                    *([(case, pattern, stage)] if detail else [])]:
             sums = rows.setdefault(row, [0.0, 0.0])
             sums[0] += before[key]["cpu"]
             sums[1] += after[key]["cpu"]
-    print(f"parent CPU seconds judging every case of one grade (median of the repeats): {ref} -> this tree")
+    print(f"parent CPU seconds of one grade reading every case's truth and judging it on the GPU and the emulator "
+          f"(median of the repeats): {ref} -> this tree")
     print(f"{'':<40}{'before':>8}{'after':>8}")
     for row, (b, a) in sorted(rows.items(), key=lambda item: (len(item[0]), item[0])):
         print(f"{' / '.join(row):<40}{b:8.3f}{a:8.3f}  ({b / max(a, 1e-9):.1f}x)")
@@ -93,7 +98,7 @@ def measure(tree: Path, repeat: int, names: list[str] | None) -> None:
     from grader.cases import load_cases, sample_seed
     from grader.execute.cpu.sampling import BlockSample, sampled_tiles
     from grader.judge import truths
-    from grader.judge.compare import CaseRun, Truth, judge_case, truth_of
+    from grader.judge.compare import CaseRun, judge_case
     from grader.judge.inputs import guarded_c, make_inputs, split_guarded
 
     assert Path(truths.__file__).is_relative_to(tree), truths.__file__
@@ -104,29 +109,41 @@ def measure(tree: Path, repeat: int, names: list[str] | None) -> None:
         results = {}
         for case in cases:
             a, b = make_inputs(case.m, case.n, case.k, case.seed, case.distribution)
-            whole = truth_of(a, b, tolerance.k_factor, tolerance.abs)
+            truths.case_truth(case, config)  # as `grade prepare` leaves the cache
+
+            def whole(case=case):  # what a batch worker (a process per student) reads of the case's truth
+                _forget(truths, keep_inputs=False)
+                return truths.case_truth(case, config)[2]
+            results[f"{case.name}/-/read truth"] = _timed(whole, repeat, lambda truth: truth.value.tobytes())
             sampled_truth = _sampled(case, config, tile, truths, sample_seed, BlockSample, sampled_tiles)
             reference = _output("right", a, b, tile, np)
             for pattern in PATTERNS:
                 c = _output(pattern, a, b, tile, np)
 
-                def judged(c, truth, reference=None):
+                def judged(c, truth, reference=None, case=case):
                     run = _run(c, case, guarded_c, split_guarded, CaseRun, reference)
                     return judge_case(case.name, case.points, a, b, run, tile, tolerance.k_factor, tolerance.abs,
                                       case.visibility, truth)
 
-                def gpu(c=c):  # a fresh Truth, as a batch worker (a process per student) reads it from the cache;
-                    # the reference kernel's C beside the student's
-                    return judged(c, Truth(whole.value, whole.bound), reference)
-
-                def emulator(c=c):  # the sampled tiles alone ran: the others still hold the poison
+                def grade(c=c, sampled_truth=sampled_truth, whole=whole, reference=reference):
+                    """One grade's two judgements of the case, each timed: the GPU's C beside the reference kernel's,
+                    then the emulator's (of a sampled case only its tiles ran: the others still hold the poison)
+                    against the same truth, or its tiles' truth made or read now."""
+                    truth = whole()
+                    started = time.process_time()
+                    on_gpu = judged(c, truth, reference)
+                    middle = time.process_time()
                     if sampled_truth is None:
-                        return gpu(c)
-                    truth = sampled_truth()
-                    return judged(np.where(truth.checked, c, np.array(POISON, np.uint32).view(np.float32)), truth)
+                        emulated = judged(c, truth)
+                    else:
+                        tiles = sampled_truth()
+                        emulated = judged(np.where(tiles.checked, c, np.array(POISON, np.uint32).view(np.float32)),
+                                          tiles)
+                    return {"gpu": (middle - started, on_gpu), "emulator": (time.process_time() - middle, emulated)}
 
-                for stage, judge in (("gpu", gpu), ("emulator", emulator)):
-                    results[f"{case.name}/{pattern}/{stage}"] = _timed(judge, repeat)
+                runs = [grade() for _ in range(repeat)]
+                for stage in ("gpu", "emulator"):
+                    results[f"{case.name}/{pattern}/{stage}"] = _median([run[stage] for run in runs], _words)
     print(json.dumps(results))
 
 
@@ -154,11 +171,11 @@ def _config(work: Path):
     return load_config(work / "config.yaml")
 
 
-def _forget(truths) -> None:
-    """A batch worker grades one student: nothing but the inputs (_inputs, computed while the child starts) is
-    remembered from an earlier grade in this process."""
+def _forget(truths, keep_inputs: bool = True) -> None:
+    """A batch worker grades one student: nothing is remembered from an earlier grade in this process (but the
+    inputs, `keep_inputs`, which the case's truth made earlier in this grade)."""
     for name, value in vars(truths).items():
-        if hasattr(value, "cache_clear") and name != "_inputs":
+        if hasattr(value, "cache_clear") and not (keep_inputs and name == "_inputs"):
             value.cache_clear()
 
 
@@ -196,14 +213,23 @@ def _output(pattern: str, a, b, tile: int, np):
     raise ValueError(pattern)
 
 
-def _timed(judged, repeat: int) -> dict:
-    times, result = [], None
+def _timed(made, repeat: int, words) -> dict:
+    runs = []
     for _ in range(repeat):
         started = time.process_time()
-        result = judged()
-        times.append(time.process_time() - started)
-    words = json.dumps(asdict(result), sort_keys=True, default=str)
-    return {"cpu": sorted(times)[len(times) // 2], "digest": hashlib.sha256(words.encode()).hexdigest()[:12]}
+        result = made()
+        runs.append((time.process_time() - started, result))
+    return _median(runs, words)
+
+
+def _median(runs: list[tuple[float, object]], words) -> dict:
+    """The median CPU of the runs, and a digest of what the last one made (`words`: its bytes)."""
+    cpu = sorted(seconds for seconds, _ in runs)[len(runs) // 2]
+    return {"cpu": cpu, "digest": hashlib.sha256(words(runs[-1][1])).hexdigest()[:12]}
+
+
+def _words(result) -> bytes:
+    return json.dumps(asdict(result), sort_keys=True, default=str).encode()
 
 
 if __name__ == "__main__":

@@ -216,3 +216,24 @@ def test_the_wrong_elements_kept_for_a_second_emulation_are_the_spread_every_wro
         pick = np.unique(np.linspace(0, rows.size - 1, min(WRONG_KEPT, rows.size)).astype(np.int64))
         kept = events.wrong_at["big"]
         assert np.array_equal(kept[0], rows[pick]) and np.array_equal(kept[1], cols[pick]), pattern
+
+
+def test_a_kept_order_is_the_stable_sort_of_the_truth_and_a_damaged_one_is_sorted_again(tmp_path):
+    """A whole truth's values' order (the search for misplaced values) is kept beside it when it is made, read
+    back by a worker that needs it, and sorted again where the file is damaged or gone."""
+    config = Config()
+    config.compile.cache_dir = str(tmp_path)
+    case = Case("big", M, N, K, 601, 4, distribution="normal")
+    _, _, made = truths.case_truth(case, config)
+    expected = np.argsort(made.value.ravel(), kind="stable")
+    kept = list((tmp_path / "truths").glob("*.order.npz"))
+    assert len(kept) == 1
+    for damage in (None, b"not an npz", None):
+        if damage:
+            kept[0].write_bytes(damage)
+        truths._case_truth.cache_clear()
+        _, _, read = truths.case_truth(case, config)
+        assert np.array_equal(read.order, expected) and np.array_equal(read.ordered, made.value.ravel()[expected])
+    kept[0].unlink()
+    truths._case_truth.cache_clear()
+    assert np.array_equal(truths.case_truth(case, config)[2].order, expected) and kept[0].exists()

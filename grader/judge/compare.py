@@ -5,6 +5,7 @@ pattern of wrong elements into a hint a student can act on.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -28,11 +29,14 @@ class Truth:
     # and what they are in words ("the 129 edge tiles and 32 sampled interior tiles of 4,160"). None: all of C.
     checked: np.ndarray | None = None
     scope: str = ""
+    # Where the order is kept (truths.py: in the cache, beside the truth): it, or None where it is not kept yet.
+    kept_order: Callable[[Truth], np.ndarray | None] | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def order(self) -> np.ndarray:
         """The flat indices of the values, by value: sorted once per case, for locate.sources_of's search."""
-        return stable_argsort(self.value.ravel())
+        kept = self.kept_order(self) if self.kept_order is not None else None
+        return kept if kept is not None else stable_argsort(self.value.ravel())
 
     @cached_property
     def ordered(self) -> np.ndarray:

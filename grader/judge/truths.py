@@ -11,14 +11,15 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from functools import lru_cache
+import zipfile
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
 
 from ..cases import Case
 from ..config import Config
-from .compare import Truth, sampled_truth_from, sampled_truth_of, tiles_checked, truth_of
+from .compare import Truth, sampled_truth_from, sampled_truth_of, stable_argsort, tiles_checked, truth_of
 from .inputs import make_inputs
 
 VERSION = "1"  # bump when make_inputs or the bound changes
@@ -50,7 +51,7 @@ def sampled_case_truth(case: Case, config: Config, tiles: list[tuple[int, int]],
                                     str(config.cache_dir / "truths"))
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=64)  # every case's: a sampled case's truth of its tiles takes the inputs its whole truth made
 def _inputs(m: int, n: int, k: int, seed: int, distribution: str) -> tuple[np.ndarray, np.ndarray]:
     a, b = make_inputs(m, n, k, seed, distribution)
     a.setflags(write=False)
@@ -69,13 +70,15 @@ def warm(cases: list[Case], config: Config, stop: threading.Event | None = None)
 @lru_cache(maxsize=64)
 def _case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: float, abs_tol: float,
                 folder: str) -> tuple[np.ndarray, np.ndarray, Truth]:
-    a, b = make_inputs(m, n, k, seed, distribution)
+    a, b = _inputs(m, n, k, seed, distribution)
     key = hashlib.sha256(repr((VERSION, m, n, k, seed, distribution, k_factor, abs_tol)).encode()).hexdigest()
     path = Path(folder) / f"{key[:32]}.npz"
     truth = _load(path, (m, n))
     if truth is None:
         truth = truth_of(a, b, k_factor, abs_tol)
         _store(path, truth)
+        _keep_order(_order_path(path), truth, stable_argsort(truth.value.ravel()))
+    truth.kept_order = partial(_kept_order, _order_path(path))
     for array in (a, b, truth.value, truth.bound):
         array.setflags(write=False)  # shared between submissions graded at once
     return a, b, truth
@@ -100,6 +103,36 @@ def _sampled_truth(m: int, n: int, k: int, seed: int, distribution: str, k_facto
     return truth
 
 
+def _order_path(path: Path) -> Path:
+    return path.with_name(f"{path.stem}.order.npz")
+
+
+def _kept_order(path: Path, truth: Truth) -> np.ndarray:
+    """The truth's values' order (compare.Truth.order), read where it is kept, else sorted and kept: a batch
+    worker sorting a large case's million values for its first wrong kernel took 0.05-0.14 CPU-s, reading them
+    a few milliseconds. Read only where a wrong element's value is looked up among the others."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            order, digest = stored["order"], stored["digest"]
+        if order.shape == (truth.value.size,) and np.array_equal(digest, _order_digest(order)):
+            return order.astype(np.intp)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        pass
+    order = stable_argsort(truth.value.ravel())
+    _keep_order(path, truth, order)
+    return order
+
+
+def _order_digest(order: np.ndarray) -> np.ndarray:
+    """What a kept order must hash to (its file is named after its truth's: the key says whose it is)."""
+    return np.frombuffer(hashlib.sha256(np.ascontiguousarray(order).data).digest(), np.uint8)
+
+
+def _keep_order(path: Path, truth: Truth, order: np.ndarray) -> None:
+    kept = order.astype(np.int32) if order.size < 2**31 else order  # half the bytes to read back
+    _write(path, order=kept, digest=_order_digest(kept))
+
+
 def _digest(value: np.ndarray, bound: np.ndarray) -> np.ndarray:
     """What a stored truth must hash to: a damaged or altered file is computed again, never trusted."""
     digest = hashlib.sha256(np.ascontiguousarray(value).data)
@@ -111,7 +144,7 @@ def _load(path: Path, shape: tuple[int, int]) -> Truth | None:
     try:
         with np.load(path, allow_pickle=False) as stored:
             value, bound, digest = stored["value"], stored["bound"], stored["digest"]
-    except (OSError, ValueError, KeyError, EOFError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # the last: a member's CRC-32 wrong
         return None
     if value.shape != shape or bound.shape != shape or value.dtype != np.float64 or bound.dtype != np.float64:
         return None
@@ -121,10 +154,14 @@ def _load(path: Path, shape: tuple[int, int]) -> Truth | None:
 
 
 def _store(path: Path, truth: Truth) -> None:
+    _write(path, value=truth.value, bound=truth.bound, digest=_digest(truth.value, truth.bound))
+
+
+def _write(path: Path, **arrays: np.ndarray) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp.npz")
-        np.savez(temporary, value=truth.value, bound=truth.bound, digest=_digest(truth.value, truth.bound))
+        np.savez(temporary, **arrays)
         os.replace(temporary, path)  # readers see the whole file or none
     except OSError:
         pass  # a cache that cannot be written costs time, not a grade
