@@ -237,3 +237,23 @@ def test_a_kept_order_is_the_stable_sort_of_the_truth_and_a_damaged_one_is_sorte
     kept[0].unlink()
     truths._case_truth.cache_clear()
     assert np.array_equal(truths.case_truth(case, config)[2].order, expected) and kept[0].exists()
+
+
+def test_grade_prepare_keeps_the_truth_of_the_tiles_every_grade_checks_for_each_tile_size(tmp_path):
+    from grader.cases import sample_seed
+    from grader.execute.cpu.sampling import BlockSample, sampled_tiles
+    from grader.prepare import _warm_sampled_truths
+
+    config = Config()
+    config.compile.cache_dir = str(tmp_path)
+    config.kernel.tile_sizes = [8, 16]
+    large, small = Case("big", 300, 280, 40, 601, 4, cpu="sampled"), Case("small", 20, 20, 20, 1, 4)
+    assert _warm_sampled_truths([large, small], config, truths) == 1
+    assert len(list((tmp_path / "truths").glob("sampled-*.npz"))) == 2  # one per tile size, of the sampled case
+    for tile in (8, 16):  # what a grade's judge asks for (run_events.RunEvents._truth) is what was kept
+        tiles = sampled_tiles(large.m, large.n, tile, BlockSample(sample_seed(large), config.sampling.interior_blocks))
+        truths._sampled_truth.cache_clear()
+        a, b, kept = truths.sampled_case_truth(large, config, tiles.all, tile, tiles.describe())
+        made = sampled_truth_of(a, b, tiles.all, tile, config.tolerance.k_factor, config.tolerance.abs, "")
+        assert kept.value.tobytes() == made.value.tobytes() and kept.checked.tobytes() == made.checked.tobytes()
+    assert len(list((tmp_path / "truths").glob("sampled-*.npz"))) == 2  # read, none made again
