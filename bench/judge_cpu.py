@@ -1,15 +1,16 @@
-"""The parent's judging CPU per grade, this tree against an earlier one (issue 50), on outputs shaped like real kernels'.
+"""The parent's judging CPU per grade, this tree beside an earlier one (issue 50), on outputs shaped like kernels'.
 
 Usage: python3 bench/judge_cpu.py [--before REF] [--repeat N] [--case NAME ...] [--detail]
   (default: --before main, --repeat 5, every case)
 
-For each case and each output pattern, what one GPU grade's parent spends judging it, in CPU seconds (numpy on
-one BLAS thread, as in a batch worker): the GPU's whole C judged against the case's truth (read from the cache, as
-every grade finds it), then the emulator's C judged, of a large case only its sampled tiles, against their truth (made or read per grade). The
-patterns: a right kernel's float32 product; a missing barrier (scattered wrong elements); a wrong stride (most
-elements wrong, some NaN read past B); no bounds checks (the partial edge tiles wrong); right sums stored at the wrong
-place. Each side runs in a process of its own, with the grader package of its tree; every result's words and figures
-must be equal on both sides (the digest column), or the bench says so and fails.
+For each case and each output pattern, what one GPU grade's parent spends on it, in CPU seconds (numpy on one BLAS
+thread, as in a batch worker): the case's truth read from the cache as a batch worker (a process per student) reads
+it; the GPU's whole C judged against it, beside the reference kernel's C; then the emulator's C judged against the
+same truth, or, of a large case, its sampled tiles alone against their truth (made or read per grade). The patterns:
+a right kernel's float32 product; a missing barrier (scattered wrong elements); a wrong stride (most elements wrong,
+some NaN read past B); no bounds checks (the partial edge tiles wrong); right sums stored at the wrong place. Each
+side runs in a process of its own, with the grader package of its tree; every result's words and figures must be
+equal on both sides, or the bench says which differ and exits 1.
 """
 from __future__ import annotations
 

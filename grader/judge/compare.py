@@ -29,14 +29,13 @@ class Truth:
     # and what they are in words ("the 129 edge tiles and 32 sampled interior tiles of 4,160"). None: all of C.
     checked: np.ndarray | None = None
     scope: str = ""
-    # Where the order is kept (truths.py: in the cache, beside the truth): it, or None where it is not kept yet.
-    kept_order: Callable[[Truth], np.ndarray | None] | None = field(default=None, repr=False, compare=False)
+    # The order as kept beside the truth in the cache (truths.py: read, or sorted and kept); None: sorted here.
+    kept_order: Callable[[Truth], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def order(self) -> np.ndarray:
         """The flat indices of the values, by value: sorted once per case, for locate.sources_of's search."""
-        kept = self.kept_order(self) if self.kept_order is not None else None
-        return kept if kept is not None else stable_argsort(self.value.ravel())
+        return self.kept_order(self) if self.kept_order is not None else stable_argsort(self.value.ravel())
 
     @cached_property
     def ordered(self) -> np.ndarray:

@@ -26,6 +26,7 @@ VERSION = "1"  # bump when make_inputs or the bound changes
 
 
 _computing = threading.Lock()  # one thread computes a truth; another wanting it waits, then reads it
+_sampling = threading.Lock()  # the same for sampled truths: never waiting on the whole truths a grade warms
 
 
 def case_truth(case: Case, config: Config) -> tuple[np.ndarray, np.ndarray, Truth]:
@@ -45,7 +46,7 @@ def sampled_case_truth(case: Case, config: Config, tiles: list[tuple[int, int]],
     tolerance = config.tolerance
     if not keep:
         return a, b, sampled_truth_of(a, b, tiles, tile, tolerance.k_factor, tolerance.abs, scope)
-    with _computing:
+    with _sampling:
         return a, b, _sampled_truth(case.m, case.n, case.k, case.seed, case.distribution, tolerance.k_factor,
                                     tolerance.abs, tuple((int(r), int(c)) for r, c in tiles), tile, scope,
                                     str(config.cache_dir / "truths"))
