@@ -105,7 +105,8 @@ def _sampled_truth(m: int, n: int, k: int, seed: int, distribution: str, k_facto
 
 
 def _order_path(path: Path) -> Path:
-    return path.with_name(f"{path.stem}.order.npz")
+    """Beside the truth's file, not named *.npz: the truths are the cache's *.npz files."""
+    return path.with_name(f"{path.stem}.order")
 
 
 def _kept_order(path: Path, truth: Truth) -> np.ndarray:
@@ -161,7 +162,7 @@ def _store(path: Path, truth: Truth) -> None:
 def _write(path: Path, **arrays: np.ndarray) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp.npz")
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp.npz")
         np.savez(temporary, **arrays)
         os.replace(temporary, path)  # readers see the whole file or none
     except OSError:
