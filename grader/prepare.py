@@ -19,9 +19,11 @@ from .cases import Case
 from .config import Config
 from .contract import REFERENCE
 from .diagnose.resources import reference_launched
+from .execute.child_run import block_samples
 from .execute.confine.sandbox import Sandbox, scratch_folder
 from .execute.cpu import build as emulator_build
 from .execute.cpu.access_profile import profile_size
+from .execute.cpu.sampling import sampled_tiles
 from .execute.job import Job
 from .execute.nvcc import cubin_cache
 from .execute.nvcc.compile import nvcc_path
@@ -43,7 +45,10 @@ def prepare(config: Config, cases: list[Case], sandbox: Sandbox | None, on_gpu: 
     inputs = cases if inputs is None else inputs
     input_files.warm(inputs, config.cache_dir)
     truths.warm(cases, config)
-    said = [(True, f"the seeded inputs of {len(inputs)} cases"), (True, f"the float64 truths of {len(cases)} cases")]
+    sampled = _warm_sampled_truths(inputs, config, truths)  # every case the emulator runs by sampled blocks
+    said = [(True, f"the seeded inputs of {len(inputs)} cases"),
+            (True, f"the float64 truths of {len(cases)} cases"
+                   + (f" and of {sampled} sampled cases' checked tiles, per tile size" if sampled else ""))]
     if sandbox is None:
         said.append((False, "the reference's builds: no sandbox here (each grade's first makes them)"))
     elif nvcc_path() is not None:
@@ -55,6 +60,17 @@ def prepare(config: Config, cases: list[Case], sandbox: Sandbox | None, on_gpu: 
         return [*said, (False, f"the CPU emulator's harness: {error}")]
     said.append((True, "the CPU emulator's harness object and precompiled header"))
     return said if sandbox is None else [*said, _reference(config, sandbox)]
+
+
+def _warm_sampled_truths(cases: list[Case], config: Config, truths) -> int:
+    """The truth of the tiles the emulator checks of each case it runs by sampled blocks, for every tile size a
+    kernel may have (the tiles depend on it): what each grade's judge would otherwise make. How many cases."""
+    sampled = [case for case in cases if case.sampled]
+    for tile in config.kernel.tile_sizes:
+        for case in sampled:
+            tiles = sampled_tiles(case.m, case.n, tile, block_samples([case], config, {})[case.name])
+            truths.sampled_case_truth(case, config, tiles.all, tile, tiles.describe())
+    return len(sampled)
 
 
 def prepare_soon(config: Config, sandbox: Sandbox | None = None) -> threading.Thread | None:

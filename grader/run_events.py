@@ -318,10 +318,10 @@ class RunEvents:
     def _keep_wrong_at(self, case: Case, buffers: list[np.ndarray], truth) -> None:
         """The wrong elements of the first launch that had some, a spread of at most WRONG_KEPT of them."""
         for buffer in buffers:
-            rows, columns = np.nonzero(wrong_mask(split_guarded(buffer.ravel(), case.m, case.n)[1], truth))
-            if rows.size:
-                pick = np.unique(np.linspace(0, rows.size - 1, min(WRONG_KEPT, rows.size)).astype(np.int64))
-                self.wrong_at[case.name] = (rows[pick], columns[pick])
+            at = np.flatnonzero(wrong_mask(split_guarded(buffer.ravel(), case.m, case.n)[1], truth))
+            if at.size:  # rows and columns of the picked ones alone: a wrong stride makes a million wrong
+                pick = np.unique(np.linspace(0, at.size - 1, min(WRONG_KEPT, at.size)).astype(np.int64))
+                self.wrong_at[case.name] = np.divmod(at[pick], case.n)
                 return
 
     def _truth(self, case: Case):
@@ -331,7 +331,7 @@ class RunEvents:
         if sample is None:
             return case_truth(case, self.config)
         tiles = sampled_tiles(case.m, case.n, self.tile_size, sample)
-        return sampled_case_truth(case, self.config, tiles.all, self.tile_size, tiles.describe())
+        return sampled_case_truth(case, self.config, tiles.all, self.tile_size, tiles.describe(), keep=not tiles.extra)
 
     def judge_outputs(self) -> None:
         """Judge every case whose outputs were read."""
