@@ -50,7 +50,7 @@ def sampled_case_truth(case: Case, config: Config, tiles: list[tuple[int, int]],
     with _sampling:
         return a, b, _sampled_truth(case.m, case.n, case.k, case.seed, case.distribution, tolerance.k_factor,
                                     tolerance.abs, tuple((int(r), int(c)) for r, c in tiles), tile, scope,
-                                    str(config.cache_dir / "truths"))
+                                    str(config.cache_dir))
 
 
 def warm_inputs(cases: list[Case], config: Config) -> None:
@@ -94,14 +94,14 @@ def _case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: 
 
 @lru_cache(maxsize=16)
 def _sampled_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: float, abs_tol: float,
-                   tiles: tuple[tuple[int, int], ...], tile: int, scope: str, folder: str) -> Truth:
+                   tiles: tuple[tuple[int, int], ...], tile: int, scope: str, cache_dir: str) -> Truth:
     key = hashlib.sha256(repr((VERSION, m, n, k, seed, distribution, k_factor, abs_tol, tiles, tile,
                                scope)).encode()).hexdigest()
-    path = Path(folder) / f"sampled-{key[:32]}.npz"
+    path = Path(cache_dir, "truths", f"sampled-{key[:32]}.npz")
     checked = tiles_checked((m, n), list(tiles), tile)
     stored = _load(path, (int(checked.sum()),))  # the checked elements alone: a tenth of C, or less
     if stored is None:
-        a, b = _inputs(m, n, k, seed, distribution)
+        a, b = _inputs(m, n, k, seed, distribution, cache_dir)
         truth = sampled_truth_of(a, b, list(tiles), tile, k_factor, abs_tol, scope)
         _store(path, Truth(truth.value[truth.checked], truth.bound[truth.checked]))
     else:
