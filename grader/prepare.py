@@ -45,7 +45,7 @@ def prepare(config: Config, cases: list[Case], sandbox: Sandbox | None, on_gpu: 
     inputs = cases if inputs is None else inputs
     input_files.warm(inputs, config.cache_dir)
     truths.warm(cases, config)
-    sampled = _warm_sampled_truths(inputs, config, truths)  # every case the emulator runs by sampled blocks
+    sampled = warm_sampled_truths(inputs, config, truths)  # every case the emulator runs by sampled blocks
     said = [(True, f"the seeded inputs of {len(inputs)} cases"),
             (True, f"the float64 truths of {len(cases)} cases"
                    + (f" and of {sampled} sampled cases' checked tiles, per tile size" if sampled else ""))]
@@ -62,7 +62,7 @@ def prepare(config: Config, cases: list[Case], sandbox: Sandbox | None, on_gpu: 
     return said if sandbox is None else [*said, _reference(config, sandbox)]
 
 
-def _warm_sampled_truths(cases: list[Case], config: Config, truths) -> int:
+def warm_sampled_truths(cases: list[Case], config: Config, truths) -> int:
     """The truth of the tiles the emulator checks of each case it runs by sampled blocks, for every tile size a
     kernel may have (the tiles depend on it): what each grade's judge would otherwise make. How many cases."""
     sampled = [case for case in cases if case.sampled]

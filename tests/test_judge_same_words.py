@@ -242,13 +242,13 @@ def test_a_kept_order_is_the_stable_sort_of_the_truth_and_a_damaged_one_is_sorte
 def test_grade_prepare_keeps_the_truth_of_the_tiles_every_grade_checks_for_each_tile_size(tmp_path):
     from grader.cases import sample_seed
     from grader.execute.cpu.sampling import BlockSample, sampled_tiles
-    from grader.prepare import _warm_sampled_truths
+    from grader.prepare import warm_sampled_truths
 
     config = Config()
     config.compile.cache_dir = str(tmp_path)
     config.kernel.tile_sizes = [8, 16]
     large, small = Case("big", 300, 280, 40, 601, 4, cpu="sampled"), Case("small", 20, 20, 20, 1, 4)
-    assert _warm_sampled_truths([large, small], config, truths) == 1
+    assert warm_sampled_truths([large, small], config, truths) == 1
     assert len(list((tmp_path / "truths").glob("sampled-*.npz"))) == 2  # one per tile size, of the sampled case
     for tile in (8, 16):  # what a grade's judge asks for (run_events.RunEvents._truth) is what was kept
         tiles = sampled_tiles(large.m, large.n, tile, BlockSample(sample_seed(large), config.sampling.interior_blocks))

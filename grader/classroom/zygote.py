@@ -7,8 +7,9 @@ starts from the same state, as a `python -m grader.classroom.batch_worker` would
 and CUDA are not among them: they live in the GPU child the worker starts.
 
 It also holds what every student's grade would otherwise load again, once per worker: the batch sends the
-config and cases it grades with, and the template loads the float64 truths and inputs, the sandbox's view of the
-installed packages and the parser's first parse (of the reference kernel, never a student's) before its next fork.
+config and cases it grades with, and the template loads the float64 truths (with their values' order and the
+sampled cases' checked tiles) and inputs, the sandbox's view of the installed packages and the parser's first
+parse (of the reference kernel, never a student's) before its next fork.
 
 The protocol, over a SOCK_SEQPACKET socket pair whose end is this process's argv[1]:
   batch -> template: b"warm" + pickled (config, cases, on_gpu), no fds: loaded before the next fork
@@ -57,11 +58,14 @@ def warm(config, cases: list, on_gpu: bool) -> None:
     from ..cases import whole_truths
     from ..execute.confine.reachable import child_distributions
     from ..judge import truths
+    from ..prepare import warm_sampled_truths
     from ..source.static_check import find_kernels, static_checks
 
     try:
-        truths.warm(whole_truths(cases, on_gpu), config)
+        for case in whole_truths(cases, on_gpu):  # each truth with the order a wrong kernel's search reads
+            _ = truths.case_truth(case, config)[2].order
         truths.warm_inputs([case for case in cases if case.sampled], config)
+        warm_sampled_truths(cases, config, truths)
         child_distributions()
         reference = config.reference_path.read_text(encoding="utf-8")
         static_checks(reference, (find_kernels(reference) or ["mysgemm"])[0], vars(config.points.static))
