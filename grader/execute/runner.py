@@ -35,6 +35,7 @@ from .confine.proc import (
     set_tree_priority,
 )
 from .confine.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
+from .cpu.build_ahead import BuildAhead
 from .event_pipe import TimedOut, read_events
 from .gpu.clocks import ClockWatch
 from .gpu.device_lock import DeviceLock, Turn
@@ -56,6 +57,7 @@ class ChildProgram:
     argv: tuple[str, ...]
     sandbox: Sandbox | None = None
     gpu: bool = False
+    emulator: bool = False  # the CPU emulator's driver: the parent builds the emulation ahead as it starts
 
     @classmethod
     def gpu_child(cls, sandbox: Sandbox) -> ChildProgram:
@@ -63,7 +65,7 @@ class ChildProgram:
 
     @classmethod
     def cpu_driver(cls) -> ChildProgram:
-        return cls((sys.executable, "-m", "grader.execute.cpu"))
+        return cls((sys.executable, "-m", "grader.execute.cpu"), emulator=True)
 
     def confinement(self, workdir: Path) -> Confinement:
         return Confinement(workdir, GPU_LIMITS, python=True, cuda=True, gpu=self.gpu)
@@ -153,6 +155,7 @@ class Child:
         self.cubins = cubin_cache.Exchange(job, self.workdir)
         self.ahead: CompilesAhead | None = None  # the parent's own builds of the cubins the cache lacks
         self.built_ahead: set[str] = set()  # the keys of those it kept
+        self.emulator_ahead: BuildAhead | None = None  # the parent's build of the emulation, for the CPU driver
 
     def events(self) -> Iterator[dict]:
         self.workdir.mkdir()
@@ -168,6 +171,8 @@ class Child:
         replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint,
                 parent_compiles=self.ahead is not None, case_s=self.limits.for_phase("case"),
                 max_restarts=self.limits.max_restarts).save(job_file)
+        if self.program.emulator:  # the driver's build of the student's unit, begun before its interpreter is up
+            self.emulator_ahead = BuildAhead.start(self.job, self.limits.compile_s, Path(self.job.workdir))
         read_fd, write_fd = os.pipe()
         control_read, self.control_fd = os.pipe()
         argv = [*self.program.argv, str(job_file), str(write_fd), str(control_read)]
@@ -195,6 +200,8 @@ class Child:
             kill_group(proc)  # also reaps stragglers the child left behind
             if self.ahead is not None:
                 self.ahead.cancel()  # the child ended before it reported its toolchain
+            if self.emulator_ahead is not None:
+                self.emulator_ahead.stop()
             self._end_turn()
             self._close_unused_clocks()
         if self.held_s:
@@ -267,10 +274,7 @@ class Child:
     def _annotate(self, event: dict, case: str | None, phase: str) -> None:
         """What only the parent knows, added to a child's event before it is passed on."""
         if event["event"] == "compiled":
-            used = event.get("cubins", {}).get("student", "")
-            # Whose compiles, if any, ran while the child started: the parent's builds, or the child's on the hint.
-            event["compiled_ahead"] = ("parent" if used in self.built_ahead
-                                       else "child" if event.get("compiled_ahead") else "no")
+            event["compiled_ahead"] = self._whose_compiles_ran_ahead(event)
             event["student_cubin"] = self.cubins.take(event.pop("cubins", {}))
             self.pci_bus_id = event.get("pci_bus_id", "")
             self._open_clocks_early()
@@ -280,6 +284,16 @@ class Child:
             event["clocks"] = self._end_turn()
         elif event["event"] == "fault":
             event.update(phase=phase, case=case)
+
+    def _whose_compiles_ran_ahead(self, compiled: dict) -> str:
+        """Whose compiles, if any, ran while the child started: "parent" (the parent's builds: the GPU child's
+        cubins, or the emulation the CPU driver found built, `compiled_ahead` in its words), "child" (the GPU
+        child's, on the hint) or "no"."""
+        if self.program.emulator:
+            found_built = compiled.get("compiled_ahead") and self.emulator_ahead is not None
+            return "parent" if found_built and self.emulator_ahead.kept_for_the_driver() else "no"
+        used = compiled.get("cubins", {}).get("student", "")
+        return "parent" if used in self.built_ahead else "child" if compiled.get("compiled_ahead") else "no"
 
     def _take_turn(self, asked: str) -> tuple[bytes, dict | None]:
         """The answer to the child's request, after waiting for the turn it needs; and the 'turn' event."""

@@ -1,0 +1,62 @@
+"""The emulator's build of a submission, started by the parent while its CPU driver's Python starts.
+
+A driver's first 0.2 s are an interpreter and its imports; its build of the student's unit (g++, 0.4 s for a new
+submission) came after them. The parent starts the same build (build.py's `build`, with the job's text, contract,
+tile, headers, cache and sandbox: the same cache key, g++ in the same confinement) on a thread as it spawns the
+driver. One build of a key runs at a time (build.py's lock on the key): the driver's own build waits for the one
+ahead and takes the binary it kept, or, where that one kept nothing (a compile error, a failure of the grader's,
+a time-out), builds it itself, so that whatever it says is what it says without this. Nothing the build ahead
+sees reaches a verdict: only its binary, through the cache.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from ..confine.sandbox import Sandbox
+from ..job import Job
+from .build import Build, Compiles, build
+
+STOP_WAIT_S = 10.0  # for a stopped build's thread to end (its g++ is killed at once)
+
+
+class BuildAhead:
+    """One job's emulator build, on a thread of the parent's."""
+
+    def __init__(self, job: Job, limit_s: float, folder: Path):
+        self.compiles = Compiles()
+        self.folder = folder
+        self.built: Build | None = None  # once the thread is done, where it did not fail
+        self.thread = threading.Thread(target=self._build, args=(job, limit_s), daemon=True,
+                                       name="emulator-build-ahead")
+
+    @classmethod
+    def start(cls, job: Job, limit_s: float, workdir: Path) -> BuildAhead:
+        """The build started, in a folder of its own under `workdir`, its g++ given the compile's limit."""
+        folder = Path(tempfile.mkdtemp(prefix="ahead-emulator-", dir=workdir))
+        folder.chmod(0o711)  # the sandbox's uid must reach its folder inside
+        ahead = cls(job, limit_s, folder)
+        ahead.thread.start()
+        return ahead
+
+    def _build(self, job: Job, limit_s: float) -> None:
+        try:
+            self.built = build(job.original_source, job.contract, job.tile, Path(job.cache_dir), self.folder,
+                               Sandbox(**job.sandbox), limit_s, job.headers, self.compiles)
+        except Exception:  # noqa: BLE001 - the driver builds it itself, and says what went wrong
+            self.built = None
+
+    def kept_for_the_driver(self) -> bool:
+        """Whether this build compiled the unit and kept the binary (so the driver, which waits for it, did not
+        compile it): asked once the driver said it took the binary from the cache."""
+        self.thread.join(STOP_WAIT_S)
+        built = self.built
+        return built is not None and built.compiled and built.binary is not None
+
+    def stop(self) -> None:
+        """The driver ended: its g++ killed if it still runs (a binary it kept stays kept), its folder removed."""
+        self.compiles.stop()
+        self.thread.join(STOP_WAIT_S)
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,0 +1,137 @@
+"""The emulator's build of a new submission, started by the parent while its CPU driver starts (build_ahead.py).
+
+Real g++ in the real sandbox: the driver finds the emulation built and compiles nothing itself, the grade is the
+grade it was; two builds of one key compile it once; a compile error reads as the driver alone made it read; a
+build ahead nobody waits for any more is stopped at once.
+"""
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from conftest import SUBMISSIONS
+from hardware import needs_cxx
+
+from grader.cases import Case
+from grader.config import load_config
+from grader.execute.child_run import run_child
+from grader.execute.confine.sandbox import detect, scratch_folder
+from grader.execute.cpu import build as build_module
+from grader.execute.cpu.build import build
+from grader.execute.cpu.build_ahead import BuildAhead
+from grader.execute.job import Job
+from grader.execute.runner import ChildProgram
+from grader.intake.submission import read_submission
+from grader.pipeline import RunPlan, grade
+from grader.plan import CPU
+from grader.result import COMPILE
+
+pytestmark = needs_cxx
+CASES = [Case("square_64", 64, 64, 64, 7, 10), Case("ragged_33", 33, 65, 17, 8, 10)]
+
+
+def new_student(tmp_path: Path, name: str) -> Path:
+    """The corpus kernel as a new student's (a comment makes it a build the cache has never seen)."""
+    folder = tmp_path / f"{name}-{time.time_ns()}"
+    folder.mkdir()
+    source = (SUBMISSIONS / name / "kernel.cu").read_text()
+    (folder / "kernel.cu").write_text(f"{source}\n// student {time.time_ns()}\n")
+    return folder
+
+
+def driver_alone(monkeypatch) -> None:
+    """The CPU driver as it ran before the parent built ahead: it builds the emulation itself."""
+    monkeypatch.setattr(ChildProgram, "cpu_driver",
+                        classmethod(lambda cls: cls((sys.executable, "-m", "grader.execute.cpu"))))
+
+
+def compile_check(result):
+    return next(check for check in result.checks if check.kind == COMPILE)
+
+
+def test_a_new_submissions_cpu_grade_takes_the_emulation_built_ahead_and_grades_as_before(config_file, tmp_path,
+                                                                                          monkeypatch):
+    config = load_config(config_file)
+    student = new_student(tmp_path, "good_basic")
+    first = grade(student, config, CASES, RunPlan(CPU))
+    # The driver said it found the emulation built, and the parent's build ahead had compiled it.
+    assert compile_check(first).metrics["compiled_ahead"] == "parent"
+    again = grade(student, config, CASES, RunPlan(CPU))
+    assert compile_check(again).metrics["compiled_ahead"] == "no"  # cached by the first grade: nothing built
+    driver_alone(monkeypatch)
+    alone = grade(new_student(tmp_path, "good_basic"), config, CASES, RunPlan(CPU))
+    assert compile_check(alone).metrics["compiled_ahead"] == "no"  # the driver built this new one itself
+    for result in (again, alone):
+        assert [(c.name, c.status, c.score) for c in result.checks] == [(c.name, c.status, c.score)
+                                                                        for c in first.checks]
+    assert first.score == first.max_score
+
+
+# Each with the line tests/submissions/README.md gives its error.
+@pytest.mark.parametrize("name, line", [("compile_error", 12), ("compile_error_in_macro_line", 10)])
+def test_a_compile_error_reads_as_the_driver_alone_makes_it_read(config_file, tmp_path, monkeypatch, name, line):
+    config = load_config(config_file)
+    submission = read_submission(new_student(tmp_path, name))
+    ahead = run_child(submission, config, CASES, CPU, RunPlan(CPU))
+    driver_alone(monkeypatch)
+    alone = run_child(submission, config, CASES, CPU, RunPlan(CPU))
+    assert ahead.emulator_compile_error and alone.emulator_compile_error
+    assert ahead.compile_check.status == alone.compile_check.status
+    assert ahead.compile_check.message == alone.compile_check.message
+    assert f"\nline {line}: error: " in ahead.compile_check.message  # the student's line, not the grader's path
+    assert ahead.emulator_log == alone.emulator_log
+
+
+def built_in(work: Path, source: str, contract, cache: Path, found: dict, key: str) -> None:
+    found[key] = build(source, contract, contract.tile_source(""), cache, work / key, detect(), 120)
+
+
+def test_two_builds_of_one_submission_at_once_compile_it_once(tmp_path):
+    contract = load_config(SUBMISSIONS.parent.parent / "config.yaml").kernel.contract()
+    source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text() + f"\n// {time.time_ns()}\n"
+    found: dict = {}
+    with scratch_folder("sgemm-test-") as work:
+        threads = [threading.Thread(target=built_in, args=(work, source, contract, tmp_path / "cache", found, key))
+                   for key in ("one", "other")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert found["one"].binary == found["other"].binary and found["one"].binary.is_file()
+    assert sorted(built.compiled for built in found.values()) == [False, True]  # the second waited, then took it
+    assert found["one"].state == found["other"].state
+    binary = found["one"].binary
+    assert not binary.with_name(f"{binary.name}.lock").exists()  # the key's lock went with its build
+
+
+# Hours of g++'s constant evaluation (a few billion steps): a compile only a stop ends soon.
+SLOW_TO_COMPILE = """
+constexpr long spin() { long s = 0; for (long i = 0; i < 200000; ++i) for (long j = 0; j < 200000; ++j) s += j;
+                        return s; }
+static_assert(spin() != 1, "");
+"""
+
+
+def test_a_build_ahead_nobody_waits_for_is_stopped_at_once_and_keeps_nothing(tmp_path):
+    contract = load_config(SUBMISSIONS.parent.parent / "config.yaml").kernel.contract()
+    source = (SUBMISSIONS / "good_basic" / "kernel.cu").read_text() + SLOW_TO_COMPILE
+    with scratch_folder("sgemm-grade-") as folder:
+        folder.chmod(0o711)
+        job = Job(student_source="", reference_source="", contract=contract, options=[],
+                  cache_dir=str(tmp_path / "cache"), workdir=str(folder), original_source=source,
+                  sandbox=asdict(detect()))
+        ahead = BuildAhead.start(job, 600, folder)
+        deadline = time.monotonic() + 60
+        while not ahead.compiles.running and time.monotonic() < deadline:
+            time.sleep(0.05)  # until its g++ runs (the harness and the header are made first on a new cache)
+        assert ahead.compiles.running
+        stopped = time.monotonic()
+        ahead.stop()
+        assert time.monotonic() - stopped < 5 and not ahead.thread.is_alive()
+        assert not ahead.kept_for_the_driver()
+        assert not ahead.folder.exists()
+    unit = build_module._binary_entry(build_module.compiler(), build_module.emulator_sources(
+        source, contract, contract.tile_source("")), None, tmp_path / "cache")
+    assert not unit.exists()
