@@ -1,8 +1,9 @@
 """The emulator's build of a new submission, started by the parent while its CPU driver starts (build_ahead.py).
 
 Real g++ in the real sandbox: the driver finds the emulation built and compiles nothing itself, the grade is the
-grade it was; two builds of one key compile it once; a compile error reads as the driver alone made it read; a
-build ahead nobody waits for any more is stopped at once.
+grade it was; two builds of one key compile it once; a compile error reads as the driver alone made it read, and
+the build that waited for the one that met it is told it without compiling again; a build ahead nobody waits for
+any more is stopped at once.
 """
 import sys
 import threading
@@ -73,10 +74,9 @@ def test_a_new_submissions_cpu_grade_takes_the_emulation_built_ahead_and_grades_
 @pytest.mark.parametrize("name, line", [("compile_error", 12), ("compile_error_in_macro_line", 10)])
 def test_a_compile_error_reads_as_the_driver_alone_makes_it_read(config_file, tmp_path, monkeypatch, name, line):
     config = load_config(config_file)
-    submission = read_submission(new_student(tmp_path, name))
-    ahead = run_child(submission, config, CASES, CPU, RunPlan(CPU))
+    ahead = run_child(read_submission(new_student(tmp_path, name)), config, CASES, CPU, RunPlan(CPU))
     driver_alone(monkeypatch)
-    alone = run_child(submission, config, CASES, CPU, RunPlan(CPU))
+    alone = run_child(read_submission(new_student(tmp_path, name)), config, CASES, CPU, RunPlan(CPU))
     assert ahead.emulator_compile_error and alone.emulator_compile_error
     assert ahead.compile_check.status == alone.compile_check.status
     assert ahead.compile_check.message == alone.compile_check.message
@@ -104,6 +104,18 @@ def test_two_builds_of_one_submission_at_once_compile_it_once(tmp_path):
     assert found["one"].state == found["other"].state
     binary = found["one"].binary
     assert not binary.with_name(f"{binary.name}.lock").exists()  # the key's lock went with its build
+
+
+def test_a_students_compile_error_is_kept_for_the_build_that_waited_and_read_as_it_was(tmp_path):
+    contract = load_config(SUBMISSIONS.parent.parent / "config.yaml").kernel.contract()
+    source = (SUBMISSIONS / "compile_error" / "kernel.cu").read_text() + f"\n// {time.time_ns()}\n"
+    with scratch_folder("sgemm-test-") as work:
+        first = build(source, contract, contract.tile_source(""), tmp_path / "cache", work, detect(), 120)
+    blocked = tmp_path / "a file"
+    blocked.write_text("where the second build's folder would go: a compile there could not even begin")
+    second = build(source, contract, contract.tile_source(""), tmp_path / "cache", blocked, detect(), 120)
+    assert first.binary is None and "line 12: error: " in first.message
+    assert (second.message, second.log) == (first.message, first.log)
 
 
 # Hours of g++'s constant evaluation (a few billion steps): a compile only a stop ends soon.

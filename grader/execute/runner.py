@@ -211,7 +211,7 @@ class Child:
 
     def _read(self, proc: subprocess.Popen, read_fd: int) -> Iterator[dict]:
         phase, case, spawned = "startup", None, time.monotonic()
-        deadline = Deadline(proc.pid, self.limits.for_phase(phase))
+        deadline = Deadline(proc.pid, self.limits.for_phase(phase), beside=self._building_for_it)
         finished = False
         try:
             for event in read_events(read_fd, deadline):
@@ -255,6 +255,10 @@ class Child:
         if not finished:
             proc.wait()
             yield {"event": "crash", "phase": phase, "case": case, "returncode": proc.returncode}
+
+    def _building_for_it(self) -> list[int]:
+        """The parent's compile the CPU driver may be waiting for: its waits for a CPU are not the driver's time."""
+        return self.emulator_ahead.compiles.pids() if self.emulator_ahead is not None else []
 
     def _answer(self, line: bytes) -> None:
         try:

@@ -3,8 +3,8 @@
 g++ runs in the sandbox (it reads student source, and a crafted file could make it misbehave), writing
 only into the build folder; the driver then keeps the binary in the cache, where no sandbox can reach it.
 The cache key is the sha256 of everything that goes into the build; one build of a key runs at a time (a second
-waits for it, then finds its binary kept), which lets the parent build a submission's unit ahead, while the
-driver starts (build_ahead.py), without the driver building it again. Compiler messages are turned into
+waits for it, then finds its binary kept, or the student's compile error it met), which lets the parent build a
+submission's unit ahead, while the driver starts (build_ahead.py), without the driver building it again. Compiler messages are turned into
 `line N: ...` with the student's line numbers. The student's unit is compiled to an object of its own and
 then linked, so that what it defines can be read from that object (statics.py: whether the kernel can carry
 state between launches), kept in the cache beside the binary.
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ...build_failure import NO_COPY
+from ...build_failure import NO_COPY, classify
 from ...cache_file import keep
 from ...contract import DEFAULT_TILE, KernelContract, TileSource
 from ...leftovers import PREPARE, owned_scratch
@@ -85,6 +85,11 @@ class Compiles:
     def running(self) -> bool:
         """Whether one of its compiles has started (and has not been stopped)."""
         return self._running is not None and not self.stopped
+
+    def pids(self) -> list[int]:
+        """The compile running now (its sandbox's outermost process), if one is."""
+        running = self._running
+        return [running.pid] if running is not None and running.poll() is None else []
 
     def started(self, process: subprocess.Popen) -> None:
         with self._lock:
@@ -342,15 +347,36 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
         return Build(None, "the CPU emulator needs a C++ compiler (g++), and none is on PATH")
     sources = emulator_sources(source, contract, tile, headers)
     cached = _binary_entry(cxx, sources, headers, Path(cache_dir))
-    if cached.is_file():
-        return Build(cached, state=_kept_state(cached))
+    kept = _kept_build(cached)
+    if kept is not None:
+        return kept
     with _building(cached):  # a build of this key already running (one started ahead) is waited for
-        if cached.is_file():
-            return Build(cached, state=_kept_state(cached))
+        kept = _kept_build(cached)
+        if kept is not None:
+            return kept
         if compiles is not None and compiles.stopped:
             return Build(None, "the build was stopped before it began")
-        return _built(cxx, source, sources, headers, cached, Path(cache_dir), Path(workdir, "emulator"), sandbox,
-                      timeout_s, compiles)
+        built = _built(cxx, source, sources, headers, cached, Path(cache_dir), Path(workdir, "emulator"), sandbox,
+                       timeout_s, compiles)
+        if built.binary is None and built.log and classify(built.log, source, headers or ()).students:
+            # the student's own error, kept for the driver that waited for this build: not compiled twice
+            keep(_error_file(cached), json.dumps({"message": built.message, "log": built.log}).encode())
+        return built
+
+
+def _kept_build(cached: Path) -> Build | None:
+    """The binary built before, or the student's compile error that build met (as it read); None: neither."""
+    if cached.is_file():
+        return Build(cached, state=_kept_state(cached))
+    try:
+        error = json.loads(_error_file(cached).read_text())
+        return Build(None, str(error["message"]), str(error["log"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _error_file(binary: Path) -> Path:
+    return binary.with_name(binary.name + ".error")
 
 
 def _binary_entry(cxx: str, sources: dict[str, str], headers: dict[str, str] | None, cache_dir: Path) -> Path:

@@ -4,9 +4,10 @@ A driver's first 0.2 s are an interpreter and its imports; its build of the stud
 submission) came after them. The parent starts the same build (build.py's `build`, with the job's text, contract,
 tile, headers, cache and sandbox: the same cache key, g++ in the same confinement) on a thread as it spawns the
 driver. One build of a key runs at a time (build.py's lock on the key): the driver's own build waits for the one
-ahead and takes the binary it kept, or, where that one kept nothing (a compile error, a failure of the grader's,
-a time-out), builds it itself, so that whatever it says is what it says without this. Nothing the build ahead
-sees reaches a verdict: only its binary, through the cache.
+ahead and takes the binary it kept, or the student's compile error it met (kept beside the key, worded as build.py
+words it whatever folder it was built in); where it kept neither (a failure of the grader's, a time-out, a stop),
+the driver builds it itself, as without this. Only the driver reports: what the build ahead met reaches a verdict
+through the cache alone.
 """
 from __future__ import annotations
 
@@ -34,10 +35,13 @@ class BuildAhead:
 
     @classmethod
     def start(cls, job: Job, limit_s: float, workdir: Path) -> BuildAhead:
-        """The build started, in a folder of its own under `workdir`, its g++ given the compile's limit."""
+        """The build started, in a folder of its own under `workdir`. `limit_s`: the driver's compile limit,
+        which its deadline decides (its waits for a CPU, and this build's, forgiven: at most the limit again);
+        each g++ here may run as long as that deadline can stretch, so that the time-out is the driver's as
+        without this, and this build is stopped when the driver ends."""
         folder = Path(tempfile.mkdtemp(prefix="ahead-emulator-", dir=workdir))
         folder.chmod(0o711)  # the sandbox's uid must reach its folder inside
-        ahead = cls(job, limit_s, folder)
+        ahead = cls(job, 2 * limit_s, folder)
         ahead.thread.start()
         return ahead
 
