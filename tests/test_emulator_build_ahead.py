@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SUBMISSIONS
-from hardware import needs_cxx
+from hardware import needs_cxx, needs_gpu
 
 from grader.cases import Case
 from grader.config import load_config
@@ -26,8 +26,8 @@ from grader.execute.job import Job
 from grader.execute.runner import ChildProgram
 from grader.intake.submission import read_submission
 from grader.pipeline import RunPlan, grade
-from grader.plan import CPU
-from grader.result import COMPILE
+from grader.plan import CPU, GPU
+from grader.result import CASE, COMPILE
 
 pytestmark = needs_cxx
 CASES = [Case("square_64", 64, 64, 64, 7, 10), Case("ragged_33", 33, 65, 17, 8, 10)]
@@ -82,6 +82,26 @@ def test_a_compile_error_reads_as_the_driver_alone_makes_it_read(config_file, tm
     assert ahead.compile_check.message == alone.compile_check.message
     assert f"\nline {line}: error: " in ahead.compile_check.message  # the student's line, not the grader's path
     assert ahead.emulator_log == alone.emulator_log
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_beside_a_gpu_grade_the_emulator_takes_its_unit_built_ahead_and_judges_as_before(config_file, tmp_path,
+                                                                                          monkeypatch):
+    """The GPU path's emulator (started beside the GPU child) finds a new submission's unit built by the parent;
+    its judgment of each case (a race the GPU cannot see) is what the driver alone gave."""
+    config = load_config(config_file)
+    names = ("good_basic", "missing_use_barrier")
+    ahead = {name: grade(new_student(tmp_path, name), config, CASES, RunPlan(GPU)) for name in names}
+    driver_alone(monkeypatch)
+    alone = {name: grade(new_student(tmp_path, name), config, CASES, RunPlan(GPU)) for name in names}
+    for name in names:
+        assert compile_check(ahead[name]).metrics["emulator_compiled_ahead"] == "parent", name
+        assert compile_check(alone[name]).metrics["emulator_compiled_ahead"] == "no", name
+        assert [(c.name, c.status, c.message) for c in ahead[name].checks if c.kind == CASE] == \
+            [(c.name, c.status, c.message) for c in alone[name].checks if c.kind == CASE]
+    assert ahead["good_basic"].score == ahead["good_basic"].max_score
+    assert any(c.kind == CASE and not c.passed for c in ahead["missing_use_barrier"].checks)
 
 
 def built_in(work: Path, source: str, contract, cache: Path, found: dict, key: str) -> None:
