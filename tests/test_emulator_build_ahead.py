@@ -5,6 +5,7 @@ grade it was; two builds of one key compile it once; a compile error reads as th
 the build that waited for the one that met it is told it without compiling again; a build ahead nobody waits for
 any more is stopped at once.
 """
+import contextlib
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 from conftest import SUBMISSIONS
 from hardware import needs_cxx, needs_gpu
 
+from grader import on_cpu
 from grader.cases import Case
 from grader.config import load_config
 from grader.execute.child_run import run_child
@@ -43,9 +45,11 @@ def new_student(tmp_path: Path, name: str) -> Path:
 
 
 def driver_alone(monkeypatch) -> None:
-    """The CPU driver as it ran before the parent built ahead: it builds the emulation itself."""
+    """The CPU driver as it ran before the parent built ahead: it builds the emulation itself (nothing is started
+    as it starts, nor by a CPU grade before its nvcc check)."""
     monkeypatch.setattr(ChildProgram, "cpu_driver",
                         classmethod(lambda cls: cls((sys.executable, "-m", "grader.execute.cpu"))))
+    monkeypatch.setattr(on_cpu, "emulation_built_soon", lambda *arguments: contextlib.nullcontext())
 
 
 def compile_check(result):

@@ -110,7 +110,7 @@ class Placement:
 
 
 def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
-            placement: Placement | None = None) -> Iterator[dict]:
+            placement: Placement | None = None, built_ahead: BuildAhead | None = None) -> Iterator[dict]:
     """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'protocol_error',
     'restart', 'turn' (a turn on the device was given, after waiting so long), 'turns_held' (how long the
     child held the device, per kind of turn) and 'output' (each child's captured stdout and stderr, after
@@ -118,12 +118,14 @@ def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: C
 
     A child that finished its cases asks whether to time, and again after each measurement;
     `timing_turn()` answers with the repetitions to run (0: no more timing), after every earlier event
-    has been consumed.
+    has been consumed. `built_ahead`: the CPU driver's emulation, its build started by the caller already (the
+    first child's; otherwise each CPU driver's is started as it is spawned).
     """
     restarts, placement = 0, placement or Placement()
     while True:
         broken = None
-        for event in Child(job, limits, timing_turn, program, placement).events():
+        child, built_ahead = Child(job, limits, timing_turn, program, placement, built_ahead), None
+        for event in child.events():
             if event["event"] in BROKEN:
                 broken = event
             yield event
@@ -139,7 +141,7 @@ def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: C
 
 class Child:
     def __init__(self, job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
-                 placement: Placement):
+                 placement: Placement, built_ahead: BuildAhead | None = None):
         self.job, self.limits, self.timing_turn, self.placement = job, limits, timing_turn, placement
         self.program = program
         self.turn: Turn | None = None
@@ -155,7 +157,7 @@ class Child:
         self.cubins = cubin_cache.Exchange(job, self.workdir)
         self.ahead: CompilesAhead | None = None  # the parent's own builds of the cubins the cache lacks
         self.built_ahead: set[str] = set()  # the keys of those it kept
-        self.emulator_ahead: BuildAhead | None = None  # the parent's build of the emulation, for the CPU driver
+        self.emulator_ahead = built_ahead  # the parent's build of the emulation, for the CPU driver
 
     def events(self) -> Iterator[dict]:
         self.workdir.mkdir()
@@ -171,7 +173,7 @@ class Child:
         replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint,
                 parent_compiles=self.ahead is not None, case_s=self.limits.for_phase("case"),
                 max_restarts=self.limits.max_restarts).save(job_file)
-        if self.program.emulator:  # the driver's build of the student's unit, begun before its interpreter is up
+        if self.program.emulator and self.emulator_ahead is None:  # begun before the driver's interpreter is up
             self.emulator_ahead = BuildAhead.start(self.job, self.limits.compile_s, Path(self.job.workdir))
         read_fd, write_fd = os.pipe()
         control_read, self.control_fd = os.pipe()
