@@ -84,12 +84,16 @@ def emulation_built_soon(submission: Submission, config: Config, plan: RunPlan) 
         return
     with owned_scratch(GRADE) as folder:
         os.chmod(folder, 0o711)  # the sandbox's uid must reach the build's folder inside
-        job = job_of(submission, submission.source, config, [], str(folder), sandbox_of(plan), timed=False)
-        ahead = BuildAhead.start(job, config.timeouts.compile_s, folder)
+        try:
+            job = job_of(submission, submission.source, config, [], str(folder), sandbox_of(plan), timed=False)
+            ahead = BuildAhead.start(job, config.timeouts.compile_s, folder)
+        except Exception:  # noqa: BLE001 - never the grade's failure: the driver builds it, and says what is wrong
+            ahead = None
         try:
             yield ahead
         finally:
-            ahead.stop()
+            if ahead is not None:
+                ahead.stop()
 
 
 def take_run(result: SubmissionResult, run: RunEvents) -> None:
