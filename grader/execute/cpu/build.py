@@ -4,10 +4,10 @@ g++ runs in the sandbox (it reads student source, and a crafted file could make 
 only into the build folder; the driver then keeps the binary in the cache, where no sandbox can reach it.
 The cache key is the sha256 of everything that goes into the build; one build of a key runs at a time (a second
 waits for it, then finds its binary kept, or the student's compile error it met), which lets the parent build a
-submission's unit ahead, while the driver starts (build_ahead.py), without the driver building it again. Compiler messages are turned into
-`line N: ...` with the student's line numbers. The student's unit is compiled to an object of its own and
-then linked, so that what it defines can be read from that object (statics.py: whether the kernel can carry
-state between launches), kept in the cache beside the binary.
+submission's unit ahead, while the driver starts (build_ahead.py), without the driver building it again.
+Compiler messages are turned into `line N: ...` with the student's line numbers. The student's unit is compiled
+to an object of its own and then linked, so that what it defines can be read from that object (statics.py:
+whether the kernel can carry state between launches), kept in the cache beside the binary.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class Build:
     log: str = ""
     # The student's mutable static storage (statics.py): [] for none; None where unknown, which counts as some.
     state: list[str] | None = None
-    compiled: bool = False  # this build compiled the student's unit (False: the cache had it, or it failed before)
+    compiled: bool = False  # this build compiled the unit and kept it (False: taken from the cache, or none)
 
 
 class Compiles:
