@@ -171,3 +171,24 @@ def test_a_build_ahead_nobody_waits_for_is_stopped_at_once_and_keeps_nothing(tmp
     unit = build_module._binary_entry(build_module.compiler(), build_module.emulator_sources(
         source, contract, contract.tile_source("")), None, tmp_path / "cache")
     assert not unit.exists()
+
+
+def test_the_drivers_deadline_forgives_the_cpu_waits_of_the_build_it_waits_for():
+    """A driver asleep on the lock while the parent's g++ waits for a CPU is not spending its own time: the
+    compile phase's deadline counts the waits of the processes working beside it, as of its own."""
+    import subprocess
+
+    from grader.execute.confine.deadline import Deadline
+
+    spin = "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"  # two on one core: each waits half the time
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    driver = subprocess.Popen(["sleep", "30"])  # asleep, as on the lock: it waits for no CPU
+    try:
+        alone, beside = Deadline(driver.pid, 0.5), Deadline(driver.pid, 0.5, beside=lambda: [spinners[0].pid])
+        time.sleep(1.5)
+        assert alone.forgiven() < 0.1
+        assert beside.forgiven() > 0.2
+    finally:
+        for process in (*spinners, driver):
+            process.kill()
+            process.wait()
