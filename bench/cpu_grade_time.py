@@ -91,6 +91,16 @@ def report(rounds: list[dict], tree: str, submission: Path) -> None:
         slowest = sorted(cases, key=lambda c: c["metrics"]["seconds"])[-3:]  # the grade's last waits
         print(f"{'':24s} slowest cases (last round): "
               + ", ".join(f"{c['name']} {c['metrics']['seconds']:.2f} s" for c in reversed(slowest)))
+        print(f"{'':24s} the emulator (last round): {emulator_phases(result)}")
+
+
+def emulator_phases(result: dict) -> str:
+    """The emulator's run on the parent's clock (child_start, compile, cases, ...), and whether the parent had
+    built the student's unit as the driver started."""
+    phases = result.get("phases", {})
+    shown = ", ".join(f"{name} {phases[name]:.3f}" for name in ("child_start", "compile", "cases") if name in phases)
+    compiled = next((c for c in result["checks"] if c["kind"] == "compile"), {}).get("metrics", {})
+    return f"{shown}; unit built ahead by: {compiled.get('compiled_ahead', 'no')}"
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ def report(label: str, wall: float, result: dict) -> None:
               + f"; compiled ahead (while the child started) by: {compiled.get('compiled_ahead', 'no')}")
     if "emulator_phases" in compiled:  # the CPU emulator's run beside the GPU child, on its own clock
         print("  the emulator beside it: " + ", ".join(f"{name} {seconds:.3f}"
-                                                     for name, seconds in compiled["emulator_phases"].items()))
+                                                     for name, seconds in compiled["emulator_phases"].items())
+              + f"; its unit built ahead by: {compiled.get('emulator_compiled_ahead', 'no')}")
     if "timing" in checks and checks["timing"]["status"] != "skipped":
         print(f"  timing: {checks['timing']['message'].splitlines()[0]}")
 

@@ -11,7 +11,7 @@ from .config import Config
 from .diagnose.resources import add_compiler_feedback
 from .diagnose.speed import timing_without_gpu
 from .emulation import emulator_feedback
-from .execute.child_run import run_child, take_run
+from .execute.child_run import emulation_built_soon, run_child, take_run
 from .execute.confine.sandbox import Sandbox
 from .execute.nvcc.without_gpu import compile_without_gpu
 from .intake.submission import Submission
@@ -69,20 +69,21 @@ def grade_on_cpu(submission: Submission, config: Config, cases: list[Case], resu
     """The compile check (nvcc's verdict when nvcc is here), the cases the emulator runs, and the checks only
     a GPU can make, skipped as such; and why a case it made no check of was not run."""
     result.message = plan.note or CPU_NOTE
-    compiled = compile_without_gpu(submission, config, sandbox_of(plan))
-    phases.mark("nvcc_check")
-    nvcc = compiled.check
-    held_timing, *large = needs_gpu_checks(
-        config, cases, nvcc.message if compiled.outcome == GRADER_ERROR else
-        "not run: the kernel did not compile" if nvcc.status == ERROR else
-        "not run: GPU only (its case file says cpu: skip); it runs when graded on a GPU")
-    if nvcc.status == ERROR:
-        result.outcome = compiled.outcome
-        if compiled.outcome == GRADER_ERROR:
-            result.message = nvcc.message
-        return [nvcc, held_timing, *large], "not run"
-    emulated = emulator_cases(cases)
-    run = run_child(submission, config, emulated, CPU, plan)
+    with emulation_built_soon(submission, config, plan) as built_ahead:  # g++ beside nvcc
+        compiled = compile_without_gpu(submission, config, sandbox_of(plan))
+        phases.mark("nvcc_check")
+        nvcc = compiled.check
+        held_timing, *large = needs_gpu_checks(
+            config, cases, nvcc.message if compiled.outcome == GRADER_ERROR else
+            "not run: the kernel did not compile" if nvcc.status == ERROR else
+            "not run: GPU only (its case file says cpu: skip); it runs when graded on a GPU")
+        if nvcc.status == ERROR:
+            result.outcome = compiled.outcome
+            if compiled.outcome == GRADER_ERROR:
+                result.message = nvcc.message
+            return [nvcc, held_timing, *large], "not run"
+        emulated = emulator_cases(cases)
+        run = run_child(submission, config, emulated, CPU, plan, built_ahead=built_ahead)
     phases.mark_split(run.phases, "grading_other")
     take_run(result, run)
     made = [check for check in run.made_checks() if check.kind != TIMING]

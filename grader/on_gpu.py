@@ -108,6 +108,9 @@ def _judged_by_both(submission: Submission, config: Config, cases: list[Case], r
         # where the emulator's time went, beside the GPU's (bench/grade_time.py)
         run.compile_check.metrics["emulator_phases"] = {phase: round(seconds, 3)
                                                         for phase, seconds in emulation.run.phases.items()}
+        # whether the parent built the emulation as the emulator's driver started (build_ahead.py)
+        run.compile_check.metrics["emulator_compiled_ahead"] = emulation.run.compile_check.metrics.get(
+            "compiled_ahead", "no")
         return merged(made, emulation), None
     if emulation.log:
         result.log += f"\n[grader] the CPU emulator could not judge this kernel:\n{emulation.log}\n"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ from ..intake.submission import Submission
 from ..judge.input_records import CACHED
 from ..judge.printed import kernel_output
 from ..judge.warming import Warming
-from ..leftovers import GRADE, owned_folder
+from ..leftovers import GRADE, owned_folder, owned_scratch
 from ..plan import CPU, GPU, RunPlan, placement_of, sandbox_of
 from ..result import SubmissionResult
 from ..source.before_compile import with_headers_after
@@ -26,6 +27,8 @@ from ..source.device_side import device_side
 from ..source.signature import role_names
 from ..source.tile_size import tile_constant
 from .confine.sandbox import Sandbox
+from .cpu.build import compiler
+from .cpu.build_ahead import BuildAhead
 from .cpu.evidence import Program
 from .cpu.instrument import sites_of
 from .cpu.sampling import BlockSample, Tile
@@ -39,10 +42,12 @@ if TYPE_CHECKING:
 
 def run_child(submission: Submission, config: Config, cases: list[Case], backend: str, plan: RunPlan,
               on_compiled: Callable[[str], None] | None = None,
-              extra_tiles: dict[str, tuple[Tile, ...]] | None = None) -> RunEvents:
+              extra_tiles: dict[str, tuple[Tile, ...]] | None = None,
+              built_ahead: BuildAhead | None = None) -> RunEvents:
     """Runs the cases in a child process of the backend's kind; the parent only reads its events. `on_compiled`
     hears the GPU's architecture once the child compiled for it (the reference's figures are made meanwhile);
-    `extra_tiles`: tiles a CPU run of a sampled case runs beside its sample (where the GPU found wrong elements)."""
+    `extra_tiles`: tiles a CPU run of a sampled case runs beside its sample (where the GPU found wrong elements);
+    `built_ahead`: the emulator's build, started already (emulation_built_soon); else it starts with the child."""
     samples = block_samples(cases, config, extra_tiles or {}) if backend == CPU else {}
     workdir = str(owned_folder(GRADE))  # named for this process: a later start clears it if we die unclean
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
@@ -57,7 +62,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
                         case_s=config.timeouts.gpu_hang_s if backend == GPU else None)
         program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
-        events = run_job(job, limits, lambda: run.timing_turn(), program, placement_of(plan, config))
+        events = run_job(job, limits, lambda: run.timing_turn(), program, placement_of(plan, config), built_ahead)
         first = next(events)  # the child has started meanwhile, and the judge's import with it (warming.py)
         run = _run_events(config, cases, Path(workdir), timed=job.timing is not None, backend=backend,
                           submission=submission, device=device, samples=samples)
@@ -69,6 +74,28 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     finally:
         warming.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextmanager
+def emulation_built_soon(submission: Submission, config: Config, plan: RunPlan) -> Iterator[BuildAhead | None]:
+    """The emulator's build of the submission started now, as its driver's own (build_ahead.py), for the CPU run
+    that follows (run_child's `built_ahead`): a CPU grade's nvcc check runs meanwhile. Stopped at the end, where
+    nobody took it; None where there is no C++ compiler."""
+    if compiler() is None:
+        yield None
+        return
+    with owned_scratch(GRADE) as folder:
+        os.chmod(folder, 0o711)  # the sandbox's uid must reach the build's folder inside
+        try:
+            job = job_of(submission, submission.source, config, [], str(folder), sandbox_of(plan), timed=False)
+            ahead = BuildAhead.start(job, config.timeouts.compile_s, folder)
+        except Exception:  # noqa: BLE001 - never the grade's failure: the driver builds it, and says what is wrong
+            ahead = None
+        try:
+            yield ahead
+        finally:
+            if ahead is not None:
+                ahead.stop()
 
 
 def take_run(result: SubmissionResult, run: RunEvents) -> None:

@@ -36,6 +36,7 @@ from .confine.proc import (
     set_tree_priority,
 )
 from .confine.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
+from .cpu.build_ahead import BuildAhead
 from .event_pipe import TimedOut, read_events
 from .gpu.clocks import ClockWatch
 from .gpu.device_lock import DeviceLock, Turn
@@ -60,6 +61,7 @@ class ChildProgram:
     argv: tuple[str, ...]
     sandbox: Sandbox | None = None
     gpu: bool = False
+    emulator: bool = False  # the CPU emulator's driver: the parent builds the emulation ahead as it starts
 
     @classmethod
     def gpu_child(cls, sandbox: Sandbox) -> ChildProgram:
@@ -67,7 +69,7 @@ class ChildProgram:
 
     @classmethod
     def cpu_driver(cls) -> ChildProgram:
-        return cls((sys.executable, "-m", "grader.execute.cpu"))
+        return cls((sys.executable, "-m", "grader.execute.cpu"), emulator=True)
 
     def confinement(self, workdir: Path) -> Confinement:
         return Confinement(workdir, GPU_LIMITS, python=True, cuda=True, gpu=self.gpu)
@@ -112,7 +114,7 @@ class Placement:
 
 
 def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
-            placement: Placement | None = None) -> Iterator[dict]:
+            placement: Placement | None = None, built_ahead: BuildAhead | None = None) -> Iterator[dict]:
     """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'protocol_error',
     'restart', 'turn' (a turn on the device was given, after waiting so long), 'turns_held' (how long the
     child held the device, per kind of turn) and 'output' (each child's captured stdout and stderr, after
@@ -120,12 +122,14 @@ def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: C
 
     A child that finished its cases asks whether to time, and again after each measurement;
     `timing_turn()` answers with the repetitions to run (0: no more timing), after every earlier event
-    has been consumed.
+    has been consumed. `built_ahead`: the CPU driver's emulation, its build started by the caller already (the
+    first child's; otherwise each CPU driver's is started as it is spawned).
     """
     restarts, placement = 0, placement or Placement()
     while True:
         broken = None
-        for event in Child(job, limits, timing_turn, program, placement).events():
+        child, built_ahead = Child(job, limits, timing_turn, program, placement, built_ahead), None
+        for event in child.events():
             if event["event"] in BROKEN:
                 broken = event
             yield event
@@ -156,7 +160,7 @@ def inputs_for_child(cases: list[CaseSpec], cache_dir: str) -> tuple[list[CaseSp
 
 class Child:
     def __init__(self, job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
-                 placement: Placement):
+                 placement: Placement, built_ahead: BuildAhead | None = None):
         self.job, self.limits, self.timing_turn, self.placement = job, limits, timing_turn, placement
         self.program = program
         self.turn: Turn | None = None
@@ -172,6 +176,7 @@ class Child:
         self.cubins = cubin_cache.Exchange(job, self.workdir)
         self.ahead: CompilesAhead | None = None  # the parent's own builds of the cubins the cache lacks
         self.built_ahead: set[str] = set()  # the keys of those it kept
+        self.emulator_ahead = built_ahead  # the parent's build of the emulation, for the CPU driver
 
     def events(self) -> Iterator[dict]:
         self.workdir.mkdir()
@@ -188,6 +193,8 @@ class Child:
         replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint, cases=cases,
                 parent_compiles=self.ahead is not None, case_s=self.limits.for_phase("case"),
                 max_restarts=self.limits.max_restarts).save(job_file)
+        if self.program.emulator and self.emulator_ahead is None:  # begun before the driver's interpreter is up
+            self.emulator_ahead = BuildAhead.start(self.job, self.limits.compile_s, Path(self.job.workdir))
         read_fd, write_fd = os.pipe()
         control_read, self.control_fd = os.pipe()
         argv = [*self.program.argv, str(job_file), str(write_fd), str(control_read)]
@@ -219,6 +226,8 @@ class Child:
             kill_group(proc)  # also reaps stragglers the child left behind
             if self.ahead is not None:
                 self.ahead.cancel()  # the child ended before it reported its toolchain
+            if self.emulator_ahead is not None:
+                self.emulator_ahead.stop()
             self._end_turn()
             self._close_unused_clocks()
         if self.held_s:
@@ -228,7 +237,7 @@ class Child:
 
     def _read(self, proc: subprocess.Popen, read_fd: int) -> Iterator[dict]:
         phase, case, spawned = "startup", None, time.monotonic()
-        deadline = Deadline(proc.pid, self.limits.for_phase(phase))
+        deadline = Deadline(proc.pid, self.limits.for_phase(phase), beside=self._building_for_it)
         finished = False
         try:
             for event in read_events(read_fd, deadline):
@@ -273,6 +282,10 @@ class Child:
             proc.wait()
             yield {"event": "crash", "phase": phase, "case": case, "returncode": proc.returncode}
 
+    def _building_for_it(self) -> list[int]:
+        """The parent's compile the CPU driver may be waiting for: its waits for a CPU are not the driver's time."""
+        return self.emulator_ahead.compiles.pids() if self.emulator_ahead is not None else []
+
     def _answer(self, line: bytes) -> None:
         try:
             os.write(self.control_fd, line)
@@ -291,10 +304,7 @@ class Child:
     def _annotate(self, event: dict, case: str | None, phase: str) -> None:
         """What only the parent knows, added to a child's event before it is passed on."""
         if event["event"] == "compiled":
-            used = event.get("cubins", {}).get("student", "")
-            # Whose compiles, if any, ran while the child started: the parent's builds, or the child's on the hint.
-            event["compiled_ahead"] = ("parent" if used in self.built_ahead
-                                       else "child" if event.get("compiled_ahead") else "no")
+            event["compiled_ahead"] = self._whose_compiles_ran_ahead(event)
             event["student_cubin"] = self.cubins.take(event.pop("cubins", {}))
             self.pci_bus_id = event.get("pci_bus_id", "")
             self._open_clocks_early()
@@ -304,6 +314,16 @@ class Child:
             event["clocks"] = self._end_turn()
         elif event["event"] == "fault":
             event.update(phase=phase, case=case)
+
+    def _whose_compiles_ran_ahead(self, compiled: dict) -> str:
+        """Whose compiles, if any, ran while the child started: "parent" (the parent's builds: the GPU child's
+        cubins, or the emulation the CPU driver found built, `compiled_ahead` in its words), "child" (the GPU
+        child's, on the hint) or "no"."""
+        if self.program.emulator:
+            found_built = compiled.get("compiled_ahead") and self.emulator_ahead is not None
+            return "parent" if found_built and self.emulator_ahead.kept_for_the_driver() else "no"
+        used = compiled.get("cubins", {}).get("student", "")
+        return "parent" if used in self.built_ahead else "child" if compiled.get("compiled_ahead") else "no"
 
     def _take_turn(self, asked: str) -> tuple[bytes, dict | None]:
         """The answer to the child's request, after waiting for the turn it needs; and the 'turn' event."""

@@ -2,10 +2,12 @@
 
 g++ runs in the sandbox (it reads student source, and a crafted file could make it misbehave), writing
 only into the build folder; the driver then keeps the binary in the cache, where no sandbox can reach it.
-The cache key is the sha256 of everything that goes into the build. Compiler messages are turned into
-`line N: ...` with the student's line numbers. The student's unit is compiled to an object of its own and
-then linked, so that what it defines can be read from that object (statics.py: whether the kernel can carry
-state between launches), kept in the cache beside the binary.
+The cache key is the sha256 of everything that goes into the build; one build of a key runs at a time (a second
+waits for it, then finds its binary kept, or the student's compile error it met), which lets the parent build a
+submission's unit ahead, while the driver starts (build_ahead.py), without the driver building it again.
+Compiler messages are turned into `line N: ...` with the student's line numbers. The student's unit is compiled
+to an object of its own and then linked, so that what it defines can be read from that object (statics.py:
+whether the kernel can carry state between launches), kept in the cache beside the binary.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ...build_failure import NO_COPY
+from ...build_failure import NO_COPY, classify
 from ...cache_file import keep
 from ...contract import DEFAULT_TILE, KernelContract, TileSource
 from ...leftovers import PREPARE, owned_scratch
@@ -66,6 +69,39 @@ class Build:
     log: str = ""
     # The student's mutable static storage (statics.py): [] for none; None where unknown, which counts as some.
     state: list[str] | None = None
+    compiled: bool = False  # this build compiled the unit and kept it (False: taken from the cache, or none)
+
+
+class Compiles:
+    """The sandboxed compiles of one build, which another thread may stop: a build ahead nobody waits for any
+    more (its driver ended) stops its g++ rather than leaving it to run to its limit."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running: subprocess.Popen | None = None
+        self.stopped = False
+
+    @property
+    def running(self) -> bool:
+        """Whether one of its compiles has started (and has not been stopped)."""
+        return self._running is not None and not self.stopped
+
+    def pids(self) -> list[int]:
+        """The compile running now (its sandbox's outermost process), if one is."""
+        running = self._running
+        return [running.pid] if running is not None and running.poll() is None else []
+
+    def started(self, process: subprocess.Popen) -> None:
+        with self._lock:
+            self._running = process
+            if self.stopped:
+                kill_group(process)
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            if self._running is not None:
+                kill_group(self._running)
 
 
 def compiler() -> str | None:
@@ -302,33 +338,107 @@ def _drop_precompiled(cxx: str, cache_dir: Path) -> None:
 
 
 def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Path,
-          workdir: Path, sandbox: Sandbox, timeout_s: float, headers: dict[str, str] | None = None) -> Build:
+          workdir: Path, sandbox: Sandbox, timeout_s: float, headers: dict[str, str] | None = None,
+          compiles: Compiles | None = None) -> Build:
+    """The emulation's binary from the cache, else built in `workdir` (the student's unit in the sandbox) and
+    kept there; `compiles`: how another thread may stop it."""
     cxx = compiler()
     if cxx is None:
         return Build(None, "the CPU emulator needs a C++ compiler (g++), and none is on PATH")
     sources = emulator_sources(source, contract, tile, headers)
+    cached = _binary_entry(cxx, sources, headers, Path(cache_dir))
+    kept = _kept_build(cached)
+    if kept is not None:
+        return kept
+    with _building(cached):  # a build of this key already running (one started ahead) is waited for
+        kept = _kept_build(cached)
+        if kept is not None:
+            return kept
+        if compiles is not None and compiles.stopped:
+            return Build(None, "the build was stopped before it began")
+        built = _built(cxx, source, sources, headers, cached, Path(cache_dir), Path(workdir, "emulator"), sandbox,
+                       timeout_s, compiles)
+        if built.binary is None and built.log and classify(built.log, source, headers or ()).students:
+            # the student's own error, kept for the driver that waited for this build: not compiled twice
+            keep(_error_file(cached), json.dumps({"message": built.message, "log": built.log}).encode())
+        return built
+
+
+def _kept_build(cached: Path) -> Build | None:
+    """The binary built before, or the student's compile error that build met (as it read); None: neither."""
+    if cached.is_file():
+        return Build(cached, state=_kept_state(cached))
+    try:
+        error = json.loads(_error_file(cached).read_text())
+        return Build(None, str(error["message"]), str(error["log"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _error_file(binary: Path) -> Path:
+    return binary.with_name(binary.name + ".error")
+
+
+def _binary_entry(cxx: str, sources: dict[str, str], headers: dict[str, str] | None, cache_dir: Path) -> Path:
+    """The cache's name for the binary built from these sources: the sha256 of everything that goes into it."""
     inputs = [*sources.values(), *((HERE / name).read_text() for name in (*HARNESS_OWN, STUDENT_UNIT))]
     inputs += [path.read_text() for path in sorted(SHIMS.iterdir())]
     inputs += sorted(headers or {})  # a header's name, beside its text, decides which #include finds it
     key = hashlib.sha256("\0".join([*inputs, *FLAGS, compiler_version(cxx)]).encode()).hexdigest()
-    cached = Path(cache_dir, "cpu", key)
-    if cached.is_file():
-        return Build(cached, state=_kept_state(cached))
-    folder = Path(workdir, "emulator")
+    return Path(cache_dir, "cpu", key)
+
+
+@contextmanager
+def _building(cached: Path) -> Iterator[None]:
+    """Held while one process builds `cached`: an advisory lock on a file beside it, which the system lets go of
+    when its holder ends however it ends, removed by its holder (a waiter that then holds a removed file's lock
+    opens the new one). Where it cannot be had (a read-only cache), not held: the build is then simply done."""
+    path = cached.with_name(cached.name + ".lock")
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(path, "a")
+        except OSError:
+            yield
+            return
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _same_file(lock, path):
+            break
+        lock.close()  # its holder removed it while we waited: the lock is now the new file's
+    try:
+        yield
+    finally:
+        try:
+            path.unlink(missing_ok=True)  # while held: a waiter sees it went, and locks the next one's
+        except OSError:
+            pass  # left for the next build of this key, which locks it as it is
+        lock.close()
+
+
+def _same_file(opened, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(opened.fileno()), os.stat(path))
+    except OSError:
+        return False
+
+
+def _built(cxx: str, source: str, sources: dict[str, str], headers: dict[str, str] | None, cached: Path,
+           cache_dir: Path, folder: Path, sandbox: Sandbox, timeout_s: float, compiles: Compiles | None) -> Build:
+    """The emulation built in `folder` and kept as `cached`; the student's compile errors as they read them."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in sources.items():
         (folder / name).write_text(text, encoding="utf-8")
     # where the sandbox's uid can read them
-    header = harness_and_header(cxx, Path(cache_dir), timeout_s, folder / "harness.o", folder / "precompiled")
+    header = harness_and_header(cxx, cache_dir, timeout_s, folder / "harness.o", folder / "precompiled")
     emulator = emulator_variables((folder / "harness.o").read_bytes())  # read before any sandbox can change it
     binary = folder / "harness"
-    compiled = _compile_unit(cxx, folder, binary, header, sandbox, timeout_s)
+    compiled = _compile_unit(cxx, folder, binary, header, sandbox, timeout_s, compiles)
     if compiled is not None and compiled[0] != 0 and header is not None:
         # Built again from the text: what the student sees never depends on the precompiled header, and one
         # that only it broke (damaged in the cache) is dropped, to be made again.
-        compiled = _compile_unit(cxx, folder, binary, None, sandbox, timeout_s)
+        compiled = _compile_unit(cxx, folder, binary, None, sandbox, timeout_s, compiles)
         if compiled is not None and compiled[0] == 0:
-            _drop_precompiled(cxx, Path(cache_dir))
+            _drop_precompiled(cxx, cache_dir)
     if compiled is None:
         return Build(None, f"compile error: the C++ compiler ran past {timeout_s:g} s")
     returncode, output = compiled
@@ -345,7 +455,7 @@ def build(source: str, contract: KernelContract, tile: TileSource, cache_dir: Pa
         _store_atomically(binary, cached)
     except OSError as error:
         return Build(None, f"compile error: the compiler left no usable program ({error})")
-    return Build(cached, state=state)
+    return Build(cached, state=state, compiled=True)
 
 
 def _state(folder: Path, emulator: frozenset[str], tag: str) -> list[str] | None:
@@ -370,27 +480,30 @@ def _kept_state(binary: Path) -> list[str] | None:
 
 
 def _compile_unit(cxx: str, folder: Path, binary: Path, header: Path | None, sandbox: Sandbox,
-                  timeout_s: float) -> tuple[int, bytes] | None:
+                  timeout_s: float, compiles: Compiles | None = None) -> tuple[int, bytes] | None:
     """g++ on the student's unit, to an object, then linked with the harness's object, in the sandbox: (exit
     code, what it printed), or None when it ran past the limit."""
     compiled = _in_sandbox(cxx, [*COMPILE_FLAGS, *(["-include", str(header)] if header else []),
                                  "-I", str(folder), "-I", str(HERE), "-I", str(SHIMS), "-c",
-                                 str(HERE / STUDENT_UNIT), "-o", str(folder / UNIT_OBJECT)], folder, sandbox, timeout_s)
+                                 str(HERE / STUDENT_UNIT), "-o", str(folder / UNIT_OBJECT)], folder, sandbox, timeout_s,
+                           compiles)
     if compiled is None or compiled[0] != 0:
         return compiled
     linked = _in_sandbox(cxx, [*LINK_FLAGS, str(folder / UNIT_OBJECT), str(folder / "harness.o"), "-o", str(binary)],
-                         folder, sandbox, timeout_s)
+                         folder, sandbox, timeout_s, compiles)
     return None if linked is None else (linked[0], compiled[1] + linked[1])
 
 
 def _in_sandbox(cxx: str, arguments: list[str], folder: Path, sandbox: Sandbox,
-                timeout_s: float) -> tuple[int, bytes] | None:
+                timeout_s: float, compiles: Compiles | None = None) -> tuple[int, bytes] | None:
     command = [cxx, *arguments]
     confinement = Confinement(folder, COMPILER_LIMITS, seccomp=True, readable=(HERE, *toolchain(cxx)),
                               nice=BACKGROUND_NICE)
     process = sandbox.popen(command, confinement, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env={"PATH": os.environ.get("PATH", "/usr/bin"),
                                                            "LC_ALL": "C", "TMPDIR": str(folder)})
+    if compiles is not None:
+        compiles.started(process)
     try:
         output, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

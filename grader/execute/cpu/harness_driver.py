@@ -92,8 +92,9 @@ def _run(channel: Channel, argv: list[str], job: Job, server: Server, cases: Cas
         channel.send("compile_error", target="student", message=server.not_started, emulator=True,
                      log=server.not_started)
         return
+    # compiled_ahead: the student's unit was built when this driver came to build it (by the parent, or before)
     channel.send("compiled", device=f"CPU emulation ({compiler_version(compiler())})", arch="cpu",
-                 tile_size=tile)
+                 tile_size=tile, compiled_ahead=not built.compiled)
     if tile not in job.contract.tile_sizes:
         return
     answers = open(int(argv[3]))
