@@ -1,6 +1,7 @@
 """A sampled large case of a kernel without state runs its blocks in parts, each in a worker of its own, side by
-side (schedule.py), and is told exactly as one worker running every block in turn tells it (case_files.py): the
-same event, the same C, bit for bit; where the parts could have seen each other, one worker runs it again.
+side (schedule.py), and so does a whole case of many blocks, in both thread orders; each is told exactly as one
+worker running every block in turn tells it (case_files.py): the same event, the same C, bit for bit; where the
+parts could have seen each other, one worker per order runs it again.
 """
 import contextlib
 import io
@@ -18,6 +19,7 @@ from grader.execute.confine.sandbox import detect, scratch_folder
 from grader.execute.cpu import case_files, harness_driver
 from grader.execute.cpu.build import build
 from grader.execute.cpu.case_files import (
+    MAX_UNWRITTEN_READS,
     PRINTF_CAP,
     PRINTF_CUT,
     joined_printf,
@@ -26,7 +28,7 @@ from grader.execute.cpu.case_files import (
     parts_apart,
 )
 from grader.execute.cpu.sampling import BlockSample, block_parts
-from grader.execute.cpu.schedule import BLOCKS_PER_PART, Schedule, split_parts
+from grader.execute.cpu.schedule import BLOCKS_PER_PART, PART_MACS, Schedule, parts_worth, split_parts
 from grader.execute.job import CaseSpec, Job, student_output
 from grader.execute.protocol import EVENTS, HARNESS_REPORTS, check
 from grader.judge.inputs import guarded_c
@@ -45,10 +47,19 @@ def test_blocks_are_cut_into_contiguous_parts_of_nearly_equal_length():
 
 
 def test_a_case_is_cut_into_a_part_per_so_many_blocks_but_no_more_than_run_at_once():
-    assert split_parts(130, 16) == -(-130 // BLOCKS_PER_PART)
-    assert split_parts(10_000, 16) == 16
-    assert split_parts(130, 1) == 1  # one slot: one worker runs every block, as before
-    assert split_parts(3, 16) == 1
+    assert split_parts(parts_worth(130, True, 0), 16) == -(-130 // BLOCKS_PER_PART)
+    assert split_parts(parts_worth(10_000, True, 0), 16) == 16
+    assert split_parts(parts_worth(130, True, 0), 1) == 1  # one slot: one worker runs every block, as before
+    assert split_parts(parts_worth(3, True, 0), 16) == 1
+
+
+def test_a_whole_case_is_cut_into_a_part_per_so_much_work():
+    """A whole case's blocks are cheap: a part must hold PART_MACS multiply-adds to be worth its fixed cost."""
+    square_256 = 256 * 256 * 256  # at tile 16: 256 blocks of 256 threads × k = 256
+    assert parts_worth(256, False, square_256 // 256) == square_256 // PART_MACS == 16
+    assert parts_worth(64, False, square_256 // 64) == 16  # at tile 32: fewer blocks, the same work
+    assert parts_worth(12, False, 256 * 64) == 1  # ragged_m: far below one part's worth, never cut
+    assert parts_worth(2, False, PART_MACS * 10) == 2  # never more parts than blocks
 
 
 class _TaskIds:
@@ -59,13 +70,17 @@ class _TaskIds:
 
 
 @pytest.mark.parametrize("stateful, slots, expected", [
-    (False, 4, [([0], "forward", 0, 1), ([0], "reversed", 0, 1)] + [([1], "forward", p, 4) for p in range(4)]),
-    (False, 1, [([0], "forward", 0, 1), ([0], "reversed", 0, 1), ([1], "forward", 0, 1)]),
+    (False, 4, [([0], "forward", 0, 1), ([0], "reversed", 0, 1)] + [([1], "forward", p, 4) for p in range(4)]
+     + [([2], order, p, 3) for order in ("forward", "reversed") for p in range(3)]),
+    (False, 1, [([0], "forward", 0, 1), ([0], "reversed", 0, 1), ([1], "forward", 0, 1), ([2], "forward", 0, 1),
+                ([2], "reversed", 0, 1)]),
     # A kernel with state: its cases in one worker per order, as before (its state carries from block to block)
-    (True, 4, [([0, 1], "forward", 0, 1), ([0, 1], "reversed", 0, 1)]),
+    (True, 4, [([0, 1, 2], "forward", 0, 1), ([0, 1, 2], "reversed", 0, 1)]),
 ])
-def test_only_a_sampled_case_of_a_kernel_without_state_is_cut_into_parts(stateful, slots, expected):
-    schedule = Schedule(_TaskIds(), 2, stateful, slots, 10.0, 3, lambda task: True, forward_only={1: 160})
+def test_only_cases_of_a_kernel_without_state_worth_it_are_cut_into_parts(stateful, slots, expected):
+    """Case 1 is sampled (its forward order alone), case 2 whole and worth 3 parts (both orders), case 0 one part."""
+    schedule = Schedule(_TaskIds(), 3, stateful, slots, 10.0, 3, lambda task: True, forward_only={1},
+                        splits={0: 1, 1: 10, 2: 3})
     assert [(task.cases, task.order, task.part, task.parts) for task in schedule.waiting] == expected
 
 
@@ -140,14 +155,34 @@ def test_a_thread_that_stored_nothing_beside_misplaced_stores_is_no_merge():
     assert not parts_apart([[placed, unstored], [misplaced]])
 
 
-def test_a_first_unwritten_value_a_later_part_names_after_earlier_unwritten_reads_is_no_merge():
-    """A launch names so many unwritten reads (cuda_emu.h, MARK_INDEX): the one worker may have used them up in
-    the earlier parts' blocks, and left that value unnamed."""
+def _unwritten(parts: list[list[dict]]) -> dict:
+    return next(event for event in merged_reports(parts, CaseSpec("x", 40, 30, 20, 1, "uniform"))
+                if event["event"] == "unwritten_in_c")
+
+
+def test_the_read_c_first_unwritten_value_names_is_numbered_as_one_launch_numbers_it():
+    """A launch names so many unwritten reads (cuda_emu.h, MAX_UNWRITTEN_READS), in its blocks' order: the value's
+    read is numbered after the reads the parts before named, and past the last name the one worker had none left
+    for it (nothing of the read is told)."""
     read = {"event": "unstored_read", "array": "As", "two_d": True, "row": 0, "column": 0, "line": 20,
             "thread": [0, 0, 0], "block": [0, 0, 0]}
-    marked = {"event": "unwritten_in_c", "elements": 1, "row": 5, "column": 0}
-    assert parts_apart([[read, marked, DONE], [read, {**marked, "row": 9}, DONE]])  # the first part's: its own
-    assert parts_apart([[DONE], [read, marked, DONE]])  # no name used before it
+    named = {"mark": 7, "array": "As", "two_d": True, "entry_row": 0, "entry_column": 3, "read_line": 20,
+             "read_thread": [3, 0, 0], "read_block": [1, 0, 0]}
+    marked = {"event": "unwritten_in_c", "elements": 1, "row": 5, "column": 0, "line": 23, "thread": [0, 5, 0],
+              "block": [1, 0, 0], **named}
+
+    def done(count):
+        return {**DONE, "unwritten_reads": count}
+    most = MAX_UNWRITTEN_READS
+    # C's first marked element is the first part's: its number is its own
+    assert _unwritten([[read, marked, done(9)], [read, {**marked, "row": 9}, done(9)]]) == {**marked, "elements": 2}
+    assert _unwritten([[read, done(40)], [read, marked, done(9)]]) == {**marked, "mark": 47}
+    assert _unwritten([[read, done(most - 7)], [read, marked, done(9)]])["mark"] == most  # the last name
+    unnamed = _unwritten([[read, done(most - 6)], [read, marked, done(9)]])
+    assert unnamed == {key: value for key, value in marked.items() if key not in named}
+    check(unnamed, HARNESS_REPORTS)
+    # Parts that did not say how many reads they named: no telling, one worker runs the case again
+    assert parts_apart([[read, done(3)], [read, marked, done(9)]])
     assert not parts_apart([[read, DONE], [read, marked, DONE]])
 
 
@@ -197,7 +232,8 @@ def _driven(job: Job, binary, folder, slots: int, limit_s: float) -> dict:
         cases.write_inputs()
         limits = [limit_s] * len(specs)
         schedule = Schedule(server, len(specs), False, slots, limit_s, 3,
-                            lambda task: cases.start(server, task, tile, 1), limits, cases.block_counts(tile))
+                            lambda task: cases.start(server, task, tile, 1), limits, cases.sampled(),
+                            cases.splits(tile))
         events = [check(event, EVENTS) for event in
                   harness_driver.case_events(schedule, cases, 1, limits, lambda index: None)]
         with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())) as stream:
@@ -207,10 +243,12 @@ def _driven(job: Job, binary, folder, slots: int, limit_s: float) -> dict:
         server.close()
     outputs = {spec.name: np.load(job.output_path(spec.name, student_output(0))).view(np.uint32)
                for spec in specs if job.output_path(spec.name, student_output(0)).exists()}
+    last = cases.case_folder(len(specs) - 1)
     blocks = [len(path.read_text().splitlines()) for path in sorted(
-        cases.case_folder(len(specs) - 1).glob("blocks-*.txt"), key=lambda path: int(path.stem.split("-")[1]))]
+        last.glob("blocks-*.txt"), key=lambda path: int(path.stem.split("-")[1]))]
     return {"events": [{key: value for key, value in event.items() if key != "seconds"} for event in events],
-            "outputs": outputs, "printed": printed, "blocks": blocks, "hangs": schedule.hangs}
+            "outputs": outputs, "printed": printed, "blocks": blocks, "hangs": schedule.hangs,
+            "tasks": len(list(last.glob("report-*.jsonl")))}
 
 
 GOOD_BASIC = _kernel("good_basic")
@@ -349,3 +387,62 @@ def test_a_wrong_bound_fails_the_large_cases_alike_with_workers_side_by_side(con
     assert split == one
     large = next(check for check in one if check["name"] == "large_ragged")
     assert large["status"] != "passed" and "out-of-bounds read of B at line 19" in large["message"]
+
+
+# ---- a whole case, in both thread orders ------------------------------------------------------------------
+
+# 156 blocks of 256 threads × k = 120: 4.8 M multiply-adds, worth 4 parts (PART_MACS) of 39 blocks
+WHOLE = CaseSpec("whole", M, N, 120, 9, "uniform")
+WHOLE_SPECS = [CaseSpec("small", 33, 17, 40, 2, "uniform"), WHOLE]
+SPLIT_IN_BOTH_ORDERS = [39] * 8  # four parts forward, four reversed
+
+# Reads before A in blocks (1, 0) and (10, 12), in the first part and the last: in the forward layout that is
+# mapped memory (A ends at its guard page), in the reversed one A starts right after its guard page, so that order
+# faults, at the block its worker runs first, (10, 12), as one worker running the grid backwards meets it
+READS_BEFORE_A_IN_TWO_BLOCKS = GOOD_BASIC.replace("    float sum = 0.0f;", """    float sum = 0.0f;
+    if (tx == 0 && ty == 0 && ((blockIdx.x == 1 && blockIdx.y == 0) || (blockIdx.x == 10 && blockIdx.y == 12)))
+        sum = A[-1 - (int)blockIdx.x];""")
+
+
+@needs_cxx
+@pytest.mark.parametrize("name", [
+    "good_basic",  # right everywhere
+    "trap_one_interior_block",  # a fault in block (9, 11): in the last part forward, the first reversed
+    "store_outside_c",  # stores into the guard band past C, from the last block row
+    "loads_check_k_only",  # reads past A's and B's ends at several sites: each site's kinds told once
+    "missing_load_barrier",  # races in every block: the first of each kind, the first part's
+    "unwritten_times_zero",  # values of shared entries no thread stored reach C
+    "printf_debug",  # prints past the launch's printf cap
+    "tile_never_loaded",  # values of shared entries no thread stored reach C in every block
+    "reads_a_past_its_rows",  # one site reads off A in many blocks (inside A's buffer): told once a launch
+    "reads_before_a_in_two_blocks",  # the reversed order faults in its first part's last block, not in (1, 0)
+])
+def test_a_split_whole_case_is_told_as_one_worker_running_every_block_tells_it(name):
+    source = {"reads_a_past_its_rows": READS_A_PAST_ITS_ROWS,
+              "reads_before_a_in_two_blocks": READS_BEFORE_A_IN_TWO_BLOCKS}.get(name) or _kernel(name)
+    one, split = run_split(source, 1, 4, specs=WHOLE_SPECS)
+    assert one["blocks"] == [] and split["blocks"] == SPLIT_IN_BOTH_ORDERS  # one worker: the grid, no block list
+    assert split["tasks"] == 8  # no part's merge was refused
+    _same(one, split)
+    if name == "reads_before_a_in_two_blocks":
+        problem = one["events"][1]["problem"]
+        assert one["events"][1]["schedule"] == "reversed" and problem["block"] == [10, 12, 0], problem
+
+
+@needs_cxx
+@pytest.mark.parametrize("name", ["c_index_collision", "accumulate_into_c", "launch_x_rows"])
+def test_a_whole_case_whose_parts_could_see_each_other_is_run_again_by_one_worker_per_order(name):
+    """Two threads storing one element, a read of C, threads storing elements the launch gives others: one worker
+    per order runs the case again (its whole grid: no block list), and that run is told."""
+    one, split = run_split(_kernel(name), 1, 4, specs=WHOLE_SPECS)
+    assert split["blocks"] == SPLIT_IN_BOTH_ORDERS and split["tasks"] == 8 + 2
+    _same(one, split)
+
+
+@needs_cxx
+def test_two_blocks_of_different_parts_of_a_whole_case_storing_one_element_are_told_as_a_collision():
+    source = GOOD_BASIC.replace(STORE, FIRST_ELEMENT_TWICE)
+    one, split = run_split(source, 1, 4, specs=WHOLE_SPECS)
+    assert split["tasks"] == 8 + 2
+    _same(one, split)
+    assert split["events"][1]["collisions"][0]["other_block"] == [0, 0, 0]

@@ -486,6 +486,7 @@ int run_case(const Case &c, const Task &task) {
     std::vector<uint32_t> image = c_image(c);
     bool a_changed = false, b_changed = false;
     long races = 0, collisions = 0;
+    size_t named = 0;  // reads of unstored shared entries a launch named (the CPU driver's merge of parts counts them)
     for (int number = 0; number < task.launches; ++number) {
         if (!launch_once(c, task, in, image, number)) {
             fprintf(stderr, "harness: cannot write the output\n");
@@ -495,10 +496,11 @@ int run_case(const Case &c, const Task &task) {
         b_changed = restored(in.b, in.b_pristine) || b_changed;
         races += cuda_emu::races_found;
         collisions = std::max(collisions, cuda_emu::c_collisions);
+        named = std::max(named, cuda_emu::unwritten_reads.size());
     }
     cuda_emu::report("{\"event\": \"done\", \"a_changed\": %s, \"b_changed\": %s, \"races\": %ld, "
-                     "\"c_collisions\": %ld}",
-                     a_changed ? "true" : "false", b_changed ? "true" : "false", races, collisions);
+                     "\"c_collisions\": %ld, \"unwritten_reads\": %zu}",
+                     a_changed ? "true" : "false", b_changed ? "true" : "false", races, collisions, named);
     close(cuda_emu::report_fd);
     for (GuardedBuffer &buffer : buffers) release(buffer);
     return 0;
