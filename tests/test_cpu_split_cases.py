@@ -56,8 +56,8 @@ def test_a_case_is_cut_into_a_part_per_so_many_blocks_but_no_more_than_run_at_on
 def test_a_whole_case_is_cut_into_a_part_per_so_much_work():
     """A whole case's blocks are cheap: a part must hold PART_MACS multiply-adds to be worth its fixed cost."""
     square_256 = 256 * 256 * 256  # at tile 16: 256 blocks of 256 threads × k = 256
-    assert parts_worth(256, False, square_256 // 256) == square_256 // PART_MACS == 16
-    assert parts_worth(64, False, square_256 // 64) == 16  # at tile 32: fewer blocks, the same work
+    assert parts_worth(256, False, square_256 // 256) == square_256 // PART_MACS == 8
+    assert parts_worth(64, False, square_256 // 64) == 8  # at tile 32: fewer blocks, the same work
     assert parts_worth(12, False, 256 * 64) == 1  # ragged_m: far below one part's worth, never cut
     assert parts_worth(2, False, PART_MACS * 10) == 2  # never more parts than blocks
 
@@ -391,8 +391,8 @@ def test_a_wrong_bound_fails_the_large_cases_alike_with_workers_side_by_side(con
 
 # ---- a whole case, in both thread orders ------------------------------------------------------------------
 
-# 156 blocks of 256 threads × k = 120: 4.8 M multiply-adds, worth 4 parts (PART_MACS) of 39 blocks
-WHOLE = CaseSpec("whole", M, N, 120, 9, "uniform")
+# 156 blocks of 256 threads × k = 224: 8.9 M multiply-adds, worth 4 parts (PART_MACS) of 39 blocks
+WHOLE = CaseSpec("whole", M, N, 224, 9, "uniform")
 WHOLE_SPECS = [CaseSpec("small", 33, 17, 40, 2, "uniform"), WHOLE]
 SPLIT_IN_BOTH_ORDERS = [39] * 8  # four parts forward, four reversed
 
@@ -446,3 +446,51 @@ def test_two_blocks_of_different_parts_of_a_whole_case_storing_one_element_are_t
     assert split["tasks"] == 8 + 2
     _same(one, split)
     assert split["events"][1]["collisions"][0]["other_block"] == [0, 0, 0]
+
+
+LAST_BLOCK = "blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1 && tx == 0 && ty == 0"
+# The grid's last block traps where C[0][0] still holds its poison: in one worker's forward run block (0, 0) stored it
+# before; in the reversed run, and in the forward order's last part alone, nobody did
+TRAPS_WHERE_C_UNSTORED = GOOD_BASIC.replace("    float sum = 0.0f;", f"""    float sum = 0.0f;
+    if ({LAST_BLOCK} && C[0] != C[0])
+        __trap();""")
+# The same block spins there instead: a hang in the forward order's last part, none in one worker's forward run
+SPINS_WHERE_C_UNSTORED = GOOD_BASIC.replace("    float sum = 0.0f;", f"""    float sum = 0.0f;
+    if ({LAST_BLOCK}) {{
+        while (C[0] != C[0]) {{
+        }}
+    }}""")
+
+
+@needs_cxx
+@pytest.mark.parametrize("name", ["traps", "spins"])
+def test_a_later_parts_problem_after_a_read_of_c_is_run_again_by_one_worker_per_order(name):
+    """What the part read in C (and trapped or spun on) would have been an earlier part's store in one worker: the
+    forward order's problem is not told from the parts; one worker per order runs the case, and its reversed
+    order's problem is told (a hang counted once)."""
+    source = TRAPS_WHERE_C_UNSTORED if name == "traps" else SPINS_WHERE_C_UNSTORED
+    one, split = run_split(source, 1, 4, specs=[WHOLE], limit_s=1.0)
+    assert split["blocks"] == SPLIT_IN_BOTH_ORDERS and split["tasks"] == 8 + 2
+    _same(one, split)
+    assert one["events"][0]["schedule"] == "reversed"
+    assert one["events"][0]["problem"]["event"] == ("fault" if name == "traps" else "timeout")
+    assert one["hangs"] == split["hangs"] == (name == "spins")
+
+
+# Each block's thread (0, 0) spins a million times: ~3-5 ms a block, 0.5-0.8 s for the 156 blocks, 0.12-0.2 s a part
+SLOW_BLOCKS = GOOD_BASIC.replace("    float sum = 0.0f;", """    float sum = 0.0f;
+    if (tx == 0 && ty == 0) {
+        volatile int spin = 0;
+        for (int i = 0; i < 1000000; ++i)
+            spin = spin + 1;
+    }""")
+
+
+@needs_cxx
+def test_a_whole_case_whose_parts_took_half_its_limit_together_is_run_again_by_one_worker_per_order():
+    """Each part ends well within the case's limit (0.5 s), one worker running every block might not (its time is
+    theirs added up): from half the limit on, the parts are not told, one worker per order runs the case, and its
+    run is told."""
+    one, split = run_split(SLOW_BLOCKS, 1, 4, specs=[WHOLE], limit_s=0.5)
+    assert split["blocks"] == SPLIT_IN_BOTH_ORDERS and split["tasks"] == 8 + 2
+    _same(one, split)
