@@ -364,10 +364,11 @@ def _without_seconds(value):
 
 
 def _graded_checks(config_file, name: str, workers: int) -> list[dict]:
-    """The result JSON's checks of a CPU grade of ragged_n and the large cases, times left out."""
+    """The result JSON's checks of a CPU grade on every case (square_256 split whole, in both orders, the large
+    ones by sampled blocks), times left out."""
     config = load_config(config_file)
     config.timeouts.run_s = 30  # the large cases on a shared machine, one worker
-    cases = [case for case in load_cases(config.testcases_dir) if case.sampled or case.name == "ragged_n"]
+    cases = load_cases(config.testcases_dir)
     result = json.loads(to_json(grade(SUBMISSIONS / name, config, cases, RunPlan("cpu", emulator_workers=workers))))
     return [_without_seconds(check) for check in result["checks"]]
 
@@ -377,7 +378,8 @@ def _graded_checks(config_file, name: str, workers: int) -> list[dict]:
 def test_a_cpu_grade_with_workers_side_by_side_is_the_grade_of_one_worker(config_file, name):
     one, split = (_graded_checks(config_file, name, workers) for workers in (1, 4))
     assert split == one
-    assert [check["status"] for check in one if check["kind"] == "case"] == ["passed"] * 4
+    statuses = [check["status"] for check in one if check["kind"] == "case"]
+    assert len(statuses) > 20 and set(statuses) == {"passed"}
 
 
 @needs_cxx
