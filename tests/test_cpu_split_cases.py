@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 from conftest import SUBMISSIONS
-from hardware import needs_cxx
+from hardware import needs_cxx, needs_gpu
 
 from grader.cases import load_cases
 from grader.config import load_config
@@ -389,6 +389,26 @@ def test_a_wrong_bound_fails_the_large_cases_alike_with_workers_side_by_side(con
     assert split == one
     large = next(check for check in one if check["name"] == "large_ragged")
     assert large["status"] != "passed" and "out-of-bounds read of B at line 19" in large["message"]
+
+
+def _gpu_case_checks(config_file, name: str, workers: int) -> dict[str, tuple[str, str]]:
+    """Each case's status and words in a GPU grade, the emulator beside it with so many workers."""
+    config = load_config(config_file)
+    cases = load_cases(config.testcases_dir)
+    result = grade(SUBMISSIONS / name, config, cases, RunPlan("gpu", emulator_workers=workers))
+    return {check.name: (check.status, check.message) for check in result.checks if check.kind == "case"}
+
+
+@pytest.mark.gpu
+@needs_gpu
+@needs_cxx
+@pytest.mark.parametrize("name", ["good_basic", "good_tile32_macro_sync", "tile_never_loaded", "c_index_collision"])
+def test_a_gpu_grade_with_the_emulator_split_beside_it_is_the_grade_with_one_emulator_worker(config_file, name):
+    """Beside the GPU child the emulator cuts square_256 (both orders) and the large cases into parts with 8 workers,
+    none with 1: the cases read the same (unwritten reads named, a collision's case run again by one worker)."""
+    one, split = (_gpu_case_checks(config_file, name, workers) for workers in (1, 8))
+    assert split == one
+    assert len(one) > 20
 
 
 # ---- a whole case, in both thread orders ------------------------------------------------------------------
