@@ -20,6 +20,8 @@ from grader.execute.cpu import case_files, harness_driver
 from grader.execute.cpu.build import build
 from grader.execute.cpu.case_files import (
     MAX_UNWRITTEN_READS,
+    ONE_WORKERS_SHARE,
+    one_worker_met_it,
     PRINTF_CAP,
     PRINTF_CUT,
     joined_printf,
@@ -28,9 +30,10 @@ from grader.execute.cpu.case_files import (
     parts_apart,
 )
 from grader.execute.cpu.sampling import BlockSample, block_parts
-from grader.execute.cpu.schedule import BLOCKS_PER_PART, PART_MACS, Schedule, parts_worth, split_parts
+from grader.execute.cpu.schedule import DONE as DONE_HOW
+from grader.execute.cpu.schedule import BLOCKS_PER_PART, PART_MACS, Ended, Schedule, parts_worth, split_parts
 from grader.execute.job import CaseSpec, Job, student_output
-from grader.execute.protocol import EVENTS, HARNESS_REPORTS, check
+from grader.execute.protocol import EVENTS, HARNESS_REPORTS, check, harness_report
 from grader.judge.inputs import guarded_c
 from grader.pipeline import RunPlan, grade
 from grader.report.json_report import to_json
@@ -248,7 +251,9 @@ def _driven(job: Job, binary, folder, slots: int, limit_s: float) -> dict:
         last.glob("blocks-*.txt"), key=lambda path: int(path.stem.split("-")[1]))]
     return {"events": [{key: value for key, value in event.items() if key != "seconds"} for event in events],
             "outputs": outputs, "printed": printed, "blocks": blocks, "hangs": schedule.hangs,
-            "tasks": len(list(last.glob("report-*.jsonl")))}
+            "tasks": len(list(last.glob("report-*.jsonl"))),
+            "cpu_s": [event["cpu_s"] for path in last.glob("report-*.jsonl")
+                      for event in map(harness_report, path.read_text().splitlines()) if event["event"] == "done"]}
 
 
 GOOD_BASIC = _kernel("good_basic")
@@ -499,20 +504,40 @@ def test_a_later_parts_problem_after_a_read_of_c_is_run_again_by_one_worker_per_
     assert one["hangs"] == split["hangs"] == (name == "spins")
 
 
-# Each block's thread (0, 0) spins a million times: ~3-5 ms a block, 0.5-0.8 s for the 156 blocks, 0.12-0.2 s a part
-SLOW_BLOCKS = GOOD_BASIC.replace("    float sum = 0.0f;", """    float sum = 0.0f;
+# Each block's thread (0, 0) spins for 6 ms of its process's CPU time
+SLOW_BLOCKS = "#include <time.h>\n" + GOOD_BASIC.replace("    float sum = 0.0f;", """    float sum = 0.0f;
     if (tx == 0 && ty == 0) {
-        volatile int spin = 0;
-        for (int i = 0; i < 1000000; ++i)
-            spin = spin + 1;
+        clock_t until = clock() + CLOCKS_PER_SEC * 6 / 1000;
+        while (clock() < until) {
+        }
     }""")
 
 
 @needs_cxx
-def test_a_whole_case_whose_parts_took_half_its_limit_together_is_run_again_by_one_worker_per_order():
-    """Each part ends well within the case's limit (0.5 s), one worker running every block might not (its time is
-    theirs added up): from half the limit on, the parts are not told, one worker per order runs the case, and its
-    run is told."""
-    one, split = run_split(SLOW_BLOCKS, 1, 4, specs=[WHOLE], limit_s=0.5)
-    assert split["blocks"] == SPLIT_IN_BOTH_ORDERS and split["tasks"] == 8 + 2
-    _same(one, split)
+def test_a_worker_reports_its_own_cpu_time_which_waits_for_a_cpu_do_not_add_to():
+    """What the rule below adds up: small's 6 blocks spin 36 ms of CPU time, whatever the machine's load."""
+    one, = run_split(SLOW_BLOCKS, 1, specs=[SPECS[0]])
+    assert 0.036 <= min(one["cpu_s"]) < 5
+
+
+def _ended(*cpu_s: float, wall_s: float = 0.1) -> tuple[list[Ended], list[list[dict]]]:
+    return [Ended(task, DONE_HOW, seconds=wall_s) for task in range(len(cpu_s))], \
+        [[{**DONE, "cpu_s": seconds}] for seconds in cpu_s]
+
+
+def test_parts_that_took_most_of_the_cases_limit_together_are_not_told_as_one_worker():
+    """One worker's time is its parts' added up (their own CPU time, which its deadline counts too): from
+    ONE_WORKERS_SHARE of the case's limit on, it might have timed out first."""
+    limit = 2.0
+    assert one_worker_met_it(*_ended(0.3, 0.3, 0.3, 0.3), None, limit)
+    assert not one_worker_met_it(*_ended(0.4, 0.4, 0.4, 0.4), None, limit)
+    assert one_worker_met_it(*_ended(0.3, 0.3, 0.3, 0.3, wall_s=1.9), None, limit)  # waits for a CPU: not its own
+    # A part that faulted left no report of its time: the driver's clock's counts, up to it
+    fault = {"event": "fault", "what": "trap"}
+    ends, reports = _ended(0.6, 0.6, 0.6, 0.6, wall_s=0.2)
+    assert one_worker_met_it(ends, reports[:2] + [[], reports[3]], (2, fault), limit)  # 0.6 + 0.6 + 0.2
+    assert not one_worker_met_it(ends, reports[:3] + [[]], (3, fault), limit)  # 0.6 × 3 + 0.2
+    # A part that timed out alone would have in one worker too; the first part's problem is one worker's first
+    assert one_worker_met_it(ends, reports, (3, {"event": "timeout", "limit_s": limit}), limit)
+    assert one_worker_met_it(*_ended(5.0, 0.1), (0, fault), limit)
+    assert ONE_WORKERS_SHARE * limit == 1.5

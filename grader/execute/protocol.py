@@ -133,8 +133,9 @@ HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
                          "other_thread": TRIPLE, "other_state": one_of("exited", "barrier", "collective"),
                          "other_line": int, "other_primitive": str, "block": TRIPLE}, {}),
     # unwritten_reads: the reads of unstored shared entries the launch named (cuda_emu.h, unwritten_reads), the most
-    # of its launches
-    "done": ({"a_changed": bool, "b_changed": bool, "races": int}, {"c_collisions": int, "unwritten_reads": COUNT}),
+    # of its launches; cpu_s: the worker's own CPU seconds so far
+    "done": ({"a_changed": bool, "b_changed": bool, "races": int},
+             {"c_collisions": int, "unwritten_reads": COUNT, "cpu_s": NUMBER}),
     # A case the CPU driver stopped past its time limit, in its worker's own time: the driver's record, never
     # read from a report (a forged one is ignored there).
     "timeout": ({"limit_s": NUMBER}, {}),

@@ -15,9 +15,9 @@ of each kind, counts added up, a site's off-matrix report once per kind, the rea
 numbered after the reads earlier parts named, or unnamed where the one worker would have had no name left for it).
 Where the parts could have seen each other (elements of C two parts changed, a read of C, an element two threads
 stored, A or B changed, a thread that stored nothing beside stores not where the launch maps them; before a later
-part's problem: a read of C, A or B changed), or the parts up to the end took half the case's limit together (one
-worker might have timed out first), that would not be exact: `event` answers None and the driver runs the case
-again as one task per thread order.
+part's problem: a read of C, A or B changed), or the parts up to the end took three quarters of the case's limit
+together (their own CPU time: one worker might have timed out first), that would not be exact: `event` answers None
+and the driver runs the case again as one task per thread order.
 """
 from __future__ import annotations
 
@@ -48,6 +48,9 @@ PRINTF_CAP = 64 * 1024  # of a launch's printf output (cuda_emu.h), and the line
 PRINTF_CUT = f"\n[... printf output truncated at {PRINTF_CAP} bytes ...]\n".encode()
 # Reports a part leaves that another part's blocks could have changed (see the module's doc)
 CROSSING = ("c_read", "c_collision")
+# Of a case's limit, what a split case's parts may take together (their own CPU time) and still be told as one
+# worker's run: the one worker's deadline counts its own time too, and its parts' fixed costs are in theirs
+ONE_WORKERS_SHARE = 0.75
 MAX_UNWRITTEN_READS = 0xFFFF  # reads of unstored shared entries a launch names at most (cuda_emu.h)
 # What an `unwritten_in_c` report says of the read it names (protocol.py)
 NAMED_READ = ("mark", "array", "two_d", "entry_row", "entry_column", "read_line", "read_thread", "read_block")
@@ -196,7 +199,7 @@ class Cases:
         parts = {order: [_events(folder / f"report-{end.task}.jsonl") for end in ends[order]] for order in orders}
         for order in orders:
             found = _first_problem(ends[order], parts[order], limit_s)
-            if not _as_one_worker_met_it(ends[order], parts[order], found, limit_s):
+            if not one_worker_met_it(ends[order], parts[order], found, limit_s):
                 self._forget_printing(ends)
                 return None
             if found is not None:
@@ -405,21 +408,28 @@ def _first_problem(ends: list[Ended], reports: list[list[dict]], limit_s: float)
     return None
 
 
-def _as_one_worker_met_it(ends: list[Ended], reports: list[list[dict]], found: tuple[int, dict] | None,
+def one_worker_met_it(ends: list[Ended], reports: list[list[dict]], found: tuple[int, dict] | None,
                           limit_s: float) -> bool:
     """Whether one worker running this order's blocks in turn would have reached the same end as its parts: the
-    first problem (`found`) or the last block. Not where the parts up to it together took half the case's limit
-    (one worker's time is theirs added up: it might have timed out first; a part that timed out alone would
-    have timed out in it too), nor, where a later part went wrong, where those parts read C or changed A or B (what
-    it read or spun on there may have been what an earlier part's blocks stored, in one worker)."""
+    first problem (`found`) or the last block. Not where the parts up to it together took ONE_WORKERS_SHARE of the
+    case's limit (one worker's time is theirs added up: it might have timed out first; a part that timed out alone
+    would have timed out in it too), nor, where a later part went wrong, where those parts read C or changed A or B
+    (what it read or spun on there may have been what an earlier part's blocks stored, in one worker)."""
     if len(ends) == 1 or (found is not None and found[0] == 0):
         return True  # the parts before the problem: none (one worker's first blocks are that part's)
     upto = len(ends) if found is None else found[0] + 1
     timed_out = found is not None and found[1]["event"] == "timeout"
-    if not timed_out and sum(end.seconds for end in ends[:upto]) >= limit_s / 2:
+    if not timed_out and sum(map(_own_seconds, ends[:upto], reports[:upto])) >= limit_s * ONE_WORKERS_SHARE:
         return False
     return found is None or not any(event["event"] in CROSSING or (event["event"] == "done" and (
         event["a_changed"] or event["b_changed"])) for events in reports[:upto] for event in events)
+
+
+def _own_seconds(end: Ended, events: list[dict]) -> float:
+    """A part's own CPU seconds as its worker reported them at its end (the most it reported: a line the kernel
+    forged can only add a rerun), else (it did not finish) its seconds on the driver's clock, waits included."""
+    return max((event["cpu_s"] for event in events if event["event"] == "done" and "cpu_s" in event),
+               default=end.seconds)
 
 
 def _problem(end: Ended, events: list[dict], limit_s: float) -> dict | None:

@@ -451,6 +451,13 @@ void report_launch() {
                      cuda_emu::c_stores, cuda_emu::c_as_launched, cuda_emu::c_transposed, example);
 }
 
+// The worker's own CPU time so far (forked for its task: from its start): the CPU driver adds up a split case's parts'.
+double cpu_seconds() {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
 // One launch of the case on C poisoned again; false when its output cannot be written.
 bool launch_once(const Case &c, const Task &task, Inputs &in, const std::vector<uint32_t> &image, int number) {
     memcpy(in.c, image.data(), in.c_bytes);
@@ -499,8 +506,9 @@ int run_case(const Case &c, const Task &task) {
         named = std::max(named, cuda_emu::unwritten_reads.size());
     }
     cuda_emu::report("{\"event\": \"done\", \"a_changed\": %s, \"b_changed\": %s, \"races\": %ld, "
-                     "\"c_collisions\": %ld, \"unwritten_reads\": %zu}",
-                     a_changed ? "true" : "false", b_changed ? "true" : "false", races, collisions, named);
+                     "\"c_collisions\": %ld, \"unwritten_reads\": %zu, \"cpu_s\": %.4f}",
+                     a_changed ? "true" : "false", b_changed ? "true" : "false", races, collisions, named,
+                     cpu_seconds());
     close(cuda_emu::report_fd);
     for (GuardedBuffer &buffer : buffers) release(buffer);
     return 0;
