@@ -310,7 +310,8 @@ def _first_unwritten_in_c(reports: list[list[dict]]) -> tuple[int, dict] | None:
 
 def _named_before(reports: list[list[dict]], part: int) -> int | None:
     """The reads of unstored shared entries the parts before `part` named (None: one did not say)."""
-    named = [event.get("unwritten_reads") for events in reports[:part] for event in events if event["event"] == "done"]
+    named = [event.get("unwritten_reads") for events in reports[:part] for event in events
+             if event["event"] == "done"]
     return None if None in named else sum(named)
 
 
@@ -409,7 +410,7 @@ def _first_problem(ends: list[Ended], reports: list[list[dict]], limit_s: float)
 
 
 def one_worker_met_it(ends: list[Ended], reports: list[list[dict]], found: tuple[int, dict] | None,
-                          limit_s: float) -> bool:
+                      limit_s: float) -> bool:
     """Whether one worker running this order's blocks in turn would have reached the same end as its parts: the
     first problem (`found`) or the last block. Not where the parts up to it together took ONE_WORKERS_SHARE of the
     case's limit (one worker's time is theirs added up: it might have timed out first; a part that timed out alone

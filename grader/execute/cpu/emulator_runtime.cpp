@@ -324,8 +324,8 @@ void report_unwritten_in_c() {
         // mark: the record's number in the launch (the CPU driver's merge of a case's parts renumbers it)
         snprintf(read, sizeof read, ", \"mark\": %zu, \"array\": \"%.64s\", \"two_d\": %s, \"entry_row\": %zu, "
                  "\"entry_column\": %zu, \"read_line\": %d, \"read_thread\": [%u, %u, %u], "
-                 "\"read_block\": [%u, %u, %u]", index, r.array, r.two_d ? "true" : "false", r.row, r.column, r.line,
-                 r.thread.x, r.thread.y, r.thread.z, r.block.x, r.block.y, r.block.z);
+                 "\"read_block\": [%u, %u, %u]", index, r.array, r.two_d ? "true" : "false", r.row, r.column,
+                 r.line, r.thread.x, r.thread.y, r.thread.z, r.block.x, r.block.y, r.block.z);
     }
     report("{\"event\": \"unwritten_in_c\", \"elements\": %zu, \"row\": %zu, \"column\": %zu%s%s}", marked,
            first / c_columns, first % c_columns, store, read);

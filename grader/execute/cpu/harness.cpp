@@ -451,7 +451,8 @@ void report_launch() {
                      cuda_emu::c_stores, cuda_emu::c_as_launched, cuda_emu::c_transposed, example);
 }
 
-// The worker's own CPU time so far (forked for its task: from its start): the CPU driver adds up a split case's parts'.
+// The worker's own CPU time so far (forked for its task: since its start); the CPU driver adds up a split
+// case's parts'.
 double cpu_seconds() {
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);

@@ -43,7 +43,7 @@ BLOCKS_PER_PART = 16
 # Multiply-adds a whole case's part must hold (its blocks' threads × k) to be worth a worker of its own: a part's
 # fixed cost for a small case (a fork, placing A, B and C, the parent's reading and merging its C) measured 4-9 ms on
 # 2 cores under a load of 10 (square_256 at tile 16 in 16 parts against one task per order), where a multiply-add
-# costs ~16-20 ns (square_256's 16.8 M in 0.27-0.35 s); 2 M of them (~35 ms) keep that a fifth at most, and a
+# costs ~16-20 ns (square_256's 16.8 M in 0.27-0.35 s); 2 M of them (~35 ms) keep that near a fifth, and a
 # part no longer than a sampled case's (16 blocks of ~5 ms at tile 16)
 PART_MACS = 1 << 21
 
