@@ -276,10 +276,9 @@ def _same(one: dict, split: dict) -> None:
         assert np.array_equal(output, split["outputs"][name]), name  # C bit for bit, guard bands included
 
 
-@needs_cxx
-@pytest.mark.parametrize("name", [
+SPLIT_KERNELS = [
     "good_basic",  # right everywhere
-    "trap_one_interior_block",  # a fault in block (9, 11): in one part, after parts that ran clean
+    "trap_one_interior_block",  # a fault in block (9, 11): in one part, after parts that ran clean (forward)
     "store_outside_c",  # stores into the guard band past C, from the last block row
     "loads_check_k_only",  # reads past A's and B's ends at several sites: each site's kinds told once
     "missing_load_barrier",  # races in every block: the first of each kind, the first part's
@@ -287,7 +286,11 @@ def _same(one: dict, split: dict) -> None:
     "printf_debug",  # prints past the launch's printf cap
     "tile_never_loaded",  # values of shared entries no thread stored reach C in every block
     "reads_a_past_its_rows",  # one site reads off A in many blocks (inside A's buffer): told once a launch
-])
+]
+
+
+@needs_cxx
+@pytest.mark.parametrize("name", SPLIT_KERNELS)
 def test_a_split_case_is_told_as_one_worker_running_every_block_tells_it(name):
     source = READS_A_PAST_ITS_ROWS if name == "reads_a_past_its_rows" else _kernel(name)
     one, split = run_split(source, 1, 4)
@@ -432,18 +435,8 @@ READS_BEFORE_A_IN_TWO_BLOCKS = GOOD_BASIC.replace("    float sum = 0.0f;", """  
 
 
 @needs_cxx
-@pytest.mark.parametrize("name", [
-    "good_basic",  # right everywhere
-    "trap_one_interior_block",  # a fault in block (9, 11): in the last part forward, the first reversed
-    "store_outside_c",  # stores into the guard band past C, from the last block row
-    "loads_check_k_only",  # reads past A's and B's ends at several sites: each site's kinds told once
-    "missing_load_barrier",  # races in every block: the first of each kind, the first part's
-    "unwritten_times_zero",  # values of shared entries no thread stored reach C
-    "printf_debug",  # prints past the launch's printf cap
-    "tile_never_loaded",  # values of shared entries no thread stored reach C in every block
-    "reads_a_past_its_rows",  # one site reads off A in many blocks (inside A's buffer): told once a launch
-    "reads_before_a_in_two_blocks",  # the reversed order faults in its first part's last block, not in (1, 0)
-])
+# the last: the reversed order faults in its first part's last block, not in (1, 0)
+@pytest.mark.parametrize("name", SPLIT_KERNELS + ["reads_before_a_in_two_blocks"])
 def test_a_split_whole_case_is_told_as_one_worker_running_every_block_tells_it(name):
     source = {"reads_a_past_its_rows": READS_A_PAST_ITS_ROWS,
               "reads_before_a_in_two_blocks": READS_BEFORE_A_IN_TWO_BLOCKS}.get(name) or _kernel(name)
