@@ -36,6 +36,7 @@ from .server import Reply, Server
 
 ORDERS = (("forward", "end"), ("reversed", "start"))  # thread order, and where A, B, C sit by their guard pages
 DONE, DIED, TIMED_OUT = "done", "died", "timed_out"
+SKIPPED = "skipped"  # a part never started: what it would have found could not change how its case is told
 # Blocks of a sampled case worth a worker of their own: a part's fixed cost (a fork, reading A and B, writing and
 # merging C: ~35 ms for large_ragged's 1031×1009×1013, measured on 2 cores) stays small beside its blocks' (~18 ms a
 # block of tile 32, ~5 ms of tile 16)
@@ -66,8 +67,8 @@ def split_parts(worth: int, slots: int) -> int:
 
 @dataclass
 class Ended:
-    """How one thread order of one case ended: done, died (`returncode`: how its worker ended) or timed out;
-    `seconds` on the driver's clock, every launch of it."""
+    """How one thread order of one case (or one part of it) ended: done, died (`returncode`: how its worker ended),
+    timed out, or skipped (never started: `_skip_moot`); `seconds` on the driver's clock, every launch of it."""
 
     task: int
     how: str
@@ -210,15 +211,28 @@ class Schedule:
 
     def _end_case(self, task: Task, how: str, returncode: int | None = None) -> None:
         """The task's current case ended so; a task that will run no more cases gives its slot back."""
-        now = time.monotonic()
-        self.ends.setdefault(task.current, {})[task.key] = Ended(task.id, how, returncode, now - task.since,
-                                                                    task.since)
+        now, index = time.monotonic(), task.current
+        self.ends.setdefault(index, {})[task.key] = Ended(task.id, how, returncode, now - task.since, task.since)
         task.finished += 1
         if how != DONE or task.finished == len(task.cases):
             del self.running[task.id]
+            if how != DONE and not self.stateful:
+                self._skip_moot(index, task)
             return
         task.since, task.check_at = now, now + self.limits[task.current]
         task.deadline.restart(self.limits[task.current])
+
+    def _skip_moot(self, index: int, ended: Task) -> None:
+        """A thread order of case `index` went wrong in this part: its later parts, and after the forward order's
+        the reversed order's, cannot change how the case is told (its first problem in part order, the forward
+        order's first: case_files.py), so those not started yet never start (a kernel hung everywhere costs a
+        split case one limit, not one per round of parts)."""
+        def moot(task: Task) -> bool:
+            later = task.order == ended.order and task.part > ended.part
+            return task.cases == [index] and (later or (ended.order == ORDERS[0][0] and task.order != ended.order))
+        for task in [task for task in self.waiting if moot(task)]:
+            self.waiting.remove(task)
+            self.ends[index][task.key] = Ended(task.id, SKIPPED)
 
     def _time_out(self) -> None:
         now = time.monotonic()
