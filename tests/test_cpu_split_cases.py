@@ -268,6 +268,15 @@ READS_A_PAST_ITS_ROWS = GOOD_BASIC.replace(STORE, """        C[row * n + col] = 
         C[row * n + col] = off;""")
 
 
+def _ran_in_parts(one: dict, split: dict, parts: list[int]) -> None:
+    """The split ran in these parts (blocks each); where the case went wrong, those that could not change what is
+    told may never have started (schedule.py, _skip_moot): the first ones did."""
+    if any(event["event"] == "case_error" for event in one["events"]):
+        assert split["blocks"] and split["blocks"] == parts[:len(split["blocks"])]
+    else:
+        assert split["blocks"] == parts
+
+
 def _same(one: dict, split: dict) -> None:
     assert split["events"] == one["events"]
     assert split["printed"] == one["printed"]
@@ -294,7 +303,8 @@ SPLIT_KERNELS = [
 def test_a_split_case_is_told_as_one_worker_running_every_block_tells_it(name):
     source = READS_A_PAST_ITS_ROWS if name == "reads_a_past_its_rows" else _kernel(name)
     one, split = run_split(source, 1, 4)
-    assert one["blocks"] == [156] and split["blocks"] == [39] * 4  # the split really ran in four parts
+    assert one["blocks"] == [156]
+    _ran_in_parts(one, split, [39] * 4)
     _same(one, split)
 
 
@@ -441,8 +451,9 @@ def test_a_split_whole_case_is_told_as_one_worker_running_every_block_tells_it(n
     source = {"reads_a_past_its_rows": READS_A_PAST_ITS_ROWS,
               "reads_before_a_in_two_blocks": READS_BEFORE_A_IN_TWO_BLOCKS}.get(name) or _kernel(name)
     one, split = run_split(source, 1, 4, specs=WHOLE_SPECS)
-    assert one["blocks"] == [] and split["blocks"] == SPLIT_IN_BOTH_ORDERS  # one worker: the grid, no block list
-    assert split["tasks"] == 8  # no part's merge was refused
+    assert one["blocks"] == []  # one worker: the grid, no block list
+    _ran_in_parts(one, split, SPLIT_IN_BOTH_ORDERS)
+    assert split["tasks"] == len(split["blocks"])  # no part's merge was refused
     _same(one, split)
     if name == "reads_before_a_in_two_blocks":
         problem = one["events"][1]["problem"]
