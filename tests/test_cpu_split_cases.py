@@ -479,6 +479,23 @@ def test_two_blocks_of_different_parts_of_a_whole_case_storing_one_element_are_t
     assert split["events"][1]["collisions"][0]["other_block"] == [0, 0, 0]
 
 
+# Each block prints its name, block (5, 6) (the 78th, the last of the second of four parts) traps after printing
+PRINTS_THEN_TRAPS = GOOD_BASIC.replace("    float sum = 0.0f;", """    float sum = 0.0f;
+    if (tx == 0 && ty == 0)
+        printf("block %d %d\\n", (int)blockIdx.x, (int)blockIdx.y);
+    if (blockIdx.x == 5 && blockIdx.y == 6)
+        __trap();""")
+
+
+@needs_cxx
+def test_a_launch_that_traps_prints_nothing_however_it_was_split():
+    """A worker holds a launch's printf output until the launch ends (harness.cpp): one worker's trapped launch
+    printed nothing, so neither do the parts before the one that trapped, which ended and printed."""
+    one, split = run_split(PRINTS_THEN_TRAPS, 1, 4, specs=[WHOLE])
+    _same(one, split)
+    assert one["events"][0]["event"] == "case_error" and one["printed"] == b""
+
+
 HANGS_EVERYWHERE = GOOD_BASIC.replace("    float sum = 0.0f;", """\
     volatile int forever = 1;
     while (forever) {
