@@ -488,12 +488,13 @@ PRINTS_THEN_TRAPS = GOOD_BASIC.replace("    float sum = 0.0f;", """    float sum
 
 
 @needs_cxx
-def test_a_launch_that_traps_prints_nothing_however_it_was_split():
-    """A worker holds a launch's printf output until the launch ends (harness.cpp): one worker's trapped launch
-    printed nothing, so neither do the parts before the one that trapped, which ended and printed."""
+def test_a_split_case_prints_what_one_worker_printed_before_it_stopped():
+    """Each printf is written as it is made (harness.cpp), so one worker printed every block's line up to the trap;
+    the parts after the one that trapped ran side by side and printed, but one worker never reached their blocks."""
     one, split = run_split(PRINTS_THEN_TRAPS, 1, 4, specs=[WHOLE])
     _same(one, split)
-    assert one["events"][0]["event"] == "case_error" and one["printed"] == b""
+    assert one["events"][0]["event"] == "case_error"
+    assert one["printed"].endswith(b"block 5 6\n") and one["printed"].count(b"\n") == 78
 
 
 HANGS_EVERYWHERE = GOOD_BASIC.replace("    float sum = 0.0f;", """\

@@ -203,7 +203,7 @@ class Cases:
                 self._forget_printing(ends)
                 return None
             if found is not None:
-                self._forget_printing({order: ends[order]})  # one worker's launch never ended: it printed nothing
+                self._forget_printing({order: ends[order][found[0] + 1:]})  # one worker stopped before them
                 return {"event": "case_error", "case": spec.name, "schedule": order, "problem": found[1]}
         size = guarded_size(spec.m, spec.n)
         outputs = {order: [_outputs(folder, end.task, launches, size) for end in ends[order]] for order in orders}
@@ -230,7 +230,7 @@ class Cases:
 
     def _forget_printing(self, ends: dict[str, list[Ended]]) -> None:
         """Parts whose printf output one worker would not have given: run again as one task per order (those
-        tasks give it), or of a launch that went wrong (a worker holds a launch's output until it ends: harness.cpp)."""
+        tasks give it), or after the part where it stopped (each printf is written as it is made: harness.cpp)."""
         dropped = {end.task for order_ends in ends.values() for end in order_ends}
         self.printing = [started for started in self.printing if started[2] not in dropped]
 

@@ -541,10 +541,9 @@ void reply(const char *format, ...) {
     dup2(none, STDIN_FILENO);
     close(out);
     close(none);
-    // A launch's printf output is held until it ends (its cap and the line telling the cut fit): a launch that
-    // faults or hangs prints nothing, however the CPU driver cut its blocks among workers (case_files.py)
-    static char held[cuda_emu::PRINTF_CAP + 256];
-    setvbuf(stdout, held, _IOFBF, sizeof held);
+    // Each printf written as it is made (a launch's are capped): a launch that faults or hangs has printed all it
+    // printed before, however the CPU driver cut its blocks among workers (case_files.py)
+    setvbuf(stdout, nullptr, _IONBF, 0);
     cuda_emu::profiling = task.order == "profile";
     install_fault_handlers();
     limit_student_code();
