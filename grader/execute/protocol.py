@@ -123,9 +123,10 @@ HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
                        "block": TRIPLE}, {}),
     # At a launch's end, the elements of C holding a value read from a shared entry no thread of its block stored
     # (cuda_emu.h, MARK_FAMILY): how many; the first, [row][column], who stored it at `line`; and the read it came
-    # from where its mark names one: the entry of `array`, the line, the reading thread and block.
+    # from where its mark names one (`mark`: that read's number in the launch, from 1): the entry of `array`, the
+    # line, the reading thread and block.
     "unwritten_in_c": ({"elements": COUNT, "row": COUNT, "column": COUNT},
-                       {"line": COUNT, "thread": TRIPLE, "block": TRIPLE, "array": str, "two_d": bool,
+                       {"line": COUNT, "thread": TRIPLE, "block": TRIPLE, "mark": COUNT, "array": str, "two_d": bool,
                         "entry_row": COUNT, "entry_column": COUNT, "read_line": COUNT, "read_thread": TRIPLE,
                         "read_block": TRIPLE}),
     # Two threads stored one element of C: `thread` of `block` at `line`, after `other_*`.
@@ -135,7 +136,10 @@ HARNESS_REPORTS: dict[str, tuple[dict, dict]] = {
     "warp_divergence": ({"primitive": str, "line": int, "mask": int, "arrived": int, "thread": TRIPLE,
                          "other_thread": TRIPLE, "other_state": one_of("exited", "barrier", "collective"),
                          "other_line": int, "other_primitive": str, "block": TRIPLE}, {}),
-    "done": ({"a_changed": bool, "b_changed": bool, "races": int}, {"c_collisions": int}),
+    # unwritten_reads: the reads of unstored shared entries the launch named (cuda_emu.h, unwritten_reads), the most
+    # of its launches; cpu_s: the worker's own CPU seconds so far
+    "done": ({"a_changed": bool, "b_changed": bool, "races": int},
+             {"c_collisions": int, "unwritten_reads": COUNT, "cpu_s": NUMBER}),
     # A case the CPU driver stopped past its time limit, in its worker's own time: the driver's record, never
     # read from a report (a forged one is ignored there).
     "timeout": ({"limit_s": NUMBER}, {}),

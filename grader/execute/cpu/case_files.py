@@ -5,17 +5,23 @@ harness's sandbox starts, so that the sandbox owns it; its inputs are written th
 A worker's report and outputs are student-controlled: read as untrusted, every report line checked
 (protocol.py). Imported by the driver while the student's unit builds (numpy's import is most of its start).
 
-A sampled case cut into parts (schedule.py) gets the event one worker running all its blocks in turn would have
-given: the first problem in part order (that one would have stopped there); C from C's initial image, each part in
-turn writing the elements it changed; the parts' reports told as that worker's (`merged_reports`: the first of
-each kind, counts added up, a site's off-matrix report once per kind). Where the parts could have seen each other
-(elements of C two parts changed, a read of C, an element two threads stored, A or B changed, a thread that stored
-nothing beside stores not where the launch maps them, C's first unwritten value read in a part after parts that
-read unwritten entries too) that would not be exact: `event` answers None and the
-driver runs the case again as one task.
+A case cut into parts (schedule.py: a sampled one, or a whole one of many blocks) gets the event one worker running
+all its blocks in turn would have given, in each thread order: the forward order's parts are its blocks' list cut
+in runs (the whole grid's in the order harness.cpp runs it: x fastest), the reversed order's the same runs from the
+last (its worker runs the list from its end), so that in either order part 0 holds the first blocks its worker
+would run. So: the first problem in part order (that one would have stopped there); C from C's initial image, each
+part in turn writing the elements it changed; the parts' reports told as that worker's (`merged_reports`: the first
+of each kind, counts added up, a site's off-matrix report once per kind, the read C's first unwritten value names
+numbered after the reads earlier parts named, or unnamed where the one worker would have had no name left for it).
+Where the parts could have seen each other (elements of C two parts changed, a read of C, an element two threads
+stored, A or B changed, a thread that stored nothing beside stores not where the launch maps them; before a later
+part's problem: a read of C, A or B changed), or the parts up to the end took three quarters of the case's limit
+together (their own CPU time: one worker might have timed out first), that would not be exact: `event` answers None
+and the driver runs the case again as one task per thread order.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -31,7 +37,7 @@ from ..job import CaseSpec, Job, student_output
 from ..protocol import harness_report, read_untrusted, read_untrusted_head
 from .access_profile import PROFILE_SEED, access_records
 from .sampling import BlockSample, block_parts, launched_blocks, sampled_tiles
-from .schedule import DONE, ORDERS, TIMED_OUT, Ended, Task
+from .schedule import DONE, ORDERS, TIMED_OUT, Ended, Task, parts_worth
 from .server import Server
 
 PROBLEMS = ("fault", "divergence", "warp_divergence")
@@ -43,6 +49,12 @@ PRINTF_CAP = 64 * 1024  # of a launch's printf output (cuda_emu.h), and the line
 PRINTF_CUT = f"\n[... printf output truncated at {PRINTF_CAP} bytes ...]\n".encode()
 # Reports a part leaves that another part's blocks could have changed (see the module's doc)
 CROSSING = ("c_read", "c_collision")
+# Of a case's limit, what a split case's parts may take together (their own CPU time) and still be told as one
+# worker's run: the one worker's deadline counts its own time too, and its parts' fixed costs are in theirs
+ONE_WORKERS_SHARE = 0.75
+MAX_UNWRITTEN_READS = 0xFFFF  # reads of unstored shared entries a launch names at most (cuda_emu.h)
+# What an `unwritten_in_c` report says of the read it names (protocol.py)
+NAMED_READ = ("mark", "array", "two_d", "entry_row", "entry_column", "read_line", "read_thread", "read_block")
 
 
 def write_inputs(folder: Path, spec: CaseSpec) -> bool:
@@ -73,10 +85,25 @@ def sampled_blocks(spec: CaseSpec, tile: int, contract: KernelContract) -> list[
     return launched_blocks(tiles.all, contract.x)
 
 
+def grid_blocks(spec: CaseSpec, tile: int, contract: KernelContract) -> list[tuple[int, int]]:
+    """Every blockIdx of a whole case's grid, in the order one worker runs them forward (harness.cpp, run_grid: x
+    fastest, then y; the contract's grid has one z)."""
+    across, down, _ = contract.launch(spec.m, spec.n, tile).grid
+    return [(x, y) for y in range(down) for x in range(across)]
+
+
+def part_blocks(blocks: list[tuple[int, int]], task: Task) -> list[tuple[int, int]]:
+    """The blocks of a task's part, in the list's order: the forward order's part p is the list's p-th run; the
+    reversed order's counts the runs from the list's end, as its worker runs the blocks (harness.cpp, run_blocks:
+    from the last), so that its part 0 holds the blocks one worker would run first in that order too."""
+    runs = block_parts(blocks, task.parts)
+    return runs[task.part if task.order == ORDERS[0][0] else task.parts - 1 - task.part]
+
+
 def blocks_file(folder: Path, blocks: list[tuple[int, int]], task: int) -> Path:
-    """The blocks a task runs of a sampled case, where the harness reads them: "x y" a line. The parent
-    computes the same tiles from the same sample to judge them, so a file the kernel changed only loses it the
-    tiles it left out."""
+    """The blocks a task runs of a sampled or split case, where the harness reads them: "x y" a line. The parent
+    computes the same tiles from the same sample to judge them (and a whole case's C in full), so a file the kernel
+    changed only loses it the tiles it left out."""
     path = folder / f"blocks-{task}.txt"
     text = "".join(f"{x} {y}\n" for x, y in blocks).encode()
     # The folder is the sandbox's: a link the kernel left there is not followed
@@ -108,7 +135,7 @@ class Cases:
         (folder / PROFILE).mkdir(parents=True, exist_ok=True)
         # The tasks whose printf output goes to the log: (first case, part, task), in the order they started
         self.printing: list[tuple[int, int, int]] = []
-        self._blocks: dict[int, list[tuple[int, int]]] = {}  # a sampled case's blocks, made once
+        self._blocks: dict[int, list[tuple[int, int]]] = {}  # a case's blocks, made once
 
     def case_folder(self, index: int) -> Path:
         return self.folder / f"case{index}"
@@ -117,14 +144,23 @@ class Cases:
         return [write_inputs(self.case_folder(index), spec) for index, spec in enumerate(self.job.cases)]
 
     def blocks(self, index: int, tile: int) -> list[tuple[int, int]]:
-        """The blocks sampled case `index` runs, in the order one worker runs them."""
+        """The blocks case `index` runs (a sampled case: its sample's; else its whole grid), in the order one
+        worker runs them forward."""
         if index not in self._blocks:
-            self._blocks[index] = sampled_blocks(self.job.cases[index], tile, self.job.contract)
+            spec = self.job.cases[index]
+            blocks = sampled_blocks if spec.sample else grid_blocks
+            self._blocks[index] = blocks(spec, tile, self.job.contract)
         return self._blocks[index]
 
-    def block_counts(self, tile: int) -> dict[int, int]:
-        """How many blocks each sampled case runs, by position."""
-        return {index: len(self.blocks(index, tile)) for index, spec in enumerate(self.job.cases) if spec.sample}
+    def sampled(self) -> set[int]:
+        """The positions of the sampled cases (run in the forward order alone)."""
+        return {index for index, spec in enumerate(self.job.cases) if spec.sample}
+
+    def splits(self, tile: int) -> dict[int, int]:
+        """How many parts each case's blocks are worth (schedule.py, parts_worth), by position."""
+        threads = math.prod(self.job.contract.launch(1, 1, tile).block)
+        return {index: parts_worth(len(self.blocks(index, tile)), spec.sample is not None, threads * spec.k)
+                for index, spec in enumerate(self.job.cases)}
 
     def start(self, server: Server, task: Task, tile: int, launches: int) -> bool:
         """A task's worker started: the forward order prints (as a GPU run prints each launch's printf)."""
@@ -137,8 +173,8 @@ class Cases:
     def _case_line(self, index: int, task: Task, tile: int) -> str:
         spec, folder = self.job.cases[index], self.case_folder(index)
         blocks = None
-        if spec.sample is not None:  # the task's part of the blocks (all of them, unless the case is split)
-            blocks = blocks_file(folder, block_parts(self.blocks(index, tile), task.parts)[task.part], task.id)
+        if spec.sample is not None or task.parts > 1:  # the task's part of the blocks (a whole case's: when split)
+            blocks = blocks_file(folder, part_blocks(self.blocks(index, tile), task), task.id)
         return case_line(folder, spec, tile, self.job.contract, task.id, blocks)
 
     def print_outputs(self) -> None:
@@ -159,15 +195,19 @@ class Cases:
         """The case's event from what each thread order's workers left (a split case: its parts', in part order):
         a `case_error` for the first order that went wrong (forward first; its first part that did), else a
         `case` with every distinct forward output saved for the parent. None: a split case whose parts could
-        have seen each other, to be run again as one task (schedule.py, run_whole)."""
+        have seen each other, or whose time added up may have run one worker out of it, to be run again as one
+        task per order (schedule.py, run_whole)."""
         spec, folder = self.job.cases[index], self.case_folder(index)
         orders = [order for order, _ in ORDERS if order in ends]  # a sampled large case: the forward one alone
         parts = {order: [_events(folder / f"report-{end.task}.jsonl") for end in ends[order]] for order in orders}
         for order in orders:
-            for end, events in zip(ends[order], parts[order]):
-                problem = _problem(end, events, limit_s)
-                if problem is not None:
-                    return {"event": "case_error", "case": spec.name, "schedule": order, "problem": problem}
+            found = _first_problem(ends[order], parts[order], limit_s)
+            if not one_worker_met_it(ends[order], parts[order], found, limit_s):
+                self._forget_printing(ends)
+                return None
+            if found is not None:
+                self._forget_printing({order: ends[order][found[0] + 1:]})  # one worker stopped before them
+                return {"event": "case_error", "case": spec.name, "schedule": order, "problem": found[1]}
         size = guarded_size(spec.m, spec.n)
         outputs = {order: [_outputs(folder, end.task, launches, size) for end in ends[order]] for order in orders}
         if any(found is None for order in orders for found in outputs[order]):
@@ -178,7 +218,7 @@ class Cases:
             _discard_parts_outputs(folder, ends[order], launches)
             joined = joined_parts(spec, parts[order], outputs[order])
             if joined is None:
-                self._forget_printing(ends[order])
+                self._forget_printing(ends)
                 return None
             reports[order], outputs[order] = joined
         forward, reversed_ = outputs[ORDERS[0][0]], outputs.get(ORDERS[1][0])
@@ -191,9 +231,10 @@ class Cases:
                 "schedules_differ": _differing(forward, reversed_, spec.m * spec.n) if reversed_ else 0,
                 **_found(reports)}
 
-    def _forget_printing(self, ends: list[Ended]) -> None:
-        """Parts run again as one task: their printf output is that task's to give."""
-        dropped = {end.task for end in ends}
+    def _forget_printing(self, ends: dict[str, list[Ended]]) -> None:
+        """Parts whose printf output one worker would not have given: run again as one task per order (those
+        tasks give it), or after the part where it stopped (each printf is written as it is made: harness.cpp)."""
+        dropped = {end.task for order_ends in ends.values() for end in order_ends}
         self.printing = [started for started in self.printing if started[2] not in dropped]
 
 
@@ -245,8 +286,8 @@ def parts_apart(reports: list[list[dict]]) -> bool:
     """Whether nothing the parts reported could have gone otherwise with another part's blocks before theirs:
     no read of C (another part's store would be read), no element stored twice, A and B unchanged (later blocks
     read them), no thread that stored nothing beside a store where the launch does not map it (which thread
-    the one worker would name depends on who stored what in every part), and C's first unwritten value named
-    by the same read."""
+    the one worker would name depends on who stored what in every part), and the parts before the one holding C's
+    first unwritten value saying how many reads they named (what that value's read is numbered by)."""
     events = [event for part in reports for event in part]
     if any(event["event"] in CROSSING for event in events):
         return False
@@ -259,15 +300,24 @@ def parts_apart(reports: list[list[dict]]) -> bool:
 
 
 def _reads_named_alike(reports: list[list[dict]]) -> bool:
-    """Whether the read C's first unwritten value is named by is the one worker's too: a launch names at most
-    MARK_INDEX reads (cuda_emu.h), so where parts before that value's read unwritten entries too, the one worker
-    may have run out of names by then."""
-    marked = [(event["row"], event["column"], number) for number, part in enumerate(reports) for event in part
-              if event["event"] == "unwritten_in_c"]
-    if not marked:
-        return True
-    first = min(marked)[2]
-    return not any(event["event"] == "unstored_read" for part in reports[:first] for event in part)
+    """Whether the name of the read C's first unwritten value holds can be told as the one worker's
+    (`_unwritten_in_c`): each part before its part says how many reads it named."""
+    first = _first_unwritten_in_c(reports)
+    return first is None or _named_before(reports, first[0]) is not None
+
+
+def _first_unwritten_in_c(reports: list[list[dict]]) -> tuple[int, dict] | None:
+    """The part whose `unwritten_in_c` is C's first marked element (no two parts changed one element), and it."""
+    marked = [(event["row"], event["column"], number, event) for number, part in enumerate(reports)
+              for event in part if event["event"] == "unwritten_in_c"]
+    return None if not marked else min(marked, key=lambda found: found[:3])[2:]
+
+
+def _named_before(reports: list[list[dict]], part: int) -> int | None:
+    """The reads of unstored shared entries the parts before `part` named (None: one did not say)."""
+    named = [event.get("unwritten_reads") for events in reports[:part] for event in events
+             if event["event"] == "done"]
+    return None if None in named else sum(named)
 
 
 def merged_output(initial: np.ndarray, outputs: list[np.ndarray]) -> np.ndarray | None:
@@ -296,8 +346,9 @@ def merged_reports(reports: list[list[dict]], spec: CaseSpec) -> list[dict]:
     events = [event for part in reports for event in part]
     merged = [event for event in events if event["event"] not in MERGED]
     merged += _first_per_site_and_kind(events, {"A": (spec.m, spec.k), "B": (spec.k, spec.n), "C": (spec.m, spec.n)})
-    for name, merge in (("unwritten_in_c", _unwritten_in_c), ("tile_loop", _tile_loop), ("c_mapping", _c_mapping),
-                        ("done", _done)):
+    if _first_unwritten_in_c(reports) is not None:
+        merged.append(_unwritten_in_c(reports))
+    for name, merge in (("tile_loop", _tile_loop), ("c_mapping", _c_mapping), ("done", _done)):
         found = [event for event in events if event["event"] == name]
         if found:
             merged.append(merge(found))
@@ -320,10 +371,19 @@ def _first_per_site_and_kind(events: list[dict], shapes: dict[str, tuple[int, in
     return kept
 
 
-def _unwritten_in_c(found: list[dict]) -> dict:
-    """C's first marked element is the lowest of the parts' (no two parts changed one element), the count theirs."""
-    first = min(found, key=lambda event: (event["row"], event["column"]))
-    return {**first, "elements": sum(event["elements"] for event in found)}
+def _unwritten_in_c(reports: list[list[dict]]) -> dict:
+    """C's first marked element is the lowest of the parts' (no two parts changed one element), the count theirs.
+    The read its mark names is the one worker's too, numbered after the reads the parts before named, unless that
+    number is past what a launch names (MAX_UNWRITTEN_READS, cuda_emu.h): the one worker had no name left for it.
+    (Which reads a launch names, in order, depends on each block alone until then.)"""
+    part, first = _first_unwritten_in_c(reports)
+    elements = sum(event["elements"] for events in reports for event in events if event["event"] == "unwritten_in_c")
+    told = {**first, "elements": elements}
+    if "mark" in first:
+        told["mark"] += _named_before(reports, part)
+        if told["mark"] > MAX_UNWRITTEN_READS:
+            told = {key: value for key, value in told.items() if key not in NAMED_READ}
+    return told
 
 
 def _tile_loop(found: list[dict]) -> dict:
@@ -341,7 +401,41 @@ def _c_mapping(found: list[dict]) -> dict:
 def _done(found: list[dict]) -> dict:
     return {"event": "done", "a_changed": any(event["a_changed"] for event in found),
             "b_changed": any(event["b_changed"] for event in found), "races": sum(event["races"] for event in found),
-            "c_collisions": max(event.get("c_collisions", 0) for event in found)}
+            "c_collisions": max(event.get("c_collisions", 0) for event in found),
+            "unwritten_reads": sum(event.get("unwritten_reads", 0) for event in found)}
+
+
+def _first_problem(ends: list[Ended], reports: list[list[dict]], limit_s: float) -> tuple[int, dict] | None:
+    """The first part of one thread order that went wrong, and how; None when every part finished."""
+    for number, (end, events) in enumerate(zip(ends, reports)):
+        problem = _problem(end, events, limit_s)
+        if problem is not None:
+            return number, problem
+    return None
+
+
+def one_worker_met_it(ends: list[Ended], reports: list[list[dict]], found: tuple[int, dict] | None,
+                      limit_s: float) -> bool:
+    """Whether one worker running this order's blocks in turn would have reached the same end as its parts: the
+    first problem (`found`) or the last block. Not where the parts up to it together took ONE_WORKERS_SHARE of the
+    case's limit (one worker's time is theirs added up: it might have timed out first; a part that timed out alone
+    would have timed out in it too), nor, where a later part went wrong, where those parts read C or changed A or B
+    (what it read or spun on there may have been what an earlier part's blocks stored, in one worker)."""
+    if len(ends) == 1 or (found is not None and found[0] == 0):
+        return True  # the parts before the problem: none (one worker's first blocks are that part's)
+    upto = len(ends) if found is None else found[0] + 1
+    timed_out = found is not None and found[1]["event"] == "timeout"
+    if not timed_out and sum(map(_own_seconds, ends[:upto], reports[:upto])) >= limit_s * ONE_WORKERS_SHARE:
+        return False
+    return found is None or not any(event["event"] in CROSSING or (event["event"] == "done" and (
+        event["a_changed"] or event["b_changed"])) for events in reports[:upto] for event in events)
+
+
+def _own_seconds(end: Ended, events: list[dict]) -> float:
+    """A part's own CPU seconds as its worker reported them at its end (the most it reported: a line the kernel
+    forged can only add a rerun), else (it did not finish) its seconds on the driver's clock, waits included."""
+    return max((event["cpu_s"] for event in events if event["event"] == "done" and "cpu_s" in event),
+               default=end.seconds)
 
 
 def _problem(end: Ended, events: list[dict], limit_s: float) -> dict | None:

@@ -312,7 +312,7 @@ void report_unwritten_in_c() {
     }
     if (marked == 0) return;
     bits = first_bits;
-    char store[160] = "", read[320] = "";
+    char store[160] = "", read[384] = "";
     if (c_block[first] != 0) {
         uint3 t = thread_of(c_thread[first]), b = block_of(c_block[first] - 1);
         snprintf(store, sizeof store, ", \"line\": %d, \"thread\": [%u, %u, %u], \"block\": [%u, %u, %u]",
@@ -321,10 +321,11 @@ void report_unwritten_in_c() {
     size_t index = bits & MARK_INDEX;
     if (index != 0 && index <= unwritten_reads.size()) {
         const UnwrittenRead &r = unwritten_reads[index - 1];
-        snprintf(read, sizeof read, ", \"array\": \"%.64s\", \"two_d\": %s, \"entry_row\": %zu, "
+        // mark: the record's number in the launch (the CPU driver's merge of a case's parts renumbers it)
+        snprintf(read, sizeof read, ", \"mark\": %zu, \"array\": \"%.64s\", \"two_d\": %s, \"entry_row\": %zu, "
                  "\"entry_column\": %zu, \"read_line\": %d, \"read_thread\": [%u, %u, %u], "
-                 "\"read_block\": [%u, %u, %u]", r.array, r.two_d ? "true" : "false", r.row, r.column, r.line,
-                 r.thread.x, r.thread.y, r.thread.z, r.block.x, r.block.y, r.block.z);
+                 "\"read_block\": [%u, %u, %u]", index, r.array, r.two_d ? "true" : "false", r.row, r.column,
+                 r.line, r.thread.x, r.thread.y, r.thread.z, r.block.x, r.block.y, r.block.z);
     }
     report("{\"event\": \"unwritten_in_c\", \"elements\": %zu, \"row\": %zu, \"column\": %zu%s%s}", marked,
            first / c_columns, first % c_columns, store, read);

@@ -451,6 +451,14 @@ void report_launch() {
                      cuda_emu::c_stores, cuda_emu::c_as_launched, cuda_emu::c_transposed, example);
 }
 
+// The worker's own CPU time so far (forked for its task: since its start); the CPU driver adds up a split
+// case's parts'.
+double cpu_seconds() {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
 // One launch of the case on C poisoned again; false when its output cannot be written.
 bool launch_once(const Case &c, const Task &task, Inputs &in, const std::vector<uint32_t> &image, int number) {
     memcpy(in.c, image.data(), in.c_bytes);
@@ -486,6 +494,7 @@ int run_case(const Case &c, const Task &task) {
     std::vector<uint32_t> image = c_image(c);
     bool a_changed = false, b_changed = false;
     long races = 0, collisions = 0;
+    size_t named = 0;  // reads of unstored shared entries a launch named (the CPU driver's merge of parts counts them)
     for (int number = 0; number < task.launches; ++number) {
         if (!launch_once(c, task, in, image, number)) {
             fprintf(stderr, "harness: cannot write the output\n");
@@ -495,10 +504,12 @@ int run_case(const Case &c, const Task &task) {
         b_changed = restored(in.b, in.b_pristine) || b_changed;
         races += cuda_emu::races_found;
         collisions = std::max(collisions, cuda_emu::c_collisions);
+        named = std::max(named, cuda_emu::unwritten_reads.size());
     }
     cuda_emu::report("{\"event\": \"done\", \"a_changed\": %s, \"b_changed\": %s, \"races\": %ld, "
-                     "\"c_collisions\": %ld}",
-                     a_changed ? "true" : "false", b_changed ? "true" : "false", races, collisions);
+                     "\"c_collisions\": %ld, \"unwritten_reads\": %zu, \"cpu_s\": %.4f}",
+                     a_changed ? "true" : "false", b_changed ? "true" : "false", races, collisions, named,
+                     cpu_seconds());
     close(cuda_emu::report_fd);
     for (GuardedBuffer &buffer : buffers) release(buffer);
     return 0;
@@ -530,6 +541,9 @@ void reply(const char *format, ...) {
     dup2(none, STDIN_FILENO);
     close(out);
     close(none);
+    // Each printf written as it is made (a launch's are capped): a launch that faults or hangs has printed all it
+    // printed before, however the CPU driver cut its blocks among workers (case_files.py)
+    setvbuf(stdout, nullptr, _IONBF, 0);
     cuda_emu::profiling = task.order == "profile";
     install_fault_handlers();
     limit_student_code();

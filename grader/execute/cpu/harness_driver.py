@@ -11,8 +11,9 @@ protocol.
 A large case (its spec's `sample`) runs only its sampled blocks (sampling.py: every edge block, a seeded sample of
 the interior ones, any extra ones asked for), listed in a file beside its inputs, in the forward order alone unless
 the kernel has state; the rest of C keeps its poison, and the parent judges the sampled tiles alone. Without state,
-its blocks are cut into parts run by workers side by side, and the case told as one worker running them in turn
-would have told it (schedule.py, case_files.py), or run again by one worker where that cannot be vouched for.
+the blocks of such a case, and of a whole case of many blocks (in both thread orders), are cut into parts run by
+workers side by side where slots are left for them, and the case told as one worker running them in turn would
+have told it (schedule.py, case_files.py), or run again by one worker per order where that cannot be vouched for.
 
 Each case runs in two thread orders: threads in forward order with A, B and C ending at an inaccessible page,
 and in reversed order with them starting after one, so an access just past either end faults in one of the
@@ -137,10 +138,11 @@ def _run_cases(channel: Channel, answers, server: Server, cases: Cases, tile: in
     limits = [limit_s * (launches if spec.sample else 1) for spec in job.cases]
     # A sampled large case runs its blocks in the forward order alone: its blocks cost seconds where a small case's
     # cost milliseconds, and the small cases run both orders of the same code (a kernel with state: both, its
-    # cases in one worker per order); without state its blocks are cut into parts that run side by side
-    # (schedule.py), told as one worker's run of them (case_files.py)
+    # cases in one worker per order); without state its blocks, and a whole case's of many blocks, are cut into
+    # parts that run side by side (schedule.py), told as one worker's run of them (case_files.py)
     schedule = Schedule(server, len(job.cases), stateful, slots(job), limit_s, job.max_restarts + 1,
-                        lambda task: cases.start(server, task, tile, launches), limits, cases.block_counts(tile))
+                        lambda task: cases.start(server, task, tile, launches), limits, cases.sampled(),
+                        cases.splits(tile))
     hung = False
     for event in case_events(schedule, cases, launches, limits,
                              lambda index: channel.send("phase", phase="case", case=job.cases[index].name)):
@@ -155,7 +157,7 @@ def _run_cases(channel: Channel, answers, server: Server, cases: Cases, tile: in
 def case_events(schedule: Schedule, cases: Cases, launches: int, limits: list[float],
                 heartbeat: Callable[[int], None]) -> Iterator[dict]:
     """Each case's event, in job order (a split case whose parts' merge would not be what one worker gives is
-    run again by one worker first)."""
+    run again by one worker per order first)."""
     for index, ends in schedule.cases(heartbeat):
         event = cases.event(index, ends, launches, limits[index])
         if event is None:

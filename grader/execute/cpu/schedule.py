@@ -9,12 +9,15 @@ its state carries from launch to launch and from case to case, as in the GPU chi
 case that faulted, diverged or hung in either order, a fresh pair of workers runs the rest, as the GPU path
 starts a fresh child. Either way the workers start in job order, and cases are told in job order.
 
-A sampled large case of a kernel without state (`forward_only`: its blocks in the forward order alone) costs
-seconds where a small case costs milliseconds, so it would be the grade's last wait: its block list is cut into
-`parts` contiguous runs (`split_parts`), each a task of its own, and told once every part ended, each part's end
-under its key (order, part). The driver merges what the parts left (case_files.py) into what one worker running
-every block in turn would have left; where it cannot vouch for that (parts that stored one element of C, a read
-of C, ...) it asks for the case again (`run_whole`): one task of all its blocks, queued first, told in its place.
+A case of a kernel without state whose blocks cost more than a worker's start (a sampled large case: seconds; a
+whole case of many blocks: square_256's quarter of a second) would be the grade's last wait: where slots are left
+for it, its block list is cut into contiguous parts (`split_parts`, at most `splits[index]`: how many parts its
+blocks are worth), each a task of its own, in both thread orders (a sampled case: the forward order alone), and
+told once every part ended, each part's end under its key (order, part). Parts are numbered in the order one
+worker runs their blocks, in either thread order (case_files.py gives the reversed order's part 0 the last
+blocks). The driver merges what the parts left (case_files.py) into what one worker running every block in turn
+would have left; where it cannot vouch for that (parts that stored one element of C, a read of C, ...) it asks
+for the case again (`run_whole`): one task per thread order of all its blocks, queued first, told in its place.
 
 Each case has `limit_s` of its worker's own time, or the limit `limits` gives it (a sampled large case of a kernel
 with state has one per launch; each part of a split case has the case's); waiting for a CPU is not counted
@@ -33,24 +36,39 @@ from .server import Reply, Server
 
 ORDERS = (("forward", "end"), ("reversed", "start"))  # thread order, and where A, B, C sit by their guard pages
 DONE, DIED, TIMED_OUT = "done", "died", "timed_out"
+SKIPPED = "skipped"  # a part never started: what it would have found could not change how its case is told
 # Blocks of a sampled case worth a worker of their own: a part's fixed cost (a fork, reading A and B, writing and
 # merging C: ~35 ms for large_ragged's 1031×1009×1013, measured on 2 cores) stays small beside its blocks' (~18 ms a
 # block of tile 32, ~5 ms of tile 16)
 BLOCKS_PER_PART = 16
+# Multiply-adds a whole case's part must hold (its blocks' threads × k) to be worth a worker of its own: a part's
+# fixed cost for a small case (a fork, placing A, B and C, the parent's reading and merging its C) measured 4-9 ms on
+# 2 cores under a load of 10 (square_256 at tile 16 in 16 parts against one task per order), where a multiply-add
+# costs ~16-20 ns (square_256's 16.8 M in 0.27-0.35 s); 2 M of them (~35 ms) keep that near a fifth, and a
+# part no longer than a sampled case's (16 blocks of ~5 ms at tile 16)
+PART_MACS = 1 << 21
 
 Key = tuple[str, int]  # what ran: a thread order, and which part of the case's blocks (0: the first, or all)
 
 
-def split_parts(blocks: int, slots: int) -> int:
-    """Into how many parts a sampled case of `blocks` blocks is cut: one per BLOCKS_PER_PART blocks, no more than
-    run at once (one slot: one part, as before)."""
-    return max(1, min(slots, -(-blocks // BLOCKS_PER_PART)))
+def parts_worth(blocks: int, sampled: bool, block_macs: int) -> int:
+    """Into how many parts a case of `blocks` blocks (each `block_macs` multiply-adds) is worth cutting: a sampled
+    case one per BLOCKS_PER_PART blocks, a whole one a part per PART_MACS of its work (none for less)."""
+    if sampled:
+        return -(-blocks // BLOCKS_PER_PART)
+    return max(1, min(blocks, blocks * block_macs // PART_MACS))
+
+
+def split_parts(worth: int, slots: int) -> int:
+    """Into how many parts a case worth `worth` parts is cut: no more than run at once (one slot: one part, one
+    worker running every block, as before)."""
+    return max(1, min(slots, worth))
 
 
 @dataclass
 class Ended:
-    """How one thread order of one case ended: done, died (`returncode`: how its worker ended) or timed out;
-    `seconds` on the driver's clock, every launch of it."""
+    """How one thread order of one case (or one part of it) ended: done, died (`returncode`: how its worker ended),
+    timed out, or skipped (never started: `_skip_moot`); `seconds` on the driver's clock, every launch of it."""
 
     task: int
     how: str
@@ -85,22 +103,25 @@ class Task:
 
 class Schedule:
     """The cases of one job on one server. `start(task)` sends a task to it (False: the server is gone).
-    `forward_only`: the sampled cases, with how many blocks each runs."""
+    `forward_only`: the sampled cases (run in the forward order alone); `splits`: how many parts each case's blocks
+    are worth (parts_worth; a case not there: one)."""
 
     def __init__(self, server: Server, count: int, stateful: bool, slots: int, limit_s: float, max_hangs: int,
                  start: Callable[[Task], bool], limits: list[float] | None = None,
-                 forward_only: dict[int, int] | None = None):
+                 forward_only: set[int] | None = None, splits: dict[int, int] | None = None):
         self.server, self.count, self.stateful, self.start = server, count, stateful, start
         self.slots, self.limit_s, self.max_hangs = max(slots, 1), limit_s, max_hangs
         self.limits = limits or [limit_s] * count  # each case's
         # Cases run in the forward order alone (a sampled large case of a kernel without state: half the time)
-        self.forward_only = forward_only or {}
+        self.forward_only = forward_only or set()
+        self.splits = splits or {}
         self.whole: set[int] = set()  # split cases run again as one task (run_whole)
         self.waiting: list[Task] = []  # in the order they are to start
         self.running: dict[int, Task] = {}
         self.ends: dict[int, dict[Key, Ended]] = {}  # per case not told yet, per thread order and part
         self.told = 0  # cases told so far, in job order
         self.hangs = 0
+        self.hung: set[int] = set()  # the cases told as hung
         if stateful:
             self._workers_from(0)
         else:
@@ -112,18 +133,21 @@ class Schedule:
 
     def parts(self, index: int) -> int:
         """Into how many parts case `index`'s blocks are cut (1: one task runs them all)."""
-        if self.stateful or index not in self.forward_only or index in self.whole:
+        if self.stateful or index in self.whole:
             return 1
-        return split_parts(self.forward_only[index], self.slots)
+        return split_parts(self.splits.get(index, 1), self.slots)
 
     def keys(self, index: int) -> list[Key]:
         """What of case `index` must end before it is told: each thread order's parts."""
         return [(order, part) for order, _ in self.orders(index) for part in range(self.parts(index))]
 
     def run_whole(self, index: int) -> None:
-        """The case just told is told again, from one task of all its blocks, queued first: its parts' merge
-        would not be what one task gives (case_files.py). Only a case that ended without a problem comes
-        back so: it counted no hang."""
+        """The case just told is told again, from one task per thread order of all its blocks, queued first: its
+        parts' merge would not be what one task gives (case_files.py). A case whose parts hung comes back so
+        only where they read C (what they spun on): its hang is counted by the run told."""
+        if index in self.hung:
+            self.hung.discard(index)
+            self.hangs -= 1
         self.whole.add(index)
         self.told = index
         self.waiting[:0] = self._tasks_of(index)
@@ -187,15 +211,28 @@ class Schedule:
 
     def _end_case(self, task: Task, how: str, returncode: int | None = None) -> None:
         """The task's current case ended so; a task that will run no more cases gives its slot back."""
-        now = time.monotonic()
-        self.ends.setdefault(task.current, {})[task.key] = Ended(task.id, how, returncode, now - task.since,
-                                                                    task.since)
+        now, index = time.monotonic(), task.current
+        self.ends.setdefault(index, {})[task.key] = Ended(task.id, how, returncode, now - task.since, task.since)
         task.finished += 1
         if how != DONE or task.finished == len(task.cases):
             del self.running[task.id]
+            if how != DONE and not self.stateful:
+                self._skip_moot(index, task)
             return
         task.since, task.check_at = now, now + self.limits[task.current]
         task.deadline.restart(self.limits[task.current])
+
+    def _skip_moot(self, index: int, ended: Task) -> None:
+        """A thread order of case `index` went wrong in this part: its later parts, and after the forward order's
+        the reversed order's, cannot change how the case is told (its first problem in part order, the forward
+        order's first: case_files.py), so those not started yet never start (a kernel hung everywhere costs a
+        split case one limit, not one per round of parts)."""
+        def moot(task: Task) -> bool:
+            later = task.order == ended.order and task.part > ended.part
+            return task.cases == [index] and (later or (ended.order == ORDERS[0][0] and task.order != ended.order))
+        for task in [task for task in self.waiting if moot(task)]:
+            self.waiting.remove(task)
+            self.ends[index][task.key] = Ended(task.id, SKIPPED)
 
     def _time_out(self) -> None:
         now = time.monotonic()
@@ -217,6 +254,7 @@ class Schedule:
             self.told += 1
             if any(end.how == TIMED_OUT for end in ends.values()):
                 self.hangs += 1  # once for the case, however many of its parts hung
+                self.hung.add(index)
             if self.stateful and any(end.how != DONE for end in ends.values()):
                 self._fresh_workers_after(index)
             yield index, self._by_order(index, ends)
