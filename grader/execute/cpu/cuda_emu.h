@@ -279,20 +279,33 @@ inline void resume(Fiber &fiber) {
 
 // ---- shadow memory of the shared arrays ---------------------------------------------------------------
 
+// The shadow of a shared entry, in three arrays of one index: what every access reads or writes (Cell, 16 bytes,
+// so the shadow of two 32 × 32 float tiles fits a core's L1 cache as its former 60 bytes did not), what only a
+// report needs (CellHistory: written at a store and at a phase's first read), and the __syncwarp counts
+// (CellSyncs: touched only once a __syncwarp was resolved in the launch; until then every count is 0, as
+// new_launch left them, so storing them changes nothing).
 struct Cell {
-    uint32_t write_epoch = 0, read_epoch = 0;
-    int32_t writer = -1, reader = -1;
-    int32_t write_line = 0, read_line = 0;
+    uint32_t write_epoch = 0, read_epoch = 0;  // also says the entry was stored in this block: epoch_before_block
+    // Thread ids fit 16 bits: a worker's address space (4 GiB, harness.cpp limit_student_code) holds the stacks of
+    // fewer than 16 384 fibers.
+    int16_t writer = -1, reader = -1, last_reader = -1;
     bool several_readers = false;
-    bool write_after_read = false;  // the writer had read shared memory earlier in the same phase
-    uint32_t stored_block = 0;      // block_serial of the block that last stored it (0: none yet)
-    // The __syncwarp count of the accessing warp at the access: lanes of one warp are ordered by a
-    // __syncwarp between their accesses as threads of a block are by a __syncthreads.
-    // read_sync: of the latest read (by last_reader); foreign_sync: of the latest read by another thread.
-    uint32_t write_sync = 0, read_sync = 0, foreign_sync = 0;
-    int32_t last_reader = -1;
-    int32_t read_warp = -1;  // the warp of every reader of this phase, -1 when they were of several warps
+    // The readers of this phase were of several warps; else all of `reader`'s warp (read_warp)
+    bool several_warps = true;
+};
+static_assert(sizeof(Cell) == 16, "a cell's hot part is 16 bytes");
+
+struct CellHistory {
+    int32_t write_line = 0, read_line = 0;
     uint32_t write_trip = 0, read_trip = 0;  // the tile-loop trip of the latest store, of `reader`'s read
+    bool write_after_read = false;  // the writer had read shared memory earlier in the same phase
+};
+
+// The __syncwarp count of the accessing warp at the access: lanes of one warp are ordered by a __syncwarp between
+// their accesses as threads of a block are by a __syncthreads. read_sync: of the latest read (by last_reader);
+// foreign_sync: of the latest read by another thread.
+struct CellSyncs {
+    uint32_t write_sync = 0, read_sync = 0, foreign_sync = 0;
 };
 
 struct Region {
@@ -307,9 +320,13 @@ struct Region {
 
 inline int shift_of(size_t bytes) { return bytes && (bytes & (bytes - 1)) == 0 ? __builtin_ctzl(bytes) : -1; }
 
-inline size_t element_of(const Region &region, const void *address) {
-    size_t offset = (const char *)address - region.base;
+// The element at `offset` bytes into the region.
+inline size_t element_at(const Region &region, size_t offset) {
     return region.element_shift >= 0 ? offset >> region.element_shift : offset / region.element_bytes;
+}
+
+inline size_t element_of(const Region &region, const void *address) {
+    return element_at(region, (const char *)address - region.base);
 }
 
 // The entry's row and column in its array (a 1-D array's: row 0).
@@ -324,7 +341,12 @@ inline Entry entry_of(const Region &region, const void *address) {
 
 extern std::vector<Region> regions;
 extern std::vector<Cell> cells;
+extern std::vector<CellHistory> cell_histories;
+extern std::vector<CellSyncs> cell_syncs;
 inline uint32_t epoch = 1;  // advances at every barrier and every new block
+// The epoch when this block began (new_block): an entry whose write_epoch is past it was stored in this block.
+inline uint32_t epoch_before_block = 0;
+inline bool warp_synced = false;  // a __syncwarp was resolved in this launch: cell_syncs are kept from then on
 inline int epoch_line = 0;  // the line of the barrier that began this epoch (0: the block's start)
 inline long races_found = 0;
 inline uint32_t block_serial = 1;  // advances at every new block (new_block)
@@ -501,16 +523,23 @@ inline T *global_read(T *address, int line) {
     return address;
 }
 
-inline Cell *cell_of(const void *address, const Region **found) {
-    const char *p = (const char *)address;
+// The shared array the address is in (nullptr: none), and the index of the entry's shadow in cells,
+// cell_histories and cell_syncs.
+inline const Region *shadow_of(const void *address, size_t *entry) {
     for (const Region &region : regions) {
-        if (p >= region.base && p < region.base + region.bytes) {
-            *found = &region;
-            return &cells[region.first_cell + element_of(region, p)];
+        size_t offset = (size_t)((const char *)address - region.base);  // one compare: below base, it wraps
+        if (offset < region.bytes) {
+            *entry = region.first_cell + element_at(region, offset);
+            return &region;
         }
     }
     return nullptr;
 }
+
+inline int warp_of(int linear) { return (int)((unsigned)linear / WARP); }  // a shift: ids are never negative
+
+// The warp of every reader of the entry in its latest phase, -1 when they were of several warps.
+inline int read_warp(const Cell &cell) { return cell.several_warps ? -1 : warp_of(cell.reader); }
 
 inline uint3 thread_of(int linear) {
     unsigned x = blockDim.x, xy = blockDim.x * blockDim.y;
@@ -539,36 +568,47 @@ void mark_read(const Region &region, const void *address, int line);
 [[gnu::cold, gnu::noinline]]
 void unstored_read(const Region &region, const void *address, int line);
 
-// Inlined at each read of a tile: the call was a quarter of an emulated SGEMM's time.
+// Every other thread's read of this phase was in this warp, before a __syncwarp the writer `me` passed.
+inline bool reads_ordered(const Cell &cell, const CellSyncs &syncs, int me) {
+    uint32_t foreign = cell.last_reader != me ? syncs.read_sync : syncs.foreign_sync;
+    return read_warp(cell) == me / WARP && foreign != warp_syncs[me / WARP];
+}
+
+// Inlined at each read of a tile: the call was a quarter of an emulated SGEMM's time. The common read touches
+// the entry's Cell alone (and its history at a phase's first read).
 template <class T>
 [[gnu::always_inline]] inline T *shared_read(T *address, int line) {
     const void *where = (const void *)address;  // drops a volatile of the element type
-    const Region *region;
-    Cell *cell = cell_of(where, &region);
-    if (cell == nullptr) return address;
+    size_t at;
+    const Region *region = shadow_of(where, &at);
+    if (region == nullptr) return address;
     if (profiling) profile_shared(*region, where, sizeof(T), line, SHARED_LOAD);
+    Cell &cell = cells[at];
     int me = current->linear;
-    if (cell->stored_block != block_serial && holds_poison(*region, where)) unstored_read(*region, where, line);
-    uint32_t sync = warp_syncs[me / WARP];
-    if (cell->write_epoch == epoch && cell->writer != me && !ordered_by_syncwarp(cell->writer, cell->write_sync, me))
-        race(*region, where, "read_after_store", cell->write_line, cell->writer, line, me,
-             cell->write_after_read, cell->write_trip, current->trips);
-    if (cell->read_epoch != epoch) {
-        cell->read_epoch = epoch;
-        cell->reader = cell->last_reader = me;
-        cell->read_line = line;
-        cell->read_trip = current->trips;
-        cell->several_readers = false;
-        cell->read_warp = me / WARP;
+    if (cell.write_epoch <= epoch_before_block && holds_poison(*region, where)) unstored_read(*region, where, line);
+    if (cell.write_epoch == epoch && cell.writer != me &&
+        !ordered_by_syncwarp(cell.writer, cell_syncs[at].write_sync, me)) {
+        const CellHistory &history = cell_histories[at];
+        race(*region, where, "read_after_store", history.write_line, cell.writer, line, me, history.write_after_read,
+             history.write_trip, current->trips);
+    }
+    if (cell.read_epoch != epoch) {
+        cell.read_epoch = epoch;
+        cell.reader = cell.last_reader = me;
+        cell.several_readers = false;
+        cell.several_warps = false;
+        CellHistory &history = cell_histories[at];
+        history.read_line = line;
+        history.read_trip = current->trips;
     } else {
-        if (cell->reader != me) cell->several_readers = true;
-        if (cell->read_warp != me / WARP) cell->read_warp = -1;
-        if (cell->last_reader != me) {  // gens only grow within a block: the previous reader's is the latest
-            cell->foreign_sync = cell->read_sync;
-            cell->last_reader = me;
+        if (cell.reader != me) cell.several_readers = true;
+        if (warp_of(cell.reader) != warp_of(me)) cell.several_warps = true;
+        if (cell.last_reader != me) {  // gens only grow within a block: the previous reader's is the latest
+            if (warp_synced) cell_syncs[at].foreign_sync = cell_syncs[at].read_sync;
+            cell.last_reader = me;
         }
     }
-    cell->read_sync = sync;
+    if (warp_synced) cell_syncs[at].read_sync = warp_syncs[warp_of(me)];
     current->read_shared = true;
     return address;
 }
@@ -576,28 +616,28 @@ template <class T>
 template <class T>
 inline T *shared_write(T *address, int line) {
     const void *where = (const void *)address;  // drops a volatile of the element type
-    const Region *region;
-    Cell *cell = cell_of(where, &region);
-    if (cell == nullptr) return address;
+    size_t at;
+    const Region *region = shadow_of(where, &at);
+    if (region == nullptr) return address;
     if (profiling) profile_shared(*region, where, sizeof(T), line, SHARED_STORE);
+    Cell &cell = cells[at];
+    CellHistory &history = cell_histories[at];
     int me = current->linear;
     bool after_read = current->read_shared;
-    // Every other thread's read of this phase was in this warp, before a __syncwarp the writer passed.
-    uint32_t foreign = cell->last_reader != me ? cell->read_sync : cell->foreign_sync;
-    bool reads_ordered = cell->read_warp == me / WARP && foreign != warp_syncs[me / WARP];
-    if (cell->write_epoch == epoch && cell->writer != me && !ordered_by_syncwarp(cell->writer, cell->write_sync, me))
-        race(*region, where, "store_after_store", line, me, cell->write_line, cell->writer, after_read,
-             current->trips, cell->write_trip);
-    else if (cell->read_epoch == epoch && (cell->reader != me || cell->several_readers) && !reads_ordered)
-        race(*region, where, "store_after_read", line, me, cell->read_line,
-             cell->reader != me ? cell->reader : -1, after_read, current->trips, cell->read_trip);
-    cell->write_sync = warp_syncs[me / WARP];
-    cell->write_trip = current->trips;
-    cell->write_epoch = epoch;
-    cell->stored_block = block_serial;
-    cell->writer = me;
-    cell->write_line = line;
-    cell->write_after_read = after_read;
+    if (cell.write_epoch == epoch && cell.writer != me &&
+        !ordered_by_syncwarp(cell.writer, cell_syncs[at].write_sync, me))
+        race(*region, where, "store_after_store", line, me, history.write_line, cell.writer, after_read,
+             current->trips, history.write_trip);
+    else if (cell.read_epoch == epoch && (cell.reader != me || cell.several_readers) &&
+             !reads_ordered(cell, cell_syncs[at], me))
+        race(*region, where, "store_after_read", line, me, history.read_line,
+             cell.reader != me ? cell.reader : -1, after_read, current->trips, history.read_trip);
+    if (warp_synced) cell_syncs[at].write_sync = warp_syncs[me / WARP];
+    history.write_trip = current->trips;
+    cell.write_epoch = epoch;
+    cell.writer = me;
+    history.write_line = line;
+    history.write_after_read = after_read;
     return address;
 }
 

@@ -55,6 +55,10 @@ std::vector<Region> regions;
 
 std::vector<Cell> cells;
 
+std::vector<CellHistory> cell_histories;
+
+std::vector<CellSyncs> cell_syncs;
+
 std::vector<UnwrittenRead> unwritten_reads;
 
 void poison(const Region &region) {
@@ -64,16 +68,24 @@ void poison(const Region &region) {
 
 void new_block() {
     ++block_serial;
+    epoch_before_block = epoch;
     for (const Region &region : regions) poison(region);
 }
 
 std::vector<uint32_t> warp_syncs;
 
+// The shadow of `entries` more entries, as never accessed.
+static void grow_shadow(size_t entries) {
+    cells.resize(cells.size() + entries);
+    cell_histories.resize(cells.size());
+    cell_syncs.resize(cells.size());
+}
+
 void share_region(const char *base, size_t bytes, const char *name, size_t row_elements, size_t element_bytes) {
     for (const Region &region : regions)
         if (region.base == base) return;
     regions.push_back({base, bytes, name, row_elements, element_bytes, cells.size(), shift_of(element_bytes)});
-    cells.resize(cells.size() + bytes / element_bytes);
+    grow_shadow(bytes / element_bytes);
     poison(regions.back());  // before this block's first access: the first thread to reach the declaration
 }
 
@@ -83,7 +95,7 @@ void share_dynamic() {
         if (region.base == (const char *)dynamic_shared) return;
     regions.push_back({(const char *)dynamic_shared, dynamic_shared_bytes, dynamic_name, 0, dynamic_element,
                        cells.size(), shift_of(dynamic_element)});
-    cells.resize(cells.size() + dynamic_shared_bytes / dynamic_element);
+    grow_shadow(dynamic_shared_bytes / dynamic_element);
 }
 
 std::vector<GlobalBuffer> global_buffers;
@@ -440,7 +452,10 @@ void resolve(Fiber *const *by_lane, unsigned mask, Kind kind, int warp) {
             default: break;  // SYNCWARP, ACTIVEMASK: answered by the caller
         }
     }
-    if (kind == SYNCWARP) ++warp_syncs[warp];
+    if (kind == SYNCWARP) {
+        ++warp_syncs[warp];
+        warp_synced = true;
+    }
 }
 
 bool resolve_warp(Fiber *const *by_lane, int warp) {
@@ -530,7 +545,12 @@ int device_printf(const char *format, ...) {
 void new_launch() {
     epoch = 1;
     block_serial = 1;
-    std::fill(cells.begin(), cells.end(), Cell{});  // the shadow of each shared entry, as never accessed
+    // The shadow of each shared entry, as never accessed
+    std::fill(cells.begin(), cells.end(), Cell{});
+    std::fill(cell_histories.begin(), cell_histories.end(), CellHistory{});
+    std::fill(cell_syncs.begin(), cell_syncs.end(), CellSyncs{});
+    epoch_before_block = 0;
+    warp_synced = false;
     races_found = c_collisions = 0;
     race_reported[0] = race_reported[1] = unstored_reported = collision_reported = false;
     fewest_trips = most_trips = 0;
