@@ -344,7 +344,8 @@ extern std::vector<Cell> cells;
 extern std::vector<CellHistory> cell_histories;
 extern std::vector<CellSyncs> cell_syncs;
 inline uint32_t epoch = 1;  // advances at every barrier and every new block
-// The epoch when this block began (new_block): an entry whose write_epoch is past it was stored in this block.
+// The epoch before this block's first (new_block then advances it): an entry whose write_epoch is past it was
+// stored in this block, as epochs only grow within a launch.
 inline uint32_t epoch_before_block = 0;
 inline bool warp_synced = false;  // a __syncwarp was resolved in this launch: cell_syncs are kept from then on
 inline int epoch_line = 0;  // the line of the barrier that began this epoch (0: the block's start)

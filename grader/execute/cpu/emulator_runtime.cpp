@@ -68,7 +68,7 @@ void poison(const Region &region) {
 
 void new_block() {
     ++block_serial;
-    epoch_before_block = epoch;
+    epoch_before_block = epoch++;  // every access of this block comes after: past it, whatever the harness adds
     for (const Region &region : regions) poison(region);
 }
 
