@@ -279,8 +279,8 @@ inline void resume(Fiber &fiber) {
 
 // ---- shadow memory of the shared arrays ---------------------------------------------------------------
 
-// The shadow of a shared entry, in three arrays of one index: what every access reads or writes (Cell, 16 bytes,
-// so the shadow of two 32 × 32 float tiles fits a core's L1 cache as its former 60 bytes did not), what only a
+// The shadow of a shared entry, in three arrays of one index: what every access reads or writes (Cell, 16 bytes:
+// 32 KiB for two 32 × 32 float tiles, where 60-byte cells took 120 KiB, far past a core's L1), what only a
 // report needs (CellHistory: written at a store and at a phase's first read), and the __syncwarp counts
 // (CellSyncs: touched only once a __syncwarp was resolved in the launch; until then every count is 0, as
 // new_launch left them, so storing them changes nothing).
