@@ -38,14 +38,15 @@ HEADER_BYTES = 4096  # an .npy header of a float32 vector is 128
 SETTLE_NS = 25_000_000  # two clock ticks of the coarsest kernel (HZ=100), and a margin
 
 
-def stored_inputs(m: int, n: int, k: int, seed: int, distribution: str,
-                  cache_dir: Path | str) -> tuple[np.ndarray, np.ndarray]:
-    """A and B, read from the case's file where it checks out, else made and stored for the next grades."""
+def stored_inputs(m: int, n: int, k: int, seed: int, distribution: str, cache_dir: Path | str,
+                  recorded_now: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """A and B, read from the case's file where it checks out, else made and stored for the next grades (its record
+    written before this returns, or where not `recorded_now` on a thread of its own: settled() waits for it)."""
     data = data_path(cache_dir, m, n, k, seed, distribution)
     found = _read_whole(data, m, n, k)
     if found is None:
         found = _split(_flat(*make_inputs(m, n, k, seed, distribution)), m, n, k)
-        _store(data, _flat(*found))
+        _store(data, _flat(*found), recorded_now)
     for array in found:
         array.setflags(write=False)  # shared between the submissions a process grades at once
     return found
@@ -81,7 +82,7 @@ def _split(flat: np.ndarray, m: int, n: int, k: int) -> tuple[np.ndarray, np.nda
     return flat[: m * k].reshape(m, k), flat[m * k:].reshape(k, n)
 
 
-def _store(data: Path, flat: np.ndarray) -> None:
+def _store(data: Path, flat: np.ndarray, recorded_now: bool = True) -> None:
     """The file written whole and made read-only, then its identity recorded beside it (a file without a record
     that matches it is never used)."""
     try:
@@ -91,18 +92,42 @@ def _store(data: Path, flat: np.ndarray) -> None:
         temporary.chmod(0o444)  # not even the grader's user writes it in place
         os.replace(temporary, data)
         found = identity(os.stat(data, follow_symlinks=False))  # after the rename, which sets its ctime
-        _past_its_clock_tick(found["ctime_ns"])
-        keep(record_path(data), json.dumps(found))
     except OSError:
-        pass  # a cache that cannot be written costs time, not a grade
+        return  # a cache that cannot be written costs time, not a grade
+    if recorded_now:
+        _record_after_its_clock_tick(data, found)
+        return
+    recording = threading.Thread(target=_record_after_its_clock_tick, args=(data, found), daemon=True)
+    with _recordings_lock:
+        _recordings.append(recording)
+    recording.start()
 
 
-def _past_its_clock_tick(ctime_ns: int) -> None:
-    """Wait until a change to the file could no longer keep its change time: file times come from a clock that
-    moves by ticks (up to 10 ms), so a write in the tick of the rename would leave the recorded identity as it was."""
-    wait_ns = ctime_ns + SETTLE_NS - time.time_ns()
+_recordings: list[threading.Thread] = []  # the records being written (settled() waits for them)
+_recordings_lock = threading.Lock()
+
+
+def _record_after_its_clock_tick(data: Path, found: dict) -> None:
+    """The identity recorded once a change to the file could no longer keep its change time: file times come from
+    a clock that moves by ticks (up to 10 ms), so a write in the tick of the rename would leave the recorded identity
+    as it was. A grade's truths wait on a thread of their own (truths.py): on a cold cache it stores every case's
+    file, and its judge need not wait 25 ms a case (until the record is written, a child generates its inputs)."""
+    wait_ns = found["ctime_ns"] + SETTLE_NS - time.time_ns()
     if wait_ns > 0:
         time.sleep(wait_ns / 1e9)
+    try:
+        keep(record_path(data), json.dumps(found))
+    except OSError:
+        pass
+
+
+def settled() -> None:
+    """Every record this process began on a thread written (tests; a process that ends may leave one unwritten,
+    and the next grade stores that file again)."""
+    with _recordings_lock:
+        pending, _recordings[:] = list(_recordings), []
+    for recording in pending:
+        recording.join()
 
 
 def _read_whole(data: Path, m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray] | None:

@@ -61,7 +61,8 @@ def warm_inputs(cases: list[Case], config: Config) -> None:
 
 @lru_cache(maxsize=64)  # every case's: a sampled case's truth of its tiles takes the inputs its whole truth made
 def _inputs(m: int, n: int, k: int, seed: int, distribution: str, cache_dir: str) -> tuple[np.ndarray, np.ndarray]:
-    a, b = stored_inputs(m, n, k, seed, distribution, cache_dir)  # the arrays the children read (input_files.py)
+    # the arrays the children read (input_files.py); a cold cache's records are written beside the judge's work
+    a, b = stored_inputs(m, n, k, seed, distribution, cache_dir, recorded_now=False)
     a.setflags(write=False)
     b.setflags(write=False)
     return a, b
