@@ -336,7 +336,9 @@ def test_kill_9_of_the_service_leaves_no_process_and_the_next_start_clears_its_s
     assert not left, f"processes left running after kill -9 of grade serve: {left}"
     assert (scratch / "tom" / "kernel.cu").exists()  # what kill -9 leaves, until the next start
     graded_in = left_in(temp_root)
-    assert len(graded_in) == 1 and graded_in[0].startswith("sgemm-grade-"), graded_in  # and the grade's folder
+    # and the grade's folders (a CPU grade's emulator build ahead has one of its own), all one worker's
+    assert graded_in and all(name.startswith("sgemm-grade-") for name in graded_in), graded_in
+    assert len(owners_of(graded_in)) == 1, graded_in
     older = first.state / "scratch" / ("0" * 32)  # and what an earlier kill left, a job long since regraded
     older.mkdir()
     (older / "kernel.cu").write_text(GOOD)
@@ -345,9 +347,9 @@ def test_kill_9_of_the_service_leaves_no_process_and_the_next_start_clears_its_s
     try:
         log = " ".join(second.log_text().split())
         assert "cleared 2 jobs' scratch folders left by an earlier run" in log
-        assert f"removed 1 temporary folders that graders which ended without cleaning up (kill -9) left in " \
-               f"{temp_root}" in log
-        assert not older.exists() and graded_in[0] not in left_in(temp_root)
+        assert f"removed {len(graded_in)} temporary folders that graders which ended without cleaning up (kill -9) " \
+               f"left in {temp_root}" in log
+        assert not older.exists() and not set(graded_in) & set(left_in(temp_root))
         second.wait_for(queued["id"], ("running", "done"))  # queued again and picked up after the restart
         # What is in the temporary root now is the running service's own grade: nothing of the dead one.
         assert owners_of(left_in(temp_root)) <= set(descendants(second.process.pid))
