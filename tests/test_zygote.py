@@ -167,3 +167,22 @@ def test_a_warmed_template_loads_the_truths_once_for_every_worker(tmp_path, quic
     finally:
         warmed.stop()
         cold.stop()
+
+
+def test_a_warm_request_the_template_cannot_read_leaves_it_forking():
+    """A request cut short (past the control message's size) or otherwise unreadable costs each worker its own
+    loads, never the template: it still forks the next student's worker."""
+    template = Template()
+    try:
+        template.control.send(b"warm" + b"\x80\x04\x95 cut short")
+        forked = template.fork(None)
+        assert forked is not None and parent_of(forked.pid) == template.process.pid
+        named_by = time.monotonic() + 10
+        while named(forked.pid) != WORKER_NAME and time.monotonic() < named_by:
+            time.sleep(0.02)  # it names itself once forked
+        assert named(forked.pid) == WORKER_NAME
+        forked.kill()
+        assert forked.ended()
+        forked.close()
+    finally:
+        template.stop()

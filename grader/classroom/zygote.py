@@ -52,9 +52,10 @@ def preload() -> None:
             pass  # an optional tool absent here: the worker does without it as a started one would
 
 
-def warm(config, cases: list, on_gpu: bool) -> None:
-    """Loads what each worker's grade would load for itself (~0.5 s of CPU a student on an H200 host): kept in
-    this process's caches, every fork starts with them. A failure here costs each worker its own load, no grade."""
+def warm(request: bytes) -> None:
+    """Loads what each worker's grade would load for itself (~0.5 s of CPU a student on an H200 host), for the
+    pickled (config, cases, on_gpu) the batch sent: kept in this process's caches, every fork starts with them. A
+    failure here (a request cut at CONTROL_BYTES among them) costs each worker its own load, no grade."""
     from ..cases import whole_truths
     from ..execute.confine.reachable import child_distributions
     from ..judge import truths
@@ -62,6 +63,7 @@ def warm(config, cases: list, on_gpu: bool) -> None:
     from ..source.static_check import find_kernels, static_checks
 
     try:
+        config, cases, on_gpu = pickle.loads(request)
         for case in whole_truths(cases, on_gpu):  # each truth with the order a wrong kernel's search reads
             _ = truths.case_truth(case, config)[2].order
         truths.warm_inputs([case for case in cases if case.sampled], config)
@@ -85,7 +87,7 @@ def serve(control: socket.socket) -> None:
                 if not message:
                     return
                 if message.startswith(b"warm"):
-                    warm(*pickle.loads(message[4:]))
+                    warm(message[4:])
                     continue
                 pidfd, pid, reply = _fork_worker(control, fds, children)
                 children[pidfd] = (pid, reply)
