@@ -66,8 +66,7 @@ def warm(request: bytes) -> None:
         config, cases, on_gpu = pickle.loads(request)
         for case in whole_truths(cases, on_gpu):  # each truth with the order a wrong kernel's search reads
             _ = truths.case_truth(case, config)[2].order
-        truths.warm_inputs([case for case in cases if case.sampled], config)
-        warm_sampled_truths(cases, config, truths)
+        warm_sampled_truths(cases, config, truths)  # with the sampled cases' inputs, which they are made from
         child_distributions()
         reference = config.reference_path.read_text(encoding="utf-8")
         static_checks(reference, (find_kernels(reference) or ["mysgemm"])[0], vars(config.points.static))

@@ -41,7 +41,8 @@ SETTLE_NS = 25_000_000  # two clock ticks of the coarsest kernel (HZ=100), and a
 def stored_inputs(m: int, n: int, k: int, seed: int, distribution: str, cache_dir: Path | str,
                   recorded_now: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """A and B, read from the case's file where it checks out, else made and stored for the next grades (its record
-    written before this returns, or where not `recorded_now` on a thread of its own: settled() waits for it)."""
+    written before this returns, or where not `recorded_now` on a thread of its own: a process that ends first
+    leaves it unwritten, and the next grade stores that file again)."""
     data = data_path(cache_dir, m, n, k, seed, distribution)
     found = _read_whole(data, m, n, k)
     if found is None:
@@ -97,14 +98,7 @@ def _store(data: Path, flat: np.ndarray, recorded_now: bool = True) -> None:
     if recorded_now:
         _record_after_its_clock_tick(data, found)
         return
-    recording = threading.Thread(target=_record_after_its_clock_tick, args=(data, found), daemon=True)
-    with _recordings_lock:
-        _recordings.append(recording)
-    recording.start()
-
-
-_recordings: list[threading.Thread] = []  # the records being written (settled() waits for them)
-_recordings_lock = threading.Lock()
+    threading.Thread(target=_record_after_its_clock_tick, args=(data, found), daemon=True).start()
 
 
 def _record_after_its_clock_tick(data: Path, found: dict) -> None:
@@ -119,15 +113,6 @@ def _record_after_its_clock_tick(data: Path, found: dict) -> None:
         keep(record_path(data), json.dumps(found))
     except OSError:
         pass
-
-
-def settled() -> None:
-    """Every record this process began on a thread written (tests; a process that ends may leave one unwritten,
-    and the next grade stores that file again)."""
-    with _recordings_lock:
-        pending, _recordings[:] = list(_recordings), []
-    for recording in pending:
-        recording.join()
 
 
 def _read_whole(data: Path, m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray] | None:

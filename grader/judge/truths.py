@@ -53,12 +53,6 @@ def sampled_case_truth(case: Case, config: Config, tiles: list[tuple[int, int]],
                                     str(config.cache_dir))
 
 
-def warm_inputs(cases: list[Case], config: Config) -> None:
-    """The inputs of these cases read now (a batch's template: for the sampled cases' truths, made per grade)."""
-    for case in cases:
-        _inputs(case.m, case.n, case.k, case.seed, case.distribution, str(config.cache_dir))
-
-
 @lru_cache(maxsize=64)  # every case's: a sampled case's truth of its tiles takes the inputs its whole truth made
 def _inputs(m: int, n: int, k: int, seed: int, distribution: str, cache_dir: str) -> tuple[np.ndarray, np.ndarray]:
     # the arrays the children read (input_files.py); a cold cache's records are written beside the judge's work
@@ -86,7 +80,7 @@ def _case_truth(m: int, n: int, k: int, seed: int, distribution: str, k_factor: 
     if truth is None:
         truth = truth_of(a, b, k_factor, abs_tol)
         _store(path, truth)
-        _keep_order(_order_path(path), truth, stable_argsort(truth.value.ravel()))
+        _keep_order(_order_path(path), stable_argsort(truth.value.ravel()))
     truth.kept_order = partial(_kept_order, _order_path(path))
     for array in (a, b, truth.value, truth.bound):
         array.setflags(write=False)  # shared between submissions graded at once
@@ -129,7 +123,7 @@ def _kept_order(path: Path, truth: Truth) -> np.ndarray:
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         pass
     order = stable_argsort(truth.value.ravel())
-    _keep_order(path, truth, order)
+    _keep_order(path, order)
     return order
 
 
@@ -138,7 +132,7 @@ def _order_digest(order: np.ndarray) -> np.ndarray:
     return np.frombuffer(hashlib.sha256(np.ascontiguousarray(order).data).digest(), np.uint8)
 
 
-def _keep_order(path: Path, truth: Truth, order: np.ndarray) -> None:
+def _keep_order(path: Path, order: np.ndarray) -> None:
     kept = order.astype(np.int32) if order.size < 2**31 else order  # half the bytes to read back
     _write(path, order=kept, digest=_order_digest(kept))
 
