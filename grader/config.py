@@ -319,10 +319,6 @@ class Config:
         chosen = self.kernel.graded_name(kernels)
         return self if self.kernel.name == chosen else replace(self, kernel=replace(self.kernel, name=chosen))
 
-    @property
-    def base_dir(self) -> Path:
-        return Path(self.source).resolve().parent if self.source else Path.cwd()
-
     def path(self, value: str) -> Path:
         return _resolved(self.source, "" if self.source else os.getcwd(), os.path.expanduser(value))
 
