@@ -274,6 +274,16 @@ def report(results: list[SubmissionResult], wall: float, cores: int, busy: float
           f"runs waited {waits:.1f} s in all for a turn on the GPU (not counted against anyone)")
     print("  GPU held (s) by " + ", ".join(f"{kind} turns {seconds:.1f}" for kind, seconds in sorted(held.items())))
     print("  a student's mean seconds: " + ", ".join(f"{what} {value:.2f}" for what, value in phases(results)))
+    print("  the slowest grades (a batch's tail): " + "; ".join(slowest(results)))
+
+
+def slowest(results: list[SubmissionResult], count: int = 8) -> list[str]:
+    """The longest grades, each with its three longest phases: what a batch's last minutes wait on."""
+    def words(result: SubmissionResult) -> str:
+        top = sorted(result.phases.items(), key=lambda item: -item[1])[:3]
+        return f"{result.submission} {result.duration_s:.1f} s (" + ", ".join(f"{n} {s:.1f}" for n, s in top) + ")"
+
+    return [words(r) for r in sorted(results, key=lambda r: -(r.duration_s or 0))[:count]]
 
 
 def _share(check, *tools: str) -> float:

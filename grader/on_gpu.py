@@ -27,6 +27,7 @@ from .emulation import (
 )
 from .execute.child_run import run_child, take_run
 from .execute.cpu.build import compiler
+from .execute.hang_notices import GpuHangs
 from .execute.runner import Placement
 from .intake.submission import Submission
 from .phases import Phases
@@ -43,8 +44,10 @@ def grade_on_gpu(submission: Submission, config: Config, cases: list[Case], resu
                  statics: list[CheckResult]) -> tuple[list[CheckResult], str]:
     """Run (the GPU child, the emulator beside it) → judge by both → diagnose → profile; the checks made and why a
     check none made was not run. The static checks tell the sanitizer's groups what to expect."""
-    beside = _emulate_beside(submission, config, cases, plan)
-    run = run_child(submission, config, emulated_first(cases), GPU, plan, _reference_warmer(config, plan))
+    hangs = GpuHangs()  # the cases the GPU hangs in: the emulator beside it gives them the GPU's seconds, no more
+    beside = _emulate_beside(submission, config, cases, plan, hangs)
+    run = run_child(submission, config, emulated_first(cases), GPU, plan, _reference_warmer(config, plan),
+                    gpu_hangs=hangs)
     phases.mark_split(run.phases, "grading_other")
     take_run(result, run)
     if run.compile_check.passed:
@@ -74,13 +77,15 @@ def _reference_warmer(config: Config, plan: RunPlan):
                                        sandbox_of(plan), config.cache_dir)
 
 
-def _emulate_beside(submission: Submission, config: Config, cases: list[Case], plan: RunPlan) -> Future | None:
+def _emulate_beside(submission: Submission, config: Config, cases: list[Case], plan: RunPlan,
+                    hangs: GpuHangs) -> Future | None:
     """The emulator's run of every case it can run (a large one by sampled blocks), started now, beside the GPU
     child: None where this host has no C++ compiler for it (the tools then judge safety)."""
     emulated = emulator_cases(cases)
     if not emulated or compiler() is None:
         return None
-    return start_beside(functools.partial(run_child, submission, config, emulated, CPU, _emulator_plan(config, plan)))
+    return start_beside(functools.partial(run_child, submission, config, emulated, CPU, _emulator_plan(config, plan),
+                                          gpu_hangs=hangs))
 
 
 def _emulator_plan(config: Config, plan: RunPlan) -> RunPlan:

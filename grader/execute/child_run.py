@@ -32,6 +32,7 @@ from .cpu.build_ahead import BuildAhead
 from .cpu.evidence import Program
 from .cpu.instrument import sites_of
 from .cpu.sampling import BlockSample, Tile
+from .hang_notices import GpuHangs
 from .job import CaseSpec, Job, TimingSpec
 from .nvcc.compile import prepare_source, reference_module_source
 from .runner import ChildProgram, Limits, run_job
@@ -43,11 +44,13 @@ if TYPE_CHECKING:
 def run_child(submission: Submission, config: Config, cases: list[Case], backend: str, plan: RunPlan,
               on_compiled: Callable[[str], None] | None = None,
               extra_tiles: dict[str, tuple[Tile, ...]] | None = None,
-              built_ahead: BuildAhead | None = None) -> RunEvents:
+              built_ahead: BuildAhead | None = None, gpu_hangs: GpuHangs | None = None) -> RunEvents:
     """Runs the cases in a child process of the backend's kind; the parent only reads its events. `on_compiled`
     hears the GPU's architecture once the child compiled for it (the reference's figures are made meanwhile);
     `extra_tiles`: tiles a CPU run of a sampled case runs beside its sample (where the GPU found wrong elements);
-    `built_ahead`: the emulator's build, started already (emulation_built_soon); else it starts with the child."""
+    `built_ahead`: the emulator's build, started already (emulation_built_soon); else it starts with the child.
+    `gpu_hangs` (hang_notices.py): a GPU run tells there each case it hung in; the emulator's run beside it hears
+    them."""
     samples = block_samples(cases, config, extra_tiles or {}) if backend == CPU else {}
     workdir = str(owned_folder(GRADE))  # named for this process: a later start clears it if we die unclean
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
@@ -62,13 +65,16 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
                         case_s=config.timeouts.gpu_hang_s if backend == GPU else None)
         program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
-        events = run_job(job, limits, lambda: run.timing_turn(), program, placement_of(plan, config), built_ahead)
+        events = run_job(job, limits, lambda: run.timing_turn(), program, placement_of(plan, config), built_ahead,
+                         gpu_hangs if backend == CPU else None)
         first = next(events)  # the child has started meanwhile, and the judge's import with it (warming.py)
         run = _run_events(config, cases, Path(workdir), timed=job.timing is not None, backend=backend,
                           submission=submission, device=device, samples=samples)
         for event in itertools.chain([first], events):
             if event["event"] == "compiled" and on_compiled is not None:
                 on_compiled(event["arch"])
+            if event["event"] == "timeout" and event["phase"] == "case" and backend == GPU and gpu_hangs is not None:
+                gpu_hangs.hung(event["case"], event["limit_s"])
             run.handle(event)
         return run
     finally:

@@ -263,6 +263,25 @@ def harness_report(line: str) -> dict | None:
         return None
 
 
+# The parent's lines on a child's control pipe are short words answering the child's requests in order ("go",
+# "go N", "skip", "ready"). One kind comes unasked, to the CPU emulator's driver beside a GPU run: a case the GPU
+# hung in and the seconds it had there (hang_notices.py), as GPU_HUNG and a JSON object.
+GPU_HUNG = "gpu_hung"
+
+
+def gpu_hung_line(case: str, limit_s: float) -> bytes:
+    return f"{GPU_HUNG} {json.dumps({'case': case, 'limit_s': limit_s})}\n".encode()
+
+
+def gpu_hung_notice(line: str) -> tuple[str, float] | None:
+    """The (case, limit) a GPU_HUNG line tells; None for any other line (an answer)."""
+    word, _, rest = line.partition(" ")
+    if word != GPU_HUNG:
+        return None
+    notice = json.loads(rest)
+    return str(notice["case"]), float(notice["limit_s"])
+
+
 class Channel:
     """A child's end of its event pipe. Sending checks the event too, so a grader bug fails loudly in tests."""
 

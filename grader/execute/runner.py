@@ -40,10 +40,11 @@ from .cpu.build_ahead import BuildAhead
 from .event_pipe import TimedOut, read_events
 from .gpu.clocks import ClockWatch
 from .gpu.device_lock import DeviceLock, Turn
+from .hang_notices import GpuHangs
 from .job import CaseSpec, Job
 from .nvcc import cubin_cache
 from .nvcc.compile_ahead import CompilesAhead
-from .protocol import ProtocolError
+from .protocol import ProtocolError, gpu_hung_line
 
 # Events after which the child is gone; in a case, the remaining cases go to a fresh child.
 BROKEN = ("fault", "timeout", "crash", "protocol_error")
@@ -114,7 +115,8 @@ class Placement:
 
 
 def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
-            placement: Placement | None = None, built_ahead: BuildAhead | None = None) -> Iterator[dict]:
+            placement: Placement | None = None, built_ahead: BuildAhead | None = None,
+            gpu_hangs: GpuHangs | None = None) -> Iterator[dict]:
     """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'protocol_error',
     'restart', 'turn' (a turn on the device was given, after waiting so long), 'turns_held' (how long the
     child held the device, per kind of turn) and 'output' (each child's captured stdout and stderr, after
@@ -123,12 +125,13 @@ def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: C
     A child that finished its cases asks whether to time, and again after each measurement;
     `timing_turn()` answers with the repetitions to run (0: no more timing), after every earlier event
     has been consumed. `built_ahead`: the CPU driver's emulation, its build started by the caller already (the
-    first child's; otherwise each CPU driver's is started as it is spawned).
+    first child's; otherwise each CPU driver's is started as it is spawned). `gpu_hangs`: beside a GPU run, the
+    cases it hung in, told to each child as they come (hang_notices.py).
     """
     restarts, placement = 0, placement or Placement()
     while True:
         broken = None
-        child, built_ahead = Child(job, limits, timing_turn, program, placement, built_ahead), None
+        child, built_ahead = Child(job, limits, timing_turn, program, placement, built_ahead, gpu_hangs), None
         for event in child.events():
             if event["event"] in BROKEN:
                 broken = event
@@ -160,7 +163,7 @@ def inputs_for_child(cases: list[CaseSpec], cache_dir: str) -> tuple[list[CaseSp
 
 class Child:
     def __init__(self, job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
-                 placement: Placement, built_ahead: BuildAhead | None = None):
+                 placement: Placement, built_ahead: BuildAhead | None = None, gpu_hangs: GpuHangs | None = None):
         self.job, self.limits, self.timing_turn, self.placement = job, limits, timing_turn, placement
         self.program = program
         self.turn: Turn | None = None
@@ -177,6 +180,7 @@ class Child:
         self.ahead: CompilesAhead | None = None  # the parent's own builds of the cubins the cache lacks
         self.built_ahead: set[str] = set()  # the keys of those it kept
         self.emulator_ahead = built_ahead  # the parent's build of the emulation, for the CPU driver
+        self.gpu_hangs = gpu_hangs
 
     def events(self) -> Iterator[dict]:
         self.workdir.mkdir()
@@ -218,9 +222,12 @@ class Child:
         set_session_priority(self.pid, BACKGROUND_NICE)  # until it holds a turn: start-up, nvcc, waiting
         os.close(write_fd)
         os.close(control_read)
+        stop_telling = self.gpu_hangs.listen(self._tell_hung) if self.gpu_hangs is not None else None
         try:
             yield from self._read(proc, read_fd)
         finally:
+            if stop_telling is not None:
+                stop_telling()  # before the pipe closes: no notice is written to a closed (or reused) descriptor
             os.close(read_fd)
             os.close(self.control_fd)
             kill_group(proc)  # also reaps stragglers the child left behind
@@ -285,6 +292,10 @@ class Child:
     def _building_for_it(self) -> list[int]:
         """The parent's compile the CPU driver may be waiting for: its waits for a CPU are not the driver's time."""
         return self.emulator_ahead.compiles.pids() if self.emulator_ahead is not None else []
+
+    def _tell_hung(self, case: str, limit_s: float) -> None:
+        """A case the GPU hung in, told on the control pipe (from the GPU run's thread: one short write, whole)."""
+        self._answer(gpu_hung_line(case, limit_s))
 
     def _answer(self, line: bytes) -> None:
         try:

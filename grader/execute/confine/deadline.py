@@ -31,6 +31,10 @@ class Deadline:
         self.limit_s, self.started = limit_s, time.monotonic()
         self.waits_at_start = cpu_waits(self.tree)
 
+    def shorten(self, limit_s: float) -> None:
+        """The same phase, with a lower limit (never a higher one)."""
+        self.limit_s = min(self.limit_s, limit_s)
+
     def remaining(self) -> float:
         """Seconds left; past the plain wall-clock limit, the CPU waits since the start are forgiven."""
         left = self.limit_s - (time.monotonic() - self.started)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import sys
 import threading
@@ -47,7 +48,7 @@ from ...judge.input_records import CACHED, GENERATED
 from ..confine.proc import die_with_parent
 from ..confine.sandbox import HARNESS_LIMITS, Sandbox, SandboxFailed
 from ..job import Job
-from ..protocol import Channel, harness_report
+from ..protocol import Channel, gpu_hung_notice, harness_report
 from .access_profile import access_records, profile_size
 from .build import Build, build, compiler, compiler_version
 from .schedule import Schedule
@@ -98,7 +99,7 @@ def _run(channel: Channel, argv: list[str], job: Job, server: Server, cases: Cas
                  tile_size=tile, compiled_ahead=not built.compiled)
     if tile not in job.contract.tile_sizes:
         return
-    answers = open(int(argv[3]))
+    answers = ParentLines(open(int(argv[3])))
     with ThreadPoolExecutor(1) as pool:
         reference = pool.submit(reference_profile, job, server.sandbox, profile_size(tile)) \
             if job.access_profile else None
@@ -120,7 +121,40 @@ def readable_copy(binary: Path, folder: Path) -> Path:
     return copy
 
 
-def _run_cases(channel: Channel, answers, server: Server, cases: Cases, tile: int, state: list[str] | None) -> bool:
+class ParentLines:
+    """The parent's lines on the control pipe, read on a thread of their own: the answers to this driver's requests
+    in order, and, beside a GPU run, the cases the GPU hung in as they come (hang_notices.py)."""
+
+    def __init__(self, stream):
+        self._answers: queue.Queue[str] = queue.Queue()
+        self._hung: dict[str, float] = {}
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            notice = gpu_hung_notice(line.strip())
+            if notice is None:
+                self._answers.put(line.strip())
+            else:
+                with self._lock:
+                    self._hung[notice[0]] = notice[1]
+        self._answers.put("")  # the parent is gone: no answer is "go"
+
+    def answer(self) -> str:
+        """The parent's answer to the request just sent ("" once it can give none)."""
+        answer = self._answers.get()
+        if not answer:
+            self._answers.put("")  # for any later request too
+        return answer
+
+    def hung_on_gpu(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._hung)
+
+
+def _run_cases(channel: Channel, answers: ParentLines, server: Server, cases: Cases, tile: int,
+               state: list[str] | None) -> bool:
     """Every case (one turn on the device for all of them, as the GPU child takes); False when the turn was
     refused or a case hung (the profile's launch would hang too, for the profile phase's whole limit)."""
     job = cases.job
@@ -136,13 +170,20 @@ def _run_cases(channel: Channel, answers, server: Server, cases: Cases, tile: in
     # A sampled large case launched several times in one worker (a kernel with state) has the limit per launch: its
     # blocks take seconds each launch, where a whole small case's take milliseconds
     limits = [limit_s * (launches if spec.sample else 1) for spec in job.cases]
+    positions = {spec.name: index for index, spec in enumerate(job.cases)}
+
+    def hung_on_gpu() -> dict[int, float]:
+        """A case the GPU hung in gets the seconds it had there (per launch, as its own limit has them)."""
+        return {positions[name]: seconds * (launches if job.cases[positions[name]].sample else 1)
+                for name, seconds in answers.hung_on_gpu().items() if name in positions}
+
     # A sampled large case runs its blocks in the forward order alone: its blocks cost seconds where a small case's
     # cost milliseconds, and the small cases run both orders of the same code (a kernel with state: both, its
     # cases in one worker per order); without state its blocks, and a whole case's of many blocks, are cut into
     # parts that run side by side (schedule.py), told as one worker's run of them (case_files.py)
     schedule = Schedule(server, len(job.cases), stateful, slots(job), limit_s, job.max_restarts + 1,
                         lambda task: cases.start(server, task, tile, launches), limits, cases.sampled(),
-                        cases.splits(tile))
+                        cases.splits(tile), caps=hung_on_gpu)
     hung = False
     for event in case_events(schedule, cases, launches, limits,
                              lambda index: channel.send("phase", phase="case", case=job.cases[index].name)):
@@ -166,7 +207,7 @@ def case_events(schedule: Schedule, cases: Cases, launches: int, limits: list[fl
             yield event
 
 
-def _send_profile(channel: Channel, answers, server: Server, cases: Cases, tile: int, reference: Future) -> None:
+def _send_profile(channel: Channel, answers: ParentLines, server: Server, cases: Cases, tile: int, reference: Future) -> None:
     """The student's and the reference's access profiles on one shape; nothing when either launch faulted,
     raced or did not finish (no advice from a launch that went wrong)."""
     # A phase of its own, with the reference's build in it: under load that wait ran past the last case's
@@ -233,10 +274,10 @@ def profile_alone(binary: Path, workdir: Path, sandbox: Sandbox, contract: Kerne
         server.close()
 
 
-def _turn(channel: Channel, answers) -> bool:
+def _turn(channel: Channel, answers: ParentLines) -> bool:
     """The cases run in a turn on the device, like a GPU run's: a host busy timing one kernel is not loaded
     with emulation at the same time, and the wait for the turn is not the student's time."""
     channel.send("await_device")
-    return answers.readline().strip() == "go"
+    return answers.answer() == "go"
 
 

@@ -23,7 +23,8 @@ Each case has `limit_s` of its worker's own time, or the limit `limits` gives it
 with state has one per launch; each part of a split case has the case's); waiting for a CPU is not counted
 (deadline.py). A worker past it is killed and its case ends timed out, while the other cases go on. After
 `max_hangs` cases timed out (in job order; a case whose parts hung counts once) nothing more runs, as the GPU
-path gives up after restarting its child so often.
+path gives up after restarting its child so often. `caps()`, asked as the cases run, lowers a case's limit: beside a
+GPU run, a case the GPU hung in gets the seconds it had there (hang_notices.py), running or not started yet.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ BLOCKS_PER_PART = 16
 # costs ~16-20 ns (square_256's 16.8 M in 0.27-0.35 s); 2 M of them (~35 ms) keep that near a fifth, and a
 # part no longer than a sampled case's (16 blocks of ~5 ms at tile 16)
 PART_MACS = 1 << 21
+CAPS_EVERY_S = 0.25  # how soon a lowered limit (caps) takes hold of a running case
 
 Key = tuple[str, int]  # what ran: a thread order, and which part of the case's blocks (0: the first, or all)
 
@@ -108,10 +110,13 @@ class Schedule:
 
     def __init__(self, server: Server, count: int, stateful: bool, slots: int, limit_s: float, max_hangs: int,
                  start: Callable[[Task], bool], limits: list[float] | None = None,
-                 forward_only: set[int] | None = None, splits: dict[int, int] | None = None):
+                 forward_only: set[int] | None = None, splits: dict[int, int] | None = None,
+                 caps: Callable[[], dict[int, float]] | None = None):
         self.server, self.count, self.stateful, self.start = server, count, stateful, start
+        self.caps = caps
         self.slots, self.limit_s, self.max_hangs = max(slots, 1), limit_s, max_hangs
-        self.limits = limits or [limit_s] * count  # each case's
+        # each case's; the caller's list, lowered in place by caps: a time-out is told with the limit the case had
+        self.limits = limits or [limit_s] * count
         # Cases run in the forward order alone (a sampled large case of a kernel without state: half the time)
         self.forward_only = forward_only or set()
         self.splits = splits or {}
@@ -158,6 +163,7 @@ class Schedule:
         deadline is a backstop to ours). The consumer may call run_whole(position) before asking for the next."""
         beat = time.monotonic()
         while self.told < self.count:
+            self._lower_limits()
             self._start_waiting()
             self._take(self.server.replies(self._wait_s()))
             self._time_out()
@@ -195,9 +201,21 @@ class Schedule:
                 self._end_case(task, DIED)
 
     def _wait_s(self) -> float:
-        """Until the soonest deadline, or a heartbeat's interval at most."""
+        """Until the soonest deadline, or a heartbeat's interval at most (where limits may be lowered, less)."""
         soonest = min((task.check_at for task in self.running.values()), default=float("inf"))
-        return max(0.0, min(soonest - time.monotonic(), self.limit_s / 4))
+        interval = min(self.limit_s / 4, CAPS_EVERY_S) if self.caps is not None else self.limit_s / 4
+        return max(0.0, min(soonest - time.monotonic(), interval))
+
+    def _lower_limits(self) -> None:
+        """Each case's limit lowered to its cap, where it has one: a running case's deadline with it."""
+        for index, cap in (self.caps() if self.caps is not None else {}).items():
+            if cap >= self.limits[index]:
+                continue
+            self.limits[index] = cap
+            for task in self.running.values():
+                if task.current == index:
+                    task.deadline.shorten(cap)
+                    task.check_at = min(task.check_at, task.since + cap)
 
     def _take(self, replies: list[Reply]) -> None:
         for reply in replies:
