@@ -207,7 +207,8 @@ def case_events(schedule: Schedule, cases: Cases, launches: int, limits: list[fl
             yield event
 
 
-def _send_profile(channel: Channel, answers: ParentLines, server: Server, cases: Cases, tile: int, reference: Future) -> None:
+def _send_profile(channel: Channel, answers: ParentLines, server: Server, cases: Cases, tile: int,
+                  reference: Future) -> None:
     """The student's and the reference's access profiles on one shape; nothing when either launch faulted,
     raced or did not finish (no advice from a launch that went wrong)."""
     # A phase of its own, with the reference's build in it: under load that wait ran past the last case's
