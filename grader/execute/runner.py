@@ -167,6 +167,7 @@ class Child:
         self.job, self.limits, self.timing_turn, self.placement = job, limits, timing_turn, placement
         self.program = program
         self.turn: Turn | None = None
+        self.raised = False  # whether the turn held raised the child's priority (TURN_NICE)
         self.pid: int | None = None  # the child's process (its sandbox's outermost one), once started
         self.held_s: dict[str, float] = {}  # per kind of turn, how long this child held the device
         self.clocks: ClockWatch | None = None
@@ -349,8 +350,13 @@ class Child:
         if timing:
             self.clocks = self._opened_clocks()
         if lock is not None:
-            set_tree_priority(self.tree, TURN_NICE)  # while it waits it sleeps; once given the turn it runs first
-            self.turn = lock.turn("timing" if timing else "case")
+            kind = "timing" if timing else "case"
+            self.raised = kind not in lock.shared_kinds
+            if self.raised:  # while it waits it sleeps; once given the turn it runs first
+                set_tree_priority(self.tree, TURN_NICE)
+            # A turn shared (the CPU emulator's cases) keeps nobody waiting behind its holder: raised, every
+            # emulation of a batch ran at TURN_NICE, ahead of the GPU children and the parents handing turns out.
+            self.turn = lock.turn(kind)
             event = {"event": "turn", "kind": self.turn.kind, "waited_s": round(self.turn.waited_s, 3)}
         if timing:
             self.clocks.start()
@@ -383,7 +389,8 @@ class Child:
             clocks.halt()
         if self.turn is not None:
             self.turn.release()  # first: NVML's shut-down and the bookkeeping need no GPU
-            set_tree_priority(self.tree, own_priority(), session_nice=BACKGROUND_NICE)  # back as before the turn
+            if self.raised:  # back as before the turn
+                set_tree_priority(self.tree, own_priority(), session_nice=BACKGROUND_NICE)
             self.held_s[self.turn.kind] = self.held_s.get(self.turn.kind, 0.0) + self.turn.held_s
             self.turn = None
         return clocks.stop() if clocks is not None else {}
