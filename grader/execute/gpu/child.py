@@ -171,8 +171,24 @@ class Worker:
         self.compile_s: dict[str, float] = {}  # per source, how long its cubin took (offered or compiled)
         self.compiled_ahead = False  # both cubins came from compile_ahead (the toolchain hint was right)
         self.printed = False  # the kernel's printf has had its one launch (late_warps.PRINTS)
+        # Each case's outputs written and its event sent on a thread of their own, in case order, while the turn
+        # goes on to the next case's launches: written in the turn's own thread they were a quarter of it.
+        self.writer = ThreadPoolExecutor(1, thread_name_prefix="outputs")
+        self.writing: list[Future] = []
 
     def run(self, cubins: dict[str, bytes | str]) -> None:
+        try:
+            self._run(cubins)
+        finally:
+            self.written()  # every case told before anything after it (a fault, the end)
+
+    def written(self) -> None:
+        """Every case's outputs written and its event sent (a write's error raised here, as it would have been)."""
+        writing, self.writing = self.writing, []
+        for future in writing:
+            future.result()
+
+    def _run(self, cubins: dict[str, bytes | str]) -> None:
         loaded = self.load_modules(cubins)
         if loaded is None:
             return
@@ -189,6 +205,7 @@ class Worker:
                 self.channel.send("phase", phase="case", case=spec.name)
                 self.run_case(spec, a, b, student, reference, case_memory, cached)
             student.late_warps(OFF)  # timing measures the kernel as the GPU schedules it
+            self.written()  # the parent judges every case before it gives a timing turn
         while timing_memory is not None:
             # Only the parent judges correctness, so it decides whether timing (or timing again) is worth it.
             repetitions = self.turn("await_timing")
@@ -379,11 +396,16 @@ class Worker:
         reference.launch(spec.m, spec.n, spec.k, memory.a, memory.b, memory.reference)
         synchronize()
         ref_out = download(memory.reference, np.empty((spec.m, spec.n), np.float32))
+        told = dict(case=spec.name, seconds=min(seconds), a_changed=a_changed, b_changed=b_changed, launches=launches,
+                    distinct_outputs=len(outputs), inputs=CACHED if cached else GENERATED)
+        self.writing.append(self.writer.submit(self._tell_case, spec, outputs, ref_out, told))
+
+    def _tell_case(self, spec: CaseSpec, outputs: list[np.ndarray], ref_out: np.ndarray, told: dict) -> None:
+        """A case's outputs in its files, then its event: the parent reads the files when the event comes."""
         for index, output in enumerate(outputs):
             np.save(self.job.output_path(spec.name, student_output(index)), output)
         np.save(self.job.output_path(spec.name, "reference"), ref_out)
-        self.channel.send("case", case=spec.name, seconds=min(seconds), a_changed=a_changed, b_changed=b_changed,
-                          launches=launches, distinct_outputs=len(outputs), inputs=CACHED if cached else GENERATED)
+        self.channel.send("case", **told)
 
     # -- timing --------------------------------------------------------------------------------
 
