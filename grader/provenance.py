@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,22 @@ def grader_digest() -> str:
     which a version string that nobody bumps would not."""
     digest = hashlib.sha256(__version__.encode())
     package = Path(__file__).resolve().parent  # the whole grader package
-    for path in sorted(package.rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".h", ".cpp", ".c"):
-            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for parts in sorted(_source_files(str(package))):  # by path parts, as Paths sort
+        with open(os.path.join(package, *parts), "rb") as source:
+            digest.update("/".join(parts).encode() + b"\0" + source.read() + b"\0")
     return digest.hexdigest()
+
+
+def _source_files(package: str) -> list[tuple[str, ...]]:
+    """The package's source files, each as its path's parts below `package`: os.walk, past the bytecode folders
+    (Path.rglob's walk of every file took 5-10 ms of each grade)."""
+    found = []
+    for folder, subfolders, files in os.walk(package):
+        subfolders[:] = [name for name in subfolders if name != "__pycache__"]  # bytecode alone
+        below = os.path.relpath(folder, package).split(os.sep) if folder != package else []
+        found += [(*below, name) for name in files if os.path.splitext(name)[1] in (".py", ".h", ".cpp", ".c")
+                  and os.path.isfile(os.path.join(folder, name))]
+    return found
 
 
 def sha256_of(data: bytes) -> str:
