@@ -16,6 +16,7 @@ from typing import Any
 from . import __version__
 from .cases import Case
 from .config import Config
+from .execute.confine.reachable import source_files
 from .execute.gpu.detect import driver_version
 from .execute.nvcc.compile import toolkit_release
 from .intake.submission import locate, submitted_bytes
@@ -32,22 +33,10 @@ def grader_digest() -> str:
     which a version string that nobody bumps would not."""
     digest = hashlib.sha256(__version__.encode())
     package = Path(__file__).resolve().parent  # the whole grader package
-    for parts in sorted(_source_files(str(package))):  # by path parts, as Paths sort
+    for parts in source_files(package, (".py", ".h", ".cpp", ".c"), links=True):
         with open(os.path.join(package, *parts), "rb") as source:
             digest.update("/".join(parts).encode() + b"\0" + source.read() + b"\0")
     return digest.hexdigest()
-
-
-def _source_files(package: str) -> list[tuple[str, ...]]:
-    """The package's source files, each as its path's parts below `package`: os.walk, past the bytecode folders
-    (Path.rglob's walk of every file took 5-10 ms of each grade)."""
-    found = []
-    for folder, subfolders, files in os.walk(package):
-        subfolders[:] = [name for name in subfolders if name != "__pycache__"]  # bytecode alone
-        below = os.path.relpath(folder, package).split(os.sep) if folder != package else []
-        found += [(*below, name) for name in files if os.path.splitext(name)[1] in (".py", ".h", ".cpp", ".c")
-                  and os.path.isfile(os.path.join(folder, name))]
-    return found
 
 
 def sha256_of(data: bytes) -> str:

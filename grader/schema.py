@@ -6,6 +6,7 @@ Config and case files are both validated through `build`, so both give the same 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -84,7 +85,7 @@ def build(cls: type, data: Any, file: str, key: str = "") -> Any:
     unknown = sorted(set(map(str, data)) - set(fields))
     if unknown:
         raise ConfigError(file, _join(key, unknown[0]), f"unknown key (allowed: {', '.join(sorted(fields))})")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     values = {}
     for name, field in fields.items():
         sub_key = _join(key, name)
@@ -100,6 +101,12 @@ def build(cls: type, data: Any, file: str, key: str = "") -> Any:
             bad_key, message = problem
             raise ConfigError(file, _join(key, bad_key), message)
     return obj
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """The fields' types, their annotations' text evaluated once per class (a case file's cases each built one)."""
+    return typing.get_type_hints(cls)
 
 
 def _coerce(hint: Any, value: Any, file: str, key: str) -> Any:

@@ -46,8 +46,8 @@ def grade() -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # the reader left before the last line (`grade sub/ | head`): the grade stands
         closed_stdout()
-    if sys.argv[1:2] not in LONG_LIVED:
-        ended_now(code)
+    if sys.argv[1:2] not in LONG_LIVED and sys.getprofile() is None and sys.gettrace() is None:
+        ended_now(code)  # a profiler or a debugger (`python -m cProfile -m grader`) reports after the command
     return code
 
 
