@@ -490,10 +490,12 @@ def main(argv: list[str] | None = None) -> int:
 
         return diff_main(argv[1:], console, errors)
     args = parse_args(argv)
-    if args.command in ("grade", "reproduce", *LMS_COMMANDS):  # graded here: its static check reads these
+    if args.command in ("grade", "reproduce", *LMS_COMMANDS):  # graded here: what its grades read, asked ahead
+        from .provenance import known_soon
         from .source.include_policy import ask_folders_soon
 
         ask_folders_soon()
+        known_soon()
     try:
         config = load_config(preset_path(args.preset) if args.preset else args.config)
         cases = load_cases(config.testcases_dir, config.kernel.square)

@@ -500,4 +500,4 @@ def test_the_folders_asked_ahead_are_the_ones_asked_when_needed_and_each_compile
         assert include_folders() == include_folders() == asked_when_needed
     assert asked_by and all(thread == "include-folders" for _, thread in asked_by)
     assert len({compiler for compiler, _ in asked_by}) == len(asked_by)  # none asked twice
-    assert include_policy._asked == []
+    assert include_policy._FOLDERS._pending == []

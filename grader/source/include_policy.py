@@ -57,11 +57,11 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 import unicodedata
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from ..ahead import Ahead
 from ..leftovers import QUERY, owned_scratch
 from .toolkit_headers import is_toolkit_header
 
@@ -187,30 +187,15 @@ class HeaderPolicy:
 def include_folders() -> tuple[str, ...]:
     """The folders nvcc searches for headers: the toolkit's (`nvcc --dryrun` names them), then the host
     compiler's system folders (`g++ -E -v`). Empty when neither compiler is here."""
-    _answer_asked()
+    _FOLDERS.wait()
     return tuple(dict.fromkeys(toolkit_folders() + compiler_folders()))
-
-
-_asked: list[threading.Thread] = []  # ask_folders_soon()'s question, until someone waits for its answer
 
 
 def ask_folders_soon() -> None:
     """The compilers asked for their folders on a thread now (three compiler runs, 40-90 ms, that the static
     check waited for before any child started): a grade's start, its configuration and its sandbox's set-up go
-    on meanwhile. Not a daemon: a grade that ends first leaves no compiler's temporary files behind."""
-    thread = threading.Thread(target=lambda: (toolkit_folders(), compiler_folders()), name="include-folders")
-    _asked.append(thread)
-    thread.start()
-
-
-def _answer_asked() -> None:
-    """Wait for the question ask_folders_soon() asked, so that its answer is read, not asked again."""
-    while _asked:
-        try:
-            thread = _asked.pop()
-        except IndexError:  # another thread took it meanwhile: the cache is filled once either has joined
-            return
-        thread.join()
+    on meanwhile."""
+    _FOLDERS.start()
 
 
 @functools.cache
@@ -229,6 +214,9 @@ def compiler_folders() -> tuple[str, ...]:
     for cxx in dict.fromkeys(filter(None, (os.environ.get("CXX"), shutil.which("g++"), shutil.which("c++")))):
         found += _cxx_folders(_ask([cxx, "-xc++", "-E", "-v", os.devnull]))
     return tuple(f for f in dict.fromkeys(found) if os.path.isdir(f))
+
+
+_FOLDERS = Ahead("include-folders", toolkit_folders, compiler_folders)
 
 
 def _ask(command: list[str]) -> str:
