@@ -219,6 +219,14 @@ def compiler_folders() -> tuple[str, ...]:
 _FOLDERS = Ahead("include-folders", toolkit_folders, compiler_folders)
 
 
+def forget_folders() -> None:
+    """The compilers asked again when next needed (another PATH: a machine without nvcc); a question asked ahead
+    and still running is let finish first, so that its answer is forgotten too, not kept afterwards."""
+    _FOLDERS.wait()
+    toolkit_folders.cache_clear()
+    compiler_folders.cache_clear()
+
+
 def _ask(command: list[str]) -> str:
     """A compiler's answer. Its temporary files (`nvcc --dryrun -E` does preprocess) go to a folder of this
     process's own: a Ctrl-C or kill -9 mid-question leaves them where the next sweep clears them."""
