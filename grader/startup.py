@@ -61,9 +61,14 @@ def ended_now(code: int) -> NoReturn:
     grader's, rich's). The threads that are no daemons are waited for and the atexit functions run, as at any
     end; the files a grade writes are closed by then (write_outputs), and stdout and stderr are flushed here."""
     current = threading.current_thread()
-    while pending := [t for t in threading.enumerate() if t is not current and not t.daemon and t.is_alive()]:
-        for thread in pending:
-            thread.join()
+    try:
+        while pending := [t for t in threading.enumerate() if t is not current and not t.daemon and t.is_alive()]:
+            for thread in pending:
+                thread.join()
+    except KeyboardInterrupt:
+        # A Ctrl-C while a thread finishes (a build): end now, as 130, not with a traceback (the interpreter's own
+        # end said "Exception ignored" and ended too)
+        code = 130
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
