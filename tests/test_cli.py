@@ -253,3 +253,12 @@ def test_the_fast_end_waits_for_threads_runs_atexit_and_flushes_what_was_printed
     assert finished.returncode == 3, finished.stderr
     assert finished.stdout == "buffered, not flushed"
     assert (tmp_path / "thread").read_text() == "done" and (tmp_path / "atexit").read_text() == "ran"
+
+
+def test_every_lms_entry_is_a_command():
+    """cli.py names the LMS entries' commands itself, so that `grade PATH` need not import the exports: the names
+    and report/exports.py's LMS_ENTRIES must stay the same set."""
+    from grader.cli import LMS_COMMANDS
+    from grader.report.exports import LMS_ENTRIES
+
+    assert set(LMS_COMMANDS) == set(LMS_ENTRIES)
