@@ -6,7 +6,8 @@ Usage: python3 bench/start_phases.py [--rounds N] [--backend cpu|gpu] [--before 
 right before each grade here, so both see the same load. A first grade per tree warms the caches (not reported).
 Prints, per tree, the median and the best of the rounds: "start" (interpreter and imports, until main() runs),
 "to child" (start, configuration, sandbox, static check: the parent's time before its child is started),
-"child start" and the grade's wall.
+"child start", "assembly" (job set-up and result assembly: the grade's "grading_other"), "parent cpu" (the grading process's
+own CPU seconds, all its threads, no child's: on a loaded machine steadier than its walls) and the grade's wall.
 """
 from __future__ import annotations
 
@@ -22,16 +23,28 @@ from pathlib import Path
 from benchlib import ROOT, config_with_cache
 
 BEFORE_CHILD = ("start", "config", "sandbox", "static")
+# `grade` as `python -m grader` runs it, saying its own CPU seconds as it ends (an atexit function: it runs at the
+# interpreter's own end and at grade's quicker one alike).
+OWN_CPU = ("import atexit, resource, sys\n"
+           "def said():\n"
+           "    usage = resource.getrusage(resource.RUSAGE_SELF)\n"
+           "    sys.stderr.write(f'\\nown cpu: {usage.ru_utime + usage.ru_stime}\\n')\n"
+           "atexit.register(said)\n"
+           "from grader.startup import grade\n"
+           "sys.exit(grade())\n")
 
 
 def timed_grade(tree: Path, submission: Path, config: Path, out: Path, backend: str) -> dict[str, float]:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "grader", str(submission), "-o", str(out), "--config", str(config),
-                    "--backend", backend], check=True, stdout=subprocess.DEVNULL, cwd=tree)
+    finished = subprocess.run([sys.executable, "-c", OWN_CPU, str(submission), "-o", str(out), "--config",
+                               str(config), "--backend", backend], check=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, cwd=tree)
     wall = time.perf_counter() - started
     phases = json.loads((out / f"{submission.name}.json").read_text())["phases"]
+    own = [line for line in finished.stderr.splitlines() if line.startswith("own cpu: ")]
     return {"start": phases.get("start", 0.0), "to child": sum(phases.get(name, 0.0) for name in BEFORE_CHILD),
-            "child start": phases.get("child_start", 0.0), "wall": wall}
+            "child start": phases.get("child_start", 0.0), "assembly": phases.get("grading_other", 0.0),
+            "parent cpu": float(own[-1].split()[-1]), "wall": wall}
 
 
 def main() -> None:

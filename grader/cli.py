@@ -41,7 +41,6 @@ from .config import load_config, preset_names, preset_path
 from .errors import UsageError
 from .phases import Phases, describe, merged, since_process_start
 from .regrade_commands import DIFF, REPRODUCE
-from .report.exports import LMS_ENTRIES
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
 from .report.points import HOLD, WITHOUT_GPU, format_points, run_gpu_note, run_total
 from .report.terminal import say_error
@@ -59,6 +58,8 @@ EXIT_NOT_GRADED = 4  # `grade PATH`: not graded (no kernel.cu, an empty or binar
 EXIT_NO_WORKERS = 3  # a cluster batch stopped: no worker was connected for --worker-wait
 EXIT_REMOTE_NOT_GRADED = 5  # --remote: the service gave no grade; the results file says it is not one
 SECRET_VARIABLE = "SGEMM_GRADER_SECRET"
+# The LMS entries' commands (report/exports.py's LMS_ENTRIES, imported where one runs: the exports are no grade's)
+LMS_COMMANDS = ("gradescope", "prairielearn")
 
 
 # Every command, one line each: `grade --help` lists them; each one's own --help gives its options.
@@ -290,7 +291,7 @@ def _serve_options(parser: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else argv
-    command = argv[0] if argv and argv[0] in ("batch", "serve", "reproduce", "prepare", *LMS_ENTRIES) else "grade"
+    command = argv[0] if argv and argv[0] in ("batch", "serve", "reproduce", "prepare", *LMS_COMMANDS) else "grade"
     rest = argv[1:] if command != "grade" else argv
     parser = argparse.ArgumentParser(prog="grade" if command == "grade" else f"grade {command}",
                                      description=_sentence(COMMANDS.get(command, COMMANDS["grade"])),
@@ -300,7 +301,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         _serve_options(parser)
     elif command == "prepare":
         pass  # the common options alone: which config (its cache, reference and cases), which backend
-    elif command in LMS_ENTRIES:
+    elif command in LMS_COMMANDS:
         parser.add_argument("submission", type=Path, help="the folder the LMS put the student's files in "
                                                           "(kernel.cu is found anywhere below it)")
         parser.add_argument("results", type=Path, help="where the LMS reads results.json")
@@ -322,7 +323,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.add_argument("--phases", action="store_true",
                             help="after each result, print where the grade's time went: start, sandbox set-up, "
                                  "compile, CUDA context, cases, timing, report (also stored as the JSON's phases)")
-    if command in LMS_ENTRIES:
+    if command in LMS_COMMANDS:
         remote = parser.add_argument_group("remote grading")
         remote.add_argument("--remote", default="", metavar="URL",
                             help="send the kernel to a `grade serve` service and write its result")
@@ -341,7 +342,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         remote.add_argument("--remote-fallback", choices=("cpu", "fail"), default="fail",
                             help="when the service cannot grade it: grade here on the CPU with a note, or write a "
                                  "grader error (default: %(default)s)")
-    if command in LMS_ENTRIES:
+    if command in LMS_COMMANDS:
         parser.add_argument("--without-gpu", choices=WITHOUT_GPU, default=HOLD,
                             help="the score from a run without a GPU (timing and the large cases not checked): "
                                  "hold (default) scores the points checked, for an assignment worth the points "
@@ -489,6 +490,12 @@ def main(argv: list[str] | None = None) -> int:
 
         return diff_main(argv[1:], console, errors)
     args = parse_args(argv)
+    if args.command in ("grade", "reproduce", *LMS_COMMANDS):  # graded here: what its grades read, asked ahead
+        from .provenance import known_soon
+        from .source.include_policy import ask_folders_soon
+
+        ask_folders_soon()
+        known_soon()
     try:
         config = load_config(preset_path(args.preset) if args.preset else args.config)
         cases = load_cases(config.testcases_dir, config.kernel.square)
@@ -502,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
             args.security = _cluster_security(args)
         plan = run_plan(args)
         phases.mark("sandbox")
-        args.exports = export_options(args, config)
+        # A class's and an LMS entry's exports only: `grade PATH` writes its JSON and JUnit files alone
+        args.exports = export_options(args, config) if args.command in ("batch", *LMS_COMMANDS) else None
     except UsageError as exc:
         say_error(errors, exc)
         return EXIT_USAGE
@@ -514,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         return grade_batch(args, config, cases, plan, console, errors)
     if args.command == "serve":
         return grade_serve(args, config, cases, plan, errors)
-    if args.command in LMS_ENTRIES:
+    if args.command in LMS_COMMANDS:
         return lms_entry(args, config, cases, plan)
     if args.command == "reproduce":
         from .regrade_commands import reproduce
@@ -699,7 +707,7 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
     options = ExportOptions(compile_error_graded=config.prairielearn.compile_error_graded)
     if args.command == "gradescope":
         options.hidden_visibility = args.hidden_visibility
-    if args.command in LMS_ENTRIES:
+    if args.command in LMS_COMMANDS:
         options.without_gpu = args.without_gpu
     if args.command == "batch":
         if not args.assignment.strip():
@@ -831,6 +839,7 @@ def lms_entry(args, config, cases, plan) -> int:
     """One submission for an LMS: the results file is always written, whatever happened."""
     from .intake.submission import SubmissionError, find_kernel_noted
     from .pipeline import grade, not_graded
+    from .report.exports import LMS_ENTRIES
 
     started = time.perf_counter()
     superseded = False

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
-from .report.exports import REGRADE_CSV
 from .report.terminal import say_error
 from .result import SubmissionResult
 
@@ -34,6 +33,8 @@ REPRODUCE = "grade a submission again and say whether every verdict of its store
 
 def diff_main(argv: list[str], console: Console, errors: Console) -> int:
     """`grade diff OLD NEW`: the regrade report of two results folders, and NEW/regrade.csv (or --csv FILE)."""
+    from .report.exports import REGRADE_CSV  # the class's exports: not a grade's (`grade` imports this module)
+
     parser = argparse.ArgumentParser(prog="grade diff", description=DIFF[0].upper() + DIFF[1:] + ".")
     parser.add_argument("old", type=Path, help="the earlier grading: a `grade batch` output folder, or a folder of "
                                                "result JSON files")

@@ -233,19 +233,15 @@ def machine_path(path: str):
     """Grading in this process as on a machine whose PATH is `path` (no nvcc, as in a Gradescope container, or
     another toolkit's): the compilers' include folders, which a process asks of them once, are asked again
     under it, and again after."""
-    from grader.source.include_policy import compiler_folders, toolkit_folders
-
-    def forget() -> None:
-        toolkit_folders.cache_clear()
-        compiler_folders.cache_clear()
+    from grader.source.include_policy import forget_folders
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PATH", path)
-        forget()
+        forget_folders()
         try:
             yield
         finally:
-            forget()
+            forget_folders()
 
 
 def run_folder(tmp_path_factory) -> Path:

@@ -208,3 +208,57 @@ def test_grade_help_lists_every_command_and_each_has_its_own_help():
         if command != "grade":
             assert helped(command).startswith(f"usage: grade {command}")
     assert f"presets/: {', '.join(preset_names())}" in " ".join(top.split()) and "pmpp" in preset_names()
+
+
+def test_a_grade_ends_with_its_output_and_files_whole_its_exit_code_and_nothing_left_in_the_temp_root(
+        tmp_path, temp_root, quick_config_file):
+    """`grade` ends without the interpreter's teardown of its modules (startup.ended_now, after the threads that are
+    no daemons and the atexit functions): everything it printed reaches the pipe, every file it wrote is whole,
+    the exit code is the command's, and the scratch folders removed on threads while it assembled the result
+    (leftovers.removed_soon) are gone."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import left_in
+
+    env = {**os.environ, "TMPDIR": str(temp_root)}
+    finished = subprocess.run([sys.executable, "-m", "grader", str(SUBMISSIONS / "good_basic"), str(SUBMISSIONS / "empty"),
+                               "--config", str(quick_config_file), "--backend", "cpu", "-o", str(tmp_path)],
+                              capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert finished.returncode == EXIT_NOT_GRADED, finished.stderr  # the empty one is not graded
+    good = load(tmp_path, "good_basic")
+    assert good["status"] == "graded" and good["score"] > 0
+    assert finished.stdout.rstrip().splitlines()[-1].startswith("Graded with: ")  # the last line printed
+    assert "empty" in finished.stderr and load(tmp_path, "empty")["status"] != "graded"
+    assert JUnitXml.fromfile(str(tmp_path / "good_basic.junit.xml"))  # parses: written whole
+    assert left_in(temp_root) == []
+
+
+def test_the_fast_end_waits_for_threads_runs_atexit_and_flushes_what_was_printed(tmp_path):
+    """ended_now() skips only the teardown: a thread that is no daemon finishes its work, an atexit function runs,
+    text still in stdout's buffer (a pipe's) is written, and the exit code is the one given."""
+    import subprocess
+    import sys
+
+    code = ("import atexit, pathlib, sys, threading, time\n"
+            "from grader.startup import ended_now\n"
+            f"folder = pathlib.Path({str(tmp_path)!r})\n"
+            "def late(): time.sleep(0.3); (folder / 'thread').write_text('done')\n"
+            "threading.Thread(target=late).start()\n"
+            "atexit.register(lambda: (folder / 'atexit').write_text('ran'))\n"
+            "print('buffered, not flushed', end='')\n"
+            "ended_now(3)\n")
+    finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert finished.returncode == 3, finished.stderr
+    assert finished.stdout == "buffered, not flushed"
+    assert (tmp_path / "thread").read_text() == "done" and (tmp_path / "atexit").read_text() == "ran"
+
+
+def test_every_lms_entry_is_a_command():
+    """cli.py names the LMS entries' commands itself, so that `grade PATH` need not import the exports: the names
+    and report/exports.py's LMS_ENTRIES must stay the same set."""
+    from grader.cli import LMS_COMMANDS
+    from grader.report.exports import LMS_ENTRIES
+
+    assert set(LMS_COMMANDS) == set(LMS_ENTRIES)

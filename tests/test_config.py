@@ -87,3 +87,38 @@ def test_case_file_mistakes_name_case_and_key(project, old, new, message):
 def test_empty_case_folder_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="no \\*.yaml case files"):
         load_cases(tmp_path)
+
+
+SHIPPED_YAML = sorted([ROOT / "config.yaml", DEFAULT_CONFIG, *(ROOT / "presets").glob("*.yaml"),
+                       *(ROOT / "testcases").glob("*.yaml")])
+
+
+@pytest.mark.parametrize("path", SHIPPED_YAML, ids=lambda path: path.name)
+def test_libyaml_reads_every_shipped_file_as_pyyaml_does(path):
+    """Files are parsed with libyaml where PyYAML has it (schema._parsed, a tenth of the time): the same values,
+    of the same types, as PyYAML's own parser gives."""
+    import yaml
+
+    from grader.schema import _StrictLoader, load_yaml
+
+    assert yaml.__with_libyaml__  # the grader's pinned PyYAML wheels carry it: else this test proves nothing
+    pure = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+    assert repr(load_yaml(path)) == repr(pure)  # repr: 1 and 1.0 and True differ
+
+
+@pytest.mark.parametrize("text, words", [
+    ("a: [1, 2\nb: 3\n", "invalid YAML at line 2, column 2: expected ',' or ']', but got ':'"),
+    ("a:\n\t- 1\n", "invalid YAML at line 2, column 1: found character '\\t' that cannot start any token"),
+    ("x: y: z\n", "invalid YAML at line 1, column 5: mapping values are not allowed here"),
+    ("a: 1\nb:\n  c: 2\n  c: 3\n", "line 4: the key 'c' is given twice in the same mapping (keep one)"),
+])
+def test_a_yaml_mistake_is_said_in_pyyamls_words(tmp_path, text, words):
+    """libyaml words its errors otherwise ("mapping values are not allowed in this context"): a file it refuses is
+    read again by PyYAML, so what the instructor reads did not change."""
+    from grader.schema import load_yaml
+
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        load_yaml(path)
+    assert str(raised.value) == f"{path}: {words}"

@@ -472,3 +472,32 @@ def only_with(source: str, policy) -> IncludeViolation:
     violations = check_includes(source, policy=policy)
     assert len(violations) == 1, violations
     return violations[0]
+
+
+def test_the_folders_asked_ahead_are_the_ones_asked_when_needed_and_each_compiler_is_asked_once(monkeypatch):
+    """`grade` asks the compilers for their folders on a thread as it starts (ask_folders_soon): the static check
+    then reads that answer, the same as one asked there, without asking again."""
+    import os
+    import subprocess
+    import threading
+
+    from conftest import machine_path
+
+    from grader.source import include_policy
+
+    with machine_path(os.environ["PATH"]):
+        asked_when_needed = include_folders()
+    asked_by: list[tuple[str, str]] = []
+    run = subprocess.run
+
+    def noted(command, **options):  # the real compiler runs: only who asked is noted
+        asked_by.append((command[0], threading.current_thread().name))
+        return run(command, **options)
+
+    with machine_path(os.environ["PATH"]):
+        monkeypatch.setattr(include_policy.subprocess, "run", noted)
+        include_policy.ask_folders_soon()
+        assert include_folders() == include_folders() == asked_when_needed
+    assert asked_by and all(thread == "include-folders" for _, thread in asked_by)
+    assert len({compiler for compiler, _ in asked_by}) == len(asked_by)  # none asked twice
+    assert include_policy._FOLDERS._pending == []

@@ -107,3 +107,33 @@ def test_two_builders_at_once_compile_the_harness_and_header_once(tmp_path, monk
     assert emulator_build.prepared(cache)
     compiles = [line for line in calls.read_text().splitlines() if "-c" in line.split() or "c++-header" in line]
     assert len(compiles) == 3, compiles  # harness.cpp, emulator_runtime.cpp and the header, each once
+
+
+def test_grade_prepare_writes_the_graders_bytecode_which_python_then_reads(tmp_path):
+    """An editable install has no bytecode, and where PYTHONDONTWRITEBYTECODE is set no grade writes any: each grade
+    compiled what it imported. `grade prepare` writes it, and such an interpreter then compiles none of it."""
+    import json
+    import os
+
+    from grader.prepare import grader_bytecode
+
+    package = tmp_path / "grader"
+    shutil.copytree(ROOT / "grader", package, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tmp_path)}
+    code = ("import importlib._bootstrap_external as loading, json, sys\n"
+            "compiled, compile_source = [], loading.SourceLoader.source_to_code\n"
+            "def noted(self, data, path, **options):\n"
+            "    compiled.append(path)\n"
+            "    return compile_source(self, data, path, **options)\n"
+            "loading.SourceLoader.source_to_code = noted\n"
+            "import grader.cli\n"
+            f"print(json.dumps([path for path in compiled if path.startswith({str(package)!r})]))")
+
+    def compiled_by_an_import() -> list[str]:
+        finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                                  env=env, check=True)
+        return json.loads(finished.stdout)
+
+    assert str(package / "cli.py") in compiled_by_an_import()  # no bytecode: compiled, and none written
+    assert grader_bytecode(package) == [(True, "the grader's bytecode")]
+    assert compiled_by_an_import() == []

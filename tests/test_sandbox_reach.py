@@ -294,3 +294,22 @@ def test_the_copies_root_is_root_s_alone(tmp_path, monkeypatch):
             reachable.copies_root()
     finally:
         reachable.copies_root.cache_clear()
+
+
+def test_the_package_files_are_those_rglob_finds_in_its_order(tmp_path):
+    """reachable.source_files (os.walk, past __pycache__) lists what Path.rglob listed, in the same order: the copy
+    for the sandbox's uid and the grader's digest (--resume's fingerprint) are named by it, so neither may change
+    with the faster walk. A package with a link, a bytecode folder and a file of another kind tells them apart (the
+    digest's walk used to enter __pycache__ too, where Python writes .pyc files alone, none of them listed)."""
+    from grader.execute.confine.reachable import PACKAGE_SUFFIXES, source_files
+
+    package = tmp_path / "grader"
+    for name in ("a.py", "b/c.py", "b.d/e.h", "b/__pycache__/c.cpython-311.pyc", "b/__pycache__/x.py", "f.txt",
+                 "g/h.cpp", "g/i/j.c", "k.hpp"):
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(name)
+    (package / "link.py").symlink_to(package / "a.py")
+    for suffixes, links in ((PACKAGE_SUFFIXES, False), ((".py", ".h", ".cpp", ".c"), True)):
+        by_rglob = sorted(p for p in package.rglob("*") if p.is_file() and (links or not p.is_symlink())
+                          and p.suffix in suffixes and "__pycache__" not in p.parts)
+        assert [package.joinpath(*parts) for parts in source_files(package, suffixes, links)] == by_rglob

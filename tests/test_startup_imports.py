@@ -64,3 +64,24 @@ def test_the_grade_command_caps_its_blas_threads_before_numpy_loads():
     assert finished.returncode == 0, finished.stderr
     threads, timeout = finished.stdout.split()
     assert 1 <= int(threads) <= 4 and timeout == "4"
+
+
+# What a whole `grade PATH` (a CPU grade, child and report included) must still not import: the class's and the LMS's
+# exports, the class, the service, the GPU's stages, the regrade's report, importlib.metadata. Each was imported by
+# every grade once; an import of one added back would slow every grade again.
+NOT_IN_A_GRADE = ("grader.report.exports", "grader.report.canvas_csv", "grader.report.grades_csv",
+                  "grader.report.prairielearn", "grader.report.summary_html", "grader.report.regrade_csv", "csv",
+                  "grader.classroom", "grader.serve", "grader.on_gpu", "grader.diagnose.run",
+                  "grader.diagnose.sanitizer_log", "importlib.metadata", "distributed", "fastapi")
+
+
+def test_a_whole_grade_imports_none_of_what_only_a_class_an_lms_or_a_gpu_needs(quick_config_file, tmp_path):
+    code = (f"import sys, json\nfrom grader.cli import main\n"
+            f"code = main([{str(ROOT / 'tests' / 'submissions' / 'good_basic')!r}, '--config', "
+            f"{str(quick_config_file)!r}, '--backend', 'cpu', '-o', {str(tmp_path)!r}])\n"
+            "print(json.dumps([code, sorted(sys.modules)]))")
+    finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    exit_code, found = json.loads(finished.stdout.splitlines()[-1])
+    assert exit_code == 0 and json.loads((tmp_path / "good_basic.json").read_text())["score"] > 0  # it did grade
+    assert "grader.pipeline" in found and "grader.on_cpu" in found
+    assert within(set(found), NOT_IN_A_GRADE) == set()

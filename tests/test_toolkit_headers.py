@@ -284,3 +284,21 @@ def test_a_header_device_code_uses_that_the_emulator_lacks_is_held_for_a_gpu(gra
         assert all(c.status == ERROR and c.message == reason and c.metrics["line"] == line
                    for c in emulated(result)), (machine, [c.message for c in emulated(result)])
         assert f"Needs a GPU grade: the kernel {reason}" in result.message
+
+
+def test_header_names_are_matched_as_fnmatch_matches_every_pattern():
+    """toolkit_headers.py compares a pattern without a wildcard as a plain name (fnmatch compiled all 90 patterns on a
+    grade's first header): every name answers as fnmatch over every pattern would."""
+    import fnmatch
+
+    from grader.source.toolkit_headers import CORE, LIBRARIES
+
+    patterns = [pattern for library in LIBRARIES for pattern in library.headers] + list(CORE)
+    names = {name for pattern in patterns for name in (pattern.replace("*", ""), pattern.replace("*", "x/y"),
+                                                       pattern.replace("*", "70"), pattern.upper(), pattern + "x",
+                                                       "x" + pattern, pattern.replace(".h", ".hpp"))}
+    names |= {"stdio.h", "cuda_runtime.h", "CUDA.H", "cuda.h/", "[cuda.h]", "cub", "thrust", "my_cublas.h"}
+    for name in sorted(names):
+        library = next((lib for lib in LIBRARIES if any(fnmatch.fnmatchcase(name, p) for p in lib.headers)), None)
+        assert library_of(name) == library, name
+        assert is_toolkit_header(name) == (library is not None or any(fnmatch.fnmatchcase(name, p) for p in CORE)), name

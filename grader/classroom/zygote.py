@@ -31,6 +31,7 @@ import sys
 import traceback
 
 from ..execute.confine.proc import die_with_parent, name_this_process
+from ..leftovers import removals_done
 from .batch_worker import grade_the_task_on_stdin
 
 # What a worker's grade imports after `grader.pipeline` (found by listing sys.modules after a CPU and a GPU
@@ -143,6 +144,7 @@ def _become_worker(template: int, fds: list[int]) -> None:
     except BaseException:
         traceback.print_exc()
     finally:
+        removals_done()  # the grade's scratch folders, removed on threads that os._exit would not wait for
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +20,7 @@ from ..intake.submission import Submission
 from ..judge.input_records import CACHED
 from ..judge.printed import kernel_output
 from ..judge.warming import Warming
-from ..leftovers import GRADE, owned_folder, owned_scratch
+from ..leftovers import GRADE, owned_folder, owned_scratch, removed_soon
 from ..plan import CPU, GPU, RunPlan, placement_of, sandbox_of
 from ..result import SubmissionResult
 from ..source.before_compile import with_headers_after
@@ -82,7 +81,7 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
         return run
     finally:
         warming.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        removed_soon(workdir)
 
 
 # What the parent imports once its child has spoken: the judge (run_events.py), and on a GPU run NVML's module,

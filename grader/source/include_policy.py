@@ -61,6 +61,7 @@ import unicodedata
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from ..ahead import Ahead
 from ..leftovers import QUERY, owned_scratch
 from .toolkit_headers import is_toolkit_header
 
@@ -186,7 +187,15 @@ class HeaderPolicy:
 def include_folders() -> tuple[str, ...]:
     """The folders nvcc searches for headers: the toolkit's (`nvcc --dryrun` names them), then the host
     compiler's system folders (`g++ -E -v`). Empty when neither compiler is here."""
+    _FOLDERS.wait()
     return tuple(dict.fromkeys(toolkit_folders() + compiler_folders()))
+
+
+def ask_folders_soon() -> None:
+    """The compilers asked for their folders on a thread now (three compiler runs, 40-90 ms, that the static
+    check waited for before any child started): a grade's start, its configuration and its sandbox's set-up go
+    on meanwhile."""
+    _FOLDERS.start()
 
 
 @functools.cache
@@ -205,6 +214,17 @@ def compiler_folders() -> tuple[str, ...]:
     for cxx in dict.fromkeys(filter(None, (os.environ.get("CXX"), shutil.which("g++"), shutil.which("c++")))):
         found += _cxx_folders(_ask([cxx, "-xc++", "-E", "-v", os.devnull]))
     return tuple(f for f in dict.fromkeys(found) if os.path.isdir(f))
+
+
+_FOLDERS = Ahead("include-folders", toolkit_folders, compiler_folders)
+
+
+def forget_folders() -> None:
+    """The compilers asked again when next needed (another PATH: a machine without nvcc); a question asked ahead
+    and still running is let finish first, so that its answer is forgotten too, not kept afterwards."""
+    _FOLDERS.wait()
+    toolkit_folders.cache_clear()
+    compiler_folders.cache_clear()
 
 
 def _ask(command: list[str]) -> str:
@@ -240,7 +260,8 @@ def _cxx_folders(verbose: str) -> list[str]:
 
 def header_policy(allowed: Sequence[str] | None = None, handed_in: Sequence[str] = ()) -> HeaderPolicy:
     """The policy of a lab: headers by where this machine's compilers find them."""
-    return HeaderPolicy(include_folders(), None if allowed is None else frozenset(allowed), frozenset(handed_in),
+    folders = include_folders()  # first: it waits for the folders asked ahead
+    return HeaderPolicy(folders, None if allowed is None else frozenset(allowed), frozenset(handed_in),
                         toolkit=bool(toolkit_folders()))
 
 
@@ -485,10 +506,15 @@ _TOKEN_PATTERN = r"""
     | (?P<char>'(?:\\[^\n]|[^'\\\n])*(?:'|(?=\n)|\Z))
     | (?P<punct>%:%:|%:|\#\#|\#|\S)
     """
-_TOKEN = {  # with and without C++14 digit separators
-    separators: re.compile(_TOKEN_PATTERN.replace("SEPARATOR", "'\\w|" if separators else ""), re.VERBOSE | re.DOTALL)
-    for separators in (True, False)
-}
+
+
+@functools.cache
+def _token(separators: bool) -> re.Pattern:
+    """The tokens with or without C++14 digit separators, compiled when first read (each takes some 5 ms, and most
+    files are read with separators alone: _readings)."""
+    return re.compile(_TOKEN_PATTERN.replace("SEPARATOR", "'\\w|" if separators else ""), re.VERBOSE | re.DOTALL)
+
+
 _HEADER_NAME = re.compile(r"<[^>\n]*>")
 _RAW_DELIMITER = re.compile(r'([^ ()\\\t\v\f\n]{0,16})\(')
 
@@ -540,7 +566,7 @@ class _Scan:
                     line_start = True  # strict: a # after a multi-line comment still counts
                 position = end
                 continue
-            match = _TOKEN[reading.separators].match(text, position)
+            match = _token(reading.separators).match(text, position)
             assert match is not None
             kind, value, end = match.lastgroup or "punct", match.group(), match.end()
             if (kind == "ident" and value in _RAW_PREFIXES and text.startswith('"', end) and directive is None

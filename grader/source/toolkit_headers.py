@@ -16,6 +16,7 @@ is a library's when it starts with one of the library's prefixes (cublasSgemm, C
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -81,12 +82,24 @@ CORE: tuple[str, ...] = (
 
 def library_of(header: str) -> Library | None:
     """The library whose header `header` is (as `#include` names it), or None."""
-    return next((library for library in LIBRARIES
-                 if any(fnmatch.fnmatchcase(header, pattern) for pattern in library.headers)), None)
+    return next((library for library in LIBRARIES if _matches(header, library.headers)), None)
 
 
 def is_toolkit_header(header: str) -> bool:
-    return library_of(header) is not None or any(fnmatch.fnmatchcase(header, pattern) for pattern in CORE)
+    return library_of(header) is not None or _matches(header, CORE)
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    """fnmatch.fnmatchcase against any of the patterns; one without a wildcard is the name itself, compared as a
+    string (fnmatch compiles a regular expression of each pattern first: all 90 took 5-15 ms of every grade)."""
+    exact, wild = _split(patterns)
+    return name in exact or any(fnmatch.fnmatchcase(name, pattern) for pattern in wild)
+
+
+@functools.cache
+def _split(patterns: tuple[str, ...]) -> tuple[frozenset[str], tuple[str, ...]]:
+    wild = tuple(pattern for pattern in patterns if any(special in pattern for special in "*?["))
+    return frozenset(patterns) - frozenset(wild), wild
 
 
 def toolkit_headers(texts: Iterable[str]) -> set[str]:
