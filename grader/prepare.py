@@ -85,7 +85,7 @@ def warm_sampled_truths(cases: list[Case], config: Config, truths) -> int:
     for tile in config.kernel.tile_sizes:
         for case in sampled:
             tiles = sampled_tiles(case.m, case.n, tile, block_samples([case], config, {})[case.name])
-            truths.sampled_case_truth(case, config, tiles.all, tile, tiles.describe())
+            truths.sampled_case_truth(case, config, tiles.all, tile, tiles.describe())[2].precomputed()
     return len(sampled)
 
 

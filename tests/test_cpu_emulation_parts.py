@@ -369,3 +369,21 @@ def test_a_race_across_trips_is_the_barrier_ending_the_loop_body_not_one_between
     assert "the barrier after using the tiles is missing" in found.fix
     [same] = describe_races([{**race, "store_trip": 1}], 0, 100, loop=loop)
     assert "for the same tile (trip 1" in same.fact and "the barrier after loading the tiles is missing" in same.fix
+
+
+def test_the_sites_a_build_numbered_are_those_the_judge_reads_without_numbering_them_again(submission_source,
+                                                                                           monkeypatch):
+    """A grade's build of the emulation (on a thread of the parent's) instruments the device side, sites numbered,
+    placing its objects in sections; the judge's reading of the emulator's reports asks for the sites of that same
+    text: it gets the build's (the same as its own numbering would give, sections or not), not a second pass."""
+    from grader.execute.cpu import instrument as instrumenting
+
+    device = device_side(submission_source("truncated_phases")) + "\n// a text of this test's own"
+    text, built = instrumenting.instrumented(device, "cuda_emu_statics_test")
+    assert "cuda_emu_statics_test" in text and built.sites and built.tile_loop is not None
+    passes = []
+    monkeypatch.setattr(instrumenting, "instrumented", lambda *args: passes.append(args) or ("", None))
+    assert instrumenting.sites_of(device) == built and not passes
+    monkeypatch.undo()
+    instrumenting._sites.clear()  # numbered afresh, without sections: the same sites
+    assert instrumenting.sites_of(device) == built

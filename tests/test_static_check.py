@@ -563,3 +563,23 @@ def test_a_warp_tile_sync_is_no_barrier_of_the_block():
                      ("    int tx", "    auto warp = cg::tiled_partition<32>(cg::this_thread_block());\n"
                                   "    cg::thread_block_tile<16> tile = cg::tiled_partition<16>(warp);\n    int tx"))
     assert statuses(check(source)) == [PASSED, FAILED, FAILED]
+
+
+def test_a_files_macros_are_found_once_for_every_stage_that_asks(monkeypatch):
+    """The kernels, the static checks, the tile size and the launch each read the file's macros: one walk of its
+    tree finds them for all (a batch worker walked it seven times a student), and what one caller does with its
+    copy is not what the next one gets."""
+    from grader.source import cuda_syntax as cs
+    from grader.source.tile_size import launched_without_tile_size, tile_constant
+
+    walks = []
+    walk = cs.macro_definitions
+    monkeypatch.setattr(cs, "macro_definitions", lambda root: walks.append(root) or walk(root))
+    source = f"#define TILE_WIDTH 16\n{GOOD}\n// {test_a_files_macros_are_found_once_for_every_stage_that_asks.__name__}"
+    assert find_kernels(source) == ["mysgemm"]
+    assert [check.status for check in static_checks(source, "mysgemm", POINTS)] == [PASSED] * 3
+    tile_constant(source, "mysgemm")
+    launched_without_tile_size(source, "mysgemm", ("TILE_WIDTH",))
+    assert len(walks) == 1
+    cs.source_macros(source).clear()
+    assert "TILE_WIDTH" in cs.source_macros(source) and len(walks) == 1

@@ -186,3 +186,45 @@ def test_a_warm_request_the_template_cannot_read_leaves_it_forking():
         forked.close()
     finally:
         template.stop()
+
+
+# In a process of its own: the template's preload and warm, then a worker forked from it grades a student and says
+# which of what a grade asks once per process it asked again (exit code 0: none).
+ASKED_AGAIN = """
+import fnmatch, os, pickle, sys
+from pathlib import Path
+from grader.cases import load_cases
+from grader.classroom import zygote
+from grader.config import load_config
+from grader.execute.cpu.build import compiler_version
+from grader.pipeline import grade
+from grader.plan import CPU, RunPlan
+from grader.result import GRADED
+from grader.source.include_policy import compiler_folders, toolkit_folders
+
+config = load_config(Path(sys.argv[1]))
+cases = load_cases(config.testcases_dir)
+zygote.preload()
+zygote.warm(pickle.dumps((config, cases, False)))
+asked = {"the compilers' include folders": compiler_folders, "nvcc's include folders": toolkit_folders,
+         "the C++ compiler's version": compiler_version, "a toolkit header's pattern": fnmatch._compile_pattern}
+before = {what: cached.cache_info().misses for what, cached in asked.items()}
+pid = os.fork()
+if pid == 0:
+    result = grade(Path(sys.argv[2]), config, cases, RunPlan(CPU))
+    again = [what for what, cached in asked.items() if cached.cache_info().misses != before[what]]
+    print(result.outcome, again, flush=True)
+    os._exit(0 if result.outcome == GRADED and not again else 1)
+os._exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_warmed_templates_worker_asks_nothing_the_template_asked(tmp_path, quick_config_file):
+    """What a grade asks once per process (the compilers' include folders: a `g++ -E -v` each; the C++ compiler's
+    version, the emulation's build key; the toolkit headers' patterns, against which every #include is tried) the
+    warmed template asks, once per batch: a worker forked from it asks none of it again."""
+    student = tmp_path / "student"
+    write(student, GOOD.replace("#include", "#include <stdio.h>\n#include", 1))  # a header of no toolkit pattern
+    finished = subprocess.run([sys.executable, "-c", ASKED_AGAIN, str(quick_config_file), str(student)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stdout + finished.stderr[-3000:]

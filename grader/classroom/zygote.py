@@ -8,8 +8,9 @@ and CUDA are not among them: they live in the GPU child the worker starts.
 
 It also holds what every student's grade would otherwise load again, once per worker: the batch sends the
 config and cases it grades with, and the template loads the float64 truths (with their values' order and the
-sampled cases' checked tiles) and inputs, the sandbox's view of the installed packages and the parser's first
-parse (of the reference kernel, never a student's) before its next fork.
+sampled cases' checked tiles) and inputs, the sandbox's view of the installed packages, the parser's first
+parse (of the reference kernel, never a student's), what the source stage asks once per process (the compilers'
+include folders, the toolkit headers' patterns) and the C++ compiler's version before its next fork.
 
 The protocol, over a SOCK_SEQPACKET socket pair whose end is this process's argv[1]:
   batch -> template: b"warm" + pickled (config, cases, on_gpu), no fds: loaded before the next fork
@@ -59,18 +60,23 @@ def warm(request: bytes) -> None:
     failure here (a request cut at CONTROL_BYTES among them) costs each worker its own load, no grade."""
     from ..cases import whole_truths
     from ..execute.confine.reachable import child_distributions
+    from ..execute.cpu.build import compiler, compiler_version
     from ..judge import truths
     from ..prepare import warm_sampled_truths
+    from ..source.before_compile import warm_source_stage
     from ..source.static_check import find_kernels, static_checks
 
     try:
         config, cases, on_gpu = pickle.loads(request)
-        for case in whole_truths(cases, on_gpu):  # each truth with the order a wrong kernel's search reads
-            _ = truths.case_truth(case, config)[2].order
+        for case in whole_truths(cases, on_gpu):  # each truth with the figures its judgments read, and the order
+            _ = truths.case_truth(case, config)[2].precomputed().order  # a wrong kernel's search reads
         warm_sampled_truths(cases, config, truths)  # with the sampled cases' inputs, which they are made from
         child_distributions()
         reference = config.reference_path.read_text(encoding="utf-8")
         static_checks(reference, (find_kernels(reference) or ["mysgemm"])[0], vars(config.points.static))
+        warm_source_stage(reference, config)
+        if compiler() is not None:  # the emulation's build key, which the worker's build ahead computes
+            compiler_version(compiler())
     except Exception:
         traceback.print_exc()  # to the template's stderr (the batch discards it): the workers load it themselves
     gc.freeze()  # what was loaded stays out of the forks' collections too

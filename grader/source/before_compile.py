@@ -10,7 +10,7 @@ from ..result import COMPILE_ERROR, GRADED, SUBMISSION_ERROR, THROUGHPUT, CheckR
 from .include_policy import check_source, drop_host_headers, needs_expansion, unproven_pasting_macros
 from .include_policy import describe as describe_violations
 from .signature import hip_problem, signature_problem
-from .toolkit_headers import unneeded_headers
+from .toolkit_headers import compile_patterns, unneeded_headers
 
 
 def drop_unneeded_headers(submission: Submission, host_only: list[str]) -> None:
@@ -22,6 +22,15 @@ def drop_unneeded_headers(submission: Submission, host_only: list[str]) -> None:
     submission.source = drop_host_headers(submission.source, host_only, libraries)
     submission.headers = {name: drop_host_headers(text, host_only, libraries)
                           for name, text in submission.headers.items()}
+
+
+def warm_source_stage(reference: str, config: Config) -> None:
+    """What this stage makes once per process and keeps, made now on the reference's text: the toolkit headers'
+    patterns, the compilers' include folders (a `g++ -E -v` per compiler and an `nvcc --dryrun`) and the include
+    policy's expressions. A batch's template calls it, so that none of the workers it forks makes them again."""
+    compile_patterns()
+    unneeded_headers([reference])
+    check_source(reference, config.compile.allowed_headers, config.compile.handed_in_headers)
 
 
 def with_headers_after(submission: Submission) -> str:

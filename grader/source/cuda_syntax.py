@@ -385,6 +385,19 @@ def macro_definitions(root: Node) -> dict[str, str]:
     return macros
 
 
+def source_macros(source: str) -> dict[str, str]:
+    """macro_definitions of the tree of `source` (a copy, the caller's to change), found once per text kept as
+    parse keeps its tree: the kernels, the static checks, the tile size and the launch each ask for the same file's."""
+    found = _LOCAL.__dict__.setdefault("macros", OrderedDict())
+    macros = found.get(source)
+    if macros is None:
+        macros = found[source] = macro_definitions(parse(source).root_node)
+        while len(found) > TREES_KEPT:
+            found.popitem(last=False)
+    found.move_to_end(source)
+    return dict(macros)
+
+
 def macros_mentioning(macros: dict[str, str], words: Iterable[str]) -> set[str]:
     """Macros whose expansion contains one of words, directly or through other macros."""
     targets = set(words)

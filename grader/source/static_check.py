@@ -69,7 +69,7 @@ class _File:
         if isinstance(source, bytes):
             source = source.decode("utf-8", "replace")
         root = cs.parse(source).root_node
-        self.macros = cs.macro_definitions(root)
+        self.macros = cs.source_macros(source)
         self.indexing_macros = _indexing_macros(root)
         self.barrier_macros = cs.macros_mentioning(self.macros, BARRIER_FUNCTIONS)
         self.kernels: list[tuple[str, Node]] = []

@@ -27,7 +27,7 @@ def tile_constant(source: str, kernel_name: str) -> str:
     kernel = next((f for f in cs.function_definitions(root) if cs.function_name(f) == kernel_name), None)
     if kernel is None:
         return ""
-    scope = _Names(set(cs.macro_definitions(root)) | _file_scope_integer_constants(root), _local_constants(kernel))
+    scope = _Names(set(cs.source_macros(source)) | _file_scope_integer_constants(root), _local_constants(kernel))
     for node in cs.iter_live(kernel):
         if node.type != "declaration" or not _is_shared(node):
             continue
@@ -41,7 +41,7 @@ def tile_constant(source: str, kernel_name: str) -> str:
 def launched_without_tile_size(source: str, kernel_name: str, macros: tuple[str, ...]) -> bool:
     """Whether the grader launches this file with the config's block size: nothing sizes its shared tiles
     and it defines none of the lab's tile size macros."""
-    defined = cs.macro_definitions(cs.parse(source).root_node)
+    defined = cs.source_macros(source)
     return not tile_constant(source, kernel_name) and not any(name in defined for name in macros)
 
 

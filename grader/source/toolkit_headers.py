@@ -80,6 +80,14 @@ CORE: tuple[str, ...] = (
 )
 
 
+def compile_patterns() -> None:
+    """Every pattern above compiled now: fnmatch compiles one at its first use and keeps it for the process, and a
+    student's `#include <stdio.h>` is tried against each (90 compiles, 0.02 CPU-s). A batch's template calls this
+    once, so that none of the workers it forks compiles them again (classroom/zygote.py)."""
+    for pattern in (*CORE, *(pattern for library in LIBRARIES for pattern in library.headers)):
+        fnmatch.fnmatchcase("", pattern)
+
+
 def library_of(header: str) -> Library | None:
     """The library whose header `header` is (as `#include` names it), or None."""
     return next((library for library in LIBRARIES if _matches(header, library.headers)), None)

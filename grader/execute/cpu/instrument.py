@@ -28,6 +28,9 @@ and `CUDA_EMU_TRIP();` first in its body, so the emulator counts each thread's t
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 from tree_sitter import Node
 
 from ...source import cuda_syntax as cs
@@ -39,6 +42,12 @@ STORE, LOAD = "CUDA_EMU_STORE", "CUDA_EMU_LOAD"
 # A site's wrapper, by what the access does (sites.py)
 AT_SITE = {sites_.LOAD: "CUDA_EMU_LOAD_AT", sites_.STORE: "CUDA_EMU_STORE_AT", sites_.UPDATE: "CUDA_EMU_UPDATE_AT"}
 TILE_LOOP, TRIP = "CUDA_EMU_TILE_LOOP();", "CUDA_EMU_TRIP();"
+# The sites of the last few texts instrumented in this process (they do not depend on `sections`): a grade's build
+# of the emulation, on a thread of its own (build_ahead.py), numbers the very sites the judge's reading of the
+# emulator's reports asks for (sites_of), in the same device side. Sites are frozen: sharing them is safe.
+SITES_KEPT = 8
+_sites: OrderedDict[str, sites_.Sites] = OrderedDict()
+_sites_lock = threading.Lock()
 
 
 class Sections:
@@ -59,8 +68,20 @@ def instrument(source: str, sections: str = "") -> str:
 
 
 def sites_of(source: str) -> sites_.Sites:
-    """The sites the emulator's reports number, as instrument numbers them in the same (device-side) source."""
-    return instrumented(source)[1]
+    """The sites the emulator's reports number, as instrument numbers them in the same (device-side) source: kept
+    from this process's instrumenting of it where there was one."""
+    with _sites_lock:
+        kept = _sites.get(source)
+    return kept if kept is not None else instrumented(source)[1]
+
+
+def _keep(source: str, sites: sites_.Sites) -> sites_.Sites:
+    with _sites_lock:
+        _sites[source] = sites
+        _sites.move_to_end(source)
+        while len(_sites) > SITES_KEPT:
+            _sites.popitem(last=False)
+    return sites
 
 
 def instrumented(source: str, sections: str = "") -> tuple[str, sites_.Sites]:
@@ -81,7 +102,8 @@ def instrumented(source: str, sections: str = "") -> tuple[str, sites_.Sites]:
         data[start:end] = b" " * (end - start)
     tile_loop = next((sites_.tile_loop_of(loop, function) for loop in loops
                       for function in cs.function_definitions(tree.root_node) if cs.contains(function, loop)), None)
-    return cs.insert_text(data.decode("utf-8", "replace"), insertions), sites_.Sites(tuple(found), tile_loop)
+    sites = _keep(source, sites_.Sites(tuple(found), tile_loop))
+    return cs.insert_text(data.decode("utf-8", "replace"), insertions), sites
 
 
 def _tile_loops(root: Node, source: str) -> list[Node]:
