@@ -263,6 +263,24 @@ def harness_report(line: str) -> dict | None:
         return None
 
 
+# The parent's line on a child's control pipe that says its job file is written (spawn.py): every child reads it,
+# and only it, before it reads its job; what it reads there after it are the parent's answers to its requests.
+JOB_READY = b"job\n"
+
+
+def await_job(control_fd: int) -> None:
+    """Block until the parent says the job is ready. Read a byte at a time, so nothing of a later answer is taken
+    from whoever reads the pipe next. A pipe closed first (the grade did not need this child) ends the process."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(control_fd, 1)
+        if not byte:
+            os._exit(0)  # the parent is done with us before there was a job: nothing to say, nothing to clean
+        line += byte
+    if line != JOB_READY:
+        raise ProtocolError(f"expected the job's announcement on the control pipe, got {line[:40]!r}")
+
+
 class Channel:
     """A child's end of its event pipe. Sending checks the event too, so a grader bug fails loudly in tests."""
 
