@@ -204,6 +204,11 @@ class EarlyChildren:
         with self._lock:
             return self._waiting.pop(_key(program, placement), None)
 
+    def pids(self) -> list[int]:
+        """The processes started and still waiting to be taken."""
+        with self._lock:
+            return [spawned.pid for spawned in self._waiting.values()]
+
     def close(self) -> None:
         with self._lock:
             waiting, self._waiting = list(self._waiting.values()), {}
