@@ -83,7 +83,8 @@ def test_the_startup_deadline_does_not_count_the_wait_for_the_job(tmp_path):
 
 
 @needs_cxx
-@pytest.mark.parametrize("name, outcome", [("include_refused", COMPILE_ERROR), ("good_basic", GRADED)])
+@pytest.mark.parametrize("name, outcome", [("include_refused", COMPILE_ERROR), ("good_basic", GRADED)],
+                         ids=["refused", "good_basic"])
 def test_a_cpu_grade_takes_its_early_driver_or_leaves_nothing_behind(config_file, name, outcome):
     """A refused submission never needs the driver started for it: killed and its folder removed at the grade's end;
     a graded one is run by it. Either way no child process and no folder of the grade is left."""
@@ -107,7 +108,8 @@ def test_a_cpu_grade_takes_its_early_driver_or_leaves_nothing_behind(config_file
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("name, outcome", [("include_refused", COMPILE_ERROR), ("good_basic", GRADED)])
+@pytest.mark.parametrize("name, outcome", [("include_refused", COMPILE_ERROR), ("good_basic", GRADED)],
+                         ids=["refused", "good_basic"])
 def test_a_gpu_grade_takes_its_early_children_or_leaves_nothing_behind(config_file, name, outcome):
     """On a GPU: the GPU child and the emulator's driver started before the static check; a refused submission kills
     both unused, good_basic is graded by them in full. No child process, no folder of the grade is left."""
