@@ -125,6 +125,8 @@ class Child:
             yield from self._read(child.proc, child.events_fd)
         finally:
             child.close()  # the process group killed (stragglers the child left behind reaped), its pipes closed
+            output = self.output()  # whole once the child is gone; read before an early child's folder goes
+            child.discard()
             if self.ahead is not None:
                 self.ahead.cancel()  # the child ended before it reported its toolchain
             if self.emulator_ahead is not None:
@@ -134,7 +136,7 @@ class Child:
         if self.held_s:
             yield {"event": "turns_held", "held_s": {kind: round(s, 4) for kind, s in self.held_s.items()}}
         # With where the child's time went (phases.py), the parent's figure like its turns.
-        yield {"event": "output", "text": self.output(), "phases": self.timeline.close()}
+        yield {"event": "output", "text": output, "phases": self.timeline.close()}
 
     def _started(self) -> Spawned:
         """The child started early for this run, or started now, in a folder of its own in the job's."""

@@ -137,13 +137,18 @@ class Spawned:
             pass  # it died as it started: its event pipe's end says so
 
     def close(self) -> None:
-        """The child's process group killed (a child that ended is reaped), the pipes closed, its own folder gone."""
+        """The child's process group killed (a child that ended is reaped) and the pipes closed; its log and folder
+        stay, to be read."""
         if self.closed:
             return
         self.closed = True
         kill_group(self.proc)
         for descriptor in (self.events_fd, self.control_fd):
             os.close(descriptor)
+
+    def discard(self) -> None:
+        """Closed, and the folder made for it alone removed, its log with it (the job's folder is its run's)."""
+        self.close()
         if self.owned is not None:
             shutil.rmtree(self.owned, ignore_errors=True)
 
@@ -213,7 +218,7 @@ class EarlyChildren:
         with self._lock:
             waiting, self._waiting = list(self._waiting.values()), {}
         for spawned in waiting:
-            spawned.close()
+            spawned.discard()
 
     def __enter__(self) -> EarlyChildren:
         return self
