@@ -59,7 +59,7 @@ def test_a_started_driver_waits_for_its_job_and_is_gone_with_its_folder_when_not
     assert alive(pid) and not ready, "it neither ended nor said anything before it was handed a job"
     assert os.listdir(started.workdir) == []  # no job file, nothing of a submission: nothing to run yet
     assert len(grade_folders() - folders) == 1  # its own, named for this process: a kill -9 leaves it to leftovers
-    started.close()
+    started.discard()
     wait_until_gone([pid])
     assert grade_folders() == folders and not grader_children()
 

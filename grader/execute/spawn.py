@@ -156,7 +156,7 @@ class Spawned:
 def spawn(program: ChildProgram, environment: dict[str, str], folder: Path, cases: Iterable, cache_dir: str,
           owned: Path | None = None) -> Spawned:
     """Start `program` in a new folder of its own under `folder` (its log beside it), passed the descriptors of the
-    cases' stored inputs; it waits for its job. `owned`: a folder the child's close removes."""
+    cases' stored inputs; it waits for its job. `owned`: a folder made for it alone, which `discard` removes."""
     workdir = folder / f"child-{time.monotonic_ns()}"
     workdir.mkdir()
     log_path = folder / f"{workdir.name}.log"
