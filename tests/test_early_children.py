@@ -108,6 +108,7 @@ def test_a_cpu_grade_takes_its_early_driver_or_leaves_nothing_behind(config_file
 
 @pytest.mark.gpu
 @needs_gpu
+@needs_cxx
 @pytest.mark.parametrize("name, outcome", [("include_refused", COMPILE_ERROR), ("good_basic", GRADED)],
                          ids=["refused", "good_basic"])
 def test_a_gpu_grade_takes_its_early_children_or_leaves_nothing_behind(config_file, name, outcome):
@@ -125,6 +126,8 @@ def test_a_gpu_grade_takes_its_early_children_or_leaves_nothing_behind(config_fi
     if outcome == GRADED:
         assert result.score == result.max_score, [(c.name, c.message) for c in result.checks if not c.passed]
         assert result.phases.get("child_start", 0) > 0 and "sandbox" not in result.phases  # the early child ran it
+        emulator = next(c for c in result.checks if c.kind == COMPILE).metrics["emulator_phases"]
+        assert "cases" in emulator and "sandbox" not in emulator  # and the early driver the emulator's cases
     else:
         assert REFUSED_TO_READ in next(c for c in result.checks if c.kind == COMPILE).message
     wait_until_gone(pids)
