@@ -525,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     from .execute.early import start_early
 
     early = start_early(config, cases, plan)  # the first grade's children: they start while the pipeline imports
-    phases.mark("child_spawn")
+    if early.pids():  # --no-run starts nothing
+        phases.mark("child_spawn")
     with early:  # closed here too where no grade took them (no such path, an interruption)
         return grade_paths(args, config, cases, plan, phases, console, errors, early)
 

@@ -37,7 +37,8 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan,
     phases = Phases(started)
     if early is None:
         early = start_early(config, cases, plan)  # their start overlaps the static check
-        phases.mark("child_spawn")
+        if early.pids():  # a grade that runs nothing starts nothing
+            phases.mark("child_spawn")
     with early:  # what no run took (a refusal, an error, an interruption) is killed and removed at the end
         return _grade_timed(path, config, cases, replace(plan, early=early), phases, started)
 

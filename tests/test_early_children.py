@@ -149,8 +149,12 @@ def test_a_grade_starts_its_own_children_when_the_command_did_not(config_file, m
     assert not grader_children()
 
 
-def test_nothing_is_started_for_a_grade_that_runs_nothing(config_file):
+def test_a_grade_that_runs_nothing_starts_nothing(config_file):
+    """--no-run (no engine): no child, no folder, no early start told among the phases."""
     config = load_config(config_file)
+    cases, plan = load_cases(config.testcases_dir), RunPlan(None, "not run: --no-run")
     folders = grade_folders()
-    with start_early(config, load_cases(config.testcases_dir), RunPlan(None, "not run: --no-run")) as early:
+    with start_early(config, cases, plan) as early:
         assert early.pids() == [] and grade_folders() == folders
+    result = grade(SUBMISSIONS / "good_basic", config, cases, plan)
+    assert "child_spawn" not in result.phases and not grader_children()
