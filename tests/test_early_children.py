@@ -158,3 +158,22 @@ def test_a_grade_that_runs_nothing_starts_nothing(config_file):
         assert early.pids() == [] and grade_folders() == folders
     result = grade(SUBMISSIONS / "good_basic", config, cases, plan)
     assert "child_spawn" not in result.phases and not grader_children()
+
+
+def test_a_sandboxed_child_reads_the_job_written_after_its_start_whatever_the_umask(sandbox):
+    """The job is written once the child runs, as the sandbox's uid where the grader is root: not the file's owner,
+    it must still read it under the tightest umask."""
+    body = 'send_case(job["cases"][0]["name"])\nsend("done")\n'
+    program = ChildProgram((sys.executable, "-c", CHILD_PRELUDE + body), sandbox)
+    with EarlyChildren() as early:
+        early.start(program, Placement(), [], "")  # in a folder of its own, which the uid may enter
+        started = early.take(program, Placement())
+        folder = started.workdir.parent
+        before = os.umask(0o077)
+        try:
+            events = list(run_job(make_job(folder, ("one",)), Limits(startup_s=60, compile_s=60, run_s=60,
+                                                                      max_restarts=0), lambda: 0, program,
+                                  started=started))
+        finally:
+            os.umask(before)
+    assert [event["event"] for event in events] == ["case", "done", "output"], events

@@ -131,6 +131,9 @@ class Spawned:
     def hand(self, job: Job) -> None:
         """The job written where the child reads it, then announced; the child reads nothing of it before."""
         job.save(self.workdir / JOB_FILE)
+        # Readable whatever the umask: the child may run as the sandbox's uid, which the file written after its start
+        # does not belong to (its folder, the uid's alone, keeps everyone else out)
+        (self.workdir / JOB_FILE).chmod(0o644)
         try:
             os.write(self.control_fd, JOB_READY)
         except BrokenPipeError:
