@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         return prepare_cache(config, cases, plan, console, errors)
     from .execute.early import start_early
 
-    early = start_early(config, cases, plan)  # the first grade's children: they start while the pipeline imports
+    early = start_early(config, cases, plan)  # the first grade's: they start as the rest is imported and checked
     if early.pids():  # --no-run starts nothing
         phases.mark("child_spawn")
     with early:  # closed here too where no grade took them (no such path, an interruption)
