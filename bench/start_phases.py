@@ -5,9 +5,11 @@ Usage: python3 bench/start_phases.py [--rounds N] [--backend cpu|gpu] [--before 
 (default: good_basic, 7 rounds, --backend cpu). --before TREE grades with the grader in TREE (an earlier checkout)
 right before each grade here, so both see the same load. A first grade per tree warms the caches (not reported).
 Prints, per tree, the median and the best of the rounds: "start" (interpreter and imports, until main() runs),
-"to child" (start, configuration, sandbox, static check: the parent's time before its child is started),
-"child start", "assembly" (job set-up and result assembly: the grade's "grading_other"), "parent cpu" (the grading process's
-own CPU seconds, all its threads, no child's: on a loaded machine steadier than its walls) and the grade's wall.
+"to child" (the parent's time before its child is started: start, configuration, sandbox, and the static check
+where the child is started after it; with the children started early, the phases before "child_spawn"), "child start"
+(what the grade still waits for of the child's start once its job is ready), "assembly" (job set-up and result
+assembly: the grade's "grading_other"), "parent cpu" (the grading process's own CPU seconds, all its threads, no
+child's: on a loaded machine steadier than its walls) and the grade's wall.
 """
 from __future__ import annotations
 
@@ -42,9 +44,18 @@ def timed_grade(tree: Path, submission: Path, config: Path, out: Path, backend: 
     wall = time.perf_counter() - started
     phases = json.loads((out / f"{submission.name}.json").read_text())["phases"]
     own = [line for line in finished.stderr.splitlines() if line.startswith("own cpu: ")]
-    return {"start": phases.get("start", 0.0), "to child": sum(phases.get(name, 0.0) for name in BEFORE_CHILD),
+    return {"start": phases.get("start", 0.0), "to child": sum(seconds for _, seconds in before_child(phases)),
             "child start": phases.get("child_start", 0.0), "assembly": phases.get("grading_other", 0.0),
             "parent cpu": float(own[-1].split()[-1]), "wall": wall}
+
+
+def before_child(phases: dict[str, float]) -> list[tuple[str, float]]:
+    """The phases before the child is started: those before the early start (child_spawn, in the order the JSON
+    keeps them) where there is one, else BEFORE_CHILD (a tree that starts its child once the job is ready)."""
+    if "child_spawn" not in phases:
+        return [(name, phases.get(name, 0.0)) for name in BEFORE_CHILD]
+    names = list(phases)
+    return [(name, phases[name]) for name in names[:names.index("child_spawn")]]
 
 
 def main() -> None:

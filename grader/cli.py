@@ -530,7 +530,13 @@ def main(argv: list[str] | None = None) -> int:
         return reproduce(args, config, cases, plan, console, errors)
     if args.command == "prepare":
         return prepare_cache(config, cases, plan, console, errors)
-    return grade_paths(args, config, cases, plan, phases, console, errors)
+    from .execute.early import start_early
+
+    early = start_early(config, cases, plan)  # the first grade's: they start as the rest is imported and checked
+    if early.pids():  # --no-run starts nothing
+        phases.mark("child_spawn")
+    with early:  # closed here too where no grade took them (no such path, an interruption)
+        return grade_paths(args, config, cases, plan, phases, console, errors, early)
 
 
 def prepare_cache(config, cases, plan, console: Console, errors: Console) -> int:
@@ -552,8 +558,9 @@ def prepare_cache(config, cases, plan, console: Console, errors: Console) -> int
     return EXIT_OK if all(ok for ok, _ in made) else EXIT_BELOW_THRESHOLD
 
 
-def grade_paths(args, config, cases, plan, phases: Phases, console: Console, errors: Console) -> int:
-    """`grade PATH ...`: each graded, its files written, its result printed (and with --phases its time)."""
+def grade_paths(args, config, cases, plan, phases: Phases, console: Console, errors: Console, early=None) -> int:
+    """`grade PATH ...`: each graded, its files written, its result printed (and with --phases its time).
+    `early`: the children started for the first grade (execute/early.py); each later one starts its own."""
     from .intake.intake import looks_like_a_class
     from .intake.submission import at_the_door, locate
     from .pipeline import grade, not_graded
@@ -581,7 +588,8 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
             code = EXIT_NOT_GRADED
             continue
         try:
-            result = grade(door.kernel, config, cases, plan)  # the file choose_kernel()'s rule took
+            result = grade(door.kernel, config, cases, plan, early)  # the file choose_kernel()'s rule took
+            early = None
             result.submission = locate(path)[0]
             result.intake_notes += door.notes
         except KeyboardInterrupt:

@@ -15,9 +15,12 @@ DESCRIBED = {
     "start": "parent start: interpreter and imports",
     "config": "configuration and cases read",
     "sandbox": "sandbox set-up: detection, probe, reachable copies",
+    # The children start before their jobs exist and wait for them (execute/spawn.py): their own start runs on
+    # while the parent goes on, and only what is left of it when the job is handed over is child_start's.
+    "child_spawn": "children started early, before the job: their folders, sandbox set-up, spawn",
     "static": "submission read, static check, declaration checks",
     "nvcc_check": "nvcc compile check (no GPU run)",
-    "child_start": "child start: interpreter, imports, CUDA init, toolchain",
+    "child_start": "child start still waited for once the job is ready: interpreter, imports, CUDA init, toolchain",
     "compile": "compile student and reference (GPU: CUDA context made meanwhile)",
     "cases": "cases: inputs, memory, launches, outputs read",
     "turn_wait": "waiting for a turn on the device",

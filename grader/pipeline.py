@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from .cases import Case
 from .config import Config
+from .execute.early import start_early
 from .execute.runner import Placement
+from .execute.spawn import EarlyChildren
 from .intake.submission import Submission, SubmissionError, read_submission
 from .on_cpu import CPU_NOTE, compile_only, grade_on_cpu, needs_gpu_checks  # noqa: F401  (CPU_NOTE: the commands say it)
 from .phases import Phases
@@ -26,10 +29,22 @@ from .source.before_compile import barrier_cost, drop_unneeded_headers, refusal_
 from .source.static_check import find_kernels, static_checks
 
 
-def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan) -> SubmissionResult:
-    """One submission graded: never an exception, a grader bug costs this submission alone (a grader error)."""
+def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan,
+          early: EarlyChildren | None = None) -> SubmissionResult:
+    """One submission graded: never an exception, a grader bug costs this submission alone (a grader error).
+    `early`: its children, started already by the command (execute/early.py); else started here, first."""
     started = time.perf_counter()
     phases = Phases(started)
+    if early is None:
+        early = start_early(config, cases, plan)  # their start overlaps the static check
+        if early.pids():  # a grade that runs nothing starts nothing
+            phases.mark("child_spawn")
+    with early:  # what no run took (a refusal, an error, an interruption) is killed and removed at the end
+        return _grade_timed(path, config, cases, replace(plan, early=early), phases, started)
+
+
+def _grade_timed(path: Path, config: Config, cases: list[Case], plan: RunPlan, phases: Phases,
+                 started: float) -> SubmissionResult:
     if plan.backend == GPU:  # where no child has reported this GPU's toolchain yet, the parent learns it meanwhile
         from .execute.nvcc import cubin_cache
 

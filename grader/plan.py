@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from .config import Config
 from .execute.confine.sandbox import Sandbox, detect
 from .execute.gpu.device_lock import DeviceLock
-from .execute.runner import Placement
+from .execute.spawn import EarlyChildren, Placement
 from .result import Provenance
 
 GPU, CPU = "gpu", "cpu"
@@ -38,6 +38,9 @@ class RunPlan:
     # by the batch's workers on the host they grade on, not again in each student's process (nvcc --version, the
     # grader's code hashed); None: the grade makes it.
     provenance: Provenance | None = None
+    # The children this grade's runs take, started before their jobs were ready (execute/early.py); set by the
+    # grade for itself alone, never shared between grades.
+    early: EarlyChildren | None = None
 
 
 @functools.cache

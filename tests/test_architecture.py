@@ -89,7 +89,8 @@ def test_the_import_graph_is_read_whole():
     stages = {"grader.pipeline", "grader.classroom.batch", "grader.execute.runner", "grader.report.junit_report"}
     assert stages <= set(MODULES)
     assert "grader.execute.runner" in IMPORTS["grader.pipeline"]
-    assert "grader.execute.confine.sandbox" in IMPORTS["grader.execute.runner"]
+    assert "grader.execute.spawn" in IMPORTS["grader.execute.runner"]
+    assert "grader.execute.confine.sandbox" in IMPORTS["grader.execute.spawn"]
 
 
 def test_no_module_imports_itself_back_through_others():

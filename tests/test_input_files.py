@@ -21,7 +21,8 @@ from hardware import needs_cxx, needs_gpu
 from grader.cases import load_cases
 from grader.contract import KernelContract
 from grader.execute.job import CaseSpec, Job
-from grader.execute.runner import ChildProgram, Limits, inputs_for_child, run_job
+from grader.execute.runner import Limits, run_job
+from grader.execute.spawn import ChildProgram, inputs_for_child, with_inputs
 from grader.judge.input_files import child_inputs, stored_inputs
 from grader.judge.input_records import data_path, for_child, opened_for_child, record_path, recorded
 from grader.judge.inputs import make_inputs
@@ -113,8 +114,9 @@ def test_a_changed_generator_never_reads_an_older_file(tmp_path, monkeypatch):
 
 def test_a_childs_job_names_a_descriptor_of_the_stored_file_never_its_path(tmp_path):
     stored_inputs(*SHAPE, tmp_path)
-    named, descriptors = inputs_for_child([CaseSpec("stored", *SHAPE), CaseSpec("not_stored", 5, 6, 7, 1, "uniform")],
-                                          str(tmp_path))
+    specs = [CaseSpec("stored", *SHAPE), CaseSpec("not_stored", 5, 6, 7, 1, "uniform")]
+    opened, descriptors = inputs_for_child(specs, str(tmp_path))
+    named = with_inputs(specs, opened)
     try:
         assert named[1].inputs is None and len(descriptors) == 1  # the other case's child generates it
         assert "path" not in named[0].inputs and str(tmp_path) not in json.dumps(named[0].inputs)
@@ -130,7 +132,9 @@ def test_a_childs_job_names_a_descriptor_of_the_stored_file_never_its_path(tmp_p
 SANDBOXED_CHILD = """
 import hashlib, json, os, sys
 from grader.execute.job import Job
+from grader.execute.protocol import await_job
 from grader.judge.input_files import child_inputs
+await_job(int(sys.argv[3]))
 job, events = Job.load(sys.argv[1], forget=True), int(sys.argv[2])
 spec = job.cases[0]
 tried = {}

@@ -16,7 +16,7 @@ from grader.execute.nvcc.compile import nvcc_path
 from grader.phases import DESCRIBED, Phases
 
 # What a CPU-emulated grade goes through, each told on its own line; and what a GPU grade adds.
-CPU_PHASES = ("start", "config", "sandbox", "static", "child_start", "compile", "cases", "judge")
+CPU_PHASES = ("start", "config", "sandbox", "child_spawn", "static", "child_start", "compile", "cases", "judge")
 GPU_PHASES = (*CPU_PHASES, "timing")
 
 

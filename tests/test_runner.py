@@ -17,8 +17,10 @@ from grader.execute.runner import ChildProgram, Limits, run_job
 
 CHILD_PRELUDE = """
 import json, os, sys, time, subprocess
-job = json.load(open(sys.argv[1]))
+from grader.execute.protocol import await_job
 fd, control = int(sys.argv[2]), int(sys.argv[3])
+await_job(control)  # as the grader's children do: the job file is written once the parent says so
+job = json.load(open(sys.argv[1]))
 def send(event, **fields):
     os.write(fd, (json.dumps({"event": event, **fields}) + "\\n").encode())
 def send_case(name):

@@ -66,7 +66,9 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
                         run_s=config.timeouts.run_s, max_restarts=config.timeouts.max_restarts,
                         case_s=config.timeouts.gpu_hang_s if backend == GPU else None)
         program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
-        events = run_job(job, limits, lambda: run.timing_turn(), program, placement_of(plan, config), built_ahead,
+        placement = placement_of(plan, config)
+        started = plan.early.take(program, placement) if plan.early is not None else None  # waiting for this job
+        events = run_job(job, limits, lambda: run.timing_turn(), program, placement, built_ahead, started,
                          gpu_hangs if backend == CPU else None)
         _imported_meanwhile(backend == GPU)
         first = next(events)  # the child has started meanwhile, and the judge's import with it (warming.py)

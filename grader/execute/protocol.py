@@ -263,8 +263,26 @@ def harness_report(line: str) -> dict | None:
         return None
 
 
-# The parent's lines on a child's control pipe are short words answering the child's requests in order ("go",
-# "go N", "skip", "ready"). One kind comes unasked, to the CPU emulator's driver beside a GPU run: a case the GPU
+# The parent's line on a child's control pipe that says its job file is written (spawn.py): every child reads it,
+# and only it, before it reads its job; what it reads there after it are the parent's answers to its requests.
+JOB_READY = b"job\n"
+
+
+def await_job(control_fd: int) -> None:
+    """Block until the parent says the job is ready. Read a byte at a time, so nothing of a later answer is taken
+    from whoever reads the pipe next. A pipe closed first (the grade did not need this child) ends the process."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(control_fd, 1)
+        if not byte:
+            os._exit(0)  # the parent is done with us before there was a job: nothing to say, nothing to clean
+        line += byte
+    if line != JOB_READY:
+        raise ProtocolError(f"expected the job's announcement on the control pipe, got {line[:40]!r}")
+
+
+# After it, the parent's lines on a child's control pipe are short words answering the child's requests in order
+# ("go", "go N", "skip", "ready"). One kind comes unasked, to the CPU emulator's driver beside a GPU run: a case the GPU
 # hung in and the seconds it had there (hang_notices.py), as GPU_HUNG and a JSON object.
 GPU_HUNG = "gpu_hung"
 

@@ -1,8 +1,9 @@
 """Runs a job in child processes and yields their events; never runs submission code itself.
 
 The one entry for running a submission: `run_job(job, limits, timing_turn, program, placement)`. Each
-child is spawned fresh (never forked), in the sandbox its `ChildProgram` names, in its own process group,
-and killed as a group when the current phase outlives its deadline. A deadline counts the child's own
+child is spawned fresh (never forked), in the sandbox its `ChildProgram` names, in its own process group
+(spawn.py: the first may have been started before its job, by the grade), handed its job, and killed as a
+group when the current phase outlives its deadline. A deadline counts the child's own
 work: a child asks for its turn on the device (`await_device` for its cases, `await_timing` for a
 measurement; either has the device alone, until the child asks again, reports its measurement or ends)
 and the wait for it, like a wait for a CPU (deadline.py), is never its time. Every line it sends is
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +22,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..judge.input_records import for_child, opened_for_child, recorded
 from .confine import bytecode, reachable
 from .confine.deadline import Deadline
 from .confine.proc import (
@@ -32,48 +31,22 @@ from .confine.proc import (
     cap,
     kill_group,
     own_priority,
-    set_session_priority,
     set_tree_priority,
 )
-from .confine.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
 from .cpu.build_ahead import BuildAhead
 from .event_pipe import TimedOut, read_events
 from .gpu.clocks import ClockWatch
-from .gpu.device_lock import DeviceLock, Turn
+from .gpu.device_lock import Turn
 from .hang_notices import GpuHangs
-from .job import CaseSpec, Job
+from .job import Job
 from .nvcc import cubin_cache
 from .nvcc.compile_ahead import CompilesAhead
 from .protocol import ProtocolError, gpu_hung_line
+from .spawn import ChildProgram, Placement, Spawned, spawn, with_inputs
 
 # Events after which the child is gone; in a case, the remaining cases go to a fresh child.
 BROKEN = ("fault", "timeout", "crash", "protocol_error")
 LOG_FILE_BYTES = 1 << 20  # of a child's stdout and stderr, what the parent reads back
-# Cases whose stored inputs a child is passed as descriptors; the rest it generates. Far within both processes'
-# open-file limits (the GPU child's is 1024) for a config of many cases; the shipped one has 21.
-MAX_INPUT_DESCRIPTORS = 256
-
-
-@dataclass(frozen=True)
-class ChildProgram:
-    """What runs as the child: argv (job file and fds are appended) and the sandbox it runs in. Without a
-    sandbox the program must be the grader's own code, confining whatever student code it starts."""
-
-    argv: tuple[str, ...]
-    sandbox: Sandbox | None = None
-    gpu: bool = False
-    emulator: bool = False  # the CPU emulator's driver: the parent builds the emulation ahead as it starts
-
-    @classmethod
-    def gpu_child(cls, sandbox: Sandbox) -> ChildProgram:
-        return cls((sys.executable, "-m", "grader.execute.gpu.child"), sandbox, gpu=True)
-
-    @classmethod
-    def cpu_driver(cls) -> ChildProgram:
-        return cls((sys.executable, "-m", "grader.execute.cpu"), emulator=True)
-
-    def confinement(self, workdir: Path) -> Confinement:
-        return Confinement(workdir, GPU_LIMITS, python=True, cuda=True, gpu=self.gpu)
 
 
 @dataclass
@@ -91,32 +64,9 @@ class Limits:
         return limits.get(phase, self.run_s)
 
 
-@dataclass
-class Placement:
-    """Where a child runs: which GPU it sees, and the lock that gives out turns on it (device_lock.py)."""
-
-    gpu: int | None = None
-    lock: DeviceLock | None = None
-
-    def environment(self) -> dict[str, str]:
-        """What a child started here adds to its allow-listed environment: the one GPU it may see, and one
-        hardware queue for its context (a child uses one stream). Making a context's default eight is
-        work the driver does one process at a time: on an H100, 16 processes side by side started and
-        ended 5.3 CUDA programs a second with eight, 14.1 with one (bench/sanitizer_cost.py)."""
-        visible = {} if self.gpu is None else {"CUDA_VISIBLE_DEVICES": str(self.gpu)}
-        return {**visible, "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-
-    def gpu_name(self) -> str:
-        """The GPU a child started here sees, as the toolchain hint names it: this placement's, or the first
-        visible."""
-        if self.gpu is not None:
-            return str(self.gpu)
-        return os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
-
-
 def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
             placement: Placement | None = None, built_ahead: BuildAhead | None = None,
-            gpu_hangs: GpuHangs | None = None) -> Iterator[dict]:
+            started: Spawned | None = None, gpu_hangs: GpuHangs | None = None) -> Iterator[dict]:
     """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'protocol_error',
     'restart', 'turn' (a turn on the device was given, after waiting so long), 'turns_held' (how long the
     child held the device, per kind of turn) and 'output' (each child's captured stdout and stderr, after
@@ -125,13 +75,15 @@ def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: C
     A child that finished its cases asks whether to time, and again after each measurement;
     `timing_turn()` answers with the repetitions to run (0: no more timing), after every earlier event
     has been consumed. `built_ahead`: the CPU driver's emulation, its build started by the caller already (the
-    first child's; otherwise each CPU driver's is started as it is spawned). `gpu_hangs`: beside a GPU run, the
-    cases it hung in, told to each child as they come (hang_notices.py).
+    first child's; otherwise each CPU driver's is started as it is spawned). `started`: the first child, started
+    already and waiting for its job (EarlyChildren); the rest are started as they are needed. `gpu_hangs`: beside a GPU
+    run, the cases it hung in, told to each child as they come (hang_notices.py).
     """
     restarts, placement = 0, placement or Placement()
     while True:
         broken = None
-        child, built_ahead = Child(job, limits, timing_turn, program, placement, built_ahead, gpu_hangs), None
+        child = Child(job, limits, timing_turn, program, placement, built_ahead, started, gpu_hangs)
+        built_ahead = started = None
         for event in child.events():
             if event["event"] in BROKEN:
                 broken = event
@@ -146,26 +98,13 @@ def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: C
         yield {"event": "restart", "after": broken["case"], "restarts": restarts}
 
 
-def inputs_for_child(cases: list[CaseSpec], cache_dir: str) -> tuple[list[CaseSpec], list[int]]:
-    """The cases as the child's job names them: each A and B stored in the cache (judge/input_records.py) as a
-    read-only descriptor the child maps, never the cache's path; and those descriptors, to pass. A case whose file
-    is missing or not the recorded one goes without: its child generates them."""
-    named, descriptors = [], []
-    for spec in cases:
-        wanted = cache_dir and len(descriptors) < MAX_INPUT_DESCRIPTORS
-        record = recorded(spec.m, spec.n, spec.k, spec.seed, spec.distribution, cache_dir) if wanted else None
-        descriptor = opened_for_child(record) if record else None
-        if descriptor is not None:
-            descriptors.append(descriptor)
-        named.append(replace(spec, inputs=None if descriptor is None else for_child(record, descriptor)))
-    return named, descriptors
-
-
 class Child:
     def __init__(self, job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
-                 placement: Placement, built_ahead: BuildAhead | None = None, gpu_hangs: GpuHangs | None = None):
+                 placement: Placement, built_ahead: BuildAhead | None = None, started: Spawned | None = None,
+                 gpu_hangs: GpuHangs | None = None):
         self.job, self.limits, self.timing_turn, self.placement = job, limits, timing_turn, placement
         self.program = program
+        self.started = started  # the process, started before its job was ready (EarlyChildren), or None
         self.turn: Turn | None = None
         self.raised = False  # whether the turn held raised the child's priority (TURN_NICE)
         self.pid: int | None = None  # the child's process (its sandbox's outermost one), once started
@@ -174,64 +113,30 @@ class Child:
         self.clocks_opening: Future | None = None  # NVML opened while the cases run (open_clocks_early)
         self.pci_bus_id = ""
         self.timeline = Timeline()  # where this child's time went, on the parent's clock (phases.py)
-        # The child's own folder, the only one it can write; its log stays with the parent.
-        self.workdir = Path(job.workdir, f"child-{time.monotonic_ns()}")
-        self.log_path = Path(job.workdir, f"{self.workdir.name}.log")
-        self.cubins = cubin_cache.Exchange(job, self.workdir)
         self.ahead: CompilesAhead | None = None  # the parent's own builds of the cubins the cache lacks
         self.built_ahead: set[str] = set()  # the keys of those it kept
         self.emulator_ahead = built_ahead  # the parent's build of the emulation, for the CPU driver
         self.gpu_hangs = gpu_hangs
 
     def events(self) -> Iterator[dict]:
-        self.workdir.mkdir()
-        job_file = self.workdir / "job.json"
-        # The child sees its own folder only; the compile cache stays with the parent (cubin_cache).
-        cache_dir = "" if self.program.sandbox is not None else self.job.cache_dir
-        hint = cubin_cache.hint(self.job.cache_dir, self.placement.gpu_name()) if self.program.gpu else []
-        if hint:
-            self.cubins.offer(*hint)  # what was compiled before is in place before the child starts
-            if self.program.sandbox is not None:
-                self.ahead = CompilesAhead.start(self.cubins, hint, self.program.sandbox, self.limits.compile_s,
-                                                 Path(self.job.workdir))
-        cases, inputs = inputs_for_child(self.job.cases, self.job.cache_dir)
-        replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint, cases=cases,
-                parent_compiles=self.ahead is not None, case_s=self.limits.for_phase("case"),
-                max_restarts=self.limits.max_restarts).save(job_file)
-        if self.program.emulator and self.emulator_ahead is None:  # begun before the driver's interpreter is up
-            self.emulator_ahead = BuildAhead.start(self.job, self.limits.compile_s, Path(self.job.workdir))
-        read_fd, write_fd = os.pipe()
-        control_read, self.control_fd = os.pipe()
-        argv = [*self.program.argv, str(job_file), str(write_fd), str(control_read)]
-        options = dict(pass_fds=(write_fd, control_read, *inputs), stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                       env=child_environment(str(self.workdir), self.placement.environment()))
-        self.timeline.enter("sandbox")  # the confinement's set-up: reachable copies, the command line
+        child = self._started()
+        # Its own folder, the only one it can write; its log stays with the parent.
+        self.workdir, self.log_path = child.workdir, child.log_path
+        self.cubins = cubin_cache.Exchange(self.job, self.workdir)
+        self.pid, self.tree, self.control_fd = child.pid, ProcessTree(child.pid), child.control_fd
+        stop_telling = None
         try:
-            with open(self.log_path, "wb") as log:
-                if self.program.sandbox is not None:
-                    confinement = self.program.confinement(self.workdir)
-                    proc = self.program.sandbox.popen(argv, confinement, stdout=log, **options)
-                else:
-                    proc = subprocess.Popen(argv, stdout=log, start_new_session=True, cwd=self.workdir, **options)
-        finally:
-            for descriptor in inputs:
-                os.close(descriptor)  # the child's now
-        self.pid, self.tree = proc.pid, ProcessTree(proc.pid)
-        if self.program.gpu and self.job.cache_dir:
-            bytecode.ensure_soon(reachable.child_distributions, Path(self.job.cache_dir))
-        self.timeline.enter("child_start")
-        set_session_priority(self.pid, BACKGROUND_NICE)  # until it holds a turn: start-up, nvcc, waiting
-        os.close(write_fd)
-        os.close(control_read)
-        stop_telling = self.gpu_hangs.listen(self._tell_hung) if self.gpu_hangs is not None else None
-        try:
-            yield from self._read(proc, read_fd)
+            self._hand_job(child)
+            # Told after the job's announcement, which the child reads first (protocol.await_job)
+            stop_telling = self.gpu_hangs.listen(self._tell_hung) if self.gpu_hangs is not None else None
+            self.timeline.enter("child_start")  # what is left of its start, the part the grade waits for
+            yield from self._read(child.proc, child.events_fd)
         finally:
             if stop_telling is not None:
                 stop_telling()  # before the pipe closes: no notice is written to a closed (or reused) descriptor
-            os.close(read_fd)
-            os.close(self.control_fd)
-            kill_group(proc)  # also reaps stragglers the child left behind
+            child.close()  # the process group killed (stragglers the child left behind reaped), its pipes closed
+            output = self.output()  # whole once the child is gone; read before an early child's folder goes
+            child.discard()
             if self.ahead is not None:
                 self.ahead.cancel()  # the child ended before it reported its toolchain
             if self.emulator_ahead is not None:
@@ -241,15 +146,42 @@ class Child:
         if self.held_s:
             yield {"event": "turns_held", "held_s": {kind: round(s, 4) for kind, s in self.held_s.items()}}
         # With where the child's time went (phases.py), the parent's figure like its turns.
-        yield {"event": "output", "text": self.output(), "phases": self.timeline.close()}
+        yield {"event": "output", "text": output, "phases": self.timeline.close()}
+
+    def _started(self) -> Spawned:
+        """The child started early for this run, or started now, in a folder of its own in the job's."""
+        if self.started is not None:
+            return self.started
+        self.timeline.enter("sandbox")  # the confinement's set-up: reachable copies, the command line
+        return spawn(self.program, self.placement.environment(), Path(self.job.workdir), self.job.cases,
+                     self.job.cache_dir)
+
+    def _hand_job(self, child: Spawned) -> None:
+        """What the parent puts in place for the child (the cubins cached on the hint, its builds ahead), then the
+        job, which the child has waited for: its startup deadline begins as it is handed over."""
+        # The child sees its own folder only; the compile cache stays with the parent (cubin_cache).
+        cache_dir = "" if self.program.sandbox is not None else self.job.cache_dir
+        hint = cubin_cache.hint(self.job.cache_dir, self.placement.gpu_name()) if self.program.gpu else []
+        if hint:
+            self.cubins.offer(*hint)  # what was compiled before is in place before the child reads its job
+            if self.program.sandbox is not None:
+                self.ahead = CompilesAhead.start(self.cubins, hint, self.program.sandbox, self.limits.compile_s,
+                                                 Path(self.job.workdir))
+        if self.program.emulator and self.emulator_ahead is None:  # begun before the driver reads its job
+            self.emulator_ahead = BuildAhead.start(self.job, self.limits.compile_s, Path(self.job.workdir))
+        if self.program.gpu and self.job.cache_dir:
+            bytecode.ensure_soon(reachable.child_distributions, Path(self.job.cache_dir))
+        child.hand(replace(self.job, workdir=str(self.workdir), cache_dir=cache_dir, toolchain_hint=hint,
+                           cases=with_inputs(self.job.cases, child.inputs), parent_compiles=self.ahead is not None,
+                           case_s=self.limits.for_phase("case"), max_restarts=self.limits.max_restarts))
 
     def _read(self, proc: subprocess.Popen, read_fd: int) -> Iterator[dict]:
-        phase, case, spawned = "startup", None, time.monotonic()
+        phase, case, handed = "startup", None, time.monotonic()
         deadline = Deadline(proc.pid, self.limits.for_phase(phase), beside=self._building_for_it)
         finished = False
         try:
             for event in read_events(read_fd, deadline):
-                event["elapsed_s"] = round(time.monotonic() - spawned, 3)  # for the instructor's figures
+                event["elapsed_s"] = round(time.monotonic() - handed, 3)  # for the instructor's figures
                 self.timeline.saw(event)
                 if event["event"] == "phase":
                     phase, case = event["phase"], event.get("case")

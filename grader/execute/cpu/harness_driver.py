@@ -1,7 +1,8 @@
 """The CPU child: builds the emulation of one submission and runs every case under two thread orders.
 
 Runs as `python -m grader.execute.cpu JOB_FILE EVENT_FD CONTROL_FD` (__main__.py), with the same events
-as the GPU child. It is the grader's own code and runs unconfined; everything that runs student code
+as the GPU child, and like it reads JOB_FILE once the parent says on CONTROL_FD that it is written. It is the
+grader's own code and runs unconfined; everything that runs student code
 (g++ on their source, the harness with their kernel linked in, static initializers included) runs in the
 job's sandbox: the harness as one server for every case, which forks a worker per task (server.py), each
 case's files in a folder named by its index (a hidden case's name never reaches student code). What the
@@ -48,7 +49,7 @@ from ...judge.input_records import CACHED, GENERATED
 from ..confine.proc import die_with_parent
 from ..confine.sandbox import HARNESS_LIMITS, Sandbox, SandboxFailed
 from ..job import Job
-from ..protocol import Channel, gpu_hung_notice, harness_report
+from ..protocol import Channel, await_job, gpu_hung_notice, harness_report
 from .access_profile import access_records, profile_size
 from .build import Build, build, compiler, compiler_version
 from .schedule import Schedule
@@ -64,6 +65,7 @@ CASE_FILES = f"{__package__}.case_files"  # numpy's import is most of it: made w
 def main(argv: list[str]) -> int:
     die_with_parent()
     threading.Thread(target=import_module, args=(CASE_FILES,), daemon=True).start()
+    await_job(int(argv[3]))  # started before its job may be ready (spawn.py): numpy imports meanwhile
     job, channel = Job.load(Path(argv[1]), forget=True), Channel(int(argv[2]))
     sandbox = Sandbox(**job.sandbox)
     channel.send("phase", phase="startup")

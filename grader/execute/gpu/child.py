@@ -1,7 +1,8 @@
 """The GPU child: compiles one submission and the reference, runs the cases, times them.
 
 Runs as `python -m grader.execute.gpu.child JOB_FILE EVENT_FD CONTROL_FD` in a process of its own; the only code that
-touches CUDA. After any CUDA error it reports and exits: a fault poisons the context for good.
+touches CUDA. It reads JOB_FILE only once the parent says on CONTROL_FD that it is written (protocol.await_job).
+After any CUDA error it reports and exits: a fault poisons the context for good.
 """
 # ruff: noqa: E402 - run as the GPU child, CUDA starts initialising before the imports below (EarlyInit)
 from __future__ import annotations
@@ -82,7 +83,7 @@ from ..nvcc.compile import (
 )
 from ..nvcc.cubin_cache import BUILT, GRADED, OFFERED
 from ..nvcc.kernel_params import kernel_symbol, parameter_problem
-from ..protocol import Channel
+from ..protocol import Channel, await_job
 from .late_warps import OFF, SKEW_SYMBOL, skew_for
 
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
@@ -96,13 +97,15 @@ class KernelFault(Exception):
 
 def main(argv: list[str]) -> int:
     die_with_parent()
-    job, channel = Job.load(Path(argv[1]), forget=True), Channel(int(argv[2]))
-    control = os.fdopen(int(argv[3]), "r")
-    channel.send("phase", phase="startup")
     global cuda
     import pycuda.driver as cuda_driver
 
     cuda = cuda_driver
+    # Started before its job may be ready (spawn.py): imported, CUDA starting in EarlyInit's thread, it waits
+    await_job(int(argv[3]))
+    job, channel = Job.load(Path(argv[1]), forget=True), Channel(int(argv[2]))
+    control = os.fdopen(int(argv[3]), "r")
+    channel.send("phase", phase="startup")
     with ThreadPoolExecutor(4) as pool:  # two compiles ahead (on a hint), the toolchain, two compiles
         # A cold grade's compiles need only the GPU's architecture: with the last child's (the hint) they
         # start now, while CUDA initialises; they are kept only if this GPU's toolchain turns out the same.

@@ -65,6 +65,7 @@ class Exchange:
         self.roles = self.keys(arch, nvcc_version)
         offered = self.workdir / OFFERED
         offered.mkdir(mode=0o755, exist_ok=True)
+        offered.chmod(0o755)  # whatever the umask: made after the child started, by the parent, for the child's uid
         for key in self.roles:
             target = offered / f"{key}.cubin"
             if self.cached(key).is_file() and not os.path.lexists(target):
