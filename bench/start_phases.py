@@ -6,8 +6,9 @@ Usage: python3 bench/start_phases.py [--rounds N] [--backend cpu|gpu] [--before 
 right before each grade here, so both see the same load. A first grade per tree warms the caches (not reported).
 Prints, per tree, the median and the best of the rounds: "start" (interpreter and imports, until main() runs),
 "to child" (start, configuration, sandbox, static check: the parent's time before its child is started),
-"child start", "assembly" (job set-up and result assembly: the grade's "grading_other"), "parent cpu" (the grading process's
-own CPU seconds, all its threads, no child's: on a loaded machine steadier than its walls) and the grade's wall.
+"child start", "assembly" (job set-up and result assembly: the grade's "grading_other"), "parent cpu" (the
+grading process's own CPU seconds, all its threads, no child's: on a loaded machine steadier than its walls) and the
+grade's wall.
 """
 from __future__ import annotations
 
