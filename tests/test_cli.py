@@ -223,8 +223,9 @@ def test_a_grade_ends_with_its_output_and_files_whole_its_exit_code_and_nothing_
     from conftest import left_in
 
     env = {**os.environ, "TMPDIR": str(temp_root)}
-    finished = subprocess.run([sys.executable, "-m", "grader", str(SUBMISSIONS / "good_basic"), str(SUBMISSIONS / "empty"),
-                               "--config", str(quick_config_file), "--backend", "cpu", "-o", str(tmp_path)],
+    finished = subprocess.run([sys.executable, "-m", "grader", str(SUBMISSIONS / "good_basic"),
+                               str(SUBMISSIONS / "empty"), "--config", str(quick_config_file), "--backend", "cpu",
+                               "-o", str(tmp_path)],
                               capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert finished.returncode == EXIT_NOT_GRADED, finished.stderr  # the empty one is not graded
     good = load(tmp_path, "good_basic")

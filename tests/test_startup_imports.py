@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from conftest import ROOT
+from hardware import needs_gpu
 
 
 def loaded_after(statement: str) -> set[str]:
@@ -66,22 +67,25 @@ def test_the_grade_command_caps_its_blas_threads_before_numpy_loads():
     assert 1 <= int(threads) <= 4 and timeout == "4"
 
 
-# What a whole `grade PATH` (a CPU grade, child and report included) must still not import: the class's and the LMS's
-# exports, the class, the service, the GPU's stages, the regrade's report, importlib.metadata. Each was imported by
-# every grade once; an import of one added back would slow every grade again.
+# What a whole `grade PATH` (child and report included) must still not import: the class's and the LMS's exports,
+# the class, the service, Nsight Compute's profile (--profile's). Each was imported by every grade once; an import
+# of one added back would slow every grade again. A CPU grade imports none of the GPU's stages nor
+# importlib.metadata either (a GPU grade does: its tools, and the child's bytecode, bytecode.py).
 NOT_IN_A_GRADE = ("grader.report.exports", "grader.report.canvas_csv", "grader.report.grades_csv",
                   "grader.report.prairielearn", "grader.report.summary_html", "grader.report.regrade_csv", "csv",
-                  "grader.classroom", "grader.serve", "grader.on_gpu", "grader.diagnose.run",
-                  "grader.diagnose.sanitizer_log", "importlib.metadata", "distributed", "fastapi")
+                  "grader.classroom", "grader.serve", "grader.diagnose.profile", "grader.diagnose.ncu_csv",
+                  "distributed", "fastapi")
+NOT_IN_A_CPU_GRADE = ("grader.on_gpu", "grader.diagnose.run", "grader.diagnose.sanitizer_log", "importlib.metadata")
 
 
-def test_a_whole_grade_imports_none_of_what_only_a_class_an_lms_or_a_gpu_needs(quick_config_file, tmp_path):
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=[pytest.mark.gpu, needs_gpu])])
+def test_a_whole_grade_imports_none_of_what_only_a_class_or_an_lms_needs(quick_config_file, tmp_path, backend):
     code = (f"import sys, json\nfrom grader.cli import main\n"
             f"code = main([{str(ROOT / 'tests' / 'submissions' / 'good_basic')!r}, '--config', "
-            f"{str(quick_config_file)!r}, '--backend', 'cpu', '-o', {str(tmp_path)!r}])\n"
+            f"{str(quick_config_file)!r}, '--backend', {backend!r}, '-o', {str(tmp_path)!r}])\n"
             "print(json.dumps([code, sorted(sys.modules)]))")
     finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     exit_code, found = json.loads(finished.stdout.splitlines()[-1])
     assert exit_code == 0 and json.loads((tmp_path / "good_basic.json").read_text())["score"] > 0  # it did grade
-    assert "grader.pipeline" in found and "grader.on_cpu" in found
-    assert within(set(found), NOT_IN_A_GRADE) == set()
+    assert "grader.pipeline" in found and f"grader.on_{backend}" in found
+    assert within(set(found), NOT_IN_A_GRADE + (NOT_IN_A_CPU_GRADE if backend == "cpu" else ())) == set()

@@ -575,7 +575,8 @@ def test_a_files_macros_are_found_once_for_every_stage_that_asks(monkeypatch):
     walks = []
     walk = cs.macro_definitions
     monkeypatch.setattr(cs, "macro_definitions", lambda root: walks.append(root) or walk(root))
-    source = f"#define TILE_WIDTH 16\n{GOOD}\n// {test_a_files_macros_are_found_once_for_every_stage_that_asks.__name__}"
+    marker = test_a_files_macros_are_found_once_for_every_stage_that_asks.__name__
+    source = f"#define TILE_WIDTH 16\n{GOOD}\n// {marker}"
     assert find_kernels(source) == ["mysgemm"]
     assert [check.status for check in static_checks(source, "mysgemm", POINTS)] == [PASSED] * 3
     tile_constant(source, "mysgemm")

@@ -11,7 +11,6 @@ from ..judge.access import measured_on_the_gpu
 from ..plan import RunPlan, placement_of, sandbox_of
 from ..result import CASE, COMPILE, ERROR, FAILED, SANITIZER, STATIC, TIMING, CheckResult, SubmissionResult, skipped
 from .groups import GUARD, Vouched, check_in_group
-from .profile import profile_lines, profile_submission
 from .run import NAME as SANITIZER_NAME
 from .run import TOOLS, SanitizerRun, sanitize
 from .safety import CaseSafety
@@ -99,6 +98,8 @@ def profile_check(result: SubmissionResult, made: list[CheckResult], config: Con
                   plan: RunPlan, source: str) -> None:
     """Nsight Compute's findings (advice, no points) and its figures on the timing check (or the compile check);
     what it measured at each line the emulator's findings name, said with them."""
+    from .profile import profile_lines, profile_submission  # --profile's alone: ncu's CSV reading among it
+
     t = config.timing
     contract, shape = config.kernel.contract(), (t.m, t.n, t.k)
     placement, sandbox = placement_of(plan, config), sandbox_of(plan)
