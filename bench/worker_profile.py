@@ -149,7 +149,8 @@ def main() -> int:
             stats.dump_stats(profile)
             print("\n".join(stage_breakdown(stats)))
     print(f"{count} students ({backend}), one worker at a time: worker CPU-s per student mean "
-          f"{statistics.mean(seconds):.3f}, median {statistics.median(seconds):.3f}, min {min(seconds):.3f}, max {max(seconds):.3f}")
+          f"{statistics.mean(seconds):.3f}, median {statistics.median(seconds):.3f}, min {min(seconds):.3f}, "
+          f"max {max(seconds):.3f}")
     print(f"  of it the main thread's mean {statistics.mean(mains):.3f} (the rest: the worker's other threads)")
     print("  each: " + " ".join(f"{s:.2f}" for s in seconds))
     return 0
