@@ -106,7 +106,6 @@ class Child:
         self.program = program
         self.started = started  # the process, started before its job was ready (EarlyChildren), or None
         self.turn: Turn | None = None
-        self.raised = False  # whether the turn held raised the child's priority (TURN_NICE)
         self.pid: int | None = None  # the child's process (its sandbox's outermost one), once started
         self.held_s: dict[str, float] = {}  # per kind of turn, how long this child held the device
         self.clocks: ClockWatch | None = None
@@ -282,13 +281,8 @@ class Child:
         if timing:
             self.clocks = self._opened_clocks()
         if lock is not None:
-            kind = "timing" if timing else "case"
-            self.raised = kind not in lock.shared_kinds
-            if self.raised:  # while it waits it sleeps; once given the turn it runs first
-                set_tree_priority(self.tree, TURN_NICE)
-            # A turn shared (the CPU emulator's cases) keeps nobody waiting behind its holder: raised, every
-            # emulation of a batch ran at TURN_NICE, ahead of the GPU children and the parents handing turns out.
-            self.turn = lock.turn(kind)
+            set_tree_priority(self.tree, TURN_NICE)  # while it waits it sleeps; once given the turn it runs first
+            self.turn = lock.turn("timing" if timing else "case")
             event = {"event": "turn", "kind": self.turn.kind, "waited_s": round(self.turn.waited_s, 3)}
         if timing:
             self.clocks.start()
@@ -321,8 +315,7 @@ class Child:
             clocks.halt()
         if self.turn is not None:
             self.turn.release()  # first: NVML's shut-down and the bookkeeping need no GPU
-            if self.raised:  # back as before the turn
-                set_tree_priority(self.tree, own_priority(), session_nice=BACKGROUND_NICE)
+            set_tree_priority(self.tree, own_priority(), session_nice=BACKGROUND_NICE)  # back as before the turn
             self.held_s[self.turn.kind] = self.held_s.get(self.turn.kind, 0.0) + self.turn.held_s
             self.turn = None
         return clocks.stop() if clocks is not None else {}

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..confine.proc import BACKGROUND_NICE, kill_group
+from ..confine.proc import kill_group
 from ..confine.sandbox import HARNESS_LIMITS, Confinement, Sandbox, SandboxFailed
 
 REPLY = re.compile(rb"(hello|done|exit) (none|-?\d{1,9})(?: (-?\d{1,9}))?")
@@ -64,10 +64,7 @@ class Server:
         read_end, write_end = os.pipe()
         limits = replace(HARNESS_LIMITS, processes=HARNESS_LIMITS.processes + self.workers,
                          cpu_s=HARNESS_LIMITS.cpu_s * self.cases)
-        # The background's niceness, like the compilers': in a batch the emulation is most of the CPU, and the
-        # processes a GPU turn waits on (the parents reading events and handing turns out, the GPU children) must
-        # not queue behind it; alone on a machine it changes nothing.
-        confinement = Confinement(self.folder, limits, seccomp=True, readable=(self.binary,), nice=BACKGROUND_NICE)
+        confinement = Confinement(self.folder, limits, seccomp=True, readable=(self.binary,))
         self._errors = open(self.folder.parent / f"{self.folder.name}.stderr", "w+b")
         try:
             self.process = self.sandbox.popen([str(self.binary), "--serve", str(write_end)], confinement,
