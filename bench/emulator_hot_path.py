@@ -1,7 +1,10 @@
 """CPU seconds of the CPU emulator's harness on a grade's cases, and whether another tree's emulator tells them alike.
 
-Usage: python3 bench/emulator_hot_path.py [--before TREE] [--after TREE] [--rounds N] [--cachegrind M,N,K]
-[SUBMISSION ...]   (default: three corpus kernels). Each submission's emulation is built by this tree's grader (or
+Usage: python3 bench/emulator_hot_path.py [--before TREE] [--after TREE] [--rounds N] [--cachegrind M,N,K|CASE]
+[--corpus] [--split] [--case-limit S] [SUBMISSION ...]   (default: three corpus kernels; --corpus: every kernel of
+tests/submissions that builds, those that do not listed; --split: a kernel without state's cases cut into the
+block parts a grade cuts them into, run one after another and told as one worker's run; --case-limit: each
+case's seconds, what a hanging kernel costs). Each submission's emulation is built by this tree's grader (or
 --after's) and, with --before, by the grader in TREE (an earlier checkout: `git worktree add TREE REV`, or
 `git archive REV grader config.yaml testcases reference | tar -x -C TREE`). Each round runs every
 case of the project's testcases as a grade does (small cases in both thread orders, sampled large ones by their
@@ -10,7 +13,8 @@ workers (less disturbed by other load than a wall time, yet on a shared machine 
 turns within a round. With --before, every event (times left out) and every output must be the same bit for bit
 in both trees: the script fails otherwise. Prints the median and the best of the rounds per submission and tree.
 
---cachegrind M,N,K: the harness runs under valgrind's cachegrind instead, on one case of that shape, forward order:
+--cachegrind M,N,K (or CASE, a testcase's name: a sampled one runs its blocks as a grade does): the harness runs
+under valgrind's cachegrind instead, on one case of that shape, forward order:
 the instructions it ran, its data accesses and the misses of a simulated 32 KiB L1 data cache (server cores have
 32-48 KiB): counts that no other load changes (CPU seconds on a loaded 2-core machine varied by a third).
 """
@@ -177,11 +181,18 @@ def without_times(value):
     return value
 
 
-def counted(binary: Path, shape: list[int], work: Path) -> tuple[dict[str, int], list]:
-    """One case of `shape` (m, n, k) run forward under cachegrind: its counts and what was told."""
+def counted_spec(case: str) -> CaseSpec:
+    """The case `case` names: a shape `m,n,k` (every block), or a testcase's name (a sampled one: its blocks)."""
+    if case[0].isdigit():
+        return CaseSpec("counted", *[int(side) for side in case.split(",")], 7, "uniform")
+    return next(spec for spec in specs() if spec.name == case)
+
+
+def counted(binary: Path, spec: CaseSpec, work: Path) -> tuple[dict[str, int], list]:
+    """One case run forward under cachegrind (a sampled one by its blocks, as a grade runs it): its counts and what
+    was told."""
     contract = load_config().kernel.contract()
     reachable(work)
-    spec = CaseSpec("counted", *shape, 7, "uniform")
     job = Job("", "", contract, [], str(work / "cache"), str(work), cases=[spec])
     cases = case_files.Cases(job, work / "run")
     copy = harness_driver.readable_copy(binary, work / "bin")
@@ -190,19 +201,21 @@ def counted(binary: Path, shape: list[int], work: Path) -> tuple[dict[str, int],
         tile = server.start(600)
         cases.write_inputs()
         folder = cases.case_folder(0)
-        code = server.run_alone("forward", "end", case_files.case_line(folder, spec, tile, contract, 0), 3000)
+        blocks = case_files.blocks_file(folder, case_files.sampled_blocks(spec, tile, contract), 0) \
+            if spec.sample else None
+        code = server.run_alone("forward", "end", case_files.case_line(folder, spec, tile, contract, 0, blocks), 3000)
     finally:
         server.close()
     report = [without_times(json.loads(line)) for line in (folder / "report-0.jsonl").read_text().splitlines()]
     return cachegrind_counts(cases.folder), [code, report]
 
 
-def compare_counts(paths: list[Path], trees: dict[str, Path], shape: list[int], work: Path) -> None:
+def compare_counts(paths: list[Path], trees: dict[str, Path], spec: CaseSpec, work: Path) -> None:
     for p in paths:
         told, counts = {}, {}
         for tree, root in trees.items():
             binary, _ = built(root, p, work / "build" / tree / p.name)
-            counts[tree], told[tree] = counted(binary, shape, work / "counted" / tree / p.name)
+            counts[tree], told[tree] = counted(binary, spec, work / "counted" / tree / p.name)
         if len(told) == 2 and told["before"] != told["after"]:
             sys.exit(f"{p.name}: the trees' emulators told the case differently")
         print(f"{p.name:28s} " + "  ".join(
@@ -220,7 +233,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, default=None, help="an earlier tree to build and run beside")
     parser.add_argument("--after", type=Path, default=ROOT, help="the tree to measure (default: this one)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cachegrind", default="", help="m,n,k: one case under cachegrind instead")
+    parser.add_argument("--cachegrind", default="",
+                        help="m,n,k or a testcase's name (a sampled one by its blocks): one case under cachegrind instead")
     parser.add_argument("--corpus", action="store_true",
                         help="every kernel of tests/submissions that builds (those that do not are listed)")
     parser.add_argument("--split", action="store_true",
@@ -234,7 +248,7 @@ def main() -> None:
     trees = {"before": options.before.resolve(), "after": after} if options.before else {"after": after}
     if options.cachegrind:
         with scratch_folder("emulator-hot-path-") as work:
-            compare_counts(paths, trees, [int(side) for side in options.cachegrind.split(",")], work)
+            compare_counts(paths, trees, counted_spec(options.cachegrind), work)
         return
     cases_ = specs()
     seconds: dict[tuple[str, str], list[float]] = {}

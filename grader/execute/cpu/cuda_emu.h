@@ -529,10 +529,10 @@ void unstored_read(const Region &region, const void *address, int line);
 
 // ---- the instrumented shared accesses -------------------------------------------------------------------------
 // Each has two paths. The full one (emulator_runtime.cpp, out of line) does all the bookkeeping: the access
-// profile, an entry no thread stored, races, a phase's first read, the __syncwarp counts. The inline one, at
-// each access in the student's code, is the common case of a tile loop, where none of those applies: it makes the
-// same changes to the shadow as the full one would, in a few instructions (issue 50: the shadow was most of an
-// emulated SGEMM's time), and hands every other access to the full one.
+// profile, an entry no thread stored, races, arrays past the hot ones. The inline one, at each access in the
+// student's code, is a tile loop's common case, where none of those applies: it makes the same changes to the
+// shadow as the full one would, in a few instructions (issue 50: the shadow was most of an emulated SGEMM's time),
+// and hands every other access to the full one.
 
 // The full paths: what the inline ones hand over.
 [[gnu::noinline]] void shared_read_full(const void *address, size_t bytes, int line);
@@ -540,53 +540,76 @@ void unstored_read(const Region &region, const void *address, int line);
 
 // The first HOT_REGIONS shared arrays of power-of-two elements, with where their shadow lies: the inline paths
 // find an entry's cells in one of them by a compare and a shift (an unused slot holds no bytes: nothing falls in
-// it). Made again whenever a region is added, as the shadow's vectors may then move, and emptied while every access
-// must take the full path (full_accesses): index_hot_regions.
+// it). Made again whenever a region is added, as the shadow's vectors may then move, and empty in a profile run,
+// whose every access the full path records: index_hot_regions (new_launch calls it).
 struct HotRegion {
     const char *base = nullptr;
     size_t bytes = 0;
     Cell *cells = nullptr;  // of its first element, in `cells`
     CellHistory *histories = nullptr;
+    CellSyncs *syncs = nullptr;
     size_t shift = 0;  // log2 of its elements' bytes
 };
 constexpr int HOT_REGIONS = 4;
 inline HotRegion hot_regions[HOT_REGIONS];
 
-// Every access takes the full path: in a profile run (each access is recorded), and in a launch once a
-// __syncwarp was resolved (the cells' __syncwarp counts are kept from then on). Set by new_launch and resolve.
-inline bool full_accesses = false;
-
 void index_hot_regions();
 
-// The hot region `address` is in, and its element there; nullptr where it is in none.
-[[gnu::always_inline]] inline const HotRegion *hot_region_of(const void *address, size_t *element) {
+// What an address in no hot region finds: a cell no inline path takes (stored "after" every epoch), so one test
+// sends it to the full path, with the accesses the inline paths leave. No access ever changes it.
+inline Cell no_hot_cell{UINT32_MAX, UINT32_MAX};
+
+// The cell of the entry at `address` where a hot region holds it (and the region), else no_hot_cell.
+[[gnu::always_inline]] inline Cell *hot_cell(const void *address, const HotRegion **region) {
 #pragma GCC unroll 4
     for (const HotRegion &hot : hot_regions) {
         size_t offset = (size_t)((const char *)address - hot.base);  // one compare: below base, it wraps
         if (offset < hot.bytes) {
-            *element = offset >> hot.shift;
-            return &hot;
+            *region = &hot;
+            return hot.cells + (offset >> hot.shift);
         }
     }
-    return nullptr;
+    *region = hot_regions;
+    return &no_hot_cell;
+}
+
+// The history and the __syncwarp counts of a hot region's cell (the same index in cell_histories, cell_syncs).
+[[gnu::always_inline]] inline CellHistory &history_of(const HotRegion &hot, const Cell *cell) {
+    return hot.histories[cell - hot.cells];
+}
+[[gnu::always_inline]] inline CellSyncs &syncs_of(const HotRegion &hot, const Cell *cell) {
+    return hot.syncs[cell - hot.cells];
+}
+
+// Once a __syncwarp was resolved in the launch: the read's __syncwarp count, and the previous reader's as the
+// latest foreign one where it was another thread (as the full path keeps them).
+[[gnu::always_inline]] inline void count_read_syncs(Cell &cell, CellSyncs &syncs, int me) {
+    if (cell.last_reader != me) {
+        syncs.foreign_sync = syncs.read_sync;
+        cell.last_reader = (int16_t)me;
+    }
+    syncs.read_sync = warp_syncs[warp_of(me)];
 }
 
 // A read of an entry stored in an earlier phase of this block (epoch_before_block < write_epoch < epoch: neither
-// unstored nor racing with a store), inline: the phase's readers, as the full path records them.
+// unstored nor racing with a store), inline: the phase's readers, as the full path records them. One call of the
+// full path for all the rest: where the kernel's arithmetic sits in registers around it decides which of two
+// marked values survives (see MARK_FAMILY), and a second call per access moved a tile loop's sum into memory.
 template <class T>
 [[gnu::always_inline]] inline T *shared_read(T *address, int line) {
     const void *where = (const void *)address;  // drops a volatile of the element type
-    size_t element;
-    const HotRegion *hot = hot_region_of(where, &element);
+    const HotRegion *hot;
+    Cell *cell = hot_cell(where, &hot);
     Fiber *thread = current;
     uint32_t now = epoch;
-    Cell *cell = hot != nullptr ? hot->cells + element : nullptr;
-    if (__builtin_expect(cell == nullptr || cell->write_epoch <= epoch_before_block || cell->write_epoch == now, 0)) {
+    if (__builtin_expect(cell->write_epoch <= epoch_before_block || cell->write_epoch >= now, 0)) {
         shared_read_full(where, sizeof(T), line);
         return address;
     }
     int me = thread->linear;
     if (cell->read_epoch == now) {
+        // last_reader is kept from the launch's first resolved __syncwarp on (count_read_syncs): until then every
+        // __syncwarp count is 0, so the reader it names changes no count and no decision (reads_ordered)
         int reader = cell->reader;
         if (reader != me) {
             cell->several_readers = true;
@@ -594,31 +617,32 @@ template <class T>
         }
     } else {  // the phase's first read of it
         cell->read_epoch = now;
-        cell->reader = (int16_t)me;
+        cell->reader = cell->last_reader = (int16_t)me;
         cell->several_readers = cell->several_warps = false;
-        CellHistory &history = hot->histories[element];
+        CellHistory &history = history_of(*hot, cell);
         history.read_line = line;
         history.read_trip = thread->trips;
     }
-    cell->last_reader = (int16_t)me;
+    if (__builtin_expect(warp_synced, 0)) count_read_syncs(*cell, syncs_of(*hot, cell), me);
     thread->read_shared = true;
     return address;
 }
 
-// A store to an entry neither stored nor read in this phase, inline: no race, and only the writer is recorded.
+// A store to an entry neither stored nor read in this phase (write_epoch < epoch: a stored entry's is at most
+// epoch), inline: no race, and only the writer is recorded.
 template <class T>
 [[gnu::always_inline]] inline T *shared_write(T *address, int line) {
     const void *where = (const void *)address;  // drops a volatile of the element type
-    size_t element;
-    const HotRegion *hot = hot_region_of(where, &element);
+    const HotRegion *hot;
+    Cell *cell = hot_cell(where, &hot);
     Fiber *thread = current;
     uint32_t now = epoch;
-    Cell *cell = hot != nullptr ? hot->cells + element : nullptr;
-    if (__builtin_expect(cell == nullptr || cell->write_epoch == now || cell->read_epoch == now, 0)) {
+    if (__builtin_expect(cell->write_epoch >= now || cell->read_epoch == now, 0)) {
         shared_write_full(where, sizeof(T), line);
         return address;
     }
-    CellHistory &history = hot->histories[element];
+    if (__builtin_expect(warp_synced, 0)) syncs_of(*hot, cell).write_sync = warp_syncs[warp_of(thread->linear)];
+    CellHistory &history = history_of(*hot, cell);
     history.write_trip = thread->trips;
     history.write_line = line;
     history.write_after_read = thread->read_shared;

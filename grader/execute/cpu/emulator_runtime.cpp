@@ -78,10 +78,11 @@ void index_hot_regions() {
     std::fill(hot_regions, hot_regions + HOT_REGIONS, HotRegion{});
     int slot = 0;
     for (const Region &region : regions) {
-        if (slot == HOT_REGIONS || full_accesses) break;
+        if (slot == HOT_REGIONS || profiling) break;
         if (region.element_shift < 0) continue;  // a division per access: the full path's
         hot_regions[slot++] = {region.base, region.bytes, cells.data() + region.first_cell,
-                               cell_histories.data() + region.first_cell, (size_t)region.element_shift};
+                               cell_histories.data() + region.first_cell, cell_syncs.data() + region.first_cell,
+                               (size_t)region.element_shift};
     }
 }
 
@@ -571,10 +572,6 @@ void resolve(Fiber *const *by_lane, unsigned mask, Kind kind, int warp) {
     if (kind == SYNCWARP) {
         ++warp_syncs[warp];
         warp_synced = true;
-        if (!full_accesses) {
-            full_accesses = true;
-            index_hot_regions();
-        }
     }
 }
 
@@ -671,8 +668,7 @@ void new_launch() {
     std::fill(cell_syncs.begin(), cell_syncs.end(), CellSyncs{});
     epoch_before_block = 0;
     warp_synced = false;
-    full_accesses = profiling;
-    index_hot_regions();
+    index_hot_regions();  // empty in a profile run
     races_found = c_collisions = 0;
     race_reported[0] = race_reported[1] = unstored_reported = collision_reported = false;
     fewest_trips = most_trips = 0;
