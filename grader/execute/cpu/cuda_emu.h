@@ -556,8 +556,9 @@ inline HotRegion hot_regions[HOT_REGIONS];
 void index_hot_regions();
 
 // What an address in no hot region finds: a cell no inline path takes (stored "after" every epoch), so one test
-// sends it to the full path, with the accesses the inline paths leave. No access ever changes it.
-inline Cell no_hot_cell{UINT32_MAX, UINT32_MAX};
+// sends it to the full path, with the accesses the inline paths leave. Read-only: no access changes it, and a
+// variable the student's unit alone defined would count as the kernel's state (statics.py).
+inline const Cell no_hot_cell{UINT32_MAX, UINT32_MAX};
 
 // The cell of the entry at `address` where a hot region holds it (and the region), else no_hot_cell.
 [[gnu::always_inline]] inline Cell *hot_cell(const void *address, const HotRegion **region) {
@@ -570,7 +571,7 @@ inline Cell no_hot_cell{UINT32_MAX, UINT32_MAX};
         }
     }
     *region = hot_regions;
-    return &no_hot_cell;
+    return const_cast<Cell *>(&no_hot_cell);  // never written: its epochs send every access to the full path
 }
 
 // The history and the __syncwarp counts of a hot region's cell (the same index in cell_histories, cell_syncs).
