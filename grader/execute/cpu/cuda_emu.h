@@ -534,9 +534,6 @@ void unstored_read(const Region &region, const void *address, int line);
 // shadow as the full one would, in a few instructions (issue 50: the shadow was most of an emulated SGEMM's time),
 // and hands every other access to the full one.
 
-// The full paths: what the inline ones hand over.
-[[gnu::noinline]] void shared_read_full(const void *address, size_t bytes, int line);
-[[gnu::noinline]] void shared_write_full(const void *address, size_t bytes, int line);
 
 // The first HOT_REGIONS shared arrays of power-of-two elements, with where their shadow lies: the inline paths
 // find an entry's cells in one of them by a compare and a shift (an unused slot holds no bytes: nothing falls in
@@ -549,6 +546,7 @@ struct HotRegion {
     CellHistory *histories = nullptr;
     CellSyncs *syncs = nullptr;
     size_t shift = 0;  // log2 of its elements' bytes
+    const Region *region = nullptr;  // in `regions`
 };
 constexpr int HOT_REGIONS = 4;
 inline HotRegion hot_regions[HOT_REGIONS];
@@ -559,6 +557,12 @@ void index_hot_regions();
 // sends it to the full path, with the accesses the inline paths leave. Read-only: no access changes it, and a
 // variable the student's unit alone defined would count as the kernel's state (statics.py).
 inline const Cell no_hot_cell{UINT32_MAX, UINT32_MAX};
+
+// The full paths: what the inline ones hand over, with the cell they found (no_hot_cell: none) and its region.
+[[gnu::noinline]] void shared_read_full(const void *address, const HotRegion *hot, const Cell *cell, size_t bytes,
+                                        int line);
+[[gnu::noinline]] void shared_write_full(const void *address, const HotRegion *hot, const Cell *cell, size_t bytes,
+                                         int line);
 
 // The cell of the entry at `address` where a hot region holds it (and the region), else no_hot_cell.
 [[gnu::always_inline]] inline Cell *hot_cell(const void *address, const HotRegion **region) {
@@ -604,7 +608,7 @@ template <class T>
     Fiber *thread = current;
     uint32_t now = epoch;
     if (__builtin_expect(cell->write_epoch <= epoch_before_block || cell->write_epoch >= now, 0)) {
-        shared_read_full(where, sizeof(T), line);
+        shared_read_full(where, hot, cell, sizeof(T), line);
         return address;
     }
     int me = thread->linear;
@@ -639,7 +643,7 @@ template <class T>
     Fiber *thread = current;
     uint32_t now = epoch;
     if (__builtin_expect(cell->write_epoch >= now || cell->read_epoch == now, 0)) {
-        shared_write_full(where, sizeof(T), line);
+        shared_write_full(where, hot, cell, sizeof(T), line);
         return address;
     }
     if (__builtin_expect(warp_synced, 0)) syncs_of(*hot, cell).write_sync = warp_syncs[warp_of(thread->linear)];

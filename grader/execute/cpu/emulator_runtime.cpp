@@ -82,7 +82,7 @@ void index_hot_regions() {
         if (region.element_shift < 0) continue;  // a division per access: the full path's
         hot_regions[slot++] = {region.base, region.bytes, cells.data() + region.first_cell,
                                cell_histories.data() + region.first_cell, cell_syncs.data() + region.first_cell,
-                               (size_t)region.element_shift};
+                               (size_t)region.element_shift, &region};
     }
 }
 
@@ -272,8 +272,13 @@ void mark_read(const Region &region, const void *address, int line) {
 }
 
 // The shared array the address is in (nullptr: none), and the index of the entry's shadow in cells,
-// cell_histories and cell_syncs.
-static const Region *shadow_of(const void *address, size_t *entry) {
+// cell_histories and cell_syncs: where the inline path found its cell in a hot region, by that, else by a walk
+// through every region.
+static const Region *shadow_of(const void *address, const HotRegion *hot, const Cell *cell, size_t *entry) {
+    if (cell != &no_hot_cell) {
+        *entry = (size_t)(cell - cells.data());
+        return hot->region;
+    }
     for (const Region &region : regions) {
         size_t offset = (size_t)((const char *)address - region.base);  // one compare: below base, it wraps
         if (offset < region.bytes) {
@@ -315,9 +320,9 @@ static bool reads_ordered(const Cell &cell, const CellSyncs &syncs, int me) {
     return read_warp(cell) == warp_of(me) && foreign != warp_syncs[warp_of(me)];
 }
 
-void shared_read_full(const void *where, size_t bytes, int line) {
+void shared_read_full(const void *where, const HotRegion *hot, const Cell *found, size_t bytes, int line) {
     size_t at;
-    const Region *region = shadow_of(where, &at);
+    const Region *region = shadow_of(where, hot, found, &at);
     if (region == nullptr) return;
     if (profiling) profile_shared(*region, where, bytes, line, SHARED_LOAD);
     Cell &cell = cells[at];
@@ -349,9 +354,9 @@ void shared_read_full(const void *where, size_t bytes, int line) {
     current->read_shared = true;
 }
 
-void shared_write_full(const void *where, size_t bytes, int line) {
+void shared_write_full(const void *where, const HotRegion *hot, const Cell *found, size_t bytes, int line) {
     size_t at;
-    const Region *region = shadow_of(where, &at);
+    const Region *region = shadow_of(where, hot, found, &at);
     if (region == nullptr) return;
     if (profiling) profile_shared(*region, where, bytes, line, SHARED_STORE);
     Cell &cell = cells[at];
