@@ -1,7 +1,10 @@
 """CPU seconds of the CPU emulator's harness on a grade's cases, and whether another tree's emulator tells them alike.
 
-Usage: python3 bench/emulator_hot_path.py [--before TREE] [--after TREE] [--rounds N] [--cachegrind M,N,K]
-[SUBMISSION ...]   (default: three corpus kernels). Each submission's emulation is built by this tree's grader (or
+Usage: python3 bench/emulator_hot_path.py [--before TREE] [--after TREE] [--rounds N] [--cachegrind M,N,K|CASE]
+[--corpus] [--split] [--case-limit S] [SUBMISSION ...]   (default: three corpus kernels; --corpus: every kernel of
+tests/submissions that builds, those that do not listed; --split: a kernel without state's cases cut into the
+block parts a grade cuts them into, run one after another and told as one worker's run; --case-limit: each
+case's seconds, what a hanging kernel costs). Each submission's emulation is built by this tree's grader (or
 --after's) and, with --before, by the grader in TREE (an earlier checkout: `git worktree add TREE REV`, or
 `git archive REV grader config.yaml testcases reference | tar -x -C TREE`). Each round runs every
 case of the project's testcases as a grade does (small cases in both thread orders, sampled large ones by their
@@ -10,7 +13,8 @@ workers (less disturbed by other load than a wall time, yet on a shared machine 
 turns within a round. With --before, every event (times left out) and every output must be the same bit for bit
 in both trees: the script fails otherwise. Prints the median and the best of the rounds per submission and tree.
 
---cachegrind M,N,K: the harness runs under valgrind's cachegrind instead, on one case of that shape, forward order:
+--cachegrind M,N,K (or CASE, a testcase's name: a sampled one runs its blocks as a grade does): the harness runs
+under valgrind's cachegrind instead, on one case of that shape, forward order:
 the instructions it ran, its data accesses and the misses of a simulated 32 KiB L1 data cache (server cores have
 32-48 KiB): counts that no other load changes (CPU seconds on a loaded 2-core machine varied by a third).
 """
@@ -56,12 +60,16 @@ print(built.binary, built.state == [])
 """
 
 
-def built(tree: Path, submission: Path, work: Path) -> tuple[Path, bool]:
-    """The emulation of `submission` as `tree`'s grader builds it, and whether the kernel has no state."""
+def built(tree: Path, submission: Path, work: Path, may_fail: bool = False) -> tuple[Path, bool] | None:
+    """The emulation of `submission` as `tree`'s grader builds it, and whether the kernel has no state; None where
+    it does not build and `may_fail` (a corpus kernel that is a compile error)."""
     reachable(work)
-    said = subprocess.run([sys.executable, "-c", BUILD, str(submission / "kernel.cu"), str(work / "cache"), str(work),
-                           str(tree)], cwd=ROOT, capture_output=True, text=True)
+    # one cache per tree (beside the submissions' folders): its harness object and header are built once
+    said = subprocess.run([sys.executable, "-c", BUILD, str(submission / "kernel.cu"), str(work.parent / "cache"),
+                           str(work), str(tree)], cwd=ROOT, capture_output=True, text=True)
     if said.returncode != 0:
+        if may_fail:
+            return None
         sys.exit(f"{submission.name} did not build in {tree}: {said.stderr[-2000:]}")
     said = said.stdout.split()
     return Path(said[0]), said[1] == "True"
@@ -136,8 +144,11 @@ def harness_cpu_s(sandbox_pid: int) -> float:
     return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
 
 
-def run_cases(binary: Path, stateless: bool, cases_: list[CaseSpec], work: Path) -> tuple[float, list]:
-    """Every case run as the CPU driver runs them, by one worker at a time: the CPU seconds and what was told."""
+def run_cases(binary: Path, stateless: bool, cases_: list[CaseSpec], work: Path, split: bool = False,
+              limit_s: float = 600.0) -> tuple[float, list]:
+    """Every case run as the CPU driver runs them, by one worker at a time: the CPU seconds and what was told.
+    `split`: a kernel without state's cases cut into block parts as a grade cuts them (run one after another here),
+    told as one worker's run."""
     contract = load_config().kernel.contract()
     reachable(work)
     job = Job("", "", contract, [], str(work / "cache"), str(work), cases=cases_)
@@ -147,9 +158,10 @@ def run_cases(binary: Path, stateless: bool, cases_: list[CaseSpec], work: Path)
     try:
         tile = server.start(60)
         cases.write_inputs()
-        limits = [600.0] * len(cases_)
-        schedule = Schedule(server, len(cases_), not stateless, 1, 600.0, 1,
-                            lambda task: cases.start(server, task, tile, 1), limits, cases.block_counts(tile))
+        limits = [limit_s] * len(cases_)
+        schedule = Schedule(server, len(cases_), not stateless, 1, limit_s, 1,
+                            lambda task: cases.start(server, task, tile, 1), limits, cases.sampled(),
+                            cases.splits(tile) if split and stateless else None)
         events = list(harness_driver.case_events(schedule, cases, 1, limits, lambda index: None))
         seconds = harness_cpu_s(server.pid)
     finally:
@@ -161,18 +173,26 @@ def run_cases(binary: Path, stateless: bool, cases_: list[CaseSpec], work: Path)
 
 
 def without_times(value):
+    """The event as told, less the seconds it took (the driver's `seconds`, the harness's `cpu_s`)."""
     if isinstance(value, dict):
-        return {key: without_times(item) for key, item in value.items() if key != "seconds"}
+        return {key: without_times(item) for key, item in value.items() if key not in ("seconds", "cpu_s")}
     if isinstance(value, list):
         return [without_times(item) for item in value]
     return value
 
 
-def counted(binary: Path, shape: list[int], work: Path) -> tuple[dict[str, int], list]:
-    """One case of `shape` (m, n, k) run forward under cachegrind: its counts and what was told."""
+def counted_spec(case: str) -> CaseSpec:
+    """The case `case` names: a shape `m,n,k` (every block), or a testcase's name (a sampled one: its blocks)."""
+    if case[0].isdigit():
+        return CaseSpec("counted", *[int(side) for side in case.split(",")], 7, "uniform")
+    return next(spec for spec in specs() if spec.name == case)
+
+
+def counted(binary: Path, spec: CaseSpec, work: Path) -> tuple[dict[str, int], list]:
+    """One case run forward under cachegrind (a sampled one by its blocks, as a grade runs it): its counts and what
+    was told."""
     contract = load_config().kernel.contract()
     reachable(work)
-    spec = CaseSpec("counted", *shape, 7, "uniform")
     job = Job("", "", contract, [], str(work / "cache"), str(work), cases=[spec])
     cases = case_files.Cases(job, work / "run")
     copy = harness_driver.readable_copy(binary, work / "bin")
@@ -181,18 +201,21 @@ def counted(binary: Path, shape: list[int], work: Path) -> tuple[dict[str, int],
         tile = server.start(600)
         cases.write_inputs()
         folder = cases.case_folder(0)
-        code = server.run_alone("forward", "end", case_files.case_line(folder, spec, tile, contract, 0), 3000)
+        blocks = case_files.blocks_file(folder, case_files.sampled_blocks(spec, tile, contract), 0) \
+            if spec.sample else None
+        code = server.run_alone("forward", "end", case_files.case_line(folder, spec, tile, contract, 0, blocks), 3000)
     finally:
         server.close()
-    return cachegrind_counts(cases.folder), [code, (folder / "report-0.jsonl").read_text()]
+    report = [without_times(json.loads(line)) for line in (folder / "report-0.jsonl").read_text().splitlines()]
+    return cachegrind_counts(cases.folder), [code, report]
 
 
-def compare_counts(paths: list[Path], trees: dict[str, Path], shape: list[int], work: Path) -> None:
+def compare_counts(paths: list[Path], trees: dict[str, Path], spec: CaseSpec, work: Path) -> None:
     for p in paths:
         told, counts = {}, {}
         for tree, root in trees.items():
             binary, _ = built(root, p, work / "build" / tree / p.name)
-            counts[tree], told[tree] = counted(binary, shape, work / "counted" / tree / p.name)
+            counts[tree], told[tree] = counted(binary, spec, work / "counted" / tree / p.name)
         if len(told) == 2 and told["before"] != told["after"]:
             sys.exit(f"{p.name}: the trees' emulators told the case differently")
         print(f"{p.name:28s} " + "  ".join(
@@ -200,41 +223,63 @@ def compare_counts(paths: list[Path], trees: dict[str, Path], shape: list[int], 
             f"data accesses {(c['Dr'] + c['Dw']) / 1e6:8.1f} M" for tree, c in counts.items()))
 
 
+def corpus() -> list[Path]:
+    """Every kernel of the known-bad corpus (and the good ones beside them)."""
+    return sorted(path.parent for path in (ROOT / "tests" / "submissions").glob("*/kernel.cu"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--before", type=Path, default=None, help="an earlier tree to build and run beside")
     parser.add_argument("--after", type=Path, default=ROOT, help="the tree to measure (default: this one)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cachegrind", default="", help="m,n,k: one case under cachegrind instead")
+    parser.add_argument("--cachegrind", default="",
+                        help="m,n,k or a testcase's name (a sampled one by its blocks): one case under cachegrind instead")
+    parser.add_argument("--corpus", action="store_true",
+                        help="every kernel of tests/submissions that builds (those that do not are listed)")
+    parser.add_argument("--split", action="store_true",
+                        help="a kernel without state's cases cut into block parts, as a grade cuts them")
+    parser.add_argument("--case-limit", type=float, default=600.0, help="seconds of each case (a hang's wait)")
     parser.add_argument("submissions", nargs="*")
     options = parser.parse_args()
-    paths = [Path(p).resolve() for p in options.submissions] or [ROOT / "tests" / "submissions" / n for n in DEFAULT]
+    named = [Path(p).resolve() for p in options.submissions]
+    paths = corpus() if options.corpus else named or [ROOT / "tests" / "submissions" / n for n in DEFAULT]
     after = options.after.resolve()
     trees = {"before": options.before.resolve(), "after": after} if options.before else {"after": after}
     if options.cachegrind:
         with scratch_folder("emulator-hot-path-") as work:
-            compare_counts(paths, trees, [int(side) for side in options.cachegrind.split(",")], work)
+            compare_counts(paths, trees, counted_spec(options.cachegrind), work)
         return
     cases_ = specs()
     seconds: dict[tuple[str, str], list[float]] = {}
     with scratch_folder("emulator-hot-path-") as work:  # where the sandbox's uid can reach
-        binaries = {(tree, p.name): built(root, p, work / "build" / tree / p.name) for tree, root in trees.items()
-                    for p in paths}
+        binaries = {(tree, p.name): built(root, p, work / "build" / tree / p.name, options.corpus)
+                    for tree, root in trees.items() for p in paths}
+        unbuilt = [p.name for p in paths if any(binaries[(tree, p.name)] is None for tree in trees)]
+        if any(binaries[(tree, name)] is not None for tree in trees for name in unbuilt):
+            sys.exit(f"built in one tree alone: {[n for n in unbuilt if any(binaries[(t, n)] for t in trees)]}")
+        paths = [p for p in paths if p.name not in unbuilt]
         for number in range(options.rounds):
             for p in paths:
                 told = {}
                 for tree in trees:
                     binary, stateless = binaries[(tree, p.name)]
-                    spent, told[tree] = run_cases(binary, stateless, cases_, work / f"run{number}" / tree / p.name)
+                    spent, told[tree] = run_cases(binary, stateless, cases_, work / f"run{number}" / tree / p.name,
+                                                  options.split, options.case_limit)
                     seconds.setdefault((tree, p.name), []).append(spent)
                 if len(told) == 2 and told["before"] != told["after"]:
                     sys.exit(f"{p.name}: the trees' emulators told the cases differently")
-    print(f"harness CPU seconds over {len(cases_)} cases, {options.rounds} rounds: median (best)"
-          + ("; events and outputs the same in both trees" if len(trees) == 2 else ""))
+    print(f"harness CPU seconds over {len(cases_)} cases{' in parts' if options.split else ''}, {options.rounds} "
+          "rounds: median (best)" + ("; events and outputs the same in both trees" if len(trees) == 2 else ""))
     for p in paths:
-        print(f"{p.name:28s} " + "  ".join(
+        print(f"{p.name:32s} " + "  ".join(
             f"{tree} {statistics.median(seconds[(tree, p.name)]):6.2f} s ({min(seconds[(tree, p.name)]):.2f})"
             for tree in trees))
+    if len(paths) > 1:
+        print(f"{'all ' + str(len(paths)):32s} " + "  ".join(
+            f"{tree} {sum(statistics.median(seconds[(tree, p.name)]) for p in paths):6.2f} s" for tree in trees))
+    if unbuilt:
+        print(f"not built (in either tree): {', '.join(unbuilt)}")
 
 
 if __name__ == "__main__":

@@ -382,37 +382,10 @@ constexpr size_t MAX_UNWRITTEN_READS = MARK_INDEX;
 
 void poison(const Region &region);
 
-// Whether the element still holds poison (an uninstrumented store through a pointer would have changed it: only
-// the bytes say the entry was never stored): a mark in each word of an element of whole words (a float, a
-// float4), else the poison's bytes. Inline, in the student's unit: where two marked values meet in arithmetic, the
-// one that survives follows the operand order g++ picks in the kernel's code, and a call here changed that order
-// (C then named the kernel's last unwritten read instead of its first).
-inline bool holds_poison(const Region &region, const void *address) {
-    if (region.element_bytes % 4 == 0 && ((const char *)address - region.base) % 4 == 0) {
-        for (size_t j = 0; j < region.element_bytes; j += 4) {
-            uint32_t bits;
-            memcpy(&bits, (const char *)address + j, 4);
-            if (!is_mark(bits)) return false;
-        }
-        return true;
-    }
-    size_t offset = (const char *)address - region.base;
-    for (size_t j = 0; j < region.element_bytes; ++j)
-        if (((const unsigned char *)address)[j] != ((const unsigned char *)&SHARED_POISON)[(offset + j) % 4])
-            return false;
-    return true;
-}
-
 // A block starts: its shared memory holds poison again, and no entry of it is stored yet.
 void new_block();
 
 extern std::vector<uint32_t> warp_syncs;  // per warp of the block: __syncwarp()s resolved so far
-
-// Whether `other`'s access (at its warp's __syncwarp count `other_sync`) happened before a __syncwarp that
-// `me` has passed since: both in one warp, and a __syncwarp between.
-inline bool ordered_by_syncwarp(int other, uint32_t other_sync, int me) {
-    return other / WARP == me / WARP && other_sync != warp_syncs[me / WARP];
-}
 
 // A shared array's region and shadow, the first time a thread reaches its declaration (its later threads find it).
 void share_region(const char *base, size_t bytes, const char *name, size_t row_elements, size_t element_bytes);
@@ -499,8 +472,6 @@ void record_access(int line, AccessKind kind, const char *array, size_t rows, si
 
 void profile_global(const void *address, size_t bytes, int line, AccessKind kind);
 
-// Out of line: the shared accesses inline their bookkeeping (shared_read), not these rare paths.
-[[gnu::noinline]]
 void profile_shared(const Region &region, const void *address, size_t bytes, int line, AccessKind kind);
 
 // One request: the lanes' accesses [first, last) of one site, warp and execution.
@@ -522,19 +493,6 @@ template <class T>
 inline T *global_read(T *address, int line) {
     if (profiling && current != nullptr) profile_global((const void *)address, sizeof(T), line, GLOBAL_LOAD);
     return address;
-}
-
-// The shared array the address is in (nullptr: none), and the index of the entry's shadow in cells,
-// cell_histories and cell_syncs.
-inline const Region *shadow_of(const void *address, size_t *entry) {
-    for (const Region &region : regions) {
-        size_t offset = (size_t)((const char *)address - region.base);  // one compare: below base, it wraps
-        if (offset < region.bytes) {
-            *entry = region.first_cell + element_at(region, offset);
-            return &region;
-        }
-    }
-    return nullptr;
 }
 
 inline int warp_of(int linear) { return (int)((unsigned)linear / WARP); }  // a shift: ids are never negative
@@ -569,81 +527,137 @@ void mark_read(const Region &region, const void *address, int line);
 [[gnu::cold, gnu::noinline]]
 void unstored_read(const Region &region, const void *address, int line);
 
-// Every other thread's read of this phase was in this warp, before a __syncwarp the writer `me` passed.
-inline bool reads_ordered(const Cell &cell, const CellSyncs &syncs, int me) {
-    uint32_t foreign = cell.last_reader != me ? syncs.read_sync : syncs.foreign_sync;
-    return read_warp(cell) == me / WARP && foreign != warp_syncs[me / WARP];
+// ---- the instrumented shared accesses -------------------------------------------------------------------------
+// Each has two paths. The full one (emulator_runtime.cpp, out of line) does all the bookkeeping: the access
+// profile, an entry no thread stored, races, arrays past the hot ones. The inline one, at each access in the
+// student's code, is a tile loop's common case, where none of those applies: it makes the same changes to the
+// shadow as the full one would, in a few instructions (issue 50: the shadow was most of an emulated SGEMM's time),
+// and hands every other access to the full one.
+
+
+// The first HOT_REGIONS shared arrays of power-of-two elements, with where their shadow lies: the inline paths
+// find an entry's cells in one of them by a compare and a shift (an unused slot holds no bytes: nothing falls in
+// it). Made again whenever a region is added, as the shadow's vectors may then move, and empty in a profile run,
+// whose every access the full path records: index_hot_regions (new_launch calls it).
+struct HotRegion {
+    const char *base = nullptr;
+    size_t bytes = 0;
+    Cell *cells = nullptr;  // of its first element, in `cells`
+    CellHistory *histories = nullptr;
+    CellSyncs *syncs = nullptr;
+    size_t shift = 0;  // log2 of its elements' bytes
+    const Region *region = nullptr;  // in `regions`
+};
+constexpr int HOT_REGIONS = 4;
+inline HotRegion hot_regions[HOT_REGIONS];
+
+void index_hot_regions();
+
+// What an address in no hot region finds: a cell no inline path takes (stored "after" every epoch), so one test
+// sends it to the full path, with the accesses the inline paths leave. Read-only: no access changes it, and a
+// variable the student's unit alone defined would count as the kernel's state (statics.py).
+inline const Cell no_hot_cell{UINT32_MAX, UINT32_MAX};
+
+// The full paths: what the inline ones hand over, with the cell they found (no_hot_cell: none) and its region.
+[[gnu::noinline]] void shared_read_full(const void *address, const HotRegion *hot, const Cell *cell, size_t bytes,
+                                        int line);
+[[gnu::noinline]] void shared_write_full(const void *address, const HotRegion *hot, const Cell *cell, size_t bytes,
+                                         int line);
+
+// The cell of the entry at `address` where a hot region holds it (and the region), else no_hot_cell.
+[[gnu::always_inline]] inline Cell *hot_cell(const void *address, const HotRegion **region) {
+#pragma GCC unroll 4
+    for (const HotRegion &hot : hot_regions) {
+        size_t offset = (size_t)((const char *)address - hot.base);  // one compare: below base, it wraps
+        if (offset < hot.bytes) {
+            *region = &hot;
+            return hot.cells + (offset >> hot.shift);
+        }
+    }
+    *region = hot_regions;
+    return const_cast<Cell *>(&no_hot_cell);  // never written: its epochs send every access to the full path
 }
 
-// Inlined at each read of a tile: the call was a quarter of an emulated SGEMM's time. The common read touches
-// the entry's Cell alone (and its history at a phase's first read).
+// The history and the __syncwarp counts of a hot region's cell (the same index in cell_histories, cell_syncs).
+[[gnu::always_inline]] inline CellHistory &history_of(const HotRegion &hot, const Cell *cell) {
+    return hot.histories[cell - hot.cells];
+}
+[[gnu::always_inline]] inline CellSyncs &syncs_of(const HotRegion &hot, const Cell *cell) {
+    return hot.syncs[cell - hot.cells];
+}
+
+// Once a __syncwarp was resolved in the launch: the read's __syncwarp count, and the previous reader's as the
+// latest foreign one where it was another thread (as the full path keeps them).
+[[gnu::always_inline]] inline void count_read_syncs(Cell &cell, CellSyncs &syncs, int me) {
+    if (cell.last_reader != me) {
+        syncs.foreign_sync = syncs.read_sync;
+        cell.last_reader = (int16_t)me;
+    }
+    syncs.read_sync = warp_syncs[warp_of(me)];
+}
+
+// A read of an entry stored in an earlier phase of this block (epoch_before_block < write_epoch < epoch: neither
+// unstored nor racing with a store), inline: the phase's readers, as the full path records them. One call of the
+// full path for all the rest: where the kernel's arithmetic sits in registers around it decides which of two
+// marked values survives (see MARK_FAMILY), and a second call per access moved a tile loop's sum into memory.
 template <class T>
 [[gnu::always_inline]] inline T *shared_read(T *address, int line) {
     const void *where = (const void *)address;  // drops a volatile of the element type
-    size_t at;
-    const Region *region = shadow_of(where, &at);
-    if (region == nullptr) return address;
-    if (profiling) profile_shared(*region, where, sizeof(T), line, SHARED_LOAD);
-    Cell &cell = cells[at];
-    int me = current->linear;
-    if (cell.write_epoch <= epoch_before_block && holds_poison(*region, where)) unstored_read(*region, where, line);
-    if (cell.write_epoch == epoch && cell.writer != me &&
-        !ordered_by_syncwarp(cell.writer, cell_syncs[at].write_sync, me)) {
-        const CellHistory &history = cell_histories[at];
-        race(*region, where, "read_after_store", history.write_line, cell.writer, line, me, history.write_after_read,
-             history.write_trip, current->trips);
+    const HotRegion *hot;
+    Cell *cell = hot_cell(where, &hot);
+    Fiber *thread = current;
+    uint32_t now = epoch;
+    if (__builtin_expect(cell->write_epoch <= epoch_before_block || cell->write_epoch >= now, 0)) {
+        shared_read_full(where, hot, cell, sizeof(T), line);
+        return address;
     }
-    if (cell.read_epoch != epoch) {
-        cell.read_epoch = epoch;
-        cell.reader = cell.last_reader = me;
-        cell.several_readers = false;
-        cell.several_warps = false;
-        CellHistory &history = cell_histories[at];
-        history.read_line = line;
-        history.read_trip = current->trips;
-    } else {
-        if (cell.reader != me) cell.several_readers = true;
-        if (warp_of(cell.reader) != warp_of(me)) cell.several_warps = true;
-        if (cell.last_reader != me) {  // gens only grow within a block: the previous reader's is the latest
-            if (warp_synced) cell_syncs[at].foreign_sync = cell_syncs[at].read_sync;
-            cell.last_reader = me;
+    int me = thread->linear;
+    if (cell->read_epoch == now) {
+        // last_reader is kept from the launch's first resolved __syncwarp on (count_read_syncs): until then every
+        // __syncwarp count is 0, so the reader it names changes no count and no decision (reads_ordered)
+        int reader = cell->reader;
+        if (reader != me) {
+            cell->several_readers = true;
+            if ((unsigned)(reader ^ me) >= WARP) cell->several_warps = true;  // another warp's (ids are >= 0)
         }
+    } else {  // the phase's first read of it
+        cell->read_epoch = now;
+        cell->reader = cell->last_reader = (int16_t)me;
+        cell->several_readers = cell->several_warps = false;
+        CellHistory &history = history_of(*hot, cell);
+        history.read_line = line;
+        history.read_trip = thread->trips;
     }
-    if (warp_synced) cell_syncs[at].read_sync = warp_syncs[warp_of(me)];
-    current->read_shared = true;
+    if (__builtin_expect(warp_synced, 0)) count_read_syncs(*cell, syncs_of(*hot, cell), me);
+    thread->read_shared = true;
     return address;
 }
 
+// A store to an entry neither stored nor read in this phase (write_epoch < epoch: a stored entry's is at most
+// epoch), inline: no race, and only the writer is recorded.
 template <class T>
-inline T *shared_write(T *address, int line) {
+[[gnu::always_inline]] inline T *shared_write(T *address, int line) {
     const void *where = (const void *)address;  // drops a volatile of the element type
-    size_t at;
-    const Region *region = shadow_of(where, &at);
-    if (region == nullptr) return address;
-    if (profiling) profile_shared(*region, where, sizeof(T), line, SHARED_STORE);
-    Cell &cell = cells[at];
-    CellHistory &history = cell_histories[at];
-    int me = current->linear;
-    bool after_read = current->read_shared;
-    if (cell.write_epoch == epoch && cell.writer != me &&
-        !ordered_by_syncwarp(cell.writer, cell_syncs[at].write_sync, me))
-        race(*region, where, "store_after_store", line, me, history.write_line, cell.writer, after_read,
-             current->trips, history.write_trip);
-    else if (cell.read_epoch == epoch && (cell.reader != me || cell.several_readers) &&
-             !reads_ordered(cell, cell_syncs[at], me))
-        race(*region, where, "store_after_read", line, me, history.read_line,
-             cell.reader != me ? cell.reader : -1, after_read, current->trips, history.read_trip);
-    if (warp_synced) cell_syncs[at].write_sync = warp_syncs[me / WARP];
-    history.write_trip = current->trips;
-    cell.write_epoch = epoch;
-    cell.writer = me;
+    const HotRegion *hot;
+    Cell *cell = hot_cell(where, &hot);
+    Fiber *thread = current;
+    uint32_t now = epoch;
+    if (__builtin_expect(cell->write_epoch >= now || cell->read_epoch == now, 0)) {
+        shared_write_full(where, hot, cell, sizeof(T), line);
+        return address;
+    }
+    if (__builtin_expect(warp_synced, 0)) syncs_of(*hot, cell).write_sync = warp_syncs[warp_of(thread->linear)];
+    CellHistory &history = history_of(*hot, cell);
+    history.write_trip = thread->trips;
     history.write_line = line;
-    history.write_after_read = after_read;
+    history.write_after_read = thread->read_shared;
+    cell->write_epoch = now;
+    cell->writer = (int16_t)thread->linear;
     return address;
 }
 
 template <class T>
-inline T *shared_update(T *address, int line) {
+[[gnu::always_inline]] inline T *shared_update(T *address, int line) {
     shared_read(address, line);
     return shared_write(address, line);
 }

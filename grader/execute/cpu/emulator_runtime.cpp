@@ -74,6 +74,18 @@ void new_block() {
 
 std::vector<uint32_t> warp_syncs;
 
+void index_hot_regions() {
+    std::fill(hot_regions, hot_regions + HOT_REGIONS, HotRegion{});
+    int slot = 0;
+    for (const Region &region : regions) {
+        if (slot == HOT_REGIONS || profiling) break;
+        if (region.element_shift < 0) continue;  // a division per access: the full path's
+        hot_regions[slot++] = {region.base, region.bytes, cells.data() + region.first_cell,
+                               cell_histories.data() + region.first_cell, cell_syncs.data() + region.first_cell,
+                               (size_t)region.element_shift, &region};
+    }
+}
+
 // The shadow of `entries` more entries, as never accessed.
 static void grow_shadow(size_t entries) {
     cells.resize(cells.size() + entries);
@@ -86,6 +98,7 @@ void share_region(const char *base, size_t bytes, const char *name, size_t row_e
         if (region.base == base) return;
     regions.push_back({base, bytes, name, row_elements, element_bytes, cells.size(), shift_of(element_bytes)});
     grow_shadow(bytes / element_bytes);
+    index_hot_regions();
     poison(regions.back());  // before this block's first access: the first thread to reach the declaration
 }
 
@@ -96,6 +109,7 @@ void share_dynamic() {
     regions.push_back({(const char *)dynamic_shared, dynamic_shared_bytes, dynamic_name, 0, dynamic_element,
                        cells.size(), shift_of(dynamic_element)});
     grow_shadow(dynamic_shared_bytes / dynamic_element);
+    index_hot_regions();
 }
 
 std::vector<GlobalBuffer> global_buffers;
@@ -255,6 +269,114 @@ void mark_read(const Region &region, const void *address, int line) {
                                block_serial});
     bits = MARK_FAMILY | (uint32_t)unwritten_reads.size();
     for (size_t j = 0; j < region.element_bytes; j += 4) memcpy((char *)address + j, &bits, 4);
+}
+
+// The shared array the address is in (nullptr: none), and the index of the entry's shadow in cells,
+// cell_histories and cell_syncs: where the inline path found its cell in a hot region, by that, else by a walk
+// through every region.
+static const Region *shadow_of(const void *address, const HotRegion *hot, const Cell *cell, size_t *entry) {
+    if (cell != &no_hot_cell) {
+        *entry = (size_t)(cell - cells.data());
+        return hot->region;
+    }
+    for (const Region &region : regions) {
+        size_t offset = (size_t)((const char *)address - region.base);  // one compare: below base, it wraps
+        if (offset < region.bytes) {
+            *entry = region.first_cell + element_at(region, offset);
+            return &region;
+        }
+    }
+    return nullptr;
+}
+
+// Whether the element still holds poison (an uninstrumented store through a pointer would have changed it: only
+// the bytes say the entry was never stored): a mark in each word of an element of whole words (a float, a
+// float4), else the poison's bytes.
+static bool holds_poison(const Region &region, const void *address) {
+    if (region.element_bytes % 4 == 0 && ((const char *)address - region.base) % 4 == 0) {
+        for (size_t j = 0; j < region.element_bytes; j += 4) {
+            uint32_t bits;
+            memcpy(&bits, (const char *)address + j, 4);
+            if (!is_mark(bits)) return false;
+        }
+        return true;
+    }
+    size_t offset = (const char *)address - region.base;
+    for (size_t j = 0; j < region.element_bytes; ++j)
+        if (((const unsigned char *)address)[j] != ((const unsigned char *)&SHARED_POISON)[(offset + j) % 4])
+            return false;
+    return true;
+}
+
+// Whether `other`'s access (at its warp's __syncwarp count `other_sync`) happened before a __syncwarp that
+// `me` has passed since: both in one warp, and a __syncwarp between.
+static bool ordered_by_syncwarp(int other, uint32_t other_sync, int me) {
+    return warp_of(other) == warp_of(me) && other_sync != warp_syncs[warp_of(me)];
+}
+
+// Every other thread's read of this phase was in this warp, before a __syncwarp the writer `me` passed.
+static bool reads_ordered(const Cell &cell, const CellSyncs &syncs, int me) {
+    uint32_t foreign = cell.last_reader != me ? syncs.read_sync : syncs.foreign_sync;
+    return read_warp(cell) == warp_of(me) && foreign != warp_syncs[warp_of(me)];
+}
+
+void shared_read_full(const void *where, const HotRegion *hot, const Cell *found, size_t bytes, int line) {
+    size_t at;
+    const Region *region = shadow_of(where, hot, found, &at);
+    if (region == nullptr) return;
+    if (profiling) profile_shared(*region, where, bytes, line, SHARED_LOAD);
+    Cell &cell = cells[at];
+    int me = current->linear;
+    if (cell.write_epoch <= epoch_before_block && holds_poison(*region, where)) unstored_read(*region, where, line);
+    if (cell.write_epoch == epoch && cell.writer != me &&
+        !ordered_by_syncwarp(cell.writer, cell_syncs[at].write_sync, me)) {
+        const CellHistory &history = cell_histories[at];
+        race(*region, where, "read_after_store", history.write_line, cell.writer, line, me, history.write_after_read,
+             history.write_trip, current->trips);
+    }
+    if (cell.read_epoch != epoch) {
+        cell.read_epoch = epoch;
+        cell.reader = cell.last_reader = me;
+        cell.several_readers = false;
+        cell.several_warps = false;
+        CellHistory &history = cell_histories[at];
+        history.read_line = line;
+        history.read_trip = current->trips;
+    } else {
+        if (cell.reader != me) cell.several_readers = true;
+        if (warp_of(cell.reader) != warp_of(me)) cell.several_warps = true;
+        if (cell.last_reader != me) {  // gens only grow within a block: the previous reader's is the latest
+            if (warp_synced) cell_syncs[at].foreign_sync = cell_syncs[at].read_sync;
+            cell.last_reader = me;
+        }
+    }
+    if (warp_synced) cell_syncs[at].read_sync = warp_syncs[warp_of(me)];
+    current->read_shared = true;
+}
+
+void shared_write_full(const void *where, const HotRegion *hot, const Cell *found, size_t bytes, int line) {
+    size_t at;
+    const Region *region = shadow_of(where, hot, found, &at);
+    if (region == nullptr) return;
+    if (profiling) profile_shared(*region, where, bytes, line, SHARED_STORE);
+    Cell &cell = cells[at];
+    CellHistory &history = cell_histories[at];
+    int me = current->linear;
+    bool after_read = current->read_shared;
+    if (cell.write_epoch == epoch && cell.writer != me &&
+        !ordered_by_syncwarp(cell.writer, cell_syncs[at].write_sync, me))
+        race(*region, where, "store_after_store", line, me, history.write_line, cell.writer, after_read,
+             current->trips, history.write_trip);
+    else if (cell.read_epoch == epoch && (cell.reader != me || cell.several_readers) &&
+             !reads_ordered(cell, cell_syncs[at], me))
+        race(*region, where, "store_after_read", line, me, history.read_line,
+             cell.reader != me ? cell.reader : -1, after_read, current->trips, history.read_trip);
+    if (warp_synced) cell_syncs[at].write_sync = warp_syncs[warp_of(me)];
+    history.write_trip = current->trips;
+    cell.write_epoch = epoch;
+    cell.writer = me;
+    history.write_line = line;
+    history.write_after_read = after_read;
 }
 
 void unstored_read(const Region &region, const void *address, int line) {
@@ -551,6 +673,7 @@ void new_launch() {
     std::fill(cell_syncs.begin(), cell_syncs.end(), CellSyncs{});
     epoch_before_block = 0;
     warp_synced = false;
+    index_hot_regions();  // empty in a profile run
     races_found = c_collisions = 0;
     race_reported[0] = race_reported[1] = unstored_reported = collision_reported = false;
     fewest_trips = most_trips = 0;
