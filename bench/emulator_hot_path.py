@@ -234,7 +234,8 @@ def main() -> None:
     parser.add_argument("--after", type=Path, default=ROOT, help="the tree to measure (default: this one)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cachegrind", default="",
-                        help="m,n,k or a testcase's name (a sampled one by its blocks): one case under cachegrind instead")
+                        help="m,n,k or a testcase's name (a sampled one by its blocks): one case under cachegrind "
+                             "instead")
     parser.add_argument("--corpus", action="store_true",
                         help="every kernel of tests/submissions that builds (those that do not are listed)")
     parser.add_argument("--split", action="store_true",
