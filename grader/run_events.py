@@ -352,8 +352,8 @@ class RunEvents:
             self._broken(event, "the grading process reported a case it was not given")
             return
         if event["problem"]["event"] == "timeout":
-            self._broken({"phase": "case", "case": case.name}, _timed_out(event["problem"]["limit_s"],
-                                                                            f"in case {case.name}"))
+            limit = event["problem"]["limit_s"]
+            self._broken({"phase": "case", "case": case.name}, _timed_out(limit, f"in case {case.name}"), limit)
             return
         problem = describe_problem(event["problem"], (case.m, case.n, case.k), self._program())
         self.case_results[case.name] = errored(
@@ -376,7 +376,7 @@ class RunEvents:
             return
         where = {"timing": "while being timed", "profile": "in the access profile"}.get(
             event["phase"], f"in case {event.get('case')}")
-        self._broken(event, _timed_out(limit, where))
+        self._broken(event, _timed_out(limit, where), limit)
 
     def on_crash(self, event: dict) -> None:
         message = f"{self.child} ended unexpectedly (exit code {event['returncode']})"
@@ -386,8 +386,9 @@ class RunEvents:
         else:
             self._broken(event, message)
 
-    def _broken(self, event: dict, message: str) -> None:
-        """A fault, hang or crash: it ends the case (or stage) it happened in."""
+    def _broken(self, event: dict, message: str, timed_out_s: float | None = None) -> None:
+        """A fault, hang or crash: it ends the case (or stage) it happened in. `timed_out_s`: a hang's limit, kept
+        in the case's metrics (judge/engines.py tells a hang on both engines in the GPU's words)."""
         name = event.get("case")
         if event.get("phase") == "profile":  # after every case: no advice, and nothing else changes
             self.log += f"\n[grader] no access profile (advice only): {message}\n"
@@ -399,7 +400,8 @@ class RunEvents:
         elif name in self.cases:
             case = self.cases[name]
             self.case_results[name] = errored(name, CASE, case.points, f"{message}\n({_shape(case)})",
-                                              visibility=case.visibility)
+                                              visibility=case.visibility,
+                                              metrics={} if timed_out_s is None else {"timed_out_s": timed_out_s})
             self.broken_cases.append(name)
             self.not_run_reason = (f"not run: the kernel crashed or hung in {len(self.broken_cases)} cases "
                                    f"({', '.join(self.broken_cases)}), so the grader stopped running it")

@@ -1,9 +1,10 @@
 """On a GPU machine: the CPU emulator and the GPU give every corpus submission the same verdicts and words.
 
 For each case both ran, passed-or-not must agree (after three hung cases the GPU gives up and skips the rest;
-those are not compared), and so must the words: a GPU grade runs the emulator beside the GPU child, whose
-words explain every case where the two engines' values agree (grader/emulation.py). Racy kernels too: the
-emulator's fibers run in an order that always shows the race, and a race is unsafe whatever the values.
+those are not compared), and so must the words (a hang's but its limit, each engine's own): a GPU grade runs the
+emulator beside the GPU child, whose words explain every case where the two engines' values agree
+(grader/emulation.py). Racy kernels too: the emulator's fibers run in an order that always shows the race, and a
+race is unsafe whatever the values.
 """
 import pytest
 from conftest import SUBMISSIONS
@@ -61,4 +62,13 @@ def test_cpu_and_gpu_tell_each_case_in_the_same_words(both, name):
     on_cpu = {c.name: c for c in cpu.checks if c.kind == "case" and c.status != "skipped"
               and not (c.status == "passed" and "checked" in c.metrics)}
     agreed = [c for c in gpu.checks if c.name in on_cpu and "emulator" in c.metrics and "differs" not in c.message]
-    assert {c.name: c.message for c in agreed} == {c.name: on_cpu[c.name].message for c in agreed}
+    assert {c.name: c.message for c in agreed} == {c.name: as_on_the_gpu(on_cpu[c.name], c) for c in agreed}
+
+
+def as_on_the_gpu(on_cpu, on_gpu) -> str:
+    """The CPU grade's words, with a hang's limit the GPU's: each engine times a case out at its own limit
+    (timeouts.run_s, timeouts.gpu_hang_s), and a case hung on both is told in the GPU's words (judge/engines.py)."""
+    if "timed_out_s" not in on_cpu.metrics or "timed_out_s" not in on_gpu.metrics:
+        return on_cpu.message
+    limit, gpu_limit = on_cpu.metrics["timed_out_s"], on_gpu.metrics["timed_out_s"]
+    return on_cpu.message.replace(f"timed out after {limit:g} s", f"timed out after {gpu_limit:g} s", 1)

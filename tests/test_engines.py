@@ -55,6 +55,21 @@ def test_a_fault_on_both_engines_is_told_in_the_emulators_words_and_a_gpu_fault_
     assert merged_case(on_gpu, wrong(12)).message == on_gpu.message
 
 
+def test_a_hang_on_both_engines_is_told_in_the_gpus_words_whichever_limit_the_emulator_reached():
+    """The emulator beside the GPU stops a case the GPU hung in at the GPU's limit once told, or at its own where it
+    got there first (hang_notices.py): the case's words must not depend on which came first."""
+    def hung(limit: float) -> object:
+        return errored("ragged_n", CASE, 4, f"timed out after {limit:g} s of its own time in case ragged_n",
+                       metrics={"timed_out_s": limit})
+
+    on_gpu = hung(3)
+    for emulated in (hung(3), hung(10)):
+        case = merged_case(on_gpu, emulated)
+        assert (case.status, case.message, case.metrics["timed_out_s"]) == (ERROR, on_gpu.message, 3)
+    trapped = errored("ragged_n", CASE, 4, "kernel aborted: __trap() at line 10 (thread (0, 0) of block (0, 0))")
+    assert merged_case(on_gpu, trapped).message == trapped.message  # what the emulator found first names the line
+
+
 def test_timing_goes_when_a_case_no_longer_passes():
     timing = passed("timing", TIMING, 10, "1.2× the reference")
     made = merged([RIGHT, timing], Emulation({"ragged_n": OUT_OF_BOUNDS}))

@@ -127,8 +127,8 @@ def test_hanging_kernel_times_out_without_taking_the_grader_down(grade_one, conf
     timeouts = load_config(config_file).timeouts
     tries = 1 + timeouts.max_restarts  # each hang gets a fresh child for the rest
     limit = timeouts.gpu_hang_s  # a case on the GPU (the GPU is held alone meanwhile)
-    # it hangs on both engines: the emulator's words, as a CPU grade gives them, with the GPU's limit (the emulator
-    # beside the GPU gives a case the GPU hung in no more: hang_notices.py)
+    # it hangs on both engines: the GPU's words, its own limit (the emulator beside it gives a case the GPU hung in
+    # no more than that, once told: hang_notices.py)
     assert all(c.status == ERROR and f"timed out after {limit:g} s of its own time" in c.message
                and "the kernel did not finish" in c.message for c in cases[:tries])
     assert all(c.status == SKIPPED and "crashed or hung in 3 cases" in c.message for c in cases[tries:])

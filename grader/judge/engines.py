@@ -17,6 +17,7 @@ from dataclasses import replace
 from ..result import ERROR, FAILED, PASSED, SKIPPED, CheckResult
 from .findings import UNWRITTEN_READ
 
+HUNG = "timed_out_s"  # a case's metric where it hung: the limit it had (run_events.py)
 DISAGREE = "the CPU emulator's result in this case differs ({}); the GPU's values count"
 # The emulator ran a large case by sampled blocks and saw nothing wrong in them: what went wrong lies elsewhere.
 SAMPLED_RIGHT = ("the CPU emulator ran {} of this case and saw nothing wrong in them: what the GPU found lies in "
@@ -35,6 +36,11 @@ def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResul
         return replace(emulated, metrics=metrics, message=emulated.message + _right_by_luck(on_gpu, emulated))
     on_gpu = replace(on_gpu, hints=emulated.hints)  # the emulator's, whatever the GPU's values: it saw the reads
     if on_gpu.status == ERROR:  # a fault, hang or crash on the GPU is what happened there
+        if HUNG in on_gpu.metrics and HUNG in emulated.metrics:
+            # Hung on both: the GPU's words, its own limit. The emulator beside it stops a case the GPU hung in at
+            # the GPU's limit once told, or at its own where it got there first (hang_notices.py): its words would
+            # depend on which came first; neither names a line.
+            return replace(on_gpu, metrics=metrics)
         if emulated.status == ERROR:  # on both: the emulator's words name the line
             return replace(emulated, metrics=metrics)
         return _with_disagreement(on_gpu, emulated) if emulated.status == PASSED else on_gpu
