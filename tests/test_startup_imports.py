@@ -72,10 +72,13 @@ def test_the_grade_command_caps_its_blas_threads_before_numpy_loads():
 # of one added back would slow every grade again. A CPU grade imports none of the GPU's stages nor
 # importlib.metadata either (a GPU grade does: its tools, and the child's bytecode, bytecode.py).
 NOT_IN_A_GRADE = ("grader.report.exports", "grader.report.canvas_csv", "grader.report.grades_csv",
-                  "grader.report.prairielearn", "grader.report.summary_html", "grader.report.regrade_csv", "csv",
+                  "grader.report.prairielearn", "grader.report.summary_html", "grader.report.regrade_csv",
                   "grader.classroom", "grader.serve", "grader.diagnose.profile", "grader.diagnose.ncu_csv",
                   "distributed", "fastapi")
-NOT_IN_A_CPU_GRADE = ("grader.on_gpu", "grader.diagnose.run", "grader.diagnose.sanitizer_log", "importlib.metadata")
+# A GPU grade reads the installed distributions (the sandbox's view of the GPU child's packages): importlib.metadata,
+# which imports csv for their RECORD files. A CPU grade imports neither.
+NOT_IN_A_CPU_GRADE = ("grader.on_gpu", "grader.diagnose.run", "grader.diagnose.sanitizer_log", "importlib.metadata",
+                      "csv")
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=[pytest.mark.gpu, needs_gpu])])
