@@ -45,6 +45,14 @@ def parent_of(pid: int) -> int:
     return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
+def parent_or_none(pid: int) -> int:
+    """The parent's pid, or 0 where the process is gone."""
+    try:
+        return parent_of(pid)
+    except (OSError, ValueError):
+        return 0
+
+
 def alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -56,7 +64,10 @@ def alive(pid: int) -> bool:
 def wait_for_workers(batch: int, count: int, deadline: float) -> list[int]:
     """The batch's forked workers, once `count` of them grade at once."""
     while time.monotonic() < deadline:
-        workers = [pid for pid in process_tree(batch)[1:] if named(pid) == WORKER_NAME]
+        # A worker's own fork, before it execs (a child it starts: the GPU child, a compiler), still bears the
+        # worker's name: its parent is a worker, never the template
+        workers = [pid for pid in process_tree(batch)[1:]
+                   if named(pid) == WORKER_NAME and named(parent_or_none(pid)) != WORKER_NAME]
         if len(workers) >= count:
             return workers
         time.sleep(0.05)
