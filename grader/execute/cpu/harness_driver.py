@@ -171,12 +171,13 @@ def _run_cases(channel: Channel, answers: ParentLines, server: Server, cases: Ca
     limit_s = job.case_s or HARNESS_LIMITS.cpu_s
     # A sampled large case launched several times in one worker (a kernel with state) has the limit per launch: its
     # blocks take seconds each launch, where a whole small case's take milliseconds
-    limits = [limit_s * (launches if spec.sample else 1) for spec in job.cases]
+    per_launch = [launches if spec.sample else 1 for spec in job.cases]
+    limits = [limit_s * times for times in per_launch]
     positions = {spec.name: index for index, spec in enumerate(job.cases)}
 
     def hung_on_gpu() -> dict[int, float]:
         """A case the GPU hung in gets the seconds it had there (per launch, as its own limit has them)."""
-        return {positions[name]: seconds * (launches if job.cases[positions[name]].sample else 1)
+        return {positions[name]: seconds * per_launch[positions[name]]
                 for name, seconds in answers.hung_on_gpu().items() if name in positions}
 
     # A sampled large case runs its blocks in the forward order alone: its blocks cost seconds where a small case's
