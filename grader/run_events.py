@@ -25,6 +25,7 @@ from .execute.cpu.sampling import BlockSample, sampled_tiles
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
 from .judge.compare import CaseRun, judge_case, wrong_mask
+from .judge.engines import HUNG
 from .judge.findings import Finding
 from .judge.input_records import GENERATED
 from .judge.inputs import split_guarded
@@ -401,7 +402,7 @@ class RunEvents:
             case = self.cases[name]
             self.case_results[name] = errored(name, CASE, case.points, f"{message}\n({_shape(case)})",
                                               visibility=case.visibility,
-                                              metrics={} if timed_out_s is None else {"timed_out_s": timed_out_s})
+                                              metrics={} if timed_out_s is None else {HUNG: timed_out_s})
             self.broken_cases.append(name)
             self.not_run_reason = (f"not run: the kernel crashed or hung in {len(self.broken_cases)} cases "
                                    f"({', '.join(self.broken_cases)}), so the grader stopped running it")
