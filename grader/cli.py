@@ -49,6 +49,7 @@ from .result import GRADER_ERROR, SUBMISSION_ERROR, SubmissionResult
 # What only some commands or a later stage of a grade use is imported where it is used (issue 50): `grade PATH`
 # starts before the pipeline, the sandbox's detection, the class's and the cluster's modules are imported.
 if TYPE_CHECKING:
+    from .execute.spawn import EarlyChildren
     from .pipeline import RunPlan
     from .report.canvas_csv import RosterRow
     from .report.exports import ExportOptions
@@ -421,10 +422,19 @@ def run_plan(args: argparse.Namespace) -> RunPlan:
     return replace(_backend_plan(args), sandbox=sandbox)
 
 
+def _started_early(args: argparse.Namespace, config, cases, plan: RunPlan) -> EarlyChildren:
+    """The children of `grade PATH`'s first grade, started now and waiting for their jobs (execute/early.py);
+    nothing for the other commands, whose grades start their own."""
+    from .execute.early import start_early
+    from .execute.spawn import EarlyChildren
+
+    return start_early(config, cases, plan) if args.command == "grade" else EarlyChildren()
+
+
 def _backend_plan(args: argparse.Namespace) -> RunPlan:
-    from .execute.cpu.build import compiler
+    from .execute.cpu.compiler import compiler
     from .execute.gpu.detect import gpu_unavailable_reason
-    from .pipeline import CPU, CPU_NOTE, GPU, RunPlan
+    from .plan import CPU, CPU_NOTE, GPU, RunPlan
 
     if args.no_run:
         return RunPlan(None, "not run: --no-run asks for the static check and compilation only")
@@ -509,6 +519,11 @@ def main(argv: list[str] | None = None) -> int:
             args.security = _cluster_security(args)
         plan = run_plan(args)
         phases.mark("sandbox")
+        # `grade PATH`'s children start now, before the pipeline's imports and the static check: their own start
+        # (interpreter, imports, CUDA) is the longest wait of a grade, and it overlaps all that
+        early = _started_early(args, config, cases, plan)
+        if early.pids():  # --no-run starts nothing
+            phases.mark("child_spawn")
         # A class's and an LMS entry's exports only: `grade PATH` writes its JSON and JUnit files alone
         args.exports = export_options(args, config) if args.command in ("batch", *LMS_COMMANDS) else None
     except UsageError as exc:
@@ -530,11 +545,6 @@ def main(argv: list[str] | None = None) -> int:
         return reproduce(args, config, cases, plan, console, errors)
     if args.command == "prepare":
         return prepare_cache(config, cases, plan, console, errors)
-    from .execute.early import start_early
-
-    early = start_early(config, cases, plan)  # the first grade's: they start as the rest is imported and checked
-    if early.pids():  # --no-run starts nothing
-        phases.mark("child_spawn")
     with early:  # closed here too where no grade took them (no such path, an interruption)
         return grade_paths(args, config, cases, plan, phases, console, errors, early)
 

@@ -17,7 +17,7 @@ from .execute.nvcc.without_gpu import compile_without_gpu
 from .intake.submission import Submission
 from .judge.timing import NAME as TIMING_NAME
 from .phases import Phases
-from .plan import CPU, RunPlan, sandbox_of
+from .plan import CPU, CPU_NOTE, RunPlan, sandbox_of
 from .result import (
     CASE,
     COMPILE,
@@ -35,7 +35,6 @@ from .result import (
 if TYPE_CHECKING:
     from .run_events import RunEvents
 
-CPU_NOTE = "CPU emulation: correctness checked, timing skipped"
 MODELLED_NOTE = "CPU emulation: correctness checked, timing estimated by the speed model"
 # Why a check a CPU run skips needs a GPU (CheckResult.needs_gpu): said once per kind in every report.
 # Only the machine and the config decide these: nothing a submission does adds to them.

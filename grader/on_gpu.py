@@ -26,7 +26,7 @@ from .emulation import (
     with_tool_findings,
 )
 from .execute.child_run import run_child, take_run
-from .execute.cpu.build import compiler
+from .execute.cpu.compiler import compiler
 from .execute.hang_notices import GpuHangs
 from .execute.runner import Placement
 from .intake.submission import Submission

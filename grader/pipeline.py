@@ -15,11 +15,11 @@ from .execute.early import start_early
 from .execute.runner import Placement
 from .execute.spawn import EarlyChildren
 from .intake.submission import Submission, SubmissionError, read_submission
-from .on_cpu import CPU_NOTE, compile_only, grade_on_cpu, needs_gpu_checks  # noqa: F401  (CPU_NOTE: the commands say it)
+from .on_cpu import compile_only, grade_on_cpu, needs_gpu_checks
 from .phases import Phases
 
 # the grade's plan, as the commands, the class stage and the service name it
-from .plan import CPU, GPU, RunPlan, device_lock, placement_of, sandbox_of  # noqa: F401
+from .plan import CPU, CPU_NOTE, GPU, RunPlan, device_lock, placement_of, sandbox_of  # noqa: F401
 from .prepare import prepare_soon
 from .provenance import graded_with
 from .result import COMPILE, GRADED, GRADER_ERROR, SubmissionResult, errored

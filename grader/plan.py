@@ -12,6 +12,8 @@ from .execute.spawn import EarlyChildren, Placement
 from .result import Provenance
 
 GPU, CPU = "gpu", "cpu"
+# Said with every grade on the CPU emulator (its result's message, the skipped timing check)
+CPU_NOTE = "CPU emulation: correctness checked, timing skipped"
 
 
 @dataclass

@@ -60,7 +60,7 @@ def warm(request: bytes) -> None:
     failure here (a request cut at CONTROL_BYTES among them) costs each worker its own load, no grade."""
     from ..cases import whole_truths
     from ..execute.confine.reachable import child_distributions
-    from ..execute.cpu.build import compiler, compiler_version
+    from ..execute.cpu.compiler import compiler, compiler_version
     from ..judge import truths
     from ..prepare import warm_sampled_truths
     from ..source.before_compile import warm_source_stage

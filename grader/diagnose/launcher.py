@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..execute.cpu.build import compiler, compiler_version
+from ..execute.cpu.compiler import compiler, compiler_version
 
 SOURCE = Path(__file__).resolve().parent / "launch_kernel.c"
 

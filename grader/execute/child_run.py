@@ -28,8 +28,8 @@ from ..source.device_side import device_side
 from ..source.signature import role_names
 from ..source.tile_size import tile_constant
 from .confine.sandbox import Sandbox
-from .cpu.build import compiler
 from .cpu.build_ahead import BuildAhead
+from .cpu.compiler import compiler
 from .cpu.evidence import Program
 from .cpu.instrument import sites_of
 from .cpu.sampling import BlockSample, Tile

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..cases import Case, emulator_cases
 from ..config import Config
 from ..plan import CPU, GPU, RunPlan, sandbox_of
-from .cpu.build import compiler
+from .cpu.compiler import compiler
 from .spawn import ChildProgram, EarlyChildren, Placement
 
 

@@ -28,7 +28,8 @@ from ..source.include_policy import (
 )
 from .confine.proc import BACKGROUND_NICE, run_killable
 from .confine.sandbox import COMPILER_LIMITS, Confinement, Sandbox, child_environment, scratch_folder
-from .cpu.build import HERE, SHIMS, compiler, toolchain
+from .cpu.build import HERE, SHIMS
+from .cpu.compiler import compiler, toolchain
 from .nvcc.compile import STUDENT_FILE, nvcc_path, write_sources
 from .protocol import read_untrusted
 

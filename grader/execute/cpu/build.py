@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from ...build_failure import NO_COPY, classify
@@ -38,6 +37,7 @@ from ..confine.proc import BACKGROUND_NICE, kill_group
 from ..confine.sandbox import COMPILER_LIMITS, Confinement, Sandbox
 from ..nvcc.compile import MAX_MESSAGE_LINES, STUDENT_FILE, same_place
 from ..protocol import read_untrusted
+from .compiler import compiler, compiler_version, toolchain
 from .instrument import instrument
 from .statics import EMULATOR_NAMED, emulator_variables, mutable_statics, names_the_emulator, statics_tag
 
@@ -102,27 +102,6 @@ class Compiles:
             self.stopped = True
             if self._running is not None:
                 kill_group(self._running)
-
-
-def compiler() -> str | None:
-    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-
-
-def toolchain(cxx: str) -> tuple[Path, ...]:
-    """The compiler's own installation when it is not under /usr (e.g. /opt/gcc), for the sandbox to see."""
-    for path in (Path(cxx), Path(cxx).resolve()):
-        prefix = path.parent.parent
-        if not prefix.is_relative_to("/usr") and prefix != Path("/"):
-            return (prefix,)
-    return ()
-
-
-@lru_cache(maxsize=8)  # part of every cache key here, asked several times a build: one run of the compiler
-def compiler_version(path: str) -> str:
-    """`g++ (Debian 12.2.0-14) 12.2.0` -> `g++ 12.2.0`: part of the build's cache key and of reports."""
-    finished = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
-    first = finished.stdout.splitlines()[0] if finished.stdout else path
-    return f"{Path(path).name} {first.split()[-1]}"
 
 
 # CUDA's __noinline__, spelled as g++'s attribute in the student's own text. As a macro in cuda_emu.h it broke

@@ -51,7 +51,8 @@ from ..confine.sandbox import HARNESS_LIMITS, Sandbox, SandboxFailed
 from ..job import Job
 from ..protocol import Channel, await_job, gpu_hung_notice, harness_report
 from .access_profile import access_records, profile_size
-from .build import Build, build, compiler, compiler_version
+from .build import Build, build
+from .compiler import compiler, compiler_version
 from .schedule import Schedule
 from .server import Server
 
