@@ -138,6 +138,12 @@ def _emulator_findings(event: dict, case: Case, program: Program) -> EmulatorFin
     return found
 
 
+# What to change where a case hung, on every engine: one cause however many cases it hung in, whatever their
+# names (report/student_view.py groups by a check's first fix).
+HANG_FIX = ("make every loop end and every thread of a block reach each __syncthreads(): a thread that waits for a "
+            "value other threads or blocks set may wait forever")
+
+
 def _timed_out(limit_s: float, where: str) -> str:
     return (f"timed out after {limit_s:g} s of its own time {where}: the kernel did not finish (an endless loop, or "
             "a __syncthreads() that some threads never reach)")
@@ -400,9 +406,10 @@ class RunEvents:
             self.log += f"\n[grader] after case {name} was judged: {message}\n"
         elif name in self.cases:
             case = self.cases[name]
+            hung = timed_out_s is not None
             self.case_results[name] = errored(name, CASE, case.points, f"{message}\n({_shape(case)})",
-                                              visibility=case.visibility,
-                                              metrics={} if timed_out_s is None else {HUNG: timed_out_s})
+                                              visibility=case.visibility, fixes=[HANG_FIX] if hung else [],
+                                              metrics={HUNG: timed_out_s} if hung else {})
             self.broken_cases.append(name)
             self.not_run_reason = (f"not run: the kernel crashed or hung in {len(self.broken_cases)} cases "
                                    f"({', '.join(self.broken_cases)}), so the grader stopped running it")

@@ -9,10 +9,12 @@ from hardware import needs_gpu, needs_sanitizer
 from grader.cases import load_cases
 from grader.config import load_config
 from grader.contract import KernelContract
-from grader.diagnose.run import SanitizerRun, sanitize
+from grader.diagnose.checks import HUNG_ON_BOTH
+from grader.diagnose.run import TOOLS, SanitizerRun, sanitize
 from grader.execute.runner import Placement
 from grader.pipeline import GPU, RunPlan, grade, sandbox_of
-from grader.result import ERROR, FAILED, GRADER_ERROR, PASSED, SANITIZER
+from grader.judge.engines import hung_on_both
+from grader.result import CASE, ERROR, FAILED, GRADED, GRADER_ERROR, PASSED, SANITIZER, SKIPPED
 
 pytestmark = [
     pytest.mark.gpu,
@@ -20,6 +22,8 @@ pytestmark = [
     needs_sanitizer,
 ]
 EVERY_TOOL = RunPlan(GPU, sanitize=True, sanitize_always=True)  # the diagnosis over every kernel (--sanitize)
+# A grade's default (`grade DIR`, `grade batch`): the tools where they see what the CPU emulator cannot
+WHERE_USEFUL = RunPlan(GPU, sanitize=True)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +81,44 @@ def test_a_deadlocking_barrier_holds_the_gpu_only_for_the_hang_limit_and_is_expl
     assert f"the kernel did not finish in {limit:g} s" in check.message, check.message
     assert check.metrics["turn_held_s"] < 3 * (limit + 2)
     print(check.message)  # whether synccheck named line 21 before the hang, for the record
+
+
+def diagnosis_of(result):
+    return next(c for c in result.checks if c.kind == SANITIZER)
+
+
+def test_a_kernel_hung_on_the_gpu_and_the_emulator_alike_is_not_run_under_the_tools(setup):
+    """`hang` spins forever on both engines: under each tool it would only hang to sanitizer_launch_s (three
+    launches, 16.6 s on an H200), holding the sanitizer's turns. Skipped with the reason, no tool's time spent."""
+    config, cases = setup
+    result = grade(SUBMISSIONS / "hang", config, cases, WHERE_USEFUL)
+    hung = [c for c in result.checks if c.kind == CASE and c.status == ERROR]
+    assert hung and all(hung_on_both(c) for c in hung), [(c.name, c.metrics) for c in hung]
+    check = diagnosis_of(result)
+    count = "1 case" if len(hung) == 1 else f"{len(hung)} cases"
+    assert (check.status, check.message) == (SKIPPED, HUNG_ON_BOTH.format(count=count)), check.message
+    assert not check.metrics  # no tool's seconds, no turn held or waited for
+    assert result.phases.get("sanitizer", 0) < 1, result.phases
+    assert result.outcome == GRADED
+
+
+def test_an_explicit_sanitize_still_runs_the_tools_over_a_hung_kernel(diagnose, setup):
+    """--sanitize asks for every kernel: each tool's launch hangs and is stopped at sanitizer_launch_s."""
+    config, _ = setup
+    check = diagnose("hang")
+    assert check.status == FAILED and f"did not finish in {config.timeouts.sanitizer_launch_s:g} s" in check.message
+    assert check.metrics["turn_held_s"] > 0, check.metrics
+
+
+@pytest.mark.parametrize("name", ["illegal_address", "trap"])
+def test_a_real_fault_on_the_gpu_still_runs_every_tool(setup, name):
+    config, cases = setup
+    result = grade(SUBMISSIONS / name, config, cases, WHERE_USEFUL)
+    assert any(c.kind == CASE and c.status == ERROR for c in result.checks)
+    check = diagnosis_of(result)
+    assert check.status == FAILED, check.message
+    assert all(f"{tool}_s" in check.metrics for tool in TOOLS), check.metrics
+    assert result.phases["sanitizer"] > 0.1, result.phases
 
 
 def test_the_launch_uses_the_configured_parameter_order(setup, tmp_path):

@@ -3,11 +3,13 @@ CPU emulator cannot, and Nsight Compute's profile where asked (worth no points e
 from __future__ import annotations
 
 import traceback
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..intake.submission import Submission
 from ..judge.access import measured_on_the_gpu
+from ..judge.engines import hung_on_both
 from ..plan import RunPlan, placement_of, sandbox_of
 from ..result import CASE, COMPILE, ERROR, FAILED, SANITIZER, STATIC, TIMING, CheckResult, SubmissionResult, skipped
 from .groups import GUARD, Vouched, check_in_group
@@ -26,21 +28,45 @@ def sanitizer_run_of(submission: Submission, config: Config, run: RunEvents) -> 
                         timeouts.sanitizer_s, timeouts.sanitizer_launch_s)
 
 
+NOTHING_FAULTED = ("not run: the CPU emulator watched every access, barrier and shared-memory read of the cases it "
+                   "ran, and no case faulted on the GPU")
+# Counted, not named: a hidden case shows its verdict only.
+HUNG_ON_BOTH = ("not run: the kernel hung on the GPU and on the CPU emulator alike, in {count} (those cases say so); "
+                "under compute-sanitizer's tools it would only hang again")
+
+
 def diagnosis(submission: Submission, config: Config, run: RunEvents, plan: RunPlan, made: list[CheckResult],
               safety: CaseSafety | None) -> CheckResult | None:
     """compute-sanitizer's diagnosis (worth no points), where it sees what the emulator cannot: what the tools
-    found in the cases of a kernel the emulator could not judge (`safety`), or their run over a kernel a case
-    of which faulted or hung on the GPU itself (a case the emulator found unsafe is told already); over every
-    kernel where asked (--sanitize). None when the kernel did not compile (the rubric says so)."""
+    found in the cases of a kernel the emulator could not judge (`safety`), or their run where `why_not_run`
+    gives no reason to leave them out. None when the kernel did not compile (the rubric says so)."""
     if not run.compile_check.passed or not run.tile_size:
         return None
     if safety is not None:
         return safety.check()
-    faulted = any(check.status == ERROR for check in run.made_cases().values())  # on the GPU itself
-    if plan.sanitize_always or faulted:
-        return _sanitizer_check(submission, config, run, plan, made)
-    return skipped(SANITIZER_NAME, SANITIZER, 0, "not run: the CPU emulator watched every access, barrier and "
-                   "shared-memory read of the cases it ran, and no case faulted on the GPU")
+    reason = why_not_run(run.made_cases().values(), made, plan.sanitize_always)
+    if reason:
+        return skipped(SANITIZER_NAME, SANITIZER, 0, reason)
+    return _sanitizer_check(submission, config, run, plan, made)
+
+
+def why_not_run(on_gpu: Iterable[CheckResult], judged: Iterable[CheckResult], always: bool) -> str:
+    """Why the tools are not run over a kernel the emulator judged, as the skipped check says it; "" to run them.
+    `on_gpu`: its cases as the GPU run judged them; `judged`: as both engines did (judge/engines.py). They run
+    where a case faulted or hung on the GPU itself (what the emulator found unsafe is told already): a real fault,
+    or a hang the emulator did not share (it passed the case, did not run it, or stopped it for something else);
+    and over every kernel where asked (`always`: --sanitize), a hung one too. Where every case that faulted on the
+    GPU hung on the emulator too, each tool would only hang to its launch's limit, adding nothing while it holds
+    the sanitizer's turns, which every case turn waits behind (device_lock.py)."""
+    if always:
+        return ""
+    faulted = [case.name for case in on_gpu if case.status == ERROR]
+    if not faulted:
+        return NOTHING_FAULTED
+    cases = {check.name: check for check in judged if check.kind == CASE}
+    if all(name in cases and hung_on_both(cases[name]) for name in faulted):
+        return HUNG_ON_BOTH.format(count="1 case" if len(faulted) == 1 else f"{len(faulted)} cases")
+    return ""
 
 
 def _sanitizer_check(submission: Submission, config: Config, run: RunEvents, plan: RunPlan,

@@ -18,6 +18,9 @@ from ..result import ERROR, FAILED, PASSED, SKIPPED, CheckResult
 from .findings import UNWRITTEN_READ
 
 HUNG = "timed_out_s"  # a case's metric where it hung: the limit it had (run_events.py)
+# A case's metric where it hung on both engines: the emulator's limit there. compute-sanitizer would only hang too
+# (diagnose/checks.py), so the tools are not run over such a kernel.
+EMULATOR_HUNG = "emulator_" + HUNG
 DISAGREE = "the CPU emulator's result in this case differs ({}); the GPU's values count"
 # The emulator ran a large case by sampled blocks and saw nothing wrong in them: what went wrong lies elsewhere.
 SAMPLED_RIGHT = ("the CPU emulator ran {} of this case and saw nothing wrong in them: what the GPU found lies in "
@@ -40,7 +43,7 @@ def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResul
             # Hung on both: the GPU's words, its own limit. The emulator beside it stops a case the GPU hung in at
             # the GPU's limit once told, or at its own where it got there first (hang_notices.py): its words would
             # depend on which came first; neither names a line.
-            return replace(on_gpu, metrics=metrics)
+            return replace(on_gpu, metrics={**metrics, EMULATOR_HUNG: emulated.metrics[HUNG]})
         if emulated.status == ERROR:  # on both: the emulator's words name the line
             return replace(emulated, metrics=metrics)
         return _with_disagreement(on_gpu, emulated) if emulated.status == PASSED else on_gpu
@@ -51,6 +54,11 @@ def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResul
         # tell. Which elements are wrong may differ where the result depends on the threads' order.
         return replace(emulated, metrics=metrics)
     return _with_disagreement(replace(on_gpu, metrics=metrics), emulated)
+
+
+def hung_on_both(case: CheckResult) -> bool:
+    """A case's check (merged_case's) says the kernel hung in it on the GPU and on the CPU emulator alike."""
+    return case.status == ERROR and HUNG in case.metrics and EMULATOR_HUNG in case.metrics
 
 
 def _with_disagreement(on_gpu: CheckResult, emulated: CheckResult) -> CheckResult:
