@@ -12,8 +12,8 @@ from grader.contract import KernelContract
 from grader.diagnose.checks import HUNG_ON_BOTH
 from grader.diagnose.run import TOOLS, SanitizerRun, sanitize
 from grader.execute.runner import Placement
-from grader.pipeline import GPU, RunPlan, grade, sandbox_of
 from grader.judge.engines import hung_on_both
+from grader.pipeline import GPU, RunPlan, grade, sandbox_of
 from grader.result import CASE, ERROR, FAILED, GRADED, GRADER_ERROR, PASSED, SANITIZER, SKIPPED
 
 pytestmark = [
