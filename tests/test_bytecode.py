@@ -5,6 +5,7 @@ carries its own."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -20,7 +21,14 @@ import pytest
 from conftest import ROOT
 
 from grader.execute.confine import reachable
-from grader.execute.confine.sandbox import python_paths
+from grader.execute.confine.sandbox import (
+    Confinement,
+    ResourceLimits,
+    Sandbox,
+    child_environment,
+    python_paths,
+    scratch_folder,
+)
 from grader.prepare import installed_bytecode
 
 ROOT_USER = os.geteuid() == 0
@@ -40,8 +48,12 @@ folders, names = sys.argv[1].split(os.pathsep), sys.argv[2:]
 for name in names:
     importlib.import_module(name)
 cached = {name: sys.modules[name].__cached__ for name in names}
+last = sys.modules[names[-1]]
+code_file = next(f.__code__.co_filename for f in vars(last).values() if getattr(f, "__module__", "") == last.__name__
+                 and hasattr(f, "__code__"))
 print(json.dumps({"compiled": [p for p in compiled if p.startswith(tuple(folders))], "cached": cached,
-                  "cached_exists": all(os.path.isfile(p) for p in cached.values()), "no_site": sys.flags.no_site}))
+                  "cached_exists": all(os.path.isfile(p) for p in cached.values()), "code_file": code_file,
+                  "no_site": sys.flags.no_site}))
 """
 
 
@@ -120,3 +132,22 @@ def test_prepare_says_which_folder_it_could_not_write_and_does_not_fail(private)
         "the bytecode of the 1 installed distributions the grader and its children import "
         f"(2 modules in {private / 'site'} left without: this user cannot write there)")]
     assert not list((private / "site").rglob("*.pyc"))
+
+
+@pytest.mark.skipif(not ROOT_USER, reason="hardware: the copies are made for a root grader's unprivileged uid")
+def test_a_sandboxed_child_reads_the_bytecode_of_roots_copy_of_the_package(sandbox):
+    """Root's copy of the package for the sandbox's uid holds its bytecode: a child there, which can write none (and
+    runs with PYTHONDONTWRITEBYTECODE), compiles none of the grader's modules it imports, and its code is named by
+    the copy's path (as a traceback shows it), not the temporary folder the copy was filled in."""
+    package = Path(reachable.copy_package())
+    assert (package / "grader" / "execute" / "gpu" / "__pycache__").is_dir()
+    confined = Sandbox(sandbox.level, sandbox.bwrap, drop_uid=True, package_copy=str(package))
+    names = ["grader.execute.cpu.harness_driver", "grader.execute.gpu.child", "grader.execute.confine.sandbox"]
+    with scratch_folder("sgemm-bytecode-") as folder:
+        workdir = folder / "child"
+        popen = functools.partial(confined.popen, confinement=Confinement(
+            workdir, ResourceLimits(cpu_s=20, processes=64), python=True))
+        seen = watched_import([sys.executable], [package], names, child_environment(str(workdir), {}), popen)
+    assert seen["compiled"] == [], seen["compiled"]
+    assert seen["cached_exists"] and all(path.startswith(f"{package}/grader/") for path in seen["cached"].values())
+    assert seen["code_file"] == str(package / "grader" / "execute" / "confine" / "sandbox.py")
