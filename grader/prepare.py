@@ -49,7 +49,7 @@ def prepare(config: Config, cases: list[Case], sandbox: Sandbox | None, on_gpu: 
     input_files.warm(inputs, config.cache_dir)
     truths.warm(cases, config)
     sampled = warm_sampled_truths(inputs, config, truths)  # every case the emulator runs by sampled blocks
-    said = [*grader_bytecode(), installed_bytecode(),
+    said = [*grader_bytecode(), installed_bytecode(), children_start(config.cache_dir),
             (True, f"the seeded inputs of {len(inputs)} cases"),
             (True, f"the float64 truths of {len(cases)} cases"
                    + (f" and of {sampled} sampled cases' checked tiles, per tile size" if sampled else ""))]
@@ -96,6 +96,19 @@ def installed_bytecode(distributions: list | None = None) -> tuple[bool, str]:
     said += [f"{found.failed} sources this Python cannot compile"] if found.failed else []
     return True, (f"the bytecode of the {len(distributions)} installed distributions the grader and its children "
                   f"import ({'; '.join(said) or 'none holds a module'})")
+
+
+def children_start(cache_dir: Path) -> tuple[bool, str]:
+    """Whether the children may start without Python's `site` (site_path.py: no .pth file that runs code belongs to a
+    distribution they import), recorded in the cache for the grades. A cache that cannot be written is the prepare's
+    failure, as for every build it holds."""
+    from .execute.confine import site_path
+    from .execute.confine.reachable import child_distributions
+
+    try:
+        return site_path.record(cache_dir, child_distributions())
+    except OSError as error:
+        return False, f"the record of how the children start: {error.strerror or error}"
 
 
 def warm_sampled_truths(cases: list[Case], config: Config, truths) -> int:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import site_path
+
 if TYPE_CHECKING:  # importlib.metadata costs 10-15 ms to import: only the annotations name it
     import importlib.metadata
 
@@ -28,8 +30,20 @@ if TYPE_CHECKING:  # importlib.metadata costs 10-15 ms to import: only the annot
 def ensure_soon(distributions: Callable[[], list[importlib.metadata.Distribution]], cache_dir: Path) -> None:
     """ensure() on a thread, begun as a child starts: a .pyc appears whole (written to a temporary name, then
     renamed) or not at all, and a module whose .pyc is not there yet is compiled in the child's memory, as it
-    would have been. A first grade's start no longer waits on it (35-50 ms with the bytecode there, more without)."""
-    threading.Thread(target=lambda: ensure(distributions(), cache_dir), daemon=True, name="bytecode").start()
+    would have been. A first grade's start no longer waits on it (35-50 ms with the bytecode there, more without).
+    The distributions read, it records whether the children may start without `site` where no record says so
+    (site_path.py), so that the next grades' children do."""
+    threading.Thread(target=_after_start, args=(distributions, cache_dir), daemon=True, name="bytecode").start()
+
+
+def _after_start(distributions: Callable[[], list[importlib.metadata.Distribution]], cache_dir: Path) -> None:
+    read = distributions()
+    ensure(read, cache_dir)
+    if not site_path.recorded(cache_dir):
+        try:
+            site_path.record(cache_dir, read)
+        except OSError:
+            pass  # a cache that cannot be written: the children keep `site`, as before
 
 
 def ensure(distributions: list[importlib.metadata.Distribution], cache_dir: Path) -> None:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import site_path
+
 if TYPE_CHECKING:  # imported where a copy of the Python is made: 10-15 ms of every grader process's start else
     import importlib.metadata
 
@@ -268,6 +270,7 @@ class PythonView:
     executable: str
     readable: tuple[str, ...]
     library_path: str = ""
+    site_path: tuple[str, ...] = ()  # what a child started without `site` is handed (site_path.py)
 
 
 @functools.cache
@@ -289,13 +292,20 @@ def copied_python_view() -> PythonView:
     readable = [str(environment)]
     if library_path:
         readable.append(str(Path(base).parents[1]))  # the copied installation
-    return PythonView(str(environment / "bin" / "python3"), tuple(readable), library_path)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    handed = site_path.view_path(str(_stdlib()), str(Path(library_path, version)) if library_path else None,
+                                 environment / "lib" / version / "site-packages")
+    return PythonView(str(environment / "bin" / "python3"), tuple(readable), library_path, handed)
+
+
+def _stdlib() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"]).resolve()
 
 
 def _reachable_interpreter(interpreter: str) -> tuple[str, str]:
     """The interpreter to run (the installed one, or a copy of its installation) and the folder of its
     libpython when copied (it may have been linked with a run path the sandbox's uid cannot enter)."""
-    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    stdlib = _stdlib()
     libdir = Path(sysconfig.get_config_var("LIBDIR") or "/nonexistent")
     libraries = sorted(libdir.glob("libpython*.so*")) if libdir.is_dir() else []
     if reachable(interpreter, execute=True) and reachable(stdlib) and all(reachable(p) for p in libraries):
