@@ -14,7 +14,7 @@ import pytest
 from hardware import needs_gpu
 
 from grader.execute.confine import reachable, site_path
-from grader.execute.confine.sandbox import Sandbox, scratch_folder
+from grader.execute.confine.sandbox import NAMESPACES_AND_UID, UID_ONLY, Sandbox, scratch_folder
 from grader.execute.spawn import ChildProgram, Placement, spawn
 from grader.prepare import children_start
 
@@ -97,12 +97,14 @@ def test_a_pth_files_paths_are_carried_and_its_code_is_told(tmp_path):
 
 
 @pytest.mark.skipif(not ROOT_USER, reason="hardware: only a root grader drops to a uid that needs a copied Python")
-def test_a_sandboxed_python_child_in_roots_copied_python_starts_without_site(recorded, sandbox, monkeypatch):
+@pytest.mark.parametrize("level", [NAMESPACES_AND_UID, UID_ONLY])
+def test_a_sandboxed_python_child_in_roots_copied_python_starts_without_site(recorded, sandbox, monkeypatch, level):
     """Root's copy of the Python (a venv in the copies, with the distributions the children import) for the sandbox's
-    uid: a child there started with -S is handed that view's path, not the parent's, and imports all it needs."""
+    uid: a child there started with -S is handed that view's path, not the parent's, and imports all it needs; at
+    uid-only too, where it sees the whole file system (the parent's folders it cannot enter)."""
     view = reachable.copied_python_view()
-    confined = Sandbox(sandbox.level, sandbox.bwrap, drop_uid=True, package_copy=reachable.copy_package(),
-                       weaker_because=sandbox.weaker_because)
+    confined = Sandbox(level, sandbox.bwrap if level == NAMESPACES_AND_UID else "", drop_uid=True,
+                       package_copy=reachable.copy_package())
     # The CPU driver's module in the sandbox, as the GPU child runs there: a Python child of the grader's own
     program = ChildProgram((sys.executable, "-m", "grader.execute.cpu"), confined, without_site=True)
     # The copies are real; only the decision that this Python is out of the uid's reach is taken for it (here it is,
