@@ -49,8 +49,8 @@ for name in names:
     importlib.import_module(name)
 cached = {name: sys.modules[name].__cached__ for name in names}
 last = sys.modules[names[-1]]
-code_file = next(f.__code__.co_filename for f in vars(last).values() if getattr(f, "__module__", "") == last.__name__
-                 and hasattr(f, "__code__"))
+code_file = next((f.__code__.co_filename for f in vars(last).values()
+                  if getattr(f, "__module__", "") == last.__name__ and hasattr(f, "__code__")), None)
 print(json.dumps({"compiled": [p for p in compiled if p.startswith(tuple(folders))], "cached": cached,
                   "cached_exists": all(os.path.isfile(p) for p in cached.values()), "code_file": code_file,
                   "no_site": sys.flags.no_site}))
