@@ -79,15 +79,19 @@ def private():
 def tiny_wheel(folder: Path) -> Path:
     """A pure-Python wheel of two modules, made here (no index needed)."""
     wheel = folder / "tinydist-1.0-py3-none-any.whl"
-    files = {**MODULES, "tinydist-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinydist\nVersion: 1.0\n",
-             "tinydist-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
-              f"{len(text.encode())}" for name, text in files.items()]
+    info = "tinydist-1.0.dist-info"
+    files = {**MODULES, f"{info}/METADATA": "Metadata-Version: 2.1\nName: tinydist\nVersion: 1.0\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{name},sha256={digest(text)},{len(text.encode())}" for name, text in files.items()]
     files["tinydist-1.0.dist-info/RECORD"] = "\n".join([*record, "tinydist-1.0.dist-info/RECORD,,"]) + "\n"
     with zipfile.ZipFile(wheel, "w") as archive:
         for name, text in files.items():
             archive.writestr(name, text)
     return wheel
+
+
+def digest(text: str) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
 
 
 def installed_without_bytecode(folder: Path) -> list[importlib.metadata.Distribution]:
@@ -124,9 +128,13 @@ def test_prepare_says_which_folder_it_could_not_write_and_does_not_fail(private)
     python, library_path = (view.executable, view.library_path) if view else (sys.executable, "")
     code = ("import importlib.metadata, json, sys; from grader.prepare import installed_bytecode; "
             "print(json.dumps(installed_bytecode(list(importlib.metadata.distributions(path=[sys.argv[1]])))))")
+    # The grader where nobody reaches it (root's copy where needed), then whatever path gives this Python its
+    # dependencies (a GPU machine's wheels live in a folder of their own on PYTHONPATH)
+    python_path = [reachable.package_copy() or str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": library_path, "PYTHONPATH": os.pathsep.join(python_path)}
     finished = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
                                python, "-c", code, str(private / "site")], capture_output=True, text=True, cwd="/",
-                              env={"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": library_path, "PYTHONPATH": str(ROOT)})
+                              env=env)
     assert finished.returncode == 0, finished.stderr
     assert json.loads(finished.stdout) == [True, (
         "the bytecode of the 1 installed distributions the grader and its children import "

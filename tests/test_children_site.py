@@ -4,6 +4,7 @@ do so once `grade prepare` (or a GPU grade) has recorded that no distribution th
 are carried; a root grader's copied Python hands its own path."""
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -89,8 +90,6 @@ def test_a_pth_files_paths_are_carried_and_its_code_is_told(tmp_path):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hooked\nVersion: 1.0\n")
     (info / "RECORD").write_text("hook.pth,,\nhooked-1.0.dist-info/RECORD,,\n")
     assert site_path.pth_paths(site) == [str(site / "extra")]
-    import importlib.metadata
-
     hooked = list(importlib.metadata.distributions(path=[str(site)]))
     assert site_path.site_needed_by(hooked, [str(site / "hook.pth")]) == [f"{site / 'hook.pth'} (hooked's)"]
     assert site_path.site_needed_by(hooked, [str(site / "other.pth")]) == []
