@@ -49,7 +49,7 @@ def prepare(config: Config, cases: list[Case], sandbox: Sandbox | None, on_gpu: 
     input_files.warm(inputs, config.cache_dir)
     truths.warm(cases, config)
     sampled = warm_sampled_truths(inputs, config, truths)  # every case the emulator runs by sampled blocks
-    said = [*grader_bytecode(),
+    said = [*grader_bytecode(), installed_bytecode(), children_start(config.cache_dir),
             (True, f"the seeded inputs of {len(inputs)} cases"),
             (True, f"the float64 truths of {len(cases)} cases"
                    + (f" and of {sampled} sampled cases' checked tiles, per tile size" if sampled else ""))]
@@ -76,6 +76,39 @@ def grader_bytecode(package: Path = PACKAGE) -> list[tuple[bool, str]]:
     if not os.access(package, os.W_OK):
         return []
     return [(bool(compileall.compile_dir(str(package), quiet=2)), "the grader's bytecode")]
+
+
+def installed_bytecode(distributions: list | None = None) -> tuple[bool, str]:
+    """The bytecode of the installed distributions the grader and its children import (its requirements, the `gpu`
+    extra's, and theirs), compiled where it is missing, as pip's install-time compile would have: an image that
+    installed them `--no-compile` (and sets PYTHONDONTWRITEBYTECODE) had every grade's processes compile rich, yaml,
+    numpy... from source. A folder this user cannot write is said, not failed: its modules compile at each import."""
+    from .execute.confine import bytecode
+    from .execute.confine.reachable import child_distributions
+
+    distributions = child_distributions() if distributions is None else distributions
+    found = bytecode.compile_missing(distributions)
+    said = [f"{found.compiled} modules compiled"] if found.compiled else []
+    everything = not (found.compiled or found.unwritable or found.failed)
+    said += [f"{'all ' if everything else ''}{found.present} modules had theirs"] if found.present else []
+    said += [f"{count} modules in {folder} left without: this user cannot write there"
+             for folder, count in sorted(found.unwritable.items())]
+    said += [f"{found.failed} sources this Python cannot compile"] if found.failed else []
+    return True, (f"the bytecode of the {len(distributions)} installed distributions the grader and its children "
+                  f"import ({'; '.join(said) or 'none holds a module'})")
+
+
+def children_start(cache_dir: Path) -> tuple[bool, str]:
+    """Whether the children may start without Python's `site` (site_path.py: no .pth file that runs code belongs to a
+    distribution they import), recorded in the cache for the grades. A cache that cannot be written is the prepare's
+    failure, as for every build it holds."""
+    from .execute.confine import site_path
+    from .execute.confine.reachable import child_distributions
+
+    try:
+        return site_path.record(cache_dir, child_distributions())
+    except OSError as error:
+        return False, f"the record of how the children start: {error.strerror or error}"
 
 
 def warm_sampled_truths(cases: list[Case], config: Config, truths) -> int:

@@ -14,6 +14,7 @@ from conftest import ROOT, SUBMISSIONS
 from hardware import needs_cxx, needs_gpu
 
 from grader.config import load_config
+from grader.execute.confine import site_path
 from grader.execute.cpu import build as emulator_build
 from grader.prepare import prepare_soon
 
@@ -55,6 +56,9 @@ def test_after_grade_prepare_a_grade_builds_the_students_unit_alone(tmp_path, qu
     prepared = grade("prepare", "--config", str(config), "--backend", backend)
     assert prepared.returncode == 0, prepared.stderr
     assert "ready: the CPU emulator's harness object and precompiled header" in prepared.stdout
+    # The grade's children then start without Python's site (tests/test_children_site.py)
+    assert "ready: the children start without Python's site" in prepared.stdout
+    assert site_path.without_site(str(cache)) is not None
     kept = files(cache)
     assert [name for name in kept if name.startswith("cpu/harness-") and name.endswith(".o")]
     assert [name for name in kept if name.startswith("cpu/cuda_emu-") and name.endswith(".gch")]

@@ -26,6 +26,7 @@ from ..judge.input_records import for_child, opened_for_child, recorded
 from ..leftovers import GRADE, owned_folder
 from .confine.proc import BACKGROUND_NICE, kill_group, set_session_priority
 from .confine.sandbox import GPU_LIMITS, Confinement, Sandbox, child_environment
+from .confine.site_path import without_site
 from .protocol import JOB_READY
 
 if TYPE_CHECKING:
@@ -47,14 +48,20 @@ class ChildProgram:
     sandbox: Sandbox | None = None
     gpu: bool = False
     emulator: bool = False  # the CPU emulator's driver: the parent builds the emulation ahead as it starts
+    # argv is `python -m` a module of the grader's: it starts without `site` where its path can be handed to it
+    without_site: bool = False
 
     @classmethod
     def gpu_child(cls, sandbox: Sandbox) -> ChildProgram:
-        return cls((sys.executable, "-m", "grader.execute.gpu.child"), sandbox, gpu=True)
+        return cls((sys.executable, "-m", "grader.execute.gpu.child"), sandbox, gpu=True, without_site=True)
 
     @classmethod
     def cpu_driver(cls) -> ChildProgram:
-        return cls((sys.executable, "-m", "grader.execute.cpu"), emulator=True)
+        return cls((sys.executable, "-m", "grader.execute.cpu"), emulator=True, without_site=True)
+
+    def command(self, import_path: tuple[str, ...] | None) -> list[str]:
+        """argv, with `-S` where the child is handed its import path (site_path.py)."""
+        return [self.argv[0], "-S", *self.argv[1:]] if import_path is not None else list(self.argv)
 
     def confinement(self, workdir: Path) -> Confinement:
         return Confinement(workdir, GPU_LIMITS, python=True, cuda=True, gpu=self.gpu)
@@ -164,11 +171,12 @@ def spawn(program: ChildProgram, environment: dict[str, str], folder: Path, case
     workdir.mkdir()
     log_path = folder / f"{workdir.name}.log"
     inputs, descriptors = inputs_for_child(cases, cache_dir)
+    import_path = without_site(cache_dir) if program.without_site else None
     events_fd, write_fd = os.pipe()
     control_read, control_fd = os.pipe()
-    argv = [*program.argv, str(workdir / JOB_FILE), str(write_fd), str(control_read)]
+    argv = [*program.command(import_path), str(workdir / JOB_FILE), str(write_fd), str(control_read)]
     options = dict(pass_fds=(write_fd, control_read, *descriptors), stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                   env=child_environment(str(workdir), environment))
+                   env=child_environment(str(workdir), environment, import_path or ()))
     try:
         with open(log_path, "wb") as log:
             if program.sandbox is not None:

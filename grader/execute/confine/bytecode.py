@@ -6,16 +6,22 @@ child's start: pycuda, pytools, typing_extensions and platformdirs cost a GPU ch
 The parent, which may write where it installed them, compiles them once; a marker in the grader's cache,
 named by the distribution's RECORD (reinstalling rewrites it), says it is done. No writable place is
 shared with any child: a .pyc goes next to its source, where root (or the installing user) alone writes.
+`grade prepare` compiles, the same way, whatever the grader and its children import that has no bytecode
+(`compile_missing`), as pip's install-time compile would have.
 """
 from __future__ import annotations
 
 import compileall
 import hashlib
+import importlib.util
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from . import site_path
 
 if TYPE_CHECKING:  # importlib.metadata costs 10-15 ms to import: only the annotations name it
     import importlib.metadata
@@ -24,8 +30,20 @@ if TYPE_CHECKING:  # importlib.metadata costs 10-15 ms to import: only the annot
 def ensure_soon(distributions: Callable[[], list[importlib.metadata.Distribution]], cache_dir: Path) -> None:
     """ensure() on a thread, begun as a child starts: a .pyc appears whole (written to a temporary name, then
     renamed) or not at all, and a module whose .pyc is not there yet is compiled in the child's memory, as it
-    would have been. A first grade's start no longer waits on it (35-50 ms with the bytecode there, more without)."""
-    threading.Thread(target=lambda: ensure(distributions(), cache_dir), daemon=True, name="bytecode").start()
+    would have been. A first grade's start no longer waits on it (35-50 ms with the bytecode there, more without).
+    The distributions read, it records whether the children may start without `site` where no record says so
+    (site_path.py), so that the next grades' children do."""
+    threading.Thread(target=_after_start, args=(distributions, cache_dir), daemon=True, name="bytecode").start()
+
+
+def _after_start(distributions: Callable[[], list[importlib.metadata.Distribution]], cache_dir: Path) -> None:
+    read = distributions()
+    ensure(read, cache_dir)
+    if not site_path.recorded(cache_dir):
+        try:
+            site_path.record(cache_dir, read)
+        except OSError:
+            pass  # a cache that cannot be written: the children keep `site`, as before
 
 
 def ensure(distributions: list[importlib.metadata.Distribution], cache_dir: Path) -> None:
@@ -34,9 +52,8 @@ def ensure(distributions: list[importlib.metadata.Distribution], cache_dir: Path
         marker = _marker(dist, cache_dir)
         if marker is None or marker.exists():
             continue
-        files = [str(f) for f in dist.files or []]
-        if not any(name.endswith(".pyc") for name in files):
-            _compile([Path(dist.locate_file(name)) for name in files if name.endswith(".py")])
+        if not any(str(name).endswith(".pyc") for name in dist.files or []):
+            compile_missing([dist])
         try:
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.touch()
@@ -68,7 +85,43 @@ def _record(dist: importlib.metadata.Distribution) -> Path | None:
     return None if record is None else Path(dist.locate_file(record))
 
 
-def _compile(paths: list[Path]) -> None:
-    for path in paths:
-        if path.is_file() and not path.is_symlink() and os.access(path.parent, os.W_OK):
-            compileall.compile_file(str(path), quiet=2)
+@dataclass
+class Compiled:
+    """What compile_missing found: modules it compiled, modules whose bytecode was there, and modules left without
+    by the folder (site-packages) their distribution is installed in, which this user cannot write."""
+
+    compiled: int = 0
+    present: int = 0
+    unwritable: dict[str, int] = field(default_factory=dict)
+    failed: int = 0  # sources this Python cannot compile (a template, another version's syntax), as pip skips them
+
+
+def compile_missing(distributions: list[importlib.metadata.Distribution]) -> Compiled:
+    """Each distribution's modules that have no bytecode for this interpreter, compiled next to their source where
+    their folder can be written; never raises for one that cannot."""
+    found = Compiled()
+    for dist in distributions:
+        for path in _sources(dist):
+            if os.path.exists(importlib.util.cache_from_source(path)):
+                found.present += 1
+            elif not _writable(os.path.dirname(path)):
+                folder = str(dist.locate_file(""))
+                found.unwritable[folder] = found.unwritable.get(folder, 0) + 1
+            elif compileall.compile_file(path, quiet=2) and os.path.exists(importlib.util.cache_from_source(path)):
+                found.compiled += 1
+            else:
+                found.failed += 1
+    return found
+
+
+def _sources(dist: importlib.metadata.Distribution) -> list[str]:
+    """The distribution's installed modules (its scripts in bin/ are no modules), as real files."""
+    paths = (str(dist.locate_file(name)) for name in dist.files or [] if name.suffix == ".py" and name.parts[0] != "..")
+    return [path for path in paths if os.path.isfile(path) and not os.path.islink(path)]
+
+
+def _writable(folder: str) -> bool:
+    """A .pyc can be written below `folder`: it and its __pycache__ (where there is one) are this user's to write
+    (a read-only file system, an image's layer, is not)."""
+    cache = os.path.join(folder, "__pycache__")
+    return os.access(folder, os.W_OK) and (not os.path.isdir(cache) or os.access(cache, os.W_OK))

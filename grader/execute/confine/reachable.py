@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import site_path
+
 if TYPE_CHECKING:  # imported where a copy of the Python is made: 10-15 ms of every grader process's start else
     import importlib.metadata
 
@@ -38,6 +41,8 @@ DEFAULT_ROOTS = (Path("/var/cache/sgemm-grader-sandbox"), Path(tempfile.gettempd
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # grader/
 # What the grader package holds that a sandbox reads: its modules and the CPU emulator's sources.
 PACKAGE_SUFFIXES = (".py", ".h", ".hpp", ".cpp", ".c")
+# The bytecode a copy of the grader package holds: this interpreter's (its tag and its format's magic number).
+BYTECODE = f"bytecode {sys.implementation.cache_tag} {importlib.util.MAGIC_NUMBER.hex()}"
 # Parts of the standard library no child imports; the rest of a copied interpreter's library is kept.
 STDLIB_SKIPPED = {"site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip",
                   "lib2to3", "__phello__"}
@@ -125,10 +130,14 @@ def copies_root() -> Path:
                      "alone can write")
 
 
+def copy_path(kind: str, key: str) -> Path:
+    return copies_root() / f"{kind}-{key}"
+
+
 def copy_once(kind: str, key: str, fill: Callable[[Path], None]) -> Path:
     """`<root>/<kind>-<key>`, filled by `fill(folder)` the first time and never changed after."""
     root = copies_root()
-    target = root / f"{kind}-{key}"
+    target = copy_path(kind, key)
     if target.is_dir():
         if not _root_only(target):
             raise CopyUnsafe(f"{target} is not root's alone: remove it")
@@ -224,16 +233,30 @@ def package_copy() -> str:
 
 
 def copy_package() -> str:
+    """The copy holds the package's bytecode for this interpreter: the sandbox's uid can write none, and its children
+    run with PYTHONDONTWRITEBYTECODE, so without it each GPU child compiled its ~26 grader modules at every start.
+    The bytecode's kind is part of the copy's name: a copy made without it, or for another Python, is not taken."""
     files = package_files()
     contents = {p.relative_to(PACKAGE_DIR): p.read_bytes() for p in files}
+    key = _digest([BYTECODE, *(part for relative, data in contents.items() for part in (str(relative), data))])
 
     def fill(folder: Path) -> None:
         for relative, data in contents.items():
             (folder / "grader" / relative).parent.mkdir(parents=True, exist_ok=True)
             (folder / "grader" / relative).write_bytes(data)
+        _compile_copy(folder / "grader", copy_path("grader", key) / "grader")
 
-    key = _digest(part for relative, data in contents.items() for part in (str(relative), data))
     return str(copy_once("grader", key, fill))
+
+
+def _compile_copy(package: Path, named: Path) -> None:
+    """The package's bytecode, its code named by the copy's final path (`named`), as tracebacks show it. Stamped with
+    the sources' times (the copy's, never changed), whatever SOURCE_DATE_EPOCH says."""
+    import compileall
+    import py_compile
+
+    compileall.compile_dir(str(package), ddir=str(named), quiet=2,
+                           invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
 
 
 # --- the children's Python -----------------------------------------------------------------------------------
@@ -247,6 +270,7 @@ class PythonView:
     executable: str
     readable: tuple[str, ...]
     library_path: str = ""
+    site_path: tuple[str, ...] = ()  # what a child started without `site` is handed (site_path.py)
 
 
 @functools.cache
@@ -268,13 +292,20 @@ def copied_python_view() -> PythonView:
     readable = [str(environment)]
     if library_path:
         readable.append(str(Path(base).parents[1]))  # the copied installation
-    return PythonView(str(environment / "bin" / "python3"), tuple(readable), library_path)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    handed = site_path.view_path(str(_stdlib()), str(Path(library_path, version)) if library_path else None,
+                                 environment / "lib" / version / "site-packages")
+    return PythonView(str(environment / "bin" / "python3"), tuple(readable), library_path, handed)
+
+
+def _stdlib() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"]).resolve()
 
 
 def _reachable_interpreter(interpreter: str) -> tuple[str, str]:
     """The interpreter to run (the installed one, or a copy of its installation) and the folder of its
     libpython when copied (it may have been linked with a run path the sandbox's uid cannot enter)."""
-    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    stdlib = _stdlib()
     libdir = Path(sysconfig.get_config_var("LIBDIR") or "/nonexistent")
     libraries = sorted(libdir.glob("libpython*.so*")) if libdir.is_dir() else []
     if reachable(interpreter, execute=True) and reachable(stdlib) and all(reachable(p) for p in libraries):

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ...leftovers import owned_folder
 from ...result import NAMESPACES, NAMESPACES_AND_UID, NO_SANDBOX, UID_ONLY, UNSAFE_NOTE
-from . import gpu_nodes, parent_death, reachable, seccomp
+from . import gpu_nodes, parent_death, reachable, seccomp, site_path
 from .proc import IN_PID_NAMESPACE, set_session_priority
 
 NONE = NO_SANDBOX
@@ -186,11 +186,11 @@ class Sandbox:
         moved = _mover(PACKAGE_DIR, package)
         argv = [moved(arg) for arg in argv]
         readable = [Path(moved(str(path))) for path in confinement.readable]
+        view = self._python_view() if confinement.python else None
         if env is not None and env.get("PYTHONPATH"):
-            env = {**env, "PYTHONPATH": os.pathsep.join(str(package.parent) if e == str(PACKAGE_ROOT) else e
-                                                         for e in env["PYTHONPATH"].split(os.pathsep))}
+            without_site = "-S" in argv[1:2]
+            env = {**env, "PYTHONPATH": _child_python_path(env["PYTHONPATH"], package.parent, view, without_site)}
         if confinement.python:
-            view = self._python_view()
             if view is None:
                 readable += python_paths()
             else:
@@ -231,6 +231,19 @@ class Sandbox:
             lifeline = [] if lifeline_fd is None else parent_death.inside(lifeline_fd)
             command += [self.bwrap, *bwrap_arguments(confinement, filter_fd), "--", *lifeline]
         return command + _prlimit([(resource.RLIMIT_NPROC, limits.processes)]) + argv
+
+
+def _child_python_path(python_path: str, package_root: Path, view: reachable.PythonView | None,
+                       without_site: bool) -> str:
+    """A child's PYTHONPATH pointed at what its uid can reach: the grader package's root at its copy's; and for a child
+    started without `site` in a copied Python, the path it was handed (last: child_environment) at the view's."""
+    entries = python_path.split(os.pathsep)
+    handed = list(site_path.parent_path() or ()) if without_site else []
+    if handed and entries[-len(handed):] == handed:
+        entries, handed = entries[:-len(handed)], list(view.site_path) if view is not None else handed
+    else:
+        handed = []
+    return os.pathsep.join([str(package_root) if e == str(PACKAGE_ROOT) else e for e in entries] + handed)
 
 
 def _own_gpu_only(confinement: Confinement,
@@ -487,14 +500,15 @@ def _problem(sandbox: Sandbox) -> str | None:
         return None if process.returncode == 0 else output.decode("utf-8", "replace").strip()[:300]
 
 
-def child_environment(workdir: str, extra: dict[str, str]) -> dict[str, str]:
-    """The allow-listed environment: no secret, token or instructor path set for the grader reaches a child."""
+def child_environment(workdir: str, extra: dict[str, str], import_path: tuple[str, ...] = ()) -> dict[str, str]:
+    """The allow-listed environment: no secret, token or instructor path set for the grader reaches a child.
+    `import_path`: a Python child's started without `site` (site_path.py), last on its PYTHONPATH."""
     env = {key: value for key, value in os.environ.items()
            if (key in ALLOWED or key.startswith(ALLOWED_PREFIXES)) and not key.startswith("SGEMM_GRADER")}
     env.update(extra)
     env.update(ONE_BLAS_THREAD)
     env["HOME"] = env["TMPDIR"] = str(workdir)  # caches (pytools, nvcc) land in the throw-away folder
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH"), *import_path]))
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # nothing of the package is writable inside anyway
     return env
