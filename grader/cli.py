@@ -32,10 +32,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-from rich.text import Text
-
 from .cases import load_cases, mix_seed, whole_truths, with_secret
 from .config import load_config, preset_names, preset_path
 from .errors import UsageError
@@ -43,12 +39,13 @@ from .phases import Phases, describe, merged, since_process_start
 from .regrade_commands import DIFF, REPRODUCE
 from .report.gradescope import DEFAULT_HIDDEN_VISIBILITY, HIDDEN_VISIBILITIES
 from .report.points import HOLD, WITHOUT_GPU, format_points, run_gpu_note, run_total
-from .report.terminal import say_error
 from .result import GRADER_ERROR, SUBMISSION_ERROR, SubmissionResult
 
 # What only some commands or a later stage of a grade use is imported where it is used (issue 50): `grade PATH`
-# starts before the pipeline, the sandbox's detection, the class's and the cluster's modules are imported.
+# starts its children before the pipeline, Rich and the reporters, the class's and the cluster's modules are imported.
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from .execute.spawn import EarlyChildren
     from .pipeline import RunPlan
     from .report.canvas_csv import RosterRow
@@ -132,8 +129,21 @@ def _tls_options(group) -> None:
 
 
 def _misuse(error: UsageError) -> int:
-    say_error(Console(stderr=True, soft_wrap=True), error)
+    say_error(error_console(), error)
     return EXIT_USAGE
+
+
+def say_error(errors: Console, error: UsageError | str) -> None:
+    from .report.terminal import say_error as said
+
+    said(errors, error)
+
+
+def error_console() -> Console:
+    """stderr, for everything but the results."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
 
 
 # What each optional part of the grader imports, and the pyproject extra that installs it.
@@ -494,8 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster_commands = {"worker": worker_main, "scheduler": scheduler_main, "cluster-certs": certs_main}
     if argv[:1] and argv[0] in cluster_commands:
         return cluster_commands[argv[0]](argv[1:])
-    console, errors = ResultConsole(), Console(stderr=True, soft_wrap=True)
     if argv[:1] == ["diff"]:
+        console, errors = result_console(), error_console()
         from .regrade_commands import diff_main
 
         return diff_main(argv[1:], console, errors)
@@ -524,14 +534,17 @@ def main(argv: list[str] | None = None) -> int:
         early = _started_early(args, config, cases, plan)
         if early.pids():  # --no-run starts nothing
             phases.mark("child_spawn")
+        console, errors = result_console(), error_console()
         # A class's and an LMS entry's exports only: `grade PATH` writes its JSON and JUnit files alone
         args.exports = export_options(args, config) if args.command in ("batch", *LMS_COMMANDS) else None
     except UsageError as exc:
-        say_error(errors, exc)
+        say_error(error_console(), exc)
         return EXIT_USAGE
     # Said once, before anything is graded (a service says it in its first log line: serve/main.py's announce).
     # A cluster's workers run the student code, in their own hosts' sandboxes: this host's level is not theirs.
     if plan.sandbox is not None and plan.sandbox.note and args.command != "serve" and not getattr(args, "cluster", ""):
+        from rich.text import Text
+
         errors.print(Text("Sandbox: ", style="bold yellow").append(plan.sandbox.note), highlight=False)
     if args.command == "batch":
         return grade_batch(args, config, cases, plan, console, errors)
@@ -571,6 +584,8 @@ def prepare_cache(config, cases, plan, console: Console, errors: Console) -> int
 def grade_paths(args, config, cases, plan, phases: Phases, console: Console, errors: Console, early=None) -> int:
     """`grade PATH ...`: each graded, its files written, its result printed (and with --phases its time).
     `early`: the children started for the first grade (execute/early.py); each later one starts its own."""
+    from rich.markup import escape
+
     from .intake.intake import looks_like_a_class
     from .intake.submission import at_the_door, locate
     from .pipeline import grade, not_graded
@@ -626,13 +641,17 @@ def grade_paths(args, config, cases, plan, phases: Phases, console: Console, err
     return code
 
 
-class ResultConsole(Console):
+def result_console() -> Console:
     """stdout for results: when its reader leaves (`grade … | head`), the rest is not printed and grading goes on
     (Rich's own answer is exit 1, unexplained, and the later submissions not graded)."""
+    from rich.console import Console
 
-    def on_broken_pipe(self) -> None:
-        closed_stdout()
-        self.quiet = True
+    class ResultConsole(Console):
+        def on_broken_pipe(self) -> None:
+            closed_stdout()
+            self.quiet = True
+
+    return ResultConsole()
 
 
 def closed_stdout() -> None:
@@ -738,6 +757,8 @@ def export_options(args: argparse.Namespace, config) -> ExportOptions:
 
 
 def grade_batch(args, config, cases, plan, console: Console, errors: Console) -> int:
+    from rich.markup import escape
+
     from .classroom.batch import BatchOptions, run_batch
     from .regrade_commands import batch_regrade_said, read_grading
 
@@ -881,7 +902,9 @@ def _remote_said(args, result: SubmissionResult) -> int:
     where nothing graded it; a CPU fallback's grade stands (exit 0) with the reason said."""
     if not (args.remote and result.regrade_reason):
         return EXIT_OK
-    errors = Console(stderr=True, soft_wrap=True)
+    from rich.text import Text
+
+    errors = error_console()
     if result.outcome != GRADER_ERROR:
         errors.print(Text("warning: ", style="bold yellow").append(result.regrade_reason), highlight=False)
         return EXIT_OK

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
-from .report.terminal import say_error
 from .result import SubmissionResult
 
 # `grade` imports this module for DIFF and REPRODUCE: what the commands run is imported when they run (issue 50).
@@ -45,6 +44,7 @@ def diff_main(argv: list[str], console: Console, errors: Console) -> int:
     from .cache_file import write_whole
     from .report.regrade import compare
     from .report.regrade_csv import to_regrade_csv
+    from .report.terminal import say_error
 
     try:
         old, new = read_grading(args.old, "OLD", errors), read_grading(args.new, "NEW", errors)
@@ -85,6 +85,7 @@ def reproduce(args, config, cases, plan, console: Console, errors: Console) -> i
     from .pipeline import grade
     from .report.regrade import compare_one
     from .report.regrade_text import reproduce_lines
+    from .report.terminal import say_error
 
     try:
         stored = SubmissionResult.from_dict(json.loads(args.result.read_text(encoding="utf-8")))
