@@ -135,6 +135,7 @@ class Cases:
         (folder / PROFILE).mkdir(parents=True, exist_ok=True)
         # The tasks whose printf output goes to the log: (first case, part, task), in the order they started
         self.printing: list[tuple[int, int, int]] = []
+        self.told_tasks: set[int] = set()  # the tasks whose ends a told event came from
         self._blocks: dict[int, list[tuple[int, int]]] = {}  # a case's blocks, made once
 
     def case_folder(self, index: int) -> Path:
@@ -158,9 +159,16 @@ class Cases:
 
     def splits(self, tile: int) -> dict[int, int]:
         """How many parts each case's blocks are worth (schedule.py, parts_worth), by position."""
-        threads = math.prod(self.job.contract.launch(1, 1, tile).block)
-        return {index: parts_worth(len(self.blocks(index, tile)), spec.sample is not None, threads * spec.k)
+        return {index: parts_worth(len(self.blocks(index, tile)), spec.sample is not None, self._block_macs(tile, spec))
                 for index, spec in enumerate(self.job.cases)}
+
+    def multiply_adds(self, tile: int) -> dict[int, int]:
+        """Each case's multiply-adds in one thread order, its blocks' (what schedule.py starts costliest first)."""
+        return {index: len(self.blocks(index, tile)) * self._block_macs(tile, spec)
+                for index, spec in enumerate(self.job.cases)}
+
+    def _block_macs(self, tile: int, spec: CaseSpec) -> int:
+        return math.prod(self.job.contract.launch(1, 1, tile).block) * spec.k
 
     def start(self, server: Server, task: Task, tile: int, launches: int) -> bool:
         """A task's worker started: the forward order prints (as a GPU run prints each launch's printf)."""
@@ -178,10 +186,12 @@ class Cases:
         return case_line(folder, spec, tile, self.job.contract, task.id, blocks)
 
     def print_outputs(self) -> None:
-        """What the forward workers printed, into this child's log, worker by worker; a split case's parts as
-        the one worker running its blocks in turn would have printed (`joined_printf`)."""
+        """What the forward workers printed, into this child's log, worker by worker in job order; a split case's
+        parts as the one worker running its blocks in turn would have printed (`joined_printf`). Only the tasks of
+        told cases: one past the max_hangs cut, or a task stopped and run again (schedule.py), prints nothing."""
         sys.stdout.flush()
-        for tasks in _runs(sorted(self.printing, key=lambda started: started[0])):
+        told = [started for started in self.printing if started[2] in self.told_tasks]
+        for tasks in _runs(sorted(told, key=lambda started: started[:2])):
             sys.stdout.buffer.write(joined_printf([self._printed(task) for task in tasks]))
         sys.stdout.flush()
 
@@ -197,6 +207,12 @@ class Cases:
         `case` with every distinct forward output saved for the parent. None: a split case whose parts could
         have seen each other, or whose time added up may have run one worker out of it, to be run again as one
         task per order (schedule.py, run_whole)."""
+        told = self._event(index, ends, launches, limit_s)
+        if told is not None:
+            self.told_tasks |= {end.task for order_ends in ends.values() for end in order_ends}
+        return told
+
+    def _event(self, index: int, ends: dict[str, list[Ended]], launches: int, limit_s: float) -> dict | None:
         spec, folder = self.job.cases[index], self.case_folder(index)
         orders = [order for order, _ in ORDERS if order in ends]  # a sampled large case: the forward one alone
         parts = {order: [_events(folder / f"report-{end.task}.jsonl") for end in ends[order]] for order in orders}
