@@ -11,7 +11,9 @@ Prints per order the median and best over the rounds of:
 - cases: the cases phase, from the schedule's start to the last case told (what the parts left read back and merged
   included): the driver's wait beside a GPU grade;
 - driver: the driver's run less its build: server start, inputs written, the cases phase, printf passed on;
-- last: each case's span (its first task's start to its last task's end), the three that ended last.
+- the last task's end (from the phase's start); the driver's reading back of the cases' ends (case_files.py, event:
+  the parts' C merged, the outputs saved), in all and after the last task's end (what telling in job order adds);
+- last cases: each case's span (its first task's start to its last task's end), the three that ended last.
 With --timeline, the last round's tasks in start order: case, thread order, part, multiply-adds, start and end in ms
 from the phase's start (`stopped`: a task stopped while ahead of a waiting case, run again). Both orders must tell
 every case alike (events less their times, C bit for bit): the script fails otherwise.
@@ -45,10 +47,14 @@ class Recorded:
 
     def __init__(self, cases: case_files.Cases):
         self.cases, self.ends = cases, []
+        self.reading: list[tuple[float, float]] = []  # when each case's ends began to be read back, for how long
 
     def event(self, index: int, ends: dict[str, list[Ended]], launches: int, limit_s: float) -> dict | None:
         self.ends += [end for order_ends in ends.values() for end in order_ends]
-        return self.cases.event(index, ends, launches, limit_s)
+        began = time.monotonic()
+        event = self.cases.event(index, ends, launches, limit_s)
+        self.reading.append((began, time.monotonic() - began))
+        return event
 
 
 def driver_run(binary: Path, stateless: bool, cases_: list[CaseSpec], work: Path, slots: int, order: str) -> dict:
@@ -85,7 +91,10 @@ def driver_run(binary: Path, stateless: bool, cases_: list[CaseSpec], work: Path
         server.close()
     outputs = [job.output_path(spec.name, student_output(0)).read_bytes()
                for spec in cases_ if job.output_path(spec.name, student_output(0)).exists()]
+    last_end = max(end.started + end.seconds for end in recorded.ends)
     return {"cases_s": cases_s, "driver_s": time.monotonic() - began, "preempted": schedule.preempted,
+            "tasks_s": last_end - phase, "reading_s": sum(seconds for _, seconds in recorded.reading),
+            "reading_after_s": sum(seconds for at, seconds in recorded.reading if at >= last_end),
             "timeline": timeline(started, recorded.ends, costs, cases_, phase),
             "told": [[json.dumps(without_times(event), sort_keys=True) for event in events], outputs]}
 
@@ -155,7 +164,10 @@ def main() -> None:
         last = "  ".join(f"{name} {span:.0f} ms ending {end:.0f}" for name, span, end in
                          last_cases(runs[order][-1]["timeline"]))
         print(f"{order:9s} start: cases {summary(runs[order], 'cases_s')}, driver {summary(runs[order], 'driver_s')}"
-              f"; stopped and run again: {sum(run['preempted'] for run in runs[order])}; last: {last}")
+              f"; the last task's end {summary(runs[order], 'tasks_s')}; ends read back "
+              f"{summary(runs[order], 'reading_s')}, of which after the last task's end "
+              f"{summary(runs[order], 'reading_after_s')}; stopped and run again: "
+              f"{sum(run['preempted'] for run in runs[order])}\n{'':16s}last cases: {last}")
         if options.timeline:
             print_timeline(runs[order][-1]["timeline"])
 

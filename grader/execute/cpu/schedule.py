@@ -24,18 +24,18 @@ costliest first (`costs`: each case's multiply-adds, its parts sharing them alik
 large sampled cases, last in job order, are not the last to start and so the last to end; without `costs`, or with
 one slot (its last task ends as late either way), in job order. Either way cases are told in job order, each from
 its own tasks' ends (a pure function of the case's inputs, its thread order and its blocks): the start order changes
-when a case can be told, not what is told. A task started ahead of an earlier case that still waits, once it ran
-SPECULATE_SHARE of its limit (its own time), is stopped and queued again (a new worker runs it from the start, to
-the same end), and from then on tasks start in job order: a kernel that hangs does not spend limits on costly cases
-past the max_hangs cut while the cases that make the cut wait for a slot.
+when a case can be told, not what is told. A case's tasks cost alike and start one after another in either order, so
+what a problem in one of them makes moot (`_skip_moot`) is moot alike. A task started ahead of an earlier case that
+still waits, once it ran SPECULATE_SHARE of its limit (its own time), is stopped and queued again (a new worker runs
+it from the start, to the same end), and from then on tasks start in job order: a kernel that hangs does not spend
+limits on costly cases past the max_hangs cut while the cases that make the cut wait for a slot.
 
 Each case has `limit_s` of its worker's own time, or the limit `limits` gives it (a sampled large case of a kernel
 with state has one per launch; each part of a split case has the case's); waiting for a CPU is not counted
 (deadline.py). A worker past it is killed and its case ends timed out, while the other cases go on. After
-`max_hangs` cases were told timed out (in job order; a case counts when its told end, the first in part order of
-the forward order's and then the reversed order's that did not finish, timed out, however many of its parts hung)
-nothing more is told or runs, as the GPU path gives up after restarting its child so often: a case past that cut
-that ran already, or ended, is never told (as the GPU path never runs it). `caps()`, asked as the cases run,
+`max_hangs` cases timed out (in job order; a case whose parts hung counts once) nothing more is told or runs, as the
+GPU path gives up after restarting its child so often: a case past that cut that ran already, or ended, is never
+told (as the GPU path never runs it), whichever order the tasks started in. `caps()`, asked as the cases run,
 lowers a case's limit: beside a GPU run, a case the GPU hung in gets the seconds it had there (hang_notices.py),
 running or not started yet (a case that ended within its limit before the notice came keeps its end).
 """
@@ -314,12 +314,10 @@ class Schedule:
             self.server.kill(task.id)
             del self.running[task.id]
             self.waiting.append(self._task(task.order, task.layout, task.cases, task.part, task.parts))
-        if stopped:
+        if stopped:  # what else started ahead is stopped likewise once past its share (a few ms apart)
             self.preempted += len(stopped)
             self.speculating = False
             self.waiting.sort(key=_job_order)
-            for task in self.running.values():  # what runs on has its own limit alone
-                task.ahead, task.ahead_at = None, float("inf")
 
     def _lost_running(self) -> None:
         """The server is gone, and every worker with it: what ran ends there (what waits cannot start)."""
@@ -330,7 +328,7 @@ class Schedule:
         while self.told < self.count and len(self.ends.get(self.told, {})) == len(self.keys(self.told)):
             index, ends = self.told, self.ends.pop(self.told)
             self.told += 1
-            if self._told_timed_out(index, ends):
+            if any(end.how == TIMED_OUT for end in ends.values()):
                 self.hangs += 1  # once for the case, however many of its parts hung
                 self.hung.add(index)
             if self.stateful and any(end.how != DONE for end in ends.values()):
@@ -338,14 +336,6 @@ class Schedule:
             yield index, self._by_order(index, ends)
             if self.hangs >= self.max_hangs:
                 self.told = self.count  # the rest is not run, as the GPU path stops restarting its child
-
-    def _told_timed_out(self, index: int, ends: dict[Key, Ended]) -> bool:
-        """Whether the case is told as timed out: the first of its ends that did not finish, in the order it is told
-        by (case_files.py: the forward order's parts, then the reversed order's), timed out. A time-out behind
-        another problem is not told, and counts for nothing whether it started before that problem ended or not
-        (which the start order decides)."""
-        unfinished = (ends[key].how for key in self.keys(index) if ends[key].how not in (DONE, SKIPPED))
-        return next(unfinished, DONE) == TIMED_OUT
 
     def _by_order(self, index: int, ends: dict[Key, Ended]) -> dict[str, list[Ended]]:
         return {order: [ends[order, part] for part in range(self.parts(index))] for order, _ in self.orders(index)}
