@@ -8,26 +8,18 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import SUBMISSIONS
 from hardware import needs_cxx
+from test_cpu_split_cases import EVERY_BLOCK, _kernel, _TaskIds, _without_seconds
 
 from grader.config import load_config
 from grader.execute.confine.sandbox import detect, scratch_folder
 from grader.execute.cpu import case_files, harness_driver
 from grader.execute.cpu.build import build
-from grader.execute.cpu.sampling import BlockSample
 from grader.execute.cpu.schedule import Schedule
 from grader.execute.job import CaseSpec, Job, student_output
 from grader.execute.protocol import EVENTS, check
 
 # ---- the order alone ----------------------------------------------------------------------------------------
-
-
-class _TaskIds:
-    """What a Schedule asks of its server before anything runs: a number for each task."""
-
-    def __init__(self):
-        self.task_id = itertools.count().__next__
 
 
 def _waiting(stateful: bool = False, slots: int = 4, costs: dict[int, int] | None = None) -> list[tuple]:
@@ -59,7 +51,6 @@ def test_tasks_start_in_job_order_without_costs_with_one_slot_or_with_state(stat
 
 # ---- on the emulator ----------------------------------------------------------------------------------------
 
-EVERY_BLOCK = BlockSample(seed=5, interior=500).to_wire()
 # Job order puts the costly cases late, as the project's testcases do: at tile 16 "whole" is worth two parts a
 # thread order (176 · 176 · 176 multiply-adds), "large" runs its 156 blocks sampled, in parts
 SPECS = [CaseSpec("tiny", 16, 16, 16, 1, "uniform"), CaseSpec("ragged", 33, 17, 40, 2, "uniform"),
@@ -72,10 +63,6 @@ ORDERS = ("job", "costliest")
 def workspace():
     with scratch_folder("sgemm-order-") as work:  # one cache: the harness's own object built once
         yield work
-
-
-def _kernel(name: str) -> str:
-    return (SUBMISSIONS / name / "kernel.cu").read_text()
 
 
 def told(work, source: str, order: str, limit_s: float = 30.0, max_hangs: int = 3, slots: int = 2) -> dict:
@@ -113,20 +100,11 @@ def told(work, source: str, order: str, limit_s: float = 30.0, max_hangs: int = 
     outputs = {spec.name: [np.load(path).view(np.uint32).tobytes() for number in range(launches)
                            if (path := job.output_path(spec.name, student_output(number))).exists()]
                for spec in SPECS}
-    return {"events": [_without_times(event) for event in events], "outputs": outputs, "printed": printed,
+    return {"events": [_without_seconds(event) for event in events], "outputs": outputs, "printed": printed,
             "started": started, "preempted": schedule.preempted}
 
 
 _runs = itertools.count()
-
-
-def _without_times(value):
-    """An event less what its run measured (`seconds`, the harness's `cpu_s`), not what it found."""
-    if isinstance(value, dict):
-        return {key: _without_times(item) for key, item in value.items() if key not in ("seconds", "cpu_s")}
-    if isinstance(value, list):
-        return [_without_times(item) for item in value]
-    return value
 
 
 def _same(job: dict, costliest: dict) -> None:
