@@ -81,7 +81,8 @@ def driver_run(binary: Path, stateless: bool, cases_: list[CaseSpec], work: Path
         phase = time.monotonic()
         schedule = Schedule(server, len(cases_), not stateless, slots, limit_s, config.timeouts.max_restarts + 1,
                             start, limits, cases.sampled(), cases.splits(tile), costs=(
-                                cases.multiply_adds(tile) if order == "costliest" else None))
+                                cases.multiply_adds(tile) if order == "costliest" else None),
+                            ahead=lambda index, ends: cases.read_ahead(index, ends, launches))
         events = list(harness_driver.case_events(schedule, recorded, launches, limits, lambda index: None))
         cases_s = time.monotonic() - phase
         with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())):

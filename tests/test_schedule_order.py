@@ -89,7 +89,8 @@ def told(work, source: str, order: str, limit_s: float = 30.0, max_hangs: int = 
         limits = [limit_s] * len(SPECS)
         schedule = Schedule(server, len(SPECS), built.state != [], slots, limit_s, max_hangs, start, limits,
                             cases.sampled(), cases.splits(tile),
-                            costs=cases.multiply_adds(tile) if order == "costliest" else None)
+                            costs=cases.multiply_adds(tile) if order == "costliest" else None,
+                            ahead=lambda index, ends: cases.read_ahead(index, ends, launches))
         events = [check(event, EVENTS) for event in
                   harness_driver.case_events(schedule, cases, launches, limits, lambda index: None)]
         with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())) as stream:

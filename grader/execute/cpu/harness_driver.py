@@ -187,7 +187,8 @@ def _run_cases(channel: Channel, answers: ParentLines, server: Server, cases: Ca
     # tasks start first, the cases told in job order all the same
     schedule = Schedule(server, len(job.cases), stateful, slots(job), limit_s, job.max_restarts + 1,
                         lambda task: cases.start(server, task, tile, launches), limits, cases.sampled(),
-                        cases.splits(tile), caps=hung_on_gpu, costs=cases.multiply_adds(tile))
+                        cases.splits(tile), caps=hung_on_gpu, costs=cases.multiply_adds(tile),
+                        ahead=lambda index, ends: cases.read_ahead(index, ends, launches))
     hung = False
     for event in case_events(schedule, cases, launches, limits,
                              lambda index: channel.send("phase", phase="case", case=job.cases[index].name)):

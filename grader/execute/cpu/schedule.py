@@ -126,13 +126,16 @@ class Schedule:
     """The cases of one job on one server. `start(task)` sends a task to it (False: the server is gone).
     `forward_only`: the sampled cases (run in the forward order alone); `splits`: how many parts each case's blocks
     are worth (parts_worth; a case not there: one); `costs`: each case's multiply-adds, its blocks' in one order
-    (tasks start costliest first; None: in job order)."""
+    (tasks start costliest first; None: in job order); `ahead(position, ends)`: a case whose every task ended
+    while an earlier one is still to be told (what they left may be read back meanwhile)."""
 
     def __init__(self, server: Server, count: int, stateful: bool, slots: int, limit_s: float, max_hangs: int,
                  start: Callable[[Task], bool], limits: list[float] | None = None,
                  forward_only: set[int] | None = None, splits: dict[int, int] | None = None,
-                 caps: Callable[[], dict[int, float]] | None = None, costs: dict[int, int] | None = None):
+                 caps: Callable[[], dict[int, float]] | None = None, costs: dict[int, int] | None = None,
+                 ahead: Callable[[int, dict[str, list[Ended]]], None] | None = None):
         self.server, self.count, self.stateful, self.start = server, count, stateful, start
+        self.ahead, self.offered = ahead, set()  # the cases offered to `ahead`
         self.caps = caps
         self.slots, self.limit_s, self.max_hangs = max(slots, 1), limit_s, max_hangs
         # each case's; the caller's list, lowered in place by caps: a time-out is told with the limit the case had
@@ -201,6 +204,7 @@ class Schedule:
             if self.server.closed:
                 self._lost_running()
             told = self.told
+            self._offer_ahead()
             yield from self._in_job_order()
             if self.told != told or time.monotonic() - beat >= self.limit_s / 4:
                 if self.told < self.count:
@@ -336,6 +340,15 @@ class Schedule:
             yield index, self._by_order(index, ends)
             if self.hangs >= self.max_hangs:
                 self.told = self.count  # the rest is not run, as the GPU path stops restarting its child
+
+    def _offer_ahead(self) -> None:
+        """Each case whose every task ended while an earlier case is still to be told, offered to `ahead` once."""
+        if self.ahead is None:
+            return
+        for index, ends in self.ends.items():
+            if index > self.told and index not in self.offered and len(ends) == len(self.keys(index)):
+                self.offered.add(index)
+                self.ahead(index, self._by_order(index, ends))
 
     def _by_order(self, index: int, ends: dict[Key, Ended]) -> dict[str, list[Ended]]:
         return {order: [ends[order, part] for part in range(self.parts(index))] for order, _ in self.orders(index)}
