@@ -6,7 +6,8 @@ grade's emulator gets (on_gpu.py); both start orders, taking turns within each r
 
 The kernel is built once (the emulator's cache warm, as a grade's second submission finds it); each round then runs
 the project's testcases as the driver does (harness_driver.py: one server, schedule.py's tasks, case_files.py's
-events), with the tasks started costliest first (the driver's order) or in job order (`--order job`: as before).
+events): `costliest`, as the driver does now (the costliest tasks first, a case read back as soon as its tasks ended),
+or `job`, as it did before (tasks started in job order, each case read back as it is told).
 Prints per order the median and best over the rounds of:
 - cases: the cases phase, from the schedule's start to the last case told (what the parts left read back and merged
   included): the driver's wait beside a GPU grade;
@@ -79,10 +80,11 @@ def driver_run(binary: Path, stateless: bool, cases_: list[CaseSpec], work: Path
         limits = [limit_s] * len(cases_)
         recorded = Recorded(cases)
         phase = time.monotonic()
+        now = order == "costliest"  # the driver as it is now; else as it was
         schedule = Schedule(server, len(cases_), not stateless, slots, limit_s, config.timeouts.max_restarts + 1,
-                            start, limits, cases.sampled(), cases.splits(tile), costs=(
-                                cases.multiply_adds(tile) if order == "costliest" else None),
-                            ahead=lambda index, ends: cases.read_ahead(index, ends, launches))
+                            start, limits, cases.sampled(), cases.splits(tile),
+                            costs=cases.multiply_adds(tile) if now else None,
+                            ahead=(lambda index, ends: cases.read_ahead(index, ends, launches)) if now else None)
         events = list(harness_driver.case_events(schedule, recorded, launches, limits, lambda index: None))
         cases_s = time.monotonic() - phase
         with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())):

@@ -18,6 +18,10 @@ stored, A or B changed, a thread that stored nothing beside stores not where the
 part's problem: a read of C, A or B changed), or the parts up to the end took three quarters of the case's limit
 together (their own CPU time: one worker might have timed out first), that would not be exact: `event` answers None
 and the driver runs the case again as one task per thread order.
+
+A case whose workers all ended while an earlier case is still to be told (the costliest start first: schedule.py) is
+read back on a thread of its own meanwhile, its parts' C merged (`read_ahead`); what is read is used when the case
+is told, and only for the very ends it was read from; nothing is written or removed before then.
 """
 from __future__ import annotations
 

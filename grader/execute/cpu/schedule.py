@@ -24,11 +24,13 @@ costliest first (`costs`: each case's multiply-adds, its parts sharing them alik
 large sampled cases, last in job order, are not the last to start and so the last to end; without `costs`, or with
 one slot (its last task ends as late either way), in job order. Either way cases are told in job order, each from
 its own tasks' ends (a pure function of the case's inputs, its thread order and its blocks): the start order changes
-when a case can be told, not what is told. A case's tasks cost alike and start one after another in either order, so
-what a problem in one of them makes moot (`_skip_moot`) is moot alike. A task started ahead of an earlier case that
-still waits, once it ran SPECULATE_SHARE of its limit (its own time), is stopped and queued again (a new worker runs
-it from the start, to the same end), and from then on tasks start in job order: a kernel that hangs does not spend
-limits on costly cases past the max_hangs cut while the cases that make the cut wait for a slot.
+when a case can be told, not what is told (a case whose tasks all ended while an earlier one is still to be told is
+offered to `ahead`, to read back what they left meanwhile). A case's tasks cost alike and start one after another in
+either order, so what a problem in one of them makes moot (`_skip_moot`) is moot alike. A task started ahead of an
+earlier case that still waits, once it ran SPECULATE_SHARE of its limit (its own time), is stopped and queued again
+(a new worker runs it from the start, to the same end), and from then on tasks start in job order: a kernel that
+hangs does not spend limits on costly cases past the max_hangs cut while the cases that make the cut wait for a
+slot.
 
 Each case has `limit_s` of its worker's own time, or the limit `limits` gives it (a sampled large case of a kernel
 with state has one per launch; each part of a split case has the case's); waiting for a CPU is not counted
