@@ -66,8 +66,9 @@ def workspace():
 
 
 def told(work, source: str, order: str, limit_s: float = 30.0, max_hangs: int = 3, slots: int = 2) -> dict:
-    """What the CPU driver tells with the tasks started in `order`: the events (times left out), C as saved for the
-    parent, what the kernel printed; and which tasks started, in turn, and how many were stopped and run again."""
+    """What the CPU driver tells with the tasks started in `order` (costliest: as it is now; job: as it was): the
+    events (times left out), C as saved for the parent, what the kernel printed; and which tasks started, in turn,
+    how many were stopped and run again, and which cases were read back before their turn to be told."""
     contract = load_config().kernel.contract()
     folder = work / f"{order}-{next(_runs)}"
     job = Job("", "", contract, [], str(work / "cache"), str(folder), cases=SPECS, launches_per_case=3)
@@ -77,20 +78,24 @@ def told(work, source: str, order: str, limit_s: float = 30.0, max_hangs: int = 
     cases = case_files.Cases(job, folder / "run")
     server = harness_driver.Server(harness_driver.readable_copy(built.binary, folder / "bin"), cases.folder,
                                    detect(), slots, len(SPECS))
-    started = []
+    started, read_ahead = [], []
 
     def start(task) -> bool:
         started.append((SPECS[task.cases[0]].name, task.order, task.part))
         return cases.start(server, task, tile, launches)
 
+    def ahead(index: int, ends: dict) -> None:
+        read_ahead.append(SPECS[index].name)
+        cases.read_ahead(index, ends, launches)
+
     try:
         tile = server.start(60)
         cases.write_inputs()
         limits = [limit_s] * len(SPECS)
+        now = order == "costliest"  # the driver as it is now; else as it was (job order, each case read as told)
         schedule = Schedule(server, len(SPECS), built.state != [], slots, limit_s, max_hangs, start, limits,
                             cases.sampled(), cases.splits(tile),
-                            costs=cases.multiply_adds(tile) if order == "costliest" else None,
-                            ahead=lambda index, ends: cases.read_ahead(index, ends, launches))
+                            costs=cases.multiply_adds(tile) if now else None, ahead=ahead if now else None)
         events = [check(event, EVENTS) for event in
                   harness_driver.case_events(schedule, cases, launches, limits, lambda index: None)]
         with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())) as stream:
@@ -102,7 +107,7 @@ def told(work, source: str, order: str, limit_s: float = 30.0, max_hangs: int = 
                            if (path := job.output_path(spec.name, student_output(number))).exists()]
                for spec in SPECS}
     return {"events": [_without_seconds(event) for event in events], "outputs": outputs, "printed": printed,
-            "started": started, "preempted": schedule.preempted}
+            "started": started, "preempted": schedule.preempted, "read_ahead": read_ahead}
 
 
 _runs = itertools.count()
@@ -159,13 +164,16 @@ HANGS_IN_TWO_SMALL_CASES = HANGS_IN.replace("HANGS", "m == 33 || m == 64").repla
 @needs_cxx
 def test_nothing_past_the_max_hangs_cut_is_told_though_it_ran_first(workspace):
     """"ragged" and "square" hang: after the second, nothing more is told, as the GPU path gives up. "large" ran
-    (and printed) before either timed out, started first: it is told as job order tells it, not at all."""
+    (and printed, and was read back) before either timed out, started first: it is told as job order tells it, not
+    at all."""
     job, costliest = (told(workspace, HANGS_IN_TWO_SMALL_CASES, order, limit_s=1.0, max_hangs=2) for order in ORDERS)
     _same(job, costliest)
     assert [(event["case"], event["event"], event.get("problem", {}).get("event")) for event in job["events"]] == [
         ("tiny", "case", None), ("ragged", "case_error", "timeout"), ("whole", "case", None),
         ("square", "case_error", "timeout")]
     assert ("large", "forward", 0) in costliest["started"] and b"large ran" not in costliest["printed"]
+    # both ended while "ragged" hung, and were read back then; "large", never told, left no C for the parent
+    assert {"whole", "large"} <= set(costliest["read_ahead"]) and costliest["outputs"]["large"] == []
 
 
 @needs_cxx
