@@ -128,10 +128,12 @@ PRINTS_IN_LARGE = GOOD_BASIC.replace("    float sum = 0.0f;", """\
 
 @needs_cxx
 @pytest.mark.parametrize("name", ["good_basic", "missing_load_barrier", "no_bounds_checks", "illegal_address",
-                                  "trap", "call_counter", "prints_in_large"])
+                                  "trap", "call_counter", "prints_in_large", "c_index_collision",
+                                  "accumulate_into_c"])
 def test_the_costliest_first_tells_every_case_as_job_order_tells_it(workspace, name):
     """Right, racy, reading and writing out of bounds, faulting in every case, carrying state from launch to
-    launch (its workers keep job order), printing in the last case."""
+    launch (its workers keep job order), printing in the last case, storing one element twice or reading C (the
+    split cases' parts are not merged: read back ahead, then run again whole, run_whole)."""
     source = PRINTS_IN_LARGE if name == "prints_in_large" else _kernel(name)
     job, costliest = (told(workspace, source, order) for order in ORDERS)
     _same(job, costliest)
@@ -145,6 +147,9 @@ def test_the_costliest_first_tells_every_case_as_job_order_tells_it(workspace, n
         assert names.index("large") < min(names.index(small) for small in ("tiny", "ragged", "square"))
     if name == "prints_in_large":
         assert job["printed"] == b"large ran\n"
+    if name in ("c_index_collision", "accumulate_into_c"):  # "large" (k < n): part 0, then every block in one
+        assert costliest["started"].count(("large", "forward", 0)) == job["started"].count(("large", "forward", 0)) \
+            == 2
 
 
 HANGS_IN = GOOD_BASIC.replace("    float sum = 0.0f;", """\
