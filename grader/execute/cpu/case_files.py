@@ -18,12 +18,18 @@ stored, A or B changed, a thread that stored nothing beside stores not where the
 part's problem: a read of C, A or B changed), or the parts up to the end took three quarters of the case's limit
 together (their own CPU time: one worker might have timed out first), that would not be exact: `event` answers None
 and the driver runs the case again as one task per thread order.
+
+A case whose workers all ended while an earlier case is still to be told (the costliest start first: schedule.py) is
+read back on a thread of its own meanwhile, its parts' C merged (`read_ahead`); what is read is used when the case
+is told, and only for the very ends it was read from; nothing is written or removed before then.
 """
 from __future__ import annotations
 
 import math
 import os
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +141,10 @@ class Cases:
         (folder / PROFILE).mkdir(parents=True, exist_ok=True)
         # The tasks whose printf output goes to the log: (first case, part, task), in the order they started
         self.printing: list[tuple[int, int, int]] = []
+        self.told_tasks: set[int] = set()  # the tasks whose ends a told event came from
+        # What the workers of a case that ended before an earlier one was told left, read meanwhile (read_ahead)
+        self._ahead: dict[int, tuple[list[int], Future]] = {}
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="read-ahead")
         self._blocks: dict[int, list[tuple[int, int]]] = {}  # a case's blocks, made once
 
     def case_folder(self, index: int) -> Path:
@@ -158,9 +168,16 @@ class Cases:
 
     def splits(self, tile: int) -> dict[int, int]:
         """How many parts each case's blocks are worth (schedule.py, parts_worth), by position."""
-        threads = math.prod(self.job.contract.launch(1, 1, tile).block)
-        return {index: parts_worth(len(self.blocks(index, tile)), spec.sample is not None, threads * spec.k)
+        return {index: parts_worth(len(self.blocks(index, tile)), spec.sample is not None, self._block_macs(tile, spec))
                 for index, spec in enumerate(self.job.cases)}
+
+    def multiply_adds(self, tile: int) -> dict[int, int]:
+        """Each case's multiply-adds in one thread order, its blocks' (what schedule.py starts costliest first)."""
+        return {index: len(self.blocks(index, tile)) * self._block_macs(tile, spec)
+                for index, spec in enumerate(self.job.cases)}
+
+    def _block_macs(self, tile: int, spec: CaseSpec) -> int:
+        return math.prod(self.job.contract.launch(1, 1, tile).block) * spec.k
 
     def start(self, server: Server, task: Task, tile: int, launches: int) -> bool:
         """A task's worker started: the forward order prints (as a GPU run prints each launch's printf)."""
@@ -178,10 +195,12 @@ class Cases:
         return case_line(folder, spec, tile, self.job.contract, task.id, blocks)
 
     def print_outputs(self) -> None:
-        """What the forward workers printed, into this child's log, worker by worker; a split case's parts as
-        the one worker running its blocks in turn would have printed (`joined_printf`)."""
+        """What the forward workers printed, into this child's log, worker by worker in job order; a split case's
+        parts as the one worker running its blocks in turn would have printed (`joined_printf`). Only the tasks of
+        told cases: one past the max_hangs cut, or a task stopped and run again (schedule.py), prints nothing."""
         sys.stdout.flush()
-        for tasks in _runs(sorted(self.printing, key=lambda started: started[0])):
+        told = [started for started in self.printing if started[2] in self.told_tasks]
+        for tasks in _runs(sorted(told, key=lambda started: started[:2])):
             sys.stdout.buffer.write(joined_printf([self._printed(task) for task in tasks]))
         sys.stdout.flush()
 
@@ -197,9 +216,43 @@ class Cases:
         `case` with every distinct forward output saved for the parent. None: a split case whose parts could
         have seen each other, or whose time added up may have run one worker out of it, to be run again as one
         task per order (schedule.py, run_whole)."""
+        told = self._event(index, ends, launches, limit_s)
+        if told is not None:
+            self.told_tasks |= {end.task for order_ends in ends.values() for end in order_ends}
+        return told
+
+    def read_ahead(self, index: int, ends: dict[str, list[Ended]], launches: int) -> None:
+        """What case `index`'s workers left (every one ended), read back on a thread of the driver's while the
+        cases before it are still to be told: a split case's parts' C read and merged (tens of ms for a large case,
+        which starts first and ends before the small cases: schedule.py). Nothing is written or removed: a case
+        the max_hangs cut never tells leaves no trace, and one run again (run_whole) is read again."""
+        self._ahead[index] = (_task_ids(ends), self._reader.submit(self._read_all, index, ends, launches))
+
+    def _read_all(self, index: int, ends: dict[str, list[Ended]], launches: int) -> dict[str, _Left]:
+        """Each thread order's _Left, its outputs read and merged too where telling the case will (no order went
+        wrong)."""
+        left = self._read(index, ends, launches)
+        if all(_first_problem(found.ends, found.reports, 0.0) is None for found in left.values()):
+            for found in left.values():
+                found.merge()
+        return left
+
+    def _read(self, index: int, ends: dict[str, list[Ended]], launches: int) -> dict[str, _Left]:
+        spec, folder = self.job.cases[index], self.case_folder(index)
+        return {order: _Left(spec, folder, ends[order], launches) for order, _ in ORDERS if order in ends}
+
+    def _left(self, index: int, ends: dict[str, list[Ended]], launches: int) -> dict[str, _Left]:
+        """What the case's workers left: read ahead, where these ends were (waited for), else read now."""
+        tasks, future = self._ahead.pop(index, (None, None))
+        if future is not None and tasks == _task_ids(ends):
+            return future.result()
+        return self._read(index, ends, launches)
+
+    def _event(self, index: int, ends: dict[str, list[Ended]], launches: int, limit_s: float) -> dict | None:
         spec, folder = self.job.cases[index], self.case_folder(index)
         orders = [order for order, _ in ORDERS if order in ends]  # a sampled large case: the forward one alone
-        parts = {order: [_events(folder / f"report-{end.task}.jsonl") for end in ends[order]] for order in orders}
+        left = self._left(index, ends, launches)
+        parts = {order: left[order].reports for order in orders}
         for order in orders:
             found = _first_problem(ends[order], parts[order], limit_s)
             if not one_worker_met_it(ends[order], parts[order], found, limit_s):
@@ -208,15 +261,13 @@ class Cases:
             if found is not None:
                 self._forget_printing({order: ends[order][found[0] + 1:]})  # one worker stopped before them
                 return {"event": "case_error", "case": spec.name, "schedule": order, "problem": found[1]}
-        size = guarded_size(spec.m, spec.n)
-        outputs = {order: [_outputs(folder, end.task, launches, size) for end in ends[order]] for order in orders}
-        if any(found is None for order in orders for found in outputs[order]):
+        if not all(left[order].outputs_read for order in orders):
             return {"event": "case_error", "case": spec.name, "schedule": ORDERS[0][0],
                     "problem": {"event": "fault", "what": "crashed", "returncode": None}}
-        reports = {}
+        reports, outputs = {}, {}
         for order in orders:
             _discard_parts_outputs(folder, ends[order], launches)
-            joined = joined_parts(spec, parts[order], outputs[order])
+            joined = left[order].joined
             if joined is None:
                 self._forget_printing(ends)
                 return None
@@ -236,6 +287,37 @@ class Cases:
         tasks give it), or after the part where it stopped (each printf is written as it is made: harness.cpp)."""
         dropped = {end.task for order_ends in ends.values() for end in order_ends}
         self.printing = [started for started in self.printing if started[2] not in dropped]
+
+
+class _Left:
+    """What one thread order's workers of a case left: their reports, and (read when first asked) C after each
+    launch, each part's (`outputs`, None for a part whose C is missing or not C's size) and merged into one worker's
+    (`joined`: joined_parts)."""
+
+    def __init__(self, spec: CaseSpec, folder: Path, ends: list[Ended], launches: int):
+        self.spec, self.folder, self.ends, self.launches = spec, folder, ends, launches
+        self.reports = [_events(folder / f"report-{end.task}.jsonl") for end in ends]
+
+    @cached_property
+    def outputs(self) -> list[list[np.ndarray] | None]:
+        size = guarded_size(self.spec.m, self.spec.n)
+        return [_outputs(self.folder, end.task, self.launches, size) for end in self.ends]
+
+    @property
+    def outputs_read(self) -> bool:
+        return all(found is not None for found in self.outputs)
+
+    @cached_property
+    def joined(self) -> tuple[list[dict], list[np.ndarray]] | None:
+        return joined_parts(self.spec, self.reports, self.outputs)
+
+    def merge(self) -> tuple[list[dict], list[np.ndarray]] | None:
+        """`joined`, made now where every part left its C (else None)."""
+        return self.joined if self.outputs_read else None
+
+
+def _task_ids(ends: dict[str, list[Ended]]) -> list[int]:
+    return [end.task for order_ends in ends.values() for end in order_ends]
 
 
 def _discard_parts_outputs(folder: Path, ends: list[Ended], launches: int) -> None:

@@ -184,10 +184,12 @@ def _run_cases(channel: Channel, answers: ParentLines, server: Server, cases: Ca
     # A sampled large case runs its blocks in the forward order alone: its blocks cost seconds where a small case's
     # cost milliseconds, and the small cases run both orders of the same code (a kernel with state: both, its
     # cases in one worker per order); without state its blocks, and a whole case's of many blocks, are cut into
-    # parts that run side by side (schedule.py), told as one worker's run of them (case_files.py)
+    # parts that run side by side (schedule.py), told as one worker's run of them (case_files.py); the costliest
+    # tasks start first, the cases told in job order all the same
     schedule = Schedule(server, len(job.cases), stateful, slots(job), limit_s, job.max_restarts + 1,
                         lambda task: cases.start(server, task, tile, launches), limits, cases.sampled(),
-                        cases.splits(tile), caps=hung_on_gpu)
+                        cases.splits(tile), caps=hung_on_gpu, costs=cases.multiply_adds(tile),
+                        ahead=lambda index, ends: cases.read_ahead(index, ends, launches))
     hung = False
     for event in case_events(schedule, cases, launches, limits,
                              lambda index: channel.send("phase", phase="case", case=job.cases[index].name)):

@@ -7,7 +7,7 @@ order of each case in a worker of its own, as many at once as there are `slots`.
 globals, static locals) runs its cases in job order, `launches` times each, in one worker per thread order:
 its state carries from launch to launch and from case to case, as in the GPU child's one process. After a
 case that faulted, diverged or hung in either order, a fresh pair of workers runs the rest, as the GPU path
-starts a fresh child. Either way the workers start in job order, and cases are told in job order.
+starts a fresh child.
 
 A case of a kernel without state whose blocks cost more than a worker's start (a sampled large case: seconds; a
 whole case of many blocks: square_256's quarter of a second) would be the grade's last wait: where slots are left
@@ -19,12 +19,27 @@ blocks). The driver merges what the parts left (case_files.py) into what one wor
 would have left; where it cannot vouch for that (parts that stored one element of C, a read of C, ...) it asks
 for the case again (`run_whole`): one task per thread order of all its blocks, queued first, told in its place.
 
+Which task starts first: a kernel with state's workers start in job order. A kernel without state's tasks start
+costliest first (`costs`: each case's multiply-adds, its parts sharing them alike; ties in job order), so that the
+large sampled cases, last in job order, are not the last to start and so the last to end; without `costs`, or with
+one slot (its last task ends as late either way), in job order. Either way cases are told in job order, each from
+its own tasks' ends (a pure function of the case's inputs, its thread order and its blocks): the start order changes
+when a case can be told, not what is told (a case whose tasks all ended while an earlier one is still to be told is
+offered to `ahead`, to read back what they left meanwhile). A case's tasks cost alike and start one after another in
+either order, so what a problem in one of them makes moot (`_skip_moot`) is moot alike. A task started ahead of an
+earlier case that still waits, once it ran SPECULATE_SHARE of its limit (its own time), is stopped and queued again
+(a new worker runs it from the start, to the same end), and from then on tasks start in job order: a kernel that
+hangs does not spend limits on costly cases past the max_hangs cut while the cases that make the cut wait for a
+slot.
+
 Each case has `limit_s` of its worker's own time, or the limit `limits` gives it (a sampled large case of a kernel
 with state has one per launch; each part of a split case has the case's); waiting for a CPU is not counted
 (deadline.py). A worker past it is killed and its case ends timed out, while the other cases go on. After
-`max_hangs` cases timed out (in job order; a case whose parts hung counts once) nothing more runs, as the GPU
-path gives up after restarting its child so often. `caps()`, asked as the cases run, lowers a case's limit: beside a
-GPU run, a case the GPU hung in gets the seconds it had there (hang_notices.py), running or not started yet.
+`max_hangs` cases timed out (in job order; a case whose parts hung counts once) nothing more is told or runs, as the
+GPU path gives up after restarting its child so often: a case past that cut that ran already, or ended, is never
+told (as the GPU path never runs it), whichever order the tasks started in. `caps()`, asked as the cases run,
+lowers a case's limit: beside a GPU run, a case the GPU hung in gets the seconds it had there (hang_notices.py),
+running or not started yet (a case that ended within its limit before the notice came keeps its end).
 """
 from __future__ import annotations
 
@@ -49,6 +64,10 @@ BLOCKS_PER_PART = 16
 # part no longer than a sampled case's (16 blocks of ~5 ms at tile 16)
 PART_MACS = 1 << 21
 CAPS_EVERY_S = 0.25  # how soon a lowered limit (caps) takes hold of a running case
+# Of a case's limit, what a task started ahead of an earlier waiting case may run before it is stopped and the rest
+# start in job order: good_basic's costliest part takes ~70 ms of a 10 s limit, and a kernel that hangs everywhere
+# costs one share more than in job order (not a limit per costly case started ahead)
+SPECULATE_SHARE = 1 / 8
 
 Key = tuple[str, int]  # what ran: a thread order, and which part of the case's blocks (0: the first, or all)
 
@@ -93,6 +112,8 @@ class Task:
     since: float = 0.0  # when its current case began
     deadline: Deadline | None = None
     check_at: float = 0.0  # when its deadline is next worth asking (deadline.py reads /proc past the wall limit)
+    ahead: Deadline | None = None  # started ahead of an earlier case: how long it may run so (SPECULATE_SHARE)
+    ahead_at: float = float("inf")  # when that is next worth asking
 
     @property
     def current(self) -> int:
@@ -106,13 +127,17 @@ class Task:
 class Schedule:
     """The cases of one job on one server. `start(task)` sends a task to it (False: the server is gone).
     `forward_only`: the sampled cases (run in the forward order alone); `splits`: how many parts each case's blocks
-    are worth (parts_worth; a case not there: one)."""
+    are worth (parts_worth; a case not there: one); `costs`: each case's multiply-adds, its blocks' in one order
+    (tasks start costliest first; None: in job order); `ahead(position, ends)`: a case whose every task ended
+    while an earlier one is still to be told (what they left may be read back meanwhile)."""
 
     def __init__(self, server: Server, count: int, stateful: bool, slots: int, limit_s: float, max_hangs: int,
                  start: Callable[[Task], bool], limits: list[float] | None = None,
                  forward_only: set[int] | None = None, splits: dict[int, int] | None = None,
-                 caps: Callable[[], dict[int, float]] | None = None):
+                 caps: Callable[[], dict[int, float]] | None = None, costs: dict[int, int] | None = None,
+                 ahead: Callable[[int, dict[str, list[Ended]]], None] | None = None):
         self.server, self.count, self.stateful, self.start = server, count, stateful, start
+        self.ahead, self.offered = ahead, set()  # the cases offered to `ahead`
         self.caps = caps
         self.slots, self.limit_s, self.max_hangs = max(slots, 1), limit_s, max_hangs
         # each case's; the caller's list, lowered in place by caps: a time-out is told with the limit the case had
@@ -127,10 +152,16 @@ class Schedule:
         self.told = 0  # cases told so far, in job order
         self.hangs = 0
         self.hung: set[int] = set()  # the cases told as hung
+        self.costs = costs or {}
+        # Tasks start costliest first, not in job order (one slot: whichever order, the last ends at the same time)
+        self.speculating = not stateful and costs is not None and self.slots > 1
+        self.preempted = 0  # tasks stopped while ahead of an earlier case, and queued again
         if stateful:
             self._workers_from(0)
         else:
             self.waiting = [task for index in range(count) for task in self._tasks_of(index)]
+            if self.speculating:
+                self.waiting.sort(key=self._cost, reverse=True)  # stable: ties stay in job order
 
     def orders(self, index: int) -> tuple[tuple[str, str], ...]:
         """The thread orders (and layouts) case `index` runs in."""
@@ -157,6 +188,10 @@ class Schedule:
         self.told = index
         self.waiting[:0] = self._tasks_of(index)
 
+    def _cost(self, task: Task) -> int:
+        """A task's estimated work: its case's multiply-adds, shared by its parts."""
+        return self.costs.get(task.current, 0) // task.parts
+
     def cases(self, heartbeat: Callable[[int], None]) -> Iterator[tuple[int, dict[str, list[Ended]]]]:
         """Each case's position and its thread orders' ends (each order's parts' in part order), in job order;
         `heartbeat(first case not told)` whenever a quarter of a case's limit passed without one (the parent's
@@ -167,9 +202,11 @@ class Schedule:
             self._start_waiting()
             self._take(self.server.replies(self._wait_s()))
             self._time_out()
+            self._stop_ahead()
             if self.server.closed:
                 self._lost_running()
             told = self.told
+            self._offer_ahead()
             yield from self._in_job_order()
             if self.told != told or time.monotonic() - beat >= self.limit_s / 4:
                 if self.told < self.count:
@@ -196,13 +233,16 @@ class Schedule:
             task.since = time.monotonic()
             limit_s = self.limits[task.current]
             task.deadline, task.check_at = Deadline(self.server.pid, limit_s), task.since + limit_s
+            if self.speculating and self.waiting and task.current > min(waiting.current for waiting in self.waiting):
+                task.ahead = Deadline(self.server.pid, limit_s * SPECULATE_SHARE)
+                task.ahead_at = task.since + limit_s * SPECULATE_SHARE
             self.running[task.id] = task
             if self.server.closed or not self.start(task):
                 self._end_case(task, DIED)
 
     def _wait_s(self) -> float:
         """Until the soonest deadline, or a heartbeat's interval at most (where limits may be lowered, less)."""
-        soonest = min((task.check_at for task in self.running.values()), default=float("inf"))
+        soonest = min((min(task.check_at, task.ahead_at) for task in self.running.values()), default=float("inf"))
         interval = min(self.limit_s / 4, CAPS_EVERY_S) if self.caps is not None else self.limit_s / 4
         return max(0.0, min(soonest - time.monotonic(), interval))
 
@@ -261,6 +301,30 @@ class Schedule:
                 self.server.kill(task.id)
                 self._end_case(task, TIMED_OUT)
 
+    def _stop_ahead(self) -> None:
+        """A task started ahead of an earlier case that still waits, past its share of the limit: the kernel may
+        hang, and the slot it holds keeps a case the max_hangs cut may tell from starting. It is stopped and queued
+        again (a stateless kernel's task ends alike in a new worker), and the rest start in job order."""
+        now = time.monotonic()
+        due = [task for task in self.running.values() if now >= task.ahead_at]
+        if not due:
+            return
+        earliest = min((task.current for task in self.waiting), default=self.count)
+        stopped = []
+        for task in due:
+            left = task.ahead.remaining()  # its own time: waits for a CPU forgiven, as its limit's
+            task.ahead_at = now + (left if left > 0 else self.limits[task.current] * SPECULATE_SHARE)
+            if left <= 0 and task.current > earliest:
+                stopped.append(task)
+        for task in stopped:
+            self.server.kill(task.id)
+            del self.running[task.id]
+            self.waiting.append(self._task(task.order, task.layout, task.cases, task.part, task.parts))
+        if stopped:  # what else started ahead is stopped likewise once past its share (a few ms apart)
+            self.preempted += len(stopped)
+            self.speculating = False
+            self.waiting.sort(key=_job_order)
+
     def _lost_running(self) -> None:
         """The server is gone, and every worker with it: what ran ends there (what waits cannot start)."""
         for task in list(self.running.values()):
@@ -279,6 +343,15 @@ class Schedule:
             if self.hangs >= self.max_hangs:
                 self.told = self.count  # the rest is not run, as the GPU path stops restarting its child
 
+    def _offer_ahead(self) -> None:
+        """Each case whose every task ended while an earlier case is still to be told, offered to `ahead` once."""
+        if self.ahead is None:
+            return
+        for index, ends in self.ends.items():
+            if index > self.told and index not in self.offered and len(ends) == len(self.keys(index)):
+                self.offered.add(index)
+                self.ahead(index, self._by_order(index, ends))
+
     def _by_order(self, index: int, ends: dict[Key, Ended]) -> dict[str, list[Ended]]:
         return {order: [ends[order, part] for part in range(self.parts(index))] for order, _ in self.orders(index)}
 
@@ -295,3 +368,8 @@ class Schedule:
             self.server.kill(task.id)
         self.running.clear()
         self.waiting.clear()
+
+
+def _job_order(task: Task) -> tuple[int, int, int]:
+    """Where a task of a kernel without state stands in job order: its case, the forward order first, its part."""
+    return task.current, [order for order, _ in ORDERS].index(task.order), task.part
