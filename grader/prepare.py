@@ -49,7 +49,7 @@ def prepare(config: Config, cases: list[Case], sandbox: Sandbox | None, on_gpu: 
     input_files.warm(inputs, config.cache_dir)
     truths.warm(cases, config)
     sampled = warm_sampled_truths(inputs, config, truths)  # every case the emulator runs by sampled blocks
-    said = [*grader_bytecode(), installed_bytecode(), children_start(config.cache_dir),
+    said = [*grader_bytecode(), installed_bytecode(config.cache_dir), children_start(config.cache_dir),
             (True, f"the seeded inputs of {len(inputs)} cases"),
             (True, f"the float64 truths of {len(cases)} cases"
                    + (f" and of {sampled} sampled cases' checked tiles, per tile size" if sampled else ""))]
@@ -78,16 +78,19 @@ def grader_bytecode(package: Path = PACKAGE) -> list[tuple[bool, str]]:
     return [(bool(compileall.compile_dir(str(package), quiet=2)), "the grader's bytecode")]
 
 
-def installed_bytecode(distributions: list | None = None) -> tuple[bool, str]:
+def installed_bytecode(cache_dir: Path, distributions: list | None = None) -> tuple[bool, str]:
     """The bytecode of the installed distributions the grader and its children import (its requirements, the `gpu`
     extra's, and theirs), compiled where it is missing, as pip's install-time compile would have: an image that
     installed them `--no-compile` (and sets PYTHONDONTWRITEBYTECODE) had every grade's processes compile rich, yaml,
-    numpy... from source. A folder this user cannot write is said, not failed: its modules compile at each import."""
+    numpy... from source. A folder this user cannot write is said, not failed: its modules compile at each import.
+    Each distribution is then marked done in the cache (bytecode.ensure), so that the first GPU grade after this does
+    not look over their files again on a thread beside its own work."""
     from .execute.confine import bytecode
     from .execute.confine.reachable import child_distributions
 
     distributions = child_distributions() if distributions is None else distributions
     found = bytecode.compile_missing(distributions)
+    bytecode.ensure(distributions, cache_dir)
     said = [f"{found.compiled} modules compiled"] if found.compiled else []
     everything = not (found.compiled or found.unwritable or found.failed)
     said += [f"{'all ' if everything else ''}{found.present} modules had theirs"] if found.present else []

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from grader.execute.confine import reachable
+from grader.execute.confine import bytecode, reachable
 from grader.execute.confine.sandbox import (
     Confinement,
     ResourceLimits,
@@ -110,12 +110,15 @@ def test_prepare_compiles_what_pip_installed_without_bytecode_and_imports_then_r
     before = watched_import([sys.executable], [site], ["tinydist", "tinydist.part"], env)
     assert sorted(before["compiled"]) == sorted(str(site / name) for name in MODULES)
 
-    assert installed_bytecode(distributions) == (True, "the bytecode of the 1 installed distributions the grader "
-                                                       "and its children import (2 modules compiled)")
+    cache = tmp_path / "cache"
+    assert installed_bytecode(cache, distributions) == (True, "the bytecode of the 1 installed distributions the "
+                                                              "grader and its children import (2 modules compiled)")
+    # marked done in the cache: the first GPU grade after the prepare does not look over the files again
+    assert all(bytecode._marker(dist, cache).is_file() for dist in distributions)
     after = watched_import([sys.executable], [site], ["tinydist", "tinydist.part"], env)
     assert after["compiled"] == [] and after["cached_exists"]
     assert after["cached"]["tinydist.part"].startswith(str(site / "tinydist" / "__pycache__" / "part."))
-    assert installed_bytecode(distributions)[1].endswith("(all 2 modules had theirs)")
+    assert installed_bytecode(cache, distributions)[1].endswith("(all 2 modules had theirs)")
 
 
 @pytest.mark.skipif(not ROOT_USER, reason="hardware: a user who cannot write a folder needs root to make one here")
@@ -126,14 +129,17 @@ def test_prepare_says_which_folder_it_could_not_write_and_does_not_fail(private)
     # A Python nobody can run (the copy made for the sandbox's uid where this one is under /root)
     view = reachable.python_view(tuple(str(p) for p in python_paths()))
     python, library_path = (view.executable, view.library_path) if view else (sys.executable, "")
-    code = ("import importlib.metadata, json, sys; from grader.prepare import installed_bytecode; "
-            "print(json.dumps(installed_bytecode(list(importlib.metadata.distributions(path=[sys.argv[1]])))))")
+    code = ("import importlib.metadata, json, sys; from pathlib import Path; from grader.prepare import "
+            "installed_bytecode; "
+            "print(json.dumps(installed_bytecode(Path(sys.argv[2]), "
+            "list(importlib.metadata.distributions(path=[sys.argv[1]])))))")
     # The grader where nobody reaches it (root's copy where needed), then whatever path gives this Python its
     # dependencies (a GPU machine's wheels live in a folder of their own on PYTHONPATH)
     python_path = [reachable.package_copy() or str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": library_path, "PYTHONPATH": os.pathsep.join(python_path)}
     finished = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
-                               python, "-c", code, str(private / "site")], capture_output=True, text=True, cwd="/",
+                               python, "-c", code, str(private / "site"), str(private / "cache")],
+                              capture_output=True, text=True, cwd="/",
                               env=env)
     assert finished.returncode == 0, finished.stderr
     assert json.loads(finished.stdout) == [True, (
