@@ -9,11 +9,17 @@ Prints one line per run and its phases (SubmissionResult.phases, grader/phases.p
 is as on a machine that has graded before (a class's next student). "after install" is the first grade on a fresh
 cache that `grade prepare` (the README's first command, the LMS images) filled (issue 50's target: <= 3 s); a tree
 without that command says so and grades on the cold cache.
+Every figure depends on whether the modules a grade's processes import have their bytecode: where they lack it (an
+image that installed them `--no-compile`, or uv's default, with PYTHONDONTWRITEBYTECODE set) each process compiles
+them at every import, about 0.1-0.3 s of each grade on the H200 host. The first line says how many lack it; `grade
+prepare` compiles them (the "after install" run comes after it, and so does every later run of this bench).
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -60,12 +66,28 @@ def report(label: str, wall: float, result: dict) -> None:
         print(f"  timing: {checks['timing']['message'].splitlines()[0]}")
 
 
+def bytecode_state() -> str:
+    """How many of the modules a grade imports have no bytecode for this interpreter: the grader's own, and those of
+    the installed distributions it and its children import."""
+    from grader.execute.confine import bytecode
+    from grader.execute.confine.reachable import child_distributions
+
+    own = [str(path) for path in (ROOT / "grader").rglob("*.py")]
+    own_lacking = sum(not os.path.exists(importlib.util.cache_from_source(path)) for path in own)
+    installed_lacking, installed = bytecode.lacking(child_distributions())
+    unwritten = os.environ.get("PYTHONDONTWRITEBYTECODE", "")
+    return (f"bytecode missing: the grader's {own_lacking} of {len(own)} modules, the installed distributions' "
+            f"{installed_lacking} of {installed} (PYTHONDONTWRITEBYTECODE={unwritten!r}; `grade prepare` compiles "
+            "them)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("submission", nargs="?", type=Path)
     parser.add_argument("--backend", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--warm", type=int, default=2, help="warm runs after the cold one (default: 2)")
     args = parser.parse_args()
+    print(bytecode_state())
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
         submission = args.submission or work / "reference_as_submission"

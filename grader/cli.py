@@ -108,7 +108,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sanitize", action=argparse.BooleanOptionalAction, default=None,
                         help="compute-sanitizer's diagnosis (racecheck, memcheck, synccheck; GPU only, worth no "
                              "points). Default: where it sees what the CPU emulator cannot (a case that faulted on "
-                             "the GPU, a kernel the emulator cannot build); --sanitize: on every kernel; "
+                             "the GPU, or hung there where the emulator did not hang too; a kernel the emulator "
+                             "cannot build); --sanitize: on every kernel, a hung one too; "
                              "--no-sanitize: no diagnosis (the tools still judge the cases of a kernel the emulator "
                              "cannot build)")
     parser.add_argument("--profile", action="store_true",

@@ -114,6 +114,13 @@ def compile_missing(distributions: list[importlib.metadata.Distribution]) -> Com
     return found
 
 
+def lacking(distributions: list[importlib.metadata.Distribution]) -> tuple[int, int]:
+    """How many of the distributions' modules have no bytecode for this interpreter, of how many: what a benchmark
+    says beside its figures (bench/grade_time.py), since every process compiles those at each import."""
+    sources = [path for dist in distributions for path in _sources(dist)]
+    return sum(not os.path.exists(importlib.util.cache_from_source(path)) for path in sources), len(sources)
+
+
 def _sources(dist: importlib.metadata.Distribution) -> list[str]:
     """The distribution's installed modules (its scripts in bin/ are no modules), as real files."""
     paths = (str(dist.locate_file(name)) for name in dist.files or [] if name.suffix == ".py" and name.parts[0] != "..")
