@@ -177,8 +177,9 @@ def test_nothing_past_the_max_hangs_cut_is_told_though_it_ran_first(workspace):
         ("tiny", "case", None), ("ragged", "case_error", "timeout"), ("whole", "case", None),
         ("square", "case_error", "timeout")]
     assert ("large", "forward", 0) in costliest["started"] and b"large ran" not in costliest["printed"]
-    # both ended while "ragged" hung, and were read back then; "large", never told, left no C for the parent
-    assert {"whole", "large"} <= set(costliest["read_ahead"]) and costliest["outputs"]["large"] == []
+    # "large", never told, left no C for the parent, though it ran and (on a machine with a core to spare for it
+    # while "ragged" hangs: not a loaded CI's) was read back before the cut
+    assert costliest["outputs"]["large"] == []
 
 
 @needs_cxx
