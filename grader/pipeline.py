@@ -12,14 +12,13 @@ from pathlib import Path
 from .cases import Case
 from .config import Config
 from .execute.early import start_early
-from .execute.runner import Placement
 from .execute.spawn import EarlyChildren
 from .intake.submission import Submission, SubmissionError, read_submission
 from .on_cpu import compile_only, grade_on_cpu, needs_gpu_checks
 from .phases import Phases
 
 # the grade's plan, as the commands, the class stage and the service name it
-from .plan import CPU, CPU_NOTE, GPU, RunPlan, device_lock, placement_of, sandbox_of  # noqa: F401
+from .plan import CPU, GPU, RunPlan, device_lock, placement_of, sandbox_of  # noqa: F401
 from .prepare import prepare_soon
 from .provenance import graded_with
 from .result import COMPILE, GRADED, GRADER_ERROR, SubmissionResult, errored
@@ -45,10 +44,6 @@ def grade(path: Path, config: Config, cases: list[Case], plan: RunPlan,
 
 def _grade_timed(path: Path, config: Config, cases: list[Case], plan: RunPlan, phases: Phases,
                  started: float) -> SubmissionResult:
-    if plan.backend == GPU:  # where no child has reported this GPU's toolchain yet, the parent learns it meanwhile
-        from .execute.nvcc import cubin_cache
-
-        cubin_cache.guess_soon(str(config.cache_dir), (plan.placement or Placement()).gpu_name())
     if plan.backend is not None:  # a cold cache: the emulator's own builds made while the children start
         prepare_soon(config, plan.sandbox if plan.backend == CPU else None)  # the reference's: a CPU grade's
     try:

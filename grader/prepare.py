@@ -83,14 +83,14 @@ def installed_bytecode(cache_dir: Path, distributions: list | None = None) -> tu
     extra's, and theirs), compiled where it is missing, as pip's install-time compile would have: an image that
     installed them `--no-compile` (and sets PYTHONDONTWRITEBYTECODE) had every grade's processes compile rich, yaml,
     numpy... from source. A folder this user cannot write is said, not failed: its modules compile at each import.
-    Each distribution is then marked done in the cache (bytecode.ensure), so that the first GPU grade after this does
-    not look over their files again on a thread beside its own work."""
+    Each distribution is then marked done in the cache (as bytecode.ensure marks it), so that the first GPU grade after
+    this does not look over their files again on a thread beside its own work."""
     from .execute.confine import bytecode
     from .execute.confine.reachable import child_distributions
 
     distributions = child_distributions() if distributions is None else distributions
     found = bytecode.compile_missing(distributions)
-    bytecode.ensure(distributions, cache_dir)
+    bytecode.mark_compiled(distributions, cache_dir)
     said = [f"{found.compiled} modules compiled"] if found.compiled else []
     everything = not (found.compiled or found.unwritable or found.failed)
     said += [f"{'all ' if everything else ''}{found.present} modules had theirs"] if found.present else []

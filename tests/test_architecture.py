@@ -88,7 +88,8 @@ def test_the_import_graph_is_read_whole():
     # The rules below mean nothing if the reading missed the package: each stage is there, with its links.
     stages = {"grader.pipeline", "grader.classroom.batch", "grader.execute.runner", "grader.report.junit_report"}
     assert stages <= set(MODULES)
-    assert "grader.execute.runner" in IMPORTS["grader.pipeline"]
+    assert "grader.execute.early" in IMPORTS["grader.pipeline"]
+    assert "grader.execute.spawn" in IMPORTS["grader.execute.early"]
     assert "grader.execute.spawn" in IMPORTS["grader.execute.runner"]
     assert "grader.execute.confine.sandbox" in IMPORTS["grader.execute.spawn"]
 

@@ -29,19 +29,21 @@ def _start(early: EarlyChildren, cache_dir: str, cases: list[Case], plan: RunPla
     emulated = emulator_cases(cases)
     if plan.backend == GPU:
         placement = plan.placement or Placement()
-        early.start(ChildProgram.gpu_child(sandbox_of(plan)), placement, cases, cache_dir)
-        if emulated and compiler() is not None:
-            early.start(ChildProgram.cpu_driver(), Placement(), emulated, cache_dir)  # on_gpu's _emulator_plan
-        _guess_toolchain(cache_dir, placement)
+        try:
+            early.start(ChildProgram.gpu_child(sandbox_of(plan)), placement, cases, cache_dir)
+            if emulated and compiler() is not None:
+                early.start(ChildProgram.cpu_driver(), Placement(), emulated, cache_dir)  # on_gpu's _emulator_plan
+        finally:  # where a child could not start early, its run starts it, and the guess helps that one alike
+            _guess_toolchain(cache_dir, placement)
     elif plan.backend == CPU and emulated:
         early.start(ChildProgram.cpu_driver(), plan.placement or Placement(), emulated, cache_dir)
 
 
 def _guess_toolchain(cache_dir: str, placement: Placement) -> None:
     """Where no GPU child has told this GPU's toolchain yet (a fresh cache: a first grade, the first after `grade
-    prepare`, every LMS container's), the parent's guess of it begun now, with the children (cubin_cache.guess_soon):
-    the compiles ahead wait for it as the job is handed over, which on the H200 host waited 0.16 s for a guess begun
-    with the pipeline's grade."""
+    prepare`, every LMS container's), the parent's guess of it begun now, with the children (cubin_cache.guess_soon),
+    for every GPU grade: the compiles ahead wait for it as the job is handed over, which on the H200 host waited
+    0.16 s for a guess begun later, with the pipeline's grade."""
     from .nvcc import cubin_cache  # after the children's start: it imports the CUDA grammar
 
     cubin_cache.guess_soon(cache_dir, placement.gpu_name())

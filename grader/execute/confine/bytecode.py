@@ -54,11 +54,24 @@ def ensure(distributions: list[importlib.metadata.Distribution], cache_dir: Path
             continue
         if not any(str(name).endswith(".pyc") for name in dist.files or []):
             compile_missing([dist])
-        try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
-        except OSError:
-            pass  # a cache that cannot be written costs this check again, not a grade
+        _mark(marker)
+
+
+def mark_compiled(distributions: list[importlib.metadata.Distribution], cache_dir: Path) -> None:
+    """Each distribution marked done, as ensure() marks it, where compile_missing has just gone over it (`grade
+    prepare`): the first GPU grade's ensure() then passes it by instead of looking over its files again."""
+    for dist in distributions:
+        marker = _marker(dist, cache_dir)
+        if marker is not None and not marker.exists():
+            _mark(marker)
+
+
+def _mark(marker: Path) -> None:
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:
+        pass  # a cache that cannot be written costs this check again, not a grade
 
 
 def _marker(dist: importlib.metadata.Distribution, cache_dir: Path) -> Path | None:
@@ -102,12 +115,12 @@ def compile_missing(distributions: list[importlib.metadata.Distribution]) -> Com
     found = Compiled()
     for dist in distributions:
         for path in _sources(dist):
-            if os.path.exists(importlib.util.cache_from_source(path)):
+            if _has_bytecode(path):
                 found.present += 1
             elif not _writable(os.path.dirname(path)):
                 folder = str(dist.locate_file(""))
                 found.unwritable[folder] = found.unwritable.get(folder, 0) + 1
-            elif compileall.compile_file(path, quiet=2) and os.path.exists(importlib.util.cache_from_source(path)):
+            elif compileall.compile_file(path, quiet=2) and _has_bytecode(path):
                 found.compiled += 1
             else:
                 found.failed += 1
@@ -118,7 +131,12 @@ def lacking(distributions: list[importlib.metadata.Distribution]) -> tuple[int, 
     """How many of the distributions' modules have no bytecode for this interpreter, of how many: what a benchmark
     says beside its figures (bench/grade_time.py), since every process compiles those at each import."""
     sources = [path for dist in distributions for path in _sources(dist)]
-    return sum(not os.path.exists(importlib.util.cache_from_source(path)) for path in sources), len(sources)
+    return sum(not _has_bytecode(path) for path in sources), len(sources)
+
+
+def _has_bytecode(source: str) -> bool:
+    """This interpreter's bytecode of the module is there (whether it is current is the import's to judge)."""
+    return os.path.exists(importlib.util.cache_from_source(source))
 
 
 def _sources(dist: importlib.metadata.Distribution) -> list[str]:

@@ -59,7 +59,7 @@ def without_site(cache_dir: str) -> tuple[str, ...] | None:
     if not cache_dir:
         return None
     try:
-        recorded = json.loads(Path(cache_dir, FOLDER, _key(path, code, installed)).read_text(encoding="utf-8"))
+        recorded = json.loads(_record_path(cache_dir, path, code, installed).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return path if recorded.get("site_needed_by") == [] else None
@@ -96,7 +96,7 @@ def record(cache_dir: Path, distributions: list[importlib.metadata.Distribution]
         return True, "the children start with Python's site: no standard library folder on this Python's import path"
     code, installed = _listing(path)
     needed = site_needed_by(distributions, code) if code else []
-    target = Path(cache_dir, FOLDER, _key(path, code, installed))
+    target = _record_path(cache_dir, path, code, installed)
     text = json.dumps({"path": path, "code_files": code, "site_needed_by": needed})
     if not (target.is_file() and target.read_text(encoding="utf-8") == text):  # a prepare again writes nothing
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -115,7 +115,7 @@ def recorded(cache_dir: Path) -> bool:
     if path is None:
         return True
     code, installed = _listing(path)
-    return not code or Path(cache_dir, FOLDER, _key(path, code, installed)).is_file()
+    return not code or _record_path(cache_dir, path, code, installed).is_file()
 
 
 def site_needed_by(distributions: list[importlib.metadata.Distribution], code: list[str]) -> list[str]:
@@ -131,6 +131,10 @@ def site_needed_by(distributions: list[importlib.metadata.Distribution], code: l
                  if name.suffix == ".pth" and len(name.parts) == 1)
         needed += [f"{code_real[pth]} ({dist.metadata['Name']}'s)" for pth in owned if pth in code_real]
     return sorted(needed)
+
+
+def _record_path(cache_dir: Path | str, path: tuple[str, ...], code: list[str], installed: list[str]) -> Path:
+    return Path(cache_dir, FOLDER, _key(path, code, installed))
 
 
 def _key(path: tuple[str, ...], code: list[str], installed: list[str]) -> str:
