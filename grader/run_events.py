@@ -25,7 +25,7 @@ from .execute.cpu.sampling import BlockSample, sampled_tiles
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
 from .judge.compare import CaseRun, judge_case, wrong_mask
-from .judge.engines import HUNG
+from .judge.engines import HUNG, STOPPED
 from .judge.findings import Finding
 from .judge.input_records import GENERATED
 from .judge.inputs import split_guarded
@@ -147,6 +147,18 @@ HANG_FIX = ("make every loop end and every thread of a block reach each __syncth
 def _timed_out(limit_s: float, where: str) -> str:
     return (f"timed out after {limit_s:g} s of its own time {where}: the kernel did not finish (an endless loop, or "
             "a __syncthreads() that some threads never reach)")
+
+
+# The faults the emulator names a cause for (execute/cpu/messages.py's describe_problem), as a stopped case's metric
+NAMED_FAULTS = ("out_of_bounds", "invalid_address", "trap", "abort", "stack_overflow", "arithmetic")
+
+
+def _named_cause(problem: dict) -> str:
+    """What stopped an emulated case, where it is the kernel's own doing (a fault of a kind the emulator names, a
+    divergent barrier); "" for a crash of the emulated process or a fault of no known kind, which name no cause."""
+    if problem["event"] != "fault":
+        return problem["event"]  # divergence, warp_divergence
+    return problem["what"] if problem["what"] in NAMED_FAULTS else ""
 
 
 def describe_fault(error: str) -> str:
@@ -363,10 +375,11 @@ class RunEvents:
             self._broken({"phase": "case", "case": case.name}, _timed_out(limit, f"in case {case.name}"), limit)
             return
         problem = describe_problem(event["problem"], (case.m, case.n, case.k), self._program())
+        cause = _named_cause(event["problem"])
         self.case_results[case.name] = errored(
             case.name, CASE, case.points, f"{problem.fact}\n({_shape(case)}; thread order: {event['schedule']})",
             visibility=case.visibility, fixes=[problem.fix] if problem.fix else [],
-            unsafe=[problem.unsafe] if problem.unsafe else [])
+            unsafe=[problem.unsafe] if problem.unsafe else [], metrics={STOPPED: cause} if cause else {})
 
     def _program(self) -> Program:
         return replace(self.program, tile=self.tile_size or 0)

@@ -10,6 +10,7 @@ from conftest import ROOT, RUN_TIMEOUT_S, SUBMISSIONS, make_grader
 from hardware import needs_cxx
 
 from grader.execute.cpu.messages import LOAD_BARRIER
+from grader.judge.engines import STOPPED
 from grader.on_cpu import MODELLED_NOTE
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 
@@ -274,12 +275,15 @@ def test_hang_times_out_like_on_the_gpu(grade_one):
     assert result.duration_s < 3 * 2 * RUN_TIMEOUT_S + 10, result.phases
 
 
-@pytest.mark.parametrize("name, words", [("trap", "kernel aborted: __trap() at line 10"),
-                                         # 4 TiB past C: no page could hold it, so read or write is not known
-                                         ("illegal_address", "invalid memory access at line 28")])
-def test_faults_end_the_case_with_a_clear_verdict(grade_one, name, words):
+@pytest.mark.parametrize("name, words, cause", [("trap", "kernel aborted: __trap() at line 10", "trap"),
+                                                # 4 TiB past C: no page could hold it, so read or write is not known
+                                                ("illegal_address", "invalid memory access at line 28",
+                                                 "invalid_address")])
+def test_faults_end_the_case_with_a_clear_verdict(grade_one, name, words, cause):
     cases = emulated(grade_one(SUBMISSIONS / name))
     assert all(c.status == ERROR and c.message.startswith(words) for c in cases.values())
+    # what stopped it, which beside a GPU fault in the same case spares the kernel the sanitizer's tools
+    assert all(c.metrics.get(STOPPED) == cause for c in cases.values()), [c.metrics for c in cases.values()]
 
 
 @pytest.mark.parametrize("name, words", [("compile_error", "line 12: error"),

@@ -1,8 +1,11 @@
 """Whether compute-sanitizer's tools run over a GPU grade's kernel (diagnose/checks.py's why_not_run), decided from
 the cases' checks alone: a kernel whose every failing case on the GPU hung there and on the CPU emulator beside it
-(the `hang` student) is not run under the tools, which could only hang again; a real fault, a hang the emulator did
-not share, or --sanitize still runs them. The checks are made as a grade makes them: each engine's run reads its
-child's events (run_events.py) and the two are merged (emulation.py), so the data is the grade's, not a mock's."""
+(the `hang` student) is not run under the tools, which could only hang again; nor one the emulator stopped in each
+such case for a cause it names at the student's line (a trap, an access outside A, B and C, a divergent barrier:
+`trap`, `illegal_address`, `conditional_barrier`). A fault or hang the emulator did not show the cause of (it
+passed the case, or its own process crashed), or --sanitize, still runs them. The checks are made as a grade makes
+them: each engine's run reads its child's events (run_events.py) and the two are merged (emulation.py), so the data
+is the grade's, not a mock's."""
 import json
 import xml.etree.ElementTree as ET
 
@@ -11,10 +14,10 @@ from rich.console import Console
 
 from grader.cases import Case
 from grader.config import Config
-from grader.diagnose.checks import HUNG_ON_BOTH, NOTHING_FAULTED, why_not_run
+from grader.diagnose.checks import HUNG_ON_BOTH, NOTHING_FAULTED, STOPPED_ON_BOTH, why_not_run
 from grader.diagnose.run import NAME as SANITIZER_NAME
 from grader.emulation import Emulation, merged
-from grader.judge.engines import EMULATOR_HUNG, HUNG
+from grader.judge.engines import EMULATOR_HUNG, EMULATOR_STOPPED, HUNG, STOPPED, stopped_on_both
 from grader.report.gradescope import to_gradescope
 from grader.report.json_report import to_json
 from grader.report.junit_report import to_junit_xml
@@ -44,14 +47,29 @@ def on_gpu(tmp_path, **events):
     return run
 
 
+# What the emulator's driver reports where it stopped a case (case_files.py's case_error), as the harness told it:
+# trap, illegal_address and conditional_barrier's, and a crash of the emulated process, which names no cause.
+THREAD, BLOCK = [0, 3, 0], [0, 4, 0]
+STOPS = {
+    "trap": {"event": "fault", "what": "trap", "line": 10, "thread": THREAD, "block": BLOCK},
+    "invalid_address": {"event": "fault", "what": "invalid_address", "access": "read", "line": 28, "thread": THREAD,
+                        "block": BLOCK},
+    "divergence": {"event": "divergence", "kind": "different_barriers", "line": 21, "thread": [0, 0, 0],
+                   "other_line": 25, "other_thread": THREAD, "block": BLOCK},
+    "crashed": {"event": "fault", "what": "crashed", "returncode": -11},
+}
+
+
 def on_emulator(tmp_path, **events):
     """The emulator's checks: `hang` (its driver stopped the case at a limit, as it reports a time-out), `fault`
-    (its child ended in the case), `pass`."""
+    (its child ended in the case), a stop of STOPS, `pass`."""
     run = RunEvents(Config(), CASES, tmp_path, child="the CPU emulation process")
     run.tile_size = 16
     for name, event in events.items():
         if event == "hang":
             run.handle({"event": "case_error", "case": name, "problem": {"event": "timeout", "limit_s": GPU_LIMIT_S}})
+        elif event in STOPS:
+            run.handle({"event": "case_error", "case": name, "schedule": "forward", "problem": STOPS[event]})
         elif event == "fault":
             run.handle({"event": "fault", "phase": "case", "case": name, "error": "segmentation fault"})
     made = run.made_cases()
@@ -145,3 +163,47 @@ def test_the_skip_and_its_reason_reach_every_export_and_the_hang_is_one_cause(tm
     shown = console.export_text()
     assert shown.count(HANG_FIX) == 1 and "not run: the kernel hung on the GPU" in shown
     assert all(c.status != PASSED for c in result.checks if c.kind == CASE)
+
+
+TRAPPED, ILLEGAL = "unspecified launch failure", "an illegal memory access was encountered"
+
+
+def test_a_fault_the_emulator_stopped_at_for_a_cause_it_names_is_not_run_under_the_tools(tmp_path):
+    """`trap` and `illegal_address`: every case faulted on the GPU, and the emulator stopped each at the student's
+    line; `conditional_barrier`: it hung on the GPU, and the emulator stopped each at the divergent barrier."""
+    both = ["square_16", "ragged_all"]
+    for gpu, emulator in ((TRAPPED, "trap"), (ILLEGAL, "invalid_address"), ("hang", "divergence")):
+        reason = decided(tmp_path, dict.fromkeys(both, gpu), dict.fromkeys(both, emulator))
+        assert reason == STOPPED_ON_BOTH.format(count="2 cases"), (gpu, emulator)
+    assert "would only find it again" in reason and "at your line" in reason
+    # a case that hung on both beside one the emulator stopped: the same reason, every faulted case counted
+    mixed = decided(tmp_path, {"square_16": "hang", "ragged_all": TRAPPED}, {"square_16": "hang", "ragged_all": "trap"})
+    assert mixed == STOPPED_ON_BOTH.format(count="2 cases")
+    # only the cases that faulted on the GPU count: one the emulator stopped in alone is told by the emulator already
+    one = decided(tmp_path, {"ragged_all": TRAPPED}, {"square_16": "divergence", "ragged_all": "trap"})
+    assert one == STOPPED_ON_BOTH.format(count="1 case")
+
+
+def test_a_fault_whose_cause_the_emulator_did_not_show_still_runs_the_tools(tmp_path):
+    """It passed the case (a large case whose sampled blocks missed the faulting one), its process crashed (no
+    cause), or it stopped only some of the cases the GPU faulted in: the tools may see what it did not."""
+    faulted = {"square_16": TRAPPED, "ragged_all": TRAPPED}
+    assert decided(tmp_path, faulted, {"square_16": "trap", "ragged_all": "pass"}) == ""
+    assert decided(tmp_path, faulted, {"square_16": "trap", "ragged_all": "crashed"}) == ""
+    assert decided(tmp_path, faulted, {"square_16": "trap"}) == ""
+    assert decided(tmp_path, faulted, dict.fromkeys(faulted, "trap"), always=True) == ""
+
+
+def test_a_stopped_case_keeps_the_emulators_words_and_cause(tmp_path):
+    """The merged check is the emulator's, naming the line, with what stopped it; where the GPU's values were right,
+    the emulator's unsafe stop decides the case but is no GPU fault to spare the tools."""
+    gpu_run = on_gpu(tmp_path / "gpu", square_16=TRAPPED)
+    (case,) = [c for c in merged(gpu_run.made_checks(), on_emulator(tmp_path / "cpu", square_16="trap"))
+               if c.name == "square_16"]
+    assert case.message.startswith("kernel aborted: __trap() at line 10") and case.metrics[EMULATOR_STOPPED] == "trap"
+    assert stopped_on_both(case)
+    emulated = on_emulator(tmp_path / "cpu", ragged_all="divergence", square_16="crashed").cases
+    assert emulated["ragged_all"].metrics[STOPPED] == "divergence" and STOPPED not in emulated["square_16"].metrics
+    right = passed("ragged_all", CASE, 4, "correct (100×75×50)")
+    (case,) = [c for c in merged([right], on_emulator(tmp_path / "cpu", ragged_all="divergence")) if c.kind == CASE]
+    assert case.status != PASSED and EMULATOR_STOPPED not in case.metrics and not stopped_on_both(case)

@@ -6,13 +6,14 @@ import pytest
 from conftest import SUBMISSIONS
 from hardware import needs_gpu, needs_sanitizer
 
-from grader.cases import load_cases
+from grader.cases import SAMPLED, Case, load_cases, sample_seed
 from grader.config import load_config
 from grader.contract import KernelContract
-from grader.diagnose.checks import HUNG_ON_BOTH
+from grader.diagnose.checks import HUNG_ON_BOTH, STOPPED_ON_BOTH
 from grader.diagnose.run import TOOLS, SanitizerRun, sanitize
+from grader.execute.cpu.sampling import BlockSample, sampled_tiles
 from grader.execute.runner import Placement
-from grader.judge.engines import hung_on_both
+from grader.judge.engines import hung_on_both, stopped_on_both
 from grader.pipeline import GPU, RunPlan, grade, sandbox_of
 from grader.result import CASE, ERROR, FAILED, GRADED, GRADER_ERROR, PASSED, SANITIZER, SKIPPED
 
@@ -110,14 +111,43 @@ def test_an_explicit_sanitize_still_runs_the_tools_over_a_hung_kernel(diagnose, 
     assert check.metrics["turn_held_s"] > 0, check.metrics
 
 
-@pytest.mark.parametrize("name", ["illegal_address", "trap"])
-def test_a_real_fault_on_the_gpu_still_runs_every_tool(setup, name):
-    config, cases = setup
+@pytest.mark.parametrize("name, words", [("illegal_address", "invalid memory access at line 28"),
+                                         ("trap", "kernel aborted: __trap() at line 10"),
+                                         ("conditional_barrier", "barrier divergence in block")])
+def test_a_fault_the_emulator_stopped_at_for_a_named_cause_is_not_run_under_the_tools(name, words, config_file):
+    """Each case the kernel faulted or hung in on the GPU, the emulator beside it stopped for a cause it names at
+    the student's line: the tools would find that again. Skipped with the reason, no tool's time spent."""
+    config = load_config(config_file)
+    cases = [case for case in load_cases(config.testcases_dir) if case.name in ("square_16", "ragged_all")]
     result = grade(SUBMISSIONS / name, config, cases, WHERE_USEFUL)
-    assert any(c.kind == CASE and c.status == ERROR for c in result.checks)
+    faulted = [c for c in result.checks if c.kind == CASE and c.status == ERROR]
+    assert faulted and all(stopped_on_both(c) and c.message.startswith(words) for c in faulted), \
+        [(c.name, c.metrics, c.message) for c in faulted]
     check = diagnosis_of(result)
-    assert check.status == FAILED, check.message
-    assert all(f"{tool}_s" in check.metrics for tool in TOOLS), check.metrics
+    count = "1 case" if len(faulted) == 1 else f"{len(faulted)} cases"
+    assert (check.status, check.message) == (SKIPPED, STOPPED_ON_BOTH.format(count=count)), check.message
+    assert not check.metrics and result.phases.get("sanitizer", 0) < 1, (check.metrics, result.phases)
+
+
+def _seed_leaving_out(tile: tuple[int, int], m: int, n: int, interior: int) -> int:
+    """The first seed of a sampled m × n case whose interior sample leaves `tile` (row, column) out."""
+    return next(seed for seed in range(1000)
+                if tile not in sampled_tiles(m, n, 16, BlockSample(sample_seed(Case("x", m, n, 48, seed, 1)),
+                                                                   interior)).interior)
+
+
+def test_a_fault_in_blocks_the_emulator_did_not_run_still_runs_every_tool(config_file):
+    """trap_one_interior_block traps in block (9, 11) alone; a sampled case whose sample leaves that block out
+    faults on the GPU while the emulator's blocks pass: the tools may see what it did not run."""
+    config = load_config(config_file)
+    config.sampling.interior_blocks = 4  # of the 144 interior tiles of a 13 × 13 grid
+    case = Case("sampled_elsewhere", 200, 200, 48, _seed_leaving_out((11, 9), 200, 200, 4), 5, cpu=SAMPLED)
+    result = grade(SUBMISSIONS / "trap_one_interior_block", config, [case], WHERE_USEFUL)
+    (faulted,) = [c for c in result.checks if c.kind == CASE]
+    assert faulted.status == ERROR and faulted.metrics.get("emulator") == PASSED, (faulted.metrics, faulted.message)
+    assert not stopped_on_both(faulted)
+    check = diagnosis_of(result)
+    assert check.status != SKIPPED and all(f"{tool}_s" in check.metrics for tool in TOOLS), check.message
     assert result.phases["sanitizer"] > 0.1, result.phases
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..config import Config
 from ..intake.submission import Submission
 from ..judge.access import measured_on_the_gpu
-from ..judge.engines import hung_on_both
+from ..judge.engines import hung_on_both, stopped_on_both
 from ..plan import RunPlan, placement_of, sandbox_of
 from ..result import CASE, COMPILE, ERROR, FAILED, SANITIZER, STATIC, TIMING, CheckResult, SubmissionResult, skipped
 from .groups import GUARD, Vouched, check_in_group
@@ -33,6 +33,9 @@ NOTHING_FAULTED = ("not run: the CPU emulator watched every access, barrier and 
 # Counted, not named: a hidden case shows its verdict only.
 HUNG_ON_BOTH = ("not run: the kernel hung on the GPU and on the CPU emulator alike, in {count} (those cases say so); "
                 "under compute-sanitizer's tools it would only hang again")
+STOPPED_ON_BOTH = ("not run: the kernel faulted or hung on the GPU in {count}, and the CPU emulator stopped it in each "
+                   "of them for a cause those cases name at your line; compute-sanitizer's tools would only find it "
+                   "again")
 
 
 def diagnosis(submission: Submission, config: Config, run: RunEvents, plan: RunPlan, made: list[CheckResult],
@@ -53,19 +56,23 @@ def diagnosis(submission: Submission, config: Config, run: RunEvents, plan: RunP
 def why_not_run(on_gpu: Iterable[CheckResult], judged: Iterable[CheckResult], always: bool) -> str:
     """Why the tools are not run over a kernel the emulator judged, as the skipped check says it; "" to run them.
     `on_gpu`: its cases as the GPU run judged them; `judged`: as both engines did (judge/engines.py). They run
-    where a case faulted or hung on the GPU itself (what the emulator found unsafe is told already): a real fault,
-    or a hang the emulator did not share (it passed the case, did not run it, or stopped it for something else);
-    and over every kernel where asked (`always`: --sanitize), a hung one too. Where every case that faulted on the
-    GPU hung on the emulator too, each tool would only hang to its launch's limit, adding nothing while it holds
-    the sanitizer's turns, which every case turn waits behind (device_lock.py)."""
+    where a case faulted or hung on the GPU and the emulator's run of it did not show why (it passed the case, did
+    not run it or not the blocks that faulted, or its own process crashed); and over every kernel where asked
+    (`always`: --sanitize). Where the emulator hung in every such case too, each tool would only hang to its
+    launch's limit; where it stopped in each for a cause it names (a trap, an access outside A, B and C, a
+    divergent barrier), the case tells that cause at the student's line already. Either way the tools add nothing
+    while they hold the sanitizer's turns, which every case turn waits behind (device_lock.py)."""
     if always:
         return ""
     faulted = [case.name for case in on_gpu if case.status == ERROR]
     if not faulted:
         return NOTHING_FAULTED
-    cases = {check.name: check for check in judged if check.kind == CASE}
-    if all(name in cases and hung_on_both(cases[name]) for name in faulted):
-        return HUNG_ON_BOTH.format(count="1 case" if len(faulted) == 1 else f"{len(faulted)} cases")
+    cases = [check for check in judged if check.kind == CASE and check.name in faulted]
+    count = "1 case" if len(faulted) == 1 else f"{len(faulted)} cases"
+    if len(cases) == len(faulted) and all(hung_on_both(case) for case in cases):
+        return HUNG_ON_BOTH.format(count=count)
+    if len(cases) == len(faulted) and all(hung_on_both(case) or stopped_on_both(case) for case in cases):
+        return STOPPED_ON_BOTH.format(count=count)
     return ""
 
 

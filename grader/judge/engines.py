@@ -21,6 +21,12 @@ HUNG = "timed_out_s"  # a case's metric where it hung: the limit it had (run_eve
 # A case's metric where it hung on both engines: the emulator's limit there. compute-sanitizer would only hang too
 # (diagnose/checks.py), so the tools are not run over such a kernel.
 EMULATOR_HUNG = "emulator_" + HUNG
+# The emulator's check of a case it stopped for a cause of the kernel's own that it names (a fault, a divergent
+# barrier): which (run_events.py). Where the GPU faulted or hung in that case too, the merged check keeps it as
+# EMULATOR_STOPPED: the tools could only find again what the case tells already (diagnose/checks.py). A crash of
+# the emulated process names no cause, and a hang is told as HUNG: neither is marked.
+STOPPED = "stopped_by"
+EMULATOR_STOPPED = "emulator_" + STOPPED
 DISAGREE = "the CPU emulator's result in this case differs ({}); the GPU's values count"
 # The emulator ran a large case by sampled blocks and saw nothing wrong in them: what went wrong lies elsewhere.
 SAMPLED_RIGHT = ("the CPU emulator ran {} of this case and saw nothing wrong in them: what the GPU found lies in "
@@ -32,7 +38,7 @@ def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResul
     case, whole or by sampled blocks (None: the emulator did not run it, e.g. a case its file keeps for GPUs)."""
     if emulated is None or SKIPPED in (emulated.status, on_gpu.status):  # the GPU gave no values: nothing to merge
         return on_gpu
-    metrics = {**on_gpu.metrics, "emulator": emulated.status}
+    metrics = {**on_gpu.metrics, "emulator": emulated.status, **_stopped_beside(on_gpu, emulated)}
     if "notes" in emulated.metrics:  # for the instructor: what the emulator's evidence suggests of the config
         metrics["notes"] = emulated.metrics["notes"]
     if emulated.unsafe:
@@ -59,6 +65,19 @@ def merged_case(on_gpu: CheckResult, emulated: CheckResult | None) -> CheckResul
 def hung_on_both(case: CheckResult) -> bool:
     """A case's check (merged_case's) says the kernel hung in it on the GPU and on the CPU emulator alike."""
     return case.status == ERROR and HUNG in case.metrics and EMULATOR_HUNG in case.metrics
+
+
+def stopped_on_both(case: CheckResult) -> bool:
+    """A case's check (merged_case's) says the kernel faulted or hung in it on the GPU, and the CPU emulator stopped
+    its run of the case for a cause it names: the case's words are the emulator's, at the student's line."""
+    return case.status == ERROR and EMULATOR_STOPPED in case.metrics
+
+
+def _stopped_beside(on_gpu: CheckResult, emulated: CheckResult) -> dict:
+    """EMULATOR_STOPPED for the merged check, where the GPU faulted or hung and the emulator stopped for a cause."""
+    if on_gpu.status == ERROR and emulated.status == ERROR and STOPPED in emulated.metrics:
+        return {EMULATOR_STOPPED: emulated.metrics[STOPPED]}
+    return {}
 
 
 def _with_disagreement(on_gpu: CheckResult, emulated: CheckResult) -> CheckResult:
