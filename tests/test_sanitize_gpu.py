@@ -118,7 +118,7 @@ def test_a_fault_the_emulator_stopped_at_for_a_named_cause_is_not_run_under_the_
     """Each case the kernel faulted or hung in on the GPU, the emulator beside it stopped for a cause it names at
     the student's line: the tools would find that again. Skipped with the reason, no tool's time spent."""
     config = load_config(config_file)
-    cases = [case for case in load_cases(config.testcases_dir) if case.name in ("square_16", "ragged_all")]
+    cases = [case for case in load_cases(config.testcases_dir) if case.name in ("square_16", "ragged_m")]
     result = grade(SUBMISSIONS / name, config, cases, WHERE_USEFUL)
     faulted = [c for c in result.checks if c.kind == CASE and c.status == ERROR]
     assert faulted and all(stopped_on_both(c) and c.message.startswith(words) for c in faulted), \
@@ -144,7 +144,7 @@ def test_a_fault_in_blocks_the_emulator_did_not_run_still_runs_every_tool(config
     case = Case("sampled_elsewhere", 200, 200, 48, _seed_leaving_out((11, 9), 200, 200, 4), 5, cpu=SAMPLED)
     result = grade(SUBMISSIONS / "trap_one_interior_block", config, [case], WHERE_USEFUL)
     (faulted,) = [c for c in result.checks if c.kind == CASE]
-    assert faulted.status == ERROR and faulted.metrics.get("emulator") == PASSED, (faulted.metrics, faulted.message)
+    assert faulted.status == ERROR and "saw nothing wrong in them" in faulted.message, faulted.message
     assert not stopped_on_both(faulted)
     check = diagnosis_of(result)
     assert check.status != SKIPPED and all(f"{tool}_s" in check.metrics for tool in TOOLS), check.message
