@@ -239,35 +239,3 @@ def test_a_warmed_templates_worker_asks_nothing_the_template_asked(tmp_path, qui
     finished = subprocess.run([sys.executable, "-c", ASKED_AGAIN, str(quick_config_file), str(student)], cwd=ROOT,
                               capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stdout + finished.stderr[-3000:]
-
-
-def _session_and_autogroup(pid: int) -> tuple[int, int | None]:
-    """A process's session id and its session's autogroup niceness (None where the kernel has no autogroups)."""
-    session = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
-    try:
-        return session, int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
-    except OSError:
-        return session, None
-
-
-def test_the_workers_run_in_a_session_of_their_own_raised_above_the_emulators_where_root():
-    """The workers hand the GPU's turns over: in a session of their own (not the terminal's, whose priority stays
-    as it was), raised to WORKER_NICE where the grader may raise priorities, so a class's emulator and compiler
-    sessions do not keep them from a core while the GPU idles."""
-    from grader.execute.confine.proc import WORKER_NICE
-
-    ours = _session_and_autogroup(os.getpid())
-    template = Template()
-    try:
-        worker = template.fork(None)
-        template_session, template_nice = _session_and_autogroup(template.process.pid)
-        worker_session, worker_nice = _session_and_autogroup(worker.pid)
-        assert template_session == template.process.pid != ours[0] and worker_session == template_session
-        if ours[1] is not None and os.geteuid() == 0:
-            assert template_nice == worker_nice == WORKER_NICE
-        assert _session_and_autogroup(os.getpid()) == ours  # the batch's own session untouched
-        worker.kill()
-        worker.communicate(b"")
-        worker.close()
-    finally:
-        template.stop()

@@ -19,7 +19,6 @@ from dataclasses import replace
 from ..cases import Case
 from ..config import Config
 from ..diagnose.groups import SanitizerGroups
-from ..execute.confine.proc import WORKER_NICE, set_session_priority
 from ..execute.confine.sandbox import ONE_BLAS_THREAD
 from ..intake.intake import Entry
 from ..pipeline import GPU, RunPlan, not_graded
@@ -102,15 +101,12 @@ class Template:
     def __init__(self):
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            # A session of its own, and so its workers': its priority is theirs alone, not the terminal's. A Ctrl-C
-            # reaches the batch, which stops them (Workers.stop); a dead batch takes them along (die_with_parent).
             self.process = subprocess.Popen([sys.executable, "-m", TEMPLATE, str(theirs.fileno())],
                                             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                            env=_worker_environment(), start_new_session=True)
+                                            env=_worker_environment())
         finally:
             theirs.close()
-        set_session_priority(self.process.pid, WORKER_NICE)
         self.sending = threading.Lock()
         self.warmed: tuple | None = None  # (config, cases, on_gpu) it was last asked to load for
 

@@ -19,12 +19,6 @@ BACKGROUND_NICE = 10
 # every other child waits for that turn, so the holder's CPU time is everyone's. Strong, because with
 # autogroups it weighs the holder's whole session against each other session on its core.
 TURN_NICE = -15
-# The niceness of a batch's workers (their session: the template's, zygote.py), where the grader may raise it. They
-# hand the device's turns over: a turn begins when a worker's flock returns and ends when a worker has read its
-# child's request, and meanwhile nobody runs on the GPU. At the emulators' niceness the workers, one session's
-# weight among a class's emulator and compiler sessions, waited for a core while the GPU idled (16 cores 86-99%
-# busy); they use about one core of sixteen.
-WORKER_NICE = -10
 
 
 def set_tree_priority(root: int | ProcessTree, nice: int, session_nice: int | None = None) -> None:
