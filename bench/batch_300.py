@@ -286,6 +286,27 @@ def report(results: list[SubmissionResult], wall: float, cores: int, busy: float
     print("  GPU held (s) by " + ", ".join(f"{kind} turns {seconds:.1f}" for kind, seconds in sorted(held.items())))
     print("  a student's mean seconds: " + ", ".join(f"{what} {value:.2f}" for what, value in phases(results)))
     print("  the slowest grades (a batch's tail): " + "; ".join(slowest(results)))
+    for line in not_judged_by_the_emulator(results):
+        print(line)
+
+
+NOT_JUDGED = "[grader] the CPU emulator could not judge this kernel:"  # on_gpu.py's line in the student's log
+
+
+def not_judged_by_the_emulator(results: list[SubmissionResult]) -> list[str]:
+    """Each student whose cases the emulator beside the GPU did not judge (compute-sanitizer judged them instead,
+    on the grade's time), with why: a batch's outputs are gone when it ends, and for a kernel the emulator can
+    build, that is the grader's failure to explain."""
+    lines = []
+    for result in results:
+        compiled = next((c for c in result.checks if c.kind == "compile"), None)
+        if compiled is None or "safety_tools_s" not in compiled.metrics:
+            continue
+        logged = result.log.split(NOT_JUDGED, 1)[1].strip().splitlines()[:3] if NOT_JUDGED in result.log else []
+        why = " | ".join(filter(None, [compiled.metrics.get("emulator_why_not", ""), *logged]))
+        lines.append(f"  NOT JUDGED BY THE EMULATOR: {result.submission} (the tools took "
+                     f"{compiled.metrics['safety_tools_s']} s): {why[:500]}")
+    return lines
 
 
 def slowest(results: list[SubmissionResult], count: int = 8) -> list[str]:

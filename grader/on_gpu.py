@@ -123,6 +123,7 @@ def _judged_by_both(submission: Submission, config: Config, cases: list[Case], r
     safety = case_safety(sanitizer_run_of(submission, config, run), emulated, placement_of(plan, config),
                          sandbox_of(plan), config.cache_dir) if emulated else CaseSafety()
     run.compile_check.metrics["safety_tools_s"] = round(safety.tools_s, 3)
+    run.compile_check.metrics["emulator_why_not"] = emulation.why_not  # for the instructor: why the tools judged
     if safety.problem:
         result.message = _joined(result.message, f"Not checked for out-of-bounds accesses, races or divergent "
                                  f"barriers: {emulation.why_not}, and compute-sanitizer could not check it "
