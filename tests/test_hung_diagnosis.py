@@ -207,3 +207,11 @@ def test_a_stopped_case_keeps_the_emulators_words_and_cause(tmp_path):
     right = passed("ragged_all", CASE, 4, "correct (100×75×50)")
     (case,) = [c for c in merged([right], on_emulator(tmp_path / "cpu", ragged_all="divergence")) if c.kind == CASE]
     assert case.status != PASSED and EMULATOR_STOPPED not in case.metrics and not stopped_on_both(case)
+
+
+def test_a_fault_told_only_in_a_hidden_case_still_runs_the_tools(tmp_path):
+    """rect_hidden shows the student its verdict alone: where the emulator's cause is told there only, the tools'
+    findings are what the student can read; where a case they can read tells it too, they are not run."""
+    assert decided(tmp_path, {"rect_hidden": TRAPPED}, {"rect_hidden": "trap"}) == ""
+    both = {"ragged_all": TRAPPED, "rect_hidden": TRAPPED}
+    assert decided(tmp_path, both, dict.fromkeys(both, "trap")) == STOPPED_ON_BOTH.format(count="2 cases")

@@ -11,7 +11,19 @@ from ..intake.submission import Submission
 from ..judge.access import measured_on_the_gpu
 from ..judge.engines import hung_on_both, stopped_on_both
 from ..plan import RunPlan, placement_of, sandbox_of
-from ..result import CASE, COMPILE, ERROR, FAILED, SANITIZER, STATIC, TIMING, CheckResult, SubmissionResult, skipped
+from ..result import (
+    CASE,
+    COMPILE,
+    ERROR,
+    FAILED,
+    HIDDEN,
+    SANITIZER,
+    STATIC,
+    TIMING,
+    CheckResult,
+    SubmissionResult,
+    skipped,
+)
 from .groups import GUARD, Vouched, check_in_group
 from .run import NAME as SANITIZER_NAME
 from .run import TOOLS, SanitizerRun, sanitize
@@ -60,8 +72,8 @@ def why_not_run(on_gpu: Iterable[CheckResult], judged: Iterable[CheckResult], al
     not run it or not the blocks that faulted, or its own process crashed); and over every kernel where asked
     (`always`: --sanitize). Where the emulator hung in every such case too, each tool would only hang to its
     launch's limit; where it stopped in each for a cause it names (a trap, an access outside A, B and C, a
-    divergent barrier), the case tells that cause at the student's line already. Either way the tools add nothing
-    while they hold the sanitizer's turns, which every case turn waits behind (device_lock.py)."""
+    divergent barrier), a case the student can read tells that cause at their line already. Either way the tools
+    add nothing while they hold the sanitizer's turns, which every case turn waits behind (device_lock.py)."""
     if always:
         return ""
     faulted = [case.name for case in on_gpu if case.status == ERROR]
@@ -71,7 +83,10 @@ def why_not_run(on_gpu: Iterable[CheckResult], judged: Iterable[CheckResult], al
     count = "1 case" if len(faulted) == 1 else f"{len(faulted)} cases"
     if len(cases) == len(faulted) and all(hung_on_both(case) for case in cases):
         return HUNG_ON_BOTH.format(count=count)
-    if len(cases) == len(faulted) and all(hung_on_both(case) or stopped_on_both(case) for case in cases):
+    # The stopped cases tell the cause; a hidden one shows the student its verdict alone, so one they can read must
+    # tell it, or the tools, whose findings they can read, still run.
+    told = any(stopped_on_both(case) and case.visibility != HIDDEN for case in cases)
+    if len(cases) == len(faulted) and told and all(hung_on_both(case) or stopped_on_both(case) for case in cases):
         return STOPPED_ON_BOTH.format(count=count)
     return ""
 
