@@ -80,13 +80,15 @@ def why_not_run(on_gpu: Iterable[CheckResult], judged: Iterable[CheckResult], al
     if not faulted:
         return NOTHING_FAULTED
     cases = [check for check in judged if check.kind == CASE and check.name in faulted]
+    if len(cases) != len(faulted):
+        return ""  # a faulted case not judged by both: nothing says what the tools would find there
     count = "1 case" if len(faulted) == 1 else f"{len(faulted)} cases"
-    if len(cases) == len(faulted) and all(hung_on_both(case) for case in cases):
+    if all(hung_on_both(case) for case in cases):
         return HUNG_ON_BOTH.format(count=count)
     # The stopped cases tell the cause; a hidden one shows the student its verdict alone, so one they can read must
     # tell it, or the tools, whose findings they can read, still run.
     told = any(stopped_on_both(case) and case.visibility != HIDDEN for case in cases)
-    if len(cases) == len(faulted) and told and all(hung_on_both(case) or stopped_on_both(case) for case in cases):
+    if told and all(hung_on_both(case) or stopped_on_both(case) for case in cases):
         return STOPPED_ON_BOTH.format(count=count)
     return ""
 
