@@ -81,7 +81,7 @@ def why_not_run(on_gpu: Iterable[CheckResult], judged: Iterable[CheckResult], al
         return NOTHING_FAULTED
     cases = [check for check in judged if check.kind == CASE and check.name in faulted]
     if len(cases) != len(faulted):
-        return ""  # a faulted case not judged by both: nothing says what the tools would find there
+        return ""  # a faulted case missing from the judged ones: nothing says what the tools would find there
     count = "1 case" if len(faulted) == 1 else f"{len(faulted)} cases"
     if all(hung_on_both(case) for case in cases):
         return HUNG_ON_BOTH.format(count=count)
