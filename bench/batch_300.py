@@ -34,6 +34,7 @@ from benchlib import ROOT, config_with_cache, generate, grade_alone
 from grader.config import load_config
 from grader.diagnose.run import TOOLS
 from grader.judge.verdicts import differences
+from grader.on_gpu import NOT_JUDGED_LOG
 from grader.result import SubmissionResult
 
 TARGET_S, TARGET_COUNT = 180.0, 300  # the target: 300 submissions in 180 s; a smaller class meets its share
@@ -290,9 +291,6 @@ def report(results: list[SubmissionResult], wall: float, cores: int, busy: float
         print(line)
 
 
-NOT_JUDGED = "[grader] the CPU emulator could not judge this kernel:"  # on_gpu.py's line in the student's log
-
-
 def not_judged_by_the_emulator(results: list[SubmissionResult]) -> list[str]:
     """Each student whose cases the emulator beside the GPU did not judge (compute-sanitizer judged them instead,
     on the grade's time), with why: a batch's outputs are gone when it ends, and for a kernel the emulator can
@@ -302,7 +300,7 @@ def not_judged_by_the_emulator(results: list[SubmissionResult]) -> list[str]:
         compiled = next((c for c in result.checks if c.kind == "compile"), None)
         if compiled is None or "safety_tools_s" not in compiled.metrics:
             continue
-        logged = result.log.split(NOT_JUDGED, 1)[1].strip().splitlines()[:3] if NOT_JUDGED in result.log else []
+        logged = result.log.split(NOT_JUDGED_LOG, 1)[1].strip().splitlines()[:3] if NOT_JUDGED_LOG in result.log else []
         why = " | ".join(filter(None, [compiled.metrics.get("emulator_why_not", ""), *logged]))
         lines.append(f"  NOT JUDGED BY THE EMULATOR: {result.submission} (the tools took "
                      f"{compiled.metrics['safety_tools_s']} s): {why[:500]}")

@@ -17,7 +17,6 @@ prepare` compiles them (the "after install" run comes after it, and so does ever
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -73,7 +72,7 @@ def bytecode_state() -> str:
     from grader.execute.confine.reachable import child_distributions
 
     own = [str(path) for path in (ROOT / "grader").rglob("*.py")]
-    own_lacking = sum(not os.path.exists(importlib.util.cache_from_source(path)) for path in own)
+    own_lacking = sum(not bytecode.has_bytecode(path) for path in own)
     installed_lacking, installed = bytecode.lacking(child_distributions())
     unwritten = os.environ.get("PYTHONDONTWRITEBYTECODE", "")
     return (f"bytecode missing: the grader's {own_lacking} of {len(own)} modules, the installed distributions' "

@@ -38,6 +38,9 @@ from .rubric import Rubric
 if TYPE_CHECKING:
     from .run_events import RunEvents
 
+# Heads the emulator's own words in the log where it could not judge a kernel (bench/batch_300.py finds them there)
+NOT_JUDGED_LOG = "[grader] the CPU emulator could not judge this kernel:"
+
 
 def grade_on_gpu(submission: Submission, config: Config, cases: list[Case], result: SubmissionResult,
                  plan: RunPlan, phases: Phases, rubric: Rubric,
@@ -118,7 +121,7 @@ def _judged_by_both(submission: Submission, config: Config, cases: list[Case], r
             "compiled_ahead", "no")
         return merged(made, emulation), None
     if emulation.log:
-        result.log += f"\n[grader] the CPU emulator could not judge this kernel:\n{emulation.log}\n"
+        result.log += f"\n{NOT_JUDGED_LOG}\n{emulation.log}\n"
     emulated = [case for case in cases if case.on_cpu == WHOLE]  # the tools' small launches: not the large cases
     safety = case_safety(sanitizer_run_of(submission, config, run), emulated, placement_of(plan, config),
                          sandbox_of(plan), config.cache_dir) if emulated else CaseSafety()

@@ -132,8 +132,9 @@ def test_the_shipped_large_cases_run_by_sampled_blocks_on_the_cpu(config_file):
 # ---- on the CPU emulator ------------------------------------------------------------------------------------
 
 
-def _seed_that(sampling: bool, m: int, n: int, interior: int) -> int:
-    """The first case seed whose interior sample holds (or, `sampling` false, leaves out) the trapping tile."""
+def seed_that(sampling: bool, m: int, n: int, interior: int) -> int:
+    """The first case seed whose interior sample holds (or, `sampling` false, leaves out) the trapping tile
+    (test_sanitize_gpu.py's too)."""
     return next(seed for seed in range(1000)
                 if (TRAP_TILE in sampled_tiles(m, n, TILE, BlockSample(sample_seed(Case("x", m, n, 48, seed, 1)),
                                                                        interior)).interior) == sampling)
@@ -144,7 +145,7 @@ def test_a_trap_in_one_interior_block_is_caught_when_that_block_is_sampled(confi
     config = load_config(config_file)
     config.sampling.interior_blocks = 4  # of the 144 interior tiles of a 13 × 13 grid
     m = n = 200
-    hit, miss = (Case(name, m, n, 48, _seed_that(sampled, m, n, 4), 5, cpu=SAMPLED)
+    hit, miss = (Case(name, m, n, 48, seed_that(sampled, m, n, 4), 5, cpu=SAMPLED)
                  for name, sampled in (("sampled_over_it", True), ("sampled_elsewhere", False)))
     result = grade(SUBMISSIONS / "trap_one_interior_block", config, [hit, miss], RunPlan("cpu"))
     checks = {check.name: check for check in result.checks if check.kind == "case"}

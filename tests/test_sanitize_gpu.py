@@ -5,13 +5,13 @@ import shutil
 import pytest
 from conftest import SUBMISSIONS
 from hardware import needs_gpu, needs_sanitizer
+from test_block_sampling import seed_that
 
-from grader.cases import SAMPLED, Case, load_cases, sample_seed
+from grader.cases import SAMPLED, Case, load_cases
 from grader.config import load_config
 from grader.contract import KernelContract
 from grader.diagnose.checks import HUNG_ON_BOTH, STOPPED_ON_BOTH
 from grader.diagnose.run import TOOLS, SanitizerRun, sanitize
-from grader.execute.cpu.sampling import BlockSample, sampled_tiles
 from grader.execute.runner import Placement
 from grader.judge.engines import hung_on_both, stopped_on_both
 from grader.pipeline import GPU, RunPlan, grade, sandbox_of
@@ -129,19 +129,12 @@ def test_a_fault_the_emulator_stopped_at_for_a_named_cause_is_not_run_under_the_
     assert not check.metrics and result.phases.get("sanitizer", 0) < 1, (check.metrics, result.phases)
 
 
-def _seed_leaving_out(tile: tuple[int, int], m: int, n: int, interior: int) -> int:
-    """The first seed of a sampled m × n case whose interior sample leaves `tile` (row, column) out."""
-    return next(seed for seed in range(1000)
-                if tile not in sampled_tiles(m, n, 16, BlockSample(sample_seed(Case("x", m, n, 48, seed, 1)),
-                                                                   interior)).interior)
-
-
 def test_a_fault_in_blocks_the_emulator_did_not_run_still_runs_every_tool(config_file):
     """trap_one_interior_block traps in block (9, 11) alone; a sampled case whose sample leaves that block out
     faults on the GPU while the emulator's blocks pass: the tools may see what it did not run."""
     config = load_config(config_file)
     config.sampling.interior_blocks = 4  # of the 144 interior tiles of a 13 × 13 grid
-    case = Case("sampled_elsewhere", 200, 200, 48, _seed_leaving_out((11, 9), 200, 200, 4), 5, cpu=SAMPLED)
+    case = Case("sampled_elsewhere", 200, 200, 48, seed_that(False, 200, 200, 4), 5, cpu=SAMPLED)
     result = grade(SUBMISSIONS / "trap_one_interior_block", config, [case], WHERE_USEFUL)
     (faulted,) = [c for c in result.checks if c.kind == CASE]
     assert faulted.status == ERROR and "saw nothing wrong in them" in faulted.message, faulted.message

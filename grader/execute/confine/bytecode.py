@@ -115,12 +115,12 @@ def compile_missing(distributions: list[importlib.metadata.Distribution]) -> Com
     found = Compiled()
     for dist in distributions:
         for path in _sources(dist):
-            if _has_bytecode(path):
+            if has_bytecode(path):
                 found.present += 1
             elif not _writable(os.path.dirname(path)):
                 folder = str(dist.locate_file(""))
                 found.unwritable[folder] = found.unwritable.get(folder, 0) + 1
-            elif compileall.compile_file(path, quiet=2) and _has_bytecode(path):
+            elif compileall.compile_file(path, quiet=2) and has_bytecode(path):
                 found.compiled += 1
             else:
                 found.failed += 1
@@ -131,10 +131,10 @@ def lacking(distributions: list[importlib.metadata.Distribution]) -> tuple[int, 
     """How many of the distributions' modules have no bytecode for this interpreter, of how many: what a benchmark
     says beside its figures (bench/grade_time.py), since every process compiles those at each import."""
     sources = [path for dist in distributions for path in _sources(dist)]
-    return sum(not _has_bytecode(path) for path in sources), len(sources)
+    return sum(not has_bytecode(path) for path in sources), len(sources)
 
 
-def _has_bytecode(source: str) -> bool:
+def has_bytecode(source: str) -> bool:
     """This interpreter's bytecode of the module is there (whether it is current is the import's to judge)."""
     return os.path.exists(importlib.util.cache_from_source(source))
 

@@ -218,7 +218,7 @@ class Cases:
         task per order (schedule.py, run_whole)."""
         told = self._event(index, ends, launches, limit_s)
         if told is not None:
-            self.told_tasks |= {end.task for order_ends in ends.values() for end in order_ends}
+            self.told_tasks.update(_task_ids(ends))
         return told
 
     def read_ahead(self, index: int, ends: dict[str, list[Ended]], launches: int) -> None:
