@@ -8,11 +8,14 @@ purpose. Every kernel it compiles (the student's and the reference's, so timing 
 at the start of each `__global__` function and after each `__syncthreads()`. The hook costs one uniform
 branch on a `__constant__` while it is off. Switched on for a launch, it holds back every other warp of
 a block for a few microseconds of its own work: long enough for the early warps to store and read a
-whole tile. It does so in the blocks on the grid's border and in its second row and column: every kind of
-block a tiled kernel has (corner, edge, interior) is among them, so a race shows in each kind, while a
-large case's launch holds back a tenth of its blocks, not all of them (on an H100 a 1031×1009×1013 case's
-late launches took 25 ms each with every block held back, most of a submission's turn on the GPU; a small
-grid is all border, and every block there is held back as before).
+whole tile. It does so in the blocks where the grid's first two and last rows cross its first two and
+last columns (at most 9 of a 2-D grid): every kind of block a tiled kernel has is among them (each corner,
+the first and last row's and column's edge blocks, and an interior block where the grid has one), so a
+race shows in each kind, while a large case's launch is not held up by the rest. Holding back every block
+of a 1031×1009×1013 case took 25 ms a launch on an H100; with the whole border band (a tenth of its blocks)
+held back, that case's turn still took 21-28 ms of a tile-16 kernel's 85-116 ms on an H200, and 7-8 ms with
+these 9 (and its inputs sent before the turn, child.py's CaseMemory). A small grid is all crossings, and
+every block there is held back as before.
 A correctly synchronized kernel cannot tell (the same threads do the same arithmetic in the same
 order: its output is bit for bit the same); a racy one reads poison or the next phase's tile.
 
@@ -66,15 +69,15 @@ static __device__ __forceinline__ unsigned int {THREAD_IN_BLOCK}(void)
 {{
     return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }}
-/* Whether a block is in its grid's first two or last index along a dimension that has more than one. */
+/* Whether a block is at its grid's first two or last index along a dimension. */
 static __device__ __forceinline__ bool {NEAR_BORDER}(unsigned int index, unsigned int extent)
 {{
-    return extent > 1u && (index <= 1u || index + 1u == extent);
+    return index <= 1u || index + 1u == extent;
 }}
 static __device__ __forceinline__ bool {HELD_BACK_BLOCK}(void)
 {{
-    return {NEAR_BORDER}(blockIdx.x, gridDim.x) || {NEAR_BORDER}(blockIdx.y, gridDim.y)
-        || {NEAR_BORDER}(blockIdx.z, gridDim.z) || gridDim.x * gridDim.y * gridDim.z == 1u;
+    return {NEAR_BORDER}(blockIdx.x, gridDim.x) && {NEAR_BORDER}(blockIdx.y, gridDim.y)
+        && {NEAR_BORDER}(blockIdx.z, gridDim.z);
 }}
 static __device__ __forceinline__ void {HOOK}(void)
 {{
