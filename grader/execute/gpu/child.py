@@ -84,7 +84,7 @@ from ..nvcc.compile import (
 from ..nvcc.cubin_cache import BUILT, GRADED, OFFERED
 from ..nvcc.kernel_params import kernel_symbol, parameter_problem
 from ..protocol import Channel, await_job
-from .late_warps import OFF, SKEW_SYMBOL, skew_for
+from .late_warps import OFF, PRINTS, SKEW_SYMBOL, skew_for
 
 cuda = None  # pycuda.driver, imported in main() so that importing this module needs no GPU
 
@@ -201,7 +201,7 @@ class Worker:
                   for spec in self.job.cases]
         timing_memory = TimingMemory(self.job.timing, self.device) if self.job.timing else None
         if inputs:
-            case_memory = CaseMemory(self.job.cases)
+            case_memory = CaseMemory(inputs, self.job.launches_per_case)
             if not self.turn("await_device"):  # one turn for all the cases
                 return
             for spec, a, b, cached in inputs:
@@ -297,7 +297,7 @@ class Worker:
         if kernels["student"].tile not in self.job.contract.tile_sizes or not kernels["reference"].tile:
             return None  # the parent explains why nothing runs
         self.stale_shared = StaleShared(kernels["reference"].module, self.device)
-        self.differences = Differences(kernels["reference"].module)
+        self.differences = Differences(kernels["reference"].module, self.job.launches_per_case)
         return kernels["student"], kernels["reference"]
 
     def compile_student(self) -> bytes | str:
@@ -361,47 +361,49 @@ class Worker:
         every time); then the reference: its output is never in GPU memory while student code runs. Each
         distinct output the student's launches gave is kept for the parent to judge.
 
-        Between launches the GPU itself tells whether A or B changed (against pristine copies) and whether
-        C differs from the first launch's, so the turn copies back only outputs that differ; a changed
-        input is restored from its pristine copy. A and B cross from the host once, into the pristine
-        copies, and C's poisoned image is made on the GPU: the turn holds the GPU for little but launches."""
-        launches, poisoned = self.job.launches_per_case, np.empty(guarded_size(spec.m, spec.n), np.float32)
-        for pointer, host in ((memory.pristine_a, a), (memory.pristine_b, b)):
-            guarded(cuda.memcpy_htod, pointer, host)
+        The GPU itself tells whether a launch changed A or B (against pristine copies, from which every
+        launch and the reference get them back) and whether C differs from the first launch's, so only
+        outputs that differ cross back as well as the first. A and B crossed from the host before the turn;
+        C's poisoned image is made on the GPU. Everything is queued at once, the first output and the
+        reference's copied into page-locked memory, and the case waits for the GPU once: each wait is a
+        round trip through the host, whose CPUs in a batch are the emulators' and the compilers'."""
+        launches, words = self.job.launches_per_case, guarded_size(spec.m, spec.n)
+        pristine_a, pristine_b = memory.pristine[spec.name]
+        first_landing, reference_landing = memory.landing[spec.name]
         memory.poison_image(spec.m, spec.n)
-        memory.restore_inputs(a, b)
-        outputs, seconds, a_changed, b_changed = [], [], False, False
+        self.differences.clear(launches)
         for launch in range(launches):
+            memory.restore_inputs(spec.name, a, b)  # as the case made them, whatever the last launch stored
             memory.poison_past_inputs(a, b)
-            guarded(cuda.memcpy_dtod, memory.c, memory.poisoned, poisoned.nbytes)
-            self.stale_shared.warm((memory.a, a.size), (memory.b, b.size), (memory.c, poisoned.size))
+            guarded(cuda.memcpy_dtod, memory.c, memory.poisoned, 4 * words)
+            self.stale_shared.warm((memory.a, a.size), (memory.b, b.size), (memory.c, words))
             # each block poisons its own shared memory at entry; printf prints in the grade's first launch only
             student.late_warps(skew_for(launch, prints=launch == 0 and not self.printed))
             self.printed = True
-            started = time.perf_counter()
+            start, stop = memory.events[launch]
+            guarded(start.record)
             student.launch(spec.m, spec.n, spec.k, memory.a, memory.b, memory.c + GUARD_BEFORE * 4)
-            synchronize()
-            seconds.append(time.perf_counter() - started)
-            pairs = [(memory.a, memory.pristine_a, a.size), (memory.b, memory.pristine_b, b.size)]
-            changed_a, changed_b, *other_c = self.differences.count(
-                *pairs, *([(memory.c, memory.first, poisoned.size)] if launch else []))
-            if launch == 0:
-                outputs.append(download(memory.c, poisoned))
-                guarded(cuda.memcpy_dtod, memory.first, memory.c, poisoned.nbytes)
-            elif other_c[0]:
-                c_host = download(memory.c, poisoned)
+            guarded(stop.record)
+            pairs = [(memory.a, pristine_a, a.size), (memory.b, pristine_b, b.size)]
+            self.differences.count(launch, *pairs, *([(memory.c, memory.first, words)] if launch else []))
+            guarded(cuda.memcpy_dtod, memory.outputs[launch], memory.c, 4 * words)
+        guarded(cuda.memcpy_dtoh_async, first_landing, memory.first)
+        memory.restore_inputs(spec.name, a, b)
+        reference.launch(spec.m, spec.n, spec.k, memory.a, memory.b, memory.reference)
+        guarded(cuda.memcpy_dtoh_async, reference_landing, memory.reference)
+        synchronize()  # the case's one wait: a fault or a hang in any of its launches shows here
+        changed = self.differences.read(launches)
+        outputs = [first_landing]
+        for launch in range(1, launches):
+            if changed[launch][2]:  # rare (a race, a launch that reads C): compared here, kept if new
+                c_host = download(memory.outputs[launch], first_landing)
                 if not any(np.array_equal(c_host.view(np.uint32), seen.view(np.uint32)) for seen in outputs):
                     outputs.append(c_host)
-            a_changed, b_changed = a_changed or bool(changed_a), b_changed or bool(changed_b)
-            if changed_a or changed_b:  # the student wrote into A or B: every launch gets the real ones
-                memory.restore_inputs(a, b)
-
-        reference.launch(spec.m, spec.n, spec.k, memory.a, memory.b, memory.reference)
-        synchronize()
-        ref_out = download(memory.reference, np.empty((spec.m, spec.n), np.float32))
-        told = dict(case=spec.name, seconds=min(seconds), a_changed=a_changed, b_changed=b_changed, launches=launches,
-                    distinct_outputs=len(outputs), inputs=CACHED if cached else GENERATED)
-        self.writing.append(self.writer.submit(self._tell_case, spec, outputs, ref_out, told))
+        seconds = min(guarded(stop.time_since, start) for start, stop in memory.events[:launches]) / 1000
+        told = dict(case=spec.name, seconds=seconds, a_changed=any(count[0] for count in changed),
+                    b_changed=any(count[1] for count in changed), launches=launches, distinct_outputs=len(outputs),
+                    inputs=CACHED if cached else GENERATED)
+        self.writing.append(self.writer.submit(self._tell_case, spec, outputs, reference_landing, told))
 
     def _tell_case(self, spec: CaseSpec, outputs: list[np.ndarray], ref_out: np.ndarray, told: dict) -> None:
         """A case's outputs in its files, then its event: the parent reads the files when the event comes."""
@@ -505,30 +507,44 @@ class StaleShared:
 
 
 class Differences:
-    """On the GPU, in how many words each pair of buffers differs; one small copy back for all the pairs."""
+    """On the GPU, in how many words each pair of buffers differs, per launch of a case; read back with the
+    case's other copies, after its one wait."""
 
     PAIRS = 3
 
-    def __init__(self, module):
+    def __init__(self, module, launches: int):
         self.function = module.get_function(DIFFER_KERNEL)
-        self.counts = guarded(cuda.mem_alloc, 4 * self.PAIRS)
-        self.host = cuda.pagelocked_zeros(self.PAIRS, np.uint32)
+        self.counts = guarded(cuda.mem_alloc, 4 * self.PAIRS * launches)
+        self.host = cuda.pagelocked_zeros((launches, self.PAIRS), np.uint32)
 
-    def count(self, *pairs: tuple[int, int, int]) -> list[int]:
-        """For each (pointer, pointer, word count): the number of words that differ bit for bit."""
-        guarded(cuda.memset_d32, self.counts, 0, self.PAIRS)
+    def clear(self, launches: int) -> None:
+        guarded(cuda.memset_d32, self.counts, 0, self.PAIRS * launches)
+
+    def count(self, launch: int, *pairs: tuple[int, int, int]) -> None:
+        """Queue, for each (pointer, pointer, word count), the count of words that differ bit for bit."""
         for index, (x, y, words) in enumerate(pairs):
-            guarded(lambda x=x, y=y, words=words, index=index: self.function(
-                np.uintp(int(x)), np.uintp(int(y)), np.uint32(words), np.uintp(int(self.counts) + 4 * index),
+            counter = np.uintp(int(self.counts) + 4 * (self.PAIRS * launch + index))
+            guarded(lambda x=x, y=y, words=words, counter=counter: self.function(
+                np.uintp(int(x)), np.uintp(int(y)), np.uint32(words), counter,
                 block=(256, 1, 1), grid=((words + 255) // 256, 1)))
+
+    def read(self, launches: int) -> list[list[int]]:
+        """Each launch's counts, in the order its pairs were given (0 where it gave fewer)."""
         guarded(cuda.memcpy_dtoh, self.host, self.counts)
-        return [int(count) for count in self.host[:len(pairs)]]
+        return [[int(count) for count in row] for row in self.host[:launches]]
 
 
 def download(pointer, like: np.ndarray) -> np.ndarray:
+    """A device buffer's words, in a new array shaped like `like`."""
     host = np.empty_like(like)
     guarded(cuda.memcpy_dtoh, host, pointer)
     return host
+
+
+# Every value of the late-warps switch (each combination of late_warps.py's bits, PRINTS the highest), page-locked:
+# a launch's switch is copied from a word of its own, queued in order with the launches, and no later launch's
+# value overwrites it before it is read.
+SWITCH_VALUES = 2 * PRINTS
 
 
 class Kernel:
@@ -539,11 +555,13 @@ class Kernel:
         function.prepare("".join("i" if size == 4 else "P" for size in contract.argument_bytes))
         self.skew = module.get_global(SKEW_SYMBOL)[0]  # every module the grader compiles has one
         self.skew_now = OFF
+        self.switch_values = cuda.pagelocked_empty(SWITCH_VALUES, np.uint32)
+        self.switch_values[:] = np.arange(SWITCH_VALUES, dtype=np.uint32)
 
     def late_warps(self, skew: int) -> None:
-        """How the kernel's next launches hold back warps (late_warps.py)."""
+        """How the kernel's next launches hold back warps (late_warps.py), queued before them."""
         if skew != self.skew_now:
-            guarded(cuda.memcpy_htod, self.skew, np.array([skew], np.uint32))
+            guarded(cuda.memcpy_htod_async, self.skew, self.switch_values[skew:skew + 1])
             self.skew_now = skew
 
     @classmethod
@@ -576,23 +594,41 @@ class CaseMemory:
     """Device memory for every case of a turn, allocated before any turn at the largest case's sizes and
     kept until the child ends. An allocation waits on the driver, and while other processes allocate
     (compute-sanitizer's tools do, a lot), a turn that allocated per case took tens of times longer
-    (bench/gpu_contention.py --allocate); allocating at the turn's start still tripled a batch's turns."""
+    (bench/gpu_contention.py --allocate); allocating at the turn's start still tripled a batch's turns.
+    Every case's A and B cross from the host here too, into pristine copies of their own, and the first
+    output and the reference's get page-locked landing buffers: a pageable copy across the bus, either
+    way, is a copy the turn waits for."""
 
-    def __init__(self, cases: list[CaseSpec]):
+    def __init__(self, inputs: list[tuple[CaseSpec, np.ndarray, np.ndarray, bool]], launches: int):
+        cases = [spec for spec, *_ in inputs]
         # A and B are followed by poison: a load past either's end (a missing bound) reads NaN, whatever
         # lies there (zeros after the largest case's inputs made such a kernel right by luck).
         self.a_words = max(case.m * case.k + guard_after(case.k) for case in cases)
         self.b_words = max(case.k * case.n + guard_after(case.n) for case in cases)
         c_words = max(guarded_size(case.m, case.n) for case in cases)
         a_words, b_words = self.a_words, self.b_words
-        self.allocations = allocate_words(a_words, b_words, a_words, b_words, c_words, c_words, c_words, c_words)
-        (self.a, self.b, self.pristine_a, self.pristine_b, self.poisoned, self.c, self.first,
-         self.reference) = (int(allocation) for allocation in self.allocations)
+        pristine_words = sum(_aligned(a.size) + _aligned(b.size) for _, a, b, _ in inputs)
+        self.allocations = allocate_words(a_words, b_words, pristine_words, c_words, c_words, c_words,
+                                          *[c_words] * launches)
+        (self.a, self.b, pristine, self.poisoned, self.c, self.reference,
+         *self.outputs) = (int(allocation) for allocation in self.allocations)
+        self.first = self.outputs[0]  # each launch's C is kept apart until the case's wait: the first's, here
+        self.events = [(cuda.Event(), cuda.Event()) for _ in range(launches)]  # each launch's start and end
+        self.pristine: dict[str, tuple[int, int]] = {}  # case -> its A's and B's pristine copies
+        for spec, a, b, _ in inputs:
+            self.pristine[spec.name] = (pristine, pristine + 4 * _aligned(a.size))
+            for pointer, host in zip(self.pristine[spec.name], (a, b)):
+                guarded(cuda.memcpy_htod, pointer, host)
+            pristine += 4 * (_aligned(a.size) + _aligned(b.size))
+        # case -> where its first output (C with its guard bands) and the reference's C land on the host
+        self.landing = {spec.name: (cuda.pagelocked_empty(guarded_size(spec.m, spec.n), np.float32),
+                                    cuda.pagelocked_empty((spec.m, spec.n), np.float32)) for spec in cases}
 
-    def restore_inputs(self, a: np.ndarray, b: np.ndarray) -> None:
+    def restore_inputs(self, case: str, a: np.ndarray, b: np.ndarray) -> None:
         """A and B as the case made them, from their pristine copies."""
-        guarded(cuda.memcpy_dtod, self.a, self.pristine_a, a.nbytes)
-        guarded(cuda.memcpy_dtod, self.b, self.pristine_b, b.nbytes)
+        pristine_a, pristine_b = self.pristine[case]
+        guarded(cuda.memcpy_dtod, self.a, pristine_a, a.nbytes)
+        guarded(cuda.memcpy_dtod, self.b, pristine_b, b.nbytes)
 
     def poison_image(self, m: int, n: int) -> None:
         """C's image before a launch: guard bands around m×n poisoned elements (inputs.guarded_layout)."""
@@ -617,6 +653,11 @@ class TimingMemory:
         self.far_host = cuda.pagelocked_zeros(1, np.uint32)
         # The host sleeps while it waits for the stop event (timing reads the events' GPU clock, not the host's)
         self.start, self.stop = (cuda.Event(cuda.event_flags.BLOCKING_SYNC) for _ in range(2))
+
+
+def _aligned(words: int) -> int:
+    """A buffer's words, rounded up so that the one after it starts on a 256-byte boundary, as an allocation does."""
+    return -(-words // 64) * 64
 
 
 def allocate_words(*counts: int) -> list:
