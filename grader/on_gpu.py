@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -47,7 +48,9 @@ def grade_on_gpu(submission: Submission, config: Config, cases: list[Case], resu
                  statics: list[CheckResult]) -> tuple[list[CheckResult], str]:
     """Run (the GPU child, the emulator beside it) → judge by both → diagnose → profile; the checks made and why a
     check none made was not run. The static checks tell the sanitizer's groups what to expect."""
-    hangs = GpuHangs()  # the cases the GPU hangs in: the emulator beside it gives them the GPU's seconds, no more
+    # The cases the GPU hangs in (the emulator beside it gives them the GPU's seconds, no more), and the emulator's
+    # verdicts (after a hang, the GPU leaves out the cases it stopped for a divergent barrier)
+    hangs = GpuHangs()
     beside = _emulate_beside(submission, config, cases, plan, hangs)
     run = run_child(submission, config, emulated_first(cases), GPU, plan, _reference_warmer(config, plan),
                     gpu_hangs=hangs)
@@ -87,8 +90,18 @@ def _emulate_beside(submission: Submission, config: Config, cases: list[Case], p
     emulated = emulator_cases(cases)
     if not emulated or compiler() is None:
         return None
-    return start_beside(functools.partial(run_child, submission, config, emulated, CPU, _emulator_plan(config, plan),
-                                          gpu_hangs=hangs))
+    # Before the GPU child starts: after a hang, it waits for the emulator's verdicts on these
+    hangs.emulator_beside([case.name for case in emulated])
+    run = functools.partial(run_child, submission, config, emulated, CPU, _emulator_plan(config, plan), gpu_hangs=hangs)
+    return start_beside(functools.partial(_told_when_finished, run, hangs))
+
+
+def _told_when_finished(run: Callable[[], RunEvents], hangs: GpuHangs) -> RunEvents:
+    """The emulator's run; its end told to the GPU run, which may be waiting for a verdict it will never give."""
+    try:
+        return run()
+    finally:
+        hangs.emulator_finished()
 
 
 def _emulator_plan(config: Config, plan: RunPlan) -> RunPlan:

@@ -25,7 +25,7 @@ from .execute.cpu.sampling import BlockSample, sampled_tiles
 from .execute.job import student_output
 from .execute.protocol import read_untrusted
 from .judge.compare import CaseRun, judge_case, wrong_mask
-from .judge.engines import HUNG, STOPPED
+from .judge.engines import HUNG, LEFT_OUT, STOPPED
 from .judge.findings import Finding
 from .judge.input_records import GENERATED
 from .judge.inputs import split_guarded
@@ -431,6 +431,19 @@ class RunEvents:
 
     def on_protocol_error(self, event: dict) -> None:
         self._broken(event, f"the kernel's process broke the grader's protocol and was stopped ({event['error']})")
+
+    def on_left_out(self, event: dict) -> None:
+        """Cases the GPU run left out after hanging in one (hang_notices.py): the emulator beside it stopped each for
+        a divergent barrier, and its check, unsafe, is the case's (judge/engines.py); this one only says why the GPU
+        gave no values."""
+        for name in event["cases"]:
+            case = self.cases[name]
+            self.case_results[name] = errored(
+                name, CASE, case.points, f"not run on the GPU: the kernel hung there in case {event['after']}, and the "
+                f"CPU emulator stopped this case too for a barrier that not every thread reaches\n({_shape(case)})",
+                visibility=case.visibility, metrics={LEFT_OUT: event["after"]})
+        self.log += (f"\n[grader] after case {event['after']} hung, the GPU left out the cases the CPU emulator "
+                     f"stopped for a divergent barrier: {', '.join(event['cases'])}\n")
 
     def on_restart(self, event: dict) -> None:
         fresh = self.child.removeprefix("the ")

@@ -1,7 +1,9 @@
 """On a GPU machine: the CPU emulator and the GPU give every corpus submission the same verdicts and words.
 
 For each case both ran, passed-or-not must agree (after three hung cases the GPU gives up and skips the rest;
-those are not compared), and so must the words (a hang's but its limit, each engine's own): a GPU grade runs the
+those are not compared; after a hang in a case the emulator stopped for a divergent barrier, the GPU leaves out the
+cases it stopped for one too and runs the others, so a kernel like conditional_barrier skips none), and so must
+the words (a hang's but its limit, each engine's own): a GPU grade runs the
 emulator beside the GPU child, whose words explain every case where the two engines' values agree
 (grader/emulation.py). Racy kernels too: the emulator's fibers run in an order that always shows the race, and a
 race is unsafe whatever the values.

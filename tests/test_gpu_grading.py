@@ -13,7 +13,7 @@ from junitparser import Error, JUnitXml
 
 from grader.cli import EXIT_NOT_GRADED, main
 from grader.config import load_config
-from grader.judge.engines import hung_on_both
+from grader.judge.engines import HUNG, hung_on_both
 from grader.result import ERROR, FAILED, PASSED, SKIPPED
 
 pytestmark = [
@@ -136,6 +136,22 @@ def test_hanging_kernel_times_out_without_taking_the_grader_down(grade_one, conf
     # and the merged cases say so, which is what spares it compute-sanitizer's runs (diagnose/checks.py)
     assert all(hung_on_both(c) for c in cases[:tries]), [(c.name, c.metrics) for c in cases[:tries]]
     assert time.monotonic() - started < tries * (limit + 10)
+
+
+def test_a_divergent_barrier_hangs_the_gpu_once_and_the_cases_it_gets_right_still_count(grade_one):
+    """conditional_barrier's __syncthreads() inside `if (row < m && col < n)` hangs the GPU in its first case with
+    threads outside C. The emulator beside it stopped that case and every other such one for the divergent barrier,
+    so the GPU leaves those out after the one hang (hang_notices.py) and runs the rest: the cases every thread of
+    which is inside C pass, as a CPU grade passes them, rather than being given up after three hangs."""
+    result = grade_one(SUBMISSIONS / "conditional_barrier")
+    cases = checks_of(result, "case")
+    assert all(c.status != SKIPPED for c in cases.values()), [c.name for c in cases.values() if c.status == SKIPPED]
+    for name in ("square_16", "square_512", "rect_deep", "k_one"):
+        assert cases[name].status == PASSED, (name, cases[name].message)
+    failing = [c for c in cases.values() if c.status != PASSED]
+    assert failing and all(c.message.startswith("barrier divergence in block") for c in failing)
+    assert sum(HUNG in c.metrics for c in cases.values()) == 1
+    assert "the GPU left out the cases the CPU emulator stopped for a divergent barrier" in result.log
 
 
 # A fault on both engines is told in the emulator's words, which name the line.

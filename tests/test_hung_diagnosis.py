@@ -17,7 +17,7 @@ from grader.config import Config
 from grader.diagnose.checks import HUNG_ON_BOTH, NOTHING_FAULTED, STOPPED_ON_BOTH, why_not_run
 from grader.diagnose.run import NAME as SANITIZER_NAME
 from grader.emulation import Emulation, merged
-from grader.judge.engines import EMULATOR_HUNG, EMULATOR_STOPPED, HUNG, STOPPED, stopped_on_both
+from grader.judge.engines import EMULATOR_HUNG, EMULATOR_STOPPED, HUNG, LEFT_OUT, STOPPED, stopped_on_both
 from grader.report.gradescope import to_gradescope
 from grader.report.json_report import to_json
 from grader.report.junit_report import to_junit_xml
@@ -215,3 +215,23 @@ def test_a_fault_told_only_in_a_hidden_case_still_runs_the_tools(tmp_path):
     assert decided(tmp_path, {"rect_hidden": TRAPPED}, {"rect_hidden": "trap"}) == ""
     both = {"ragged_all": TRAPPED, "rect_hidden": TRAPPED}
     assert decided(tmp_path, both, dict.fromkeys(both, "trap")) == STOPPED_ON_BOTH.format(count="2 cases")
+
+
+def test_a_case_the_gpu_left_out_after_a_hang_is_the_emulators_divergent_barrier(tmp_path):
+    """After hanging in ragged_all, the GPU run left out rect_hidden, which the emulator stopped for the same divergent
+    barrier (hang_notices.py): the case reads as a CPU grade's, at the student's line, says why the GPU gave no
+    values in its metrics, and the tools are spared as where it hung in both."""
+    gpu_run = on_gpu(tmp_path / "gpu", ragged_all="hang")
+    gpu_run.handle({"event": "left_out", "after": "ragged_all", "cases": ["rect_hidden"]})
+    gpu_run.handle({"event": "restart", "after": "ragged_all", "restarts": 1})
+    emulation = on_emulator(tmp_path / "cpu", ragged_all="divergence", rect_hidden="divergence", square_16="pass")
+    judged = {c.name: c for c in merged(gpu_run.made_checks(), emulation) if c.kind == CASE}
+    left_out = judged["rect_hidden"]
+    assert left_out.message == emulation.cases["rect_hidden"].message
+    assert left_out.message.startswith("barrier divergence in block (0, 4): thread (0, 0) waits at the __syncthreads() "
+                                       "on line 21")
+    assert left_out.metrics[LEFT_OUT] == "ragged_all" and left_out.metrics[EMULATOR_STOPPED] == "divergence"
+    assert "the GPU left out the cases the CPU emulator stopped for a divergent barrier: rect_hidden" in gpu_run.log
+    # the case it hung in is the one fault on the GPU: the one left out did not run there
+    assert why_not_run(gpu_run.made_cases().values(), list(judged.values()), False) == STOPPED_ON_BOTH.format(
+        count="1 case")

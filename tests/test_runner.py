@@ -164,6 +164,36 @@ def test_a_hang_also_gets_a_fresh_child_for_the_rest(tmp_path):
     assert events[2]["case"] == "two"
 
 
+def test_after_a_hang_the_cases_it_is_told_to_leave_out_are_not_run_again(tmp_path):
+    """Beside an emulator (hang_notices.py), a hang in case one asks which remaining cases to leave out: the next
+    child gets the others only, and 'left_out' names the rest; a fault asks nothing."""
+    body = """
+    names = [c["name"] for c in job["cases"]]
+    print("started with", names)
+    send("phase", phase="case", case=names[0])
+    if names[0] == "one":
+        time.sleep(60)
+    for name in names:
+        send("phase", phase="case", case=name)
+        send_case(name)
+    send("done")
+    """
+    asked = []
+
+    def left_out(hung: str, remaining: list[str]) -> list[str]:
+        asked.append((hung, remaining))
+        return ["two", "four"]
+
+    limits = Limits(startup_s=5, compile_s=5, run_s=0.5, max_restarts=2)
+    job = make_job(tmp_path, ("one", "two", "three", "four"))
+    events = list(run_job(job, limits, lambda: True, child(tmp_path, body), left_out_after_hang=left_out))
+    assert asked == [("one", ["two", "three", "four"])]
+    assert [e["event"] for e in events if e["event"] != "output"] == ["timeout", "left_out", "restart", "case", "done"]
+    assert next(e for e in events if e["event"] == "left_out") == {"event": "left_out", "after": "one",
+                                                                    "cases": ["two", "four"]}
+    assert [e["text"].strip() for e in events if e["event"] == "output"][-1] == "started with ['three']"
+
+
 def test_restarts_are_bounded(tmp_path):
     body = """
     name = job["cases"][0]["name"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..config import Config
 from ..intake.submission import Submission
 from ..judge.access import measured_on_the_gpu
-from ..judge.engines import hung_on_both, stopped_on_both
+from ..judge.engines import LEFT_OUT, hung_on_both, stopped_on_both
 from ..plan import RunPlan, placement_of, sandbox_of
 from ..result import (
     CASE,
@@ -76,7 +76,8 @@ def why_not_run(on_gpu: Iterable[CheckResult], judged: Iterable[CheckResult], al
     add nothing while they hold the sanitizer's turns, which every case turn waits behind (device_lock.py)."""
     if always:
         return ""
-    faulted = [case.name for case in on_gpu if case.status == ERROR]
+    # A case the GPU left out after a hang (the emulator's divergent barrier) did not fault or hang there itself
+    faulted = [case.name for case in on_gpu if case.status == ERROR and LEFT_OUT not in case.metrics]
     if not faulted:
         return NOTHING_FAULTED
     cases = [check for check in judged if check.kind == CASE and check.name in faulted]

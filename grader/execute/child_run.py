@@ -51,7 +51,8 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
     `extra_tiles`: tiles a CPU run of a sampled case runs beside its sample (where the GPU found wrong elements);
     `built_ahead`: the emulator's build, started already (emulation_built_soon); else it starts with the child.
     `gpu_hangs` (hang_notices.py): a GPU run tells there each case it hung in; the emulator's run beside it hears
-    them."""
+    them, and tells there what it found in each case (a GPU run leaves out after a hang what it stopped for a
+    divergent barrier)."""
     samples = block_samples(cases, config, extra_tiles or {}) if backend == CPU else {}
     workdir = str(owned_folder(GRADE))  # named for this process: a later start clears it if we die unclean
     os.chmod(workdir, 0o711)  # the sandbox uid must reach its own folder inside; nobody may list it
@@ -68,8 +69,9 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
         program = ChildProgram.cpu_driver() if backend == CPU else ChildProgram.gpu_child(sandbox)
         placement = placement_of(plan, config)
         started = plan.early.take(program, placement) if plan.early is not None else None  # waiting for this job
+        left_out = gpu_hangs.left_out_after_hang if backend == GPU and gpu_hangs is not None else None
         events = run_job(job, limits, lambda: run.timing_turn(), program, placement, built_ahead, started,
-                         gpu_hangs if backend == CPU else None)
+                         gpu_hangs if backend == CPU else None, left_out)
         _imported_meanwhile(backend == GPU)
         first = next(events)  # the child has started meanwhile, and the judge's import with it (warming.py)
         run = _run_events(config, cases, Path(workdir), timed=job.timing is not None, backend=backend,
@@ -79,11 +81,23 @@ def run_child(submission: Submission, config: Config, cases: list[Case], backend
                 on_compiled(event["arch"])
             if event["event"] == "timeout" and event["phase"] == "case" and backend == GPU and gpu_hangs is not None:
                 gpu_hangs.hung(event["case"], event["limit_s"])
+            if backend == CPU and gpu_hangs is not None:
+                _tell_verdict(gpu_hangs, event)
             run.handle(event)
         return run
     finally:
         warming.stop()
         removed_soon(workdir)
+
+
+def _tell_verdict(board: GpuHangs, event: dict) -> None:
+    """An emulated case's verdict, for the GPU run beside it: what stopped it, or "" where it ran to the end."""
+    if event["event"] == "case":
+        board.emulated(event["case"], "")
+    elif event["event"] == "case_error":
+        board.emulated(event["case"], event["problem"]["event"])
+    elif event["event"] in ("timeout", "crash") and event.get("phase") == "case" and event.get("case"):
+        board.emulated(event["case"], event["event"])
 
 
 # What the parent imports once its child has spoken: the judge (run_events.py), and on a GPU run NVML's module,

@@ -51,7 +51,7 @@ TARGET = one_of("student", "reference")
 PHASE = one_of("startup", "compile", "case", "timing", "profile")
 
 # name -> (required fields, optional fields). Only a child sends these; "timeout", "crash", "restart",
-# "turn", "turns_held" and "output" are the parent's own, and a child that sends one breaks the protocol.
+# "left_out", "turn", "turns_held" and "output" are the parent's own, and a child that sends one breaks the protocol.
 # "compiled"'s compiled_ahead: the GPU child compiled its cubins while CUDA started; the CPU driver found the
 # emulation built when it came to build it.
 EVENTS: dict[str, tuple[dict, dict]] = {

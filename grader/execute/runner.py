@@ -66,7 +66,8 @@ class Limits:
 
 def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: ChildProgram,
             placement: Placement | None = None, built_ahead: BuildAhead | None = None,
-            started: Spawned | None = None, gpu_hangs: GpuHangs | None = None) -> Iterator[dict]:
+            started: Spawned | None = None, gpu_hangs: GpuHangs | None = None,
+            left_out_after_hang: Callable[[str, list[str]], list[str]] | None = None) -> Iterator[dict]:
     """Yield the children's events, plus the parent's own: 'timeout', 'crash', 'protocol_error',
     'restart', 'turn' (a turn on the device was given, after waiting so long), 'turns_held' (how long the
     child held the device, per kind of turn) and 'output' (each child's captured stdout and stderr, after
@@ -77,7 +78,9 @@ def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: C
     has been consumed. `built_ahead`: the CPU driver's emulation, its build started by the caller already (the
     first child's; otherwise each CPU driver's is started as it is spawned). `started`: the first child, started
     already and waiting for its job (EarlyChildren); the rest are started as they are needed. `gpu_hangs`: beside a GPU
-    run, the cases it hung in, told to each child as they come (hang_notices.py).
+    run, the cases it hung in, told to each child as they come (hang_notices.py). `left_out_after_hang(case,
+    remaining)`: after a hang in `case`, which of the remaining cases the next child leaves out ('left_out' names
+    them; hang_notices.py says why).
     """
     restarts, placement = 0, placement or Placement()
     while True:
@@ -92,7 +95,14 @@ def run_job(job: Job, limits: Limits, timing_turn: Callable[[], int], program: C
         if broken is None or broken.get("case") not in names or restarts >= limits.max_restarts:
             return  # finished, or broken outside the cases (compile, timing), or out of restarts
         restarts += 1
-        job = replace(job, cases=job.cases[names.index(broken["case"]) + 1:])
+        remaining = job.cases[names.index(broken["case"]) + 1:]
+        if broken["event"] == "timeout" and left_out_after_hang is not None:
+            left_out = set(left_out_after_hang(broken["case"], [case.name for case in remaining]))
+            if left_out:
+                yield {"event": "left_out", "after": broken["case"],
+                       "cases": [case.name for case in remaining if case.name in left_out]}
+                remaining = [case for case in remaining if case.name not in left_out]
+        job = replace(job, cases=remaining)
         if not job.cases:
             return
         yield {"event": "restart", "after": broken["case"], "restarts": restarts}

@@ -27,6 +27,9 @@ EMULATOR_HUNG = "emulator_" + HUNG
 # the emulated process names no cause, and a hang is told as HUNG: neither is marked.
 STOPPED = "stopped_by"
 EMULATOR_STOPPED = "emulator_" + STOPPED
+# A GPU run's case it left out after hanging in another, where the emulator stopped it for a divergent barrier
+# (execute/hang_notices.py): the case it hung in. Not a fault or hang of its own: the emulator's check is the case's.
+LEFT_OUT = "left_out_after_hang_in"
 DISAGREE = "the CPU emulator's result in this case differs ({}); the GPU's values count"
 # The emulator ran a large case by sampled blocks and saw nothing wrong in them: what went wrong lies elsewhere.
 SAMPLED_RIGHT = ("the CPU emulator ran {} of this case and saw nothing wrong in them: what the GPU found lies in "
