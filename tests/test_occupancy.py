@@ -142,6 +142,25 @@ def test_a_malformed_cubin_reads_as_unknown_never_a_figure(sandbox):
         cubin_arch(bytes(broken))
 
 
+@needs_nvcc
+def test_a_symbol_table_said_to_lie_past_the_files_end_is_unreadable_not_an_error(sandbox):
+    """One flipped byte of a section header can put the symbol table at an offset no file has (2**63 and more):
+    every reader of symbols says the cubin does not tell, as for any other damage, rather than raising."""
+    import struct
+
+    from grader.execute.nvcc.kernel_params import entry_functions, symbols
+
+    cubin = bytearray(build((ROOT / "reference/kernel.cu").read_text(), sandbox))
+    table, entry_size, count = (struct.unpack_from(form, cubin, at)[0] for form, at in
+                                (("<Q", 0x28), ("<H", 0x3A), ("<H", 0x3C)))
+    symtab = next(table + i * entry_size for i in range(count)
+                  if struct.unpack_from("<I", cubin, table + i * entry_size + 4)[0] == 2)  # SHT_SYMTAB
+    struct.pack_into("<Q", cubin, symtab + 0x18, 0xD300_0000_0000_0000)  # its sh_offset
+    broken = bytes(cubin)
+    assert kernel_resources(broken, SYMBOL) is None and device_int(broken, TILE_PROBE_SYMBOL) is None
+    assert symbols(broken) is None and entry_functions(broken) is None
+
+
 def copied(tmp_path, path: Path, name: str) -> Path:
     folder = tmp_path / name
     folder.mkdir()

@@ -141,6 +141,8 @@ def symbol_entries(elf: bytes, headers: list[tuple[str, int, int, int, int]]) ->
     (its index in its table, its offset in the file, the offset of its table's strings)."""
     for _, kind, offset, size, link in headers:
         if kind == SHT_SYMTAB:
+            if offset + size > len(elf):  # a damaged or hostile file: no entry is read from outside it
+                raise ValueError("symbol table past the end of the file")
             strings = headers[link][2]
             yield from ((number, at, strings) for number, at in enumerate(range(offset, offset + size - 23, 24)))
 
