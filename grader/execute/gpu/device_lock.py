@@ -9,7 +9,10 @@ turns are not all a batch waits on (starting and ending CUDA programs is too: be
 are busy, though: `bench/batch_300.py --timeline` saw the turn held alone about 40% and shared about 40%
 of a 300-class batch's wall, and a student wait 1.7 s for case and timing turns and 1.9 s for the tools'
 (H100); a turn's holder is slowed by the other processes' starts (a tile-16 kernel's case turn takes 67 ms
-alone; a batch's case turns averaged 205 ms).
+alone; a batch's case turns averaged 205 ms). Case turns shared by two or four students at once were tried too
+(300 on an H200, one call: 104.4 s alone, 106.3 s by two, 109.3 s by four): the GPU time-slices between
+contexts, and a loop shaped like a case turn took 3.1 times as long beside one other such loop and 23 times as
+long beside a spinning kernel (a hung student's), so each would only slow the other.
 Launches under a sanitizer tool share their turns with each other (not with cases or timing): what a
 tool finds is its analysis of the kernel's accesses and barriers, not the luck of a schedule, and
 instrumented launches are long (racecheck of a racy kernel: over a second), so one at a time they would
