@@ -5,11 +5,12 @@
 One process holds a CUDA context and repeats a turn shaped like a submission's cases (21 shapes × 3
 launches, each: fill C, launch a tiled kernel, synchronize, read C back). Beside it, in turn: nothing;
 busy CPU processes; processes that create and destroy CUDA contexts; processes that keep idle contexts;
-compute-sanitizer starting processes that only create a context. With --poison each launch is preceded
-by the grader's shared-memory poison (one block per SM, waiting a bounded time for all to arrive), and
-the waits that ran out are counted; with --allocate each shape gets fresh device buffers, with --upload it
-copies its inputs from pageable memory. Prints the median turn per scenario and
-its ratio to the turn alone, so the cause of a batch's slow turns is measured, not guessed.
+compute-sanitizer starting processes that only create a context; other processes running the same turn (what
+case turns shared between students would be: device_lock.py); a kernel spinning on every SM (a hung student's).
+With --poison each launch is preceded by the grader's shared-memory poison (one block per SM, waiting a bounded
+time for all to arrive), and the waits that ran out are counted; with --allocate each shape gets fresh device
+buffers, with --upload it copies its inputs from pageable memory. Prints the median turn per scenario and its
+ratio to the turn alone, so the cause of a batch's slow turns is measured, not guessed.
 """
 from __future__ import annotations
 
@@ -100,8 +101,24 @@ context.detach()
 """
 
 
+# A hung student's kernel: every SM spinning for two seconds a launch, again and again
+SPINNING = r"""
+import numpy as np, pycuda.autoinit, pycuda.driver as cuda
+from pycuda.compiler import SourceModule
+spin = SourceModule('extern "C" __global__ void spin(long long n) '
+                    '{ long long s = clock64(); while (clock64() - s < n) {} }', no_extern_c=True).get_function("spin")
+while True:
+    spin(np.int64(4_000_000_000), block=(256, 1, 1), grid=(132 * 8, 1))
+    cuda.Context.synchronize()
+"""
+# Another student's case turn at the same time: this bench's own turn loop, alone, for as long as it is let run
+OTHER_TURN = ("import sys; sys.path.insert(0, {folder!r}); "
+              "sys.argv = ['gpu_contention.py', '100000', '--only', 'alone']; "
+              "import gpu_contention; gpu_contention.main()")
+
 SCENARIOS = ("alone", "16 busy CPUs", "6 context churners", "16 idle contexts", "3 sanitizer starts",
-             "6 churners + 16 busy CPUs", "48 busy CPUs", "15 sanitizer launches", "15 idle sanitized contexts")
+             "6 churners + 16 busy CPUs", "48 busy CPUs", "15 sanitizer launches", "15 idle sanitized contexts",
+             "1 other turn", "3 other turns", "1 spinning kernel")
 
 
 def cpu_busy() -> tuple[float, float]:
@@ -150,6 +167,8 @@ def background(scenario: str) -> list[subprocess.Popen]:
         script = "IDLE_AFTER = False\n" + SANITIZED_LAUNCH
         return ["bash", "-c", f"while true; do {sanitizer} --tool {tool} {python} -c '{script}' >/dev/null 2>&1; done"]
 
+    other_turn = OTHER_TURN.format(folder=os.path.dirname(os.path.abspath(__file__)))
+
     def tool_idle(tool: str) -> list[str]:
         return [sanitizer, "--tool", tool, python, "-c", "IDLE_AFTER = True\n" + SANITIZED_LAUNCH]
     commands = {
@@ -162,6 +181,9 @@ def background(scenario: str) -> list[subprocess.Popen]:
         "48 busy CPUs": [[python, "-c", "while True: pass"]] * 48,
         "15 sanitizer launches": [tool_loop(tool) for tool in ("racecheck", "memcheck", "synccheck")] * 5,
         "15 idle sanitized contexts": [tool_idle(tool) for tool in ("racecheck", "memcheck", "synccheck")] * 5,
+        "1 other turn": [[python, "-c", other_turn]],
+        "3 other turns": [[python, "-c", other_turn]] * 3,
+        "1 spinning kernel": [[python, "-c", SPINNING]],
     }[scenario]
     return [subprocess.Popen(c, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for c in commands]

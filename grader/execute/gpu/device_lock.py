@@ -12,7 +12,8 @@ of a 300-class batch's wall, and a student wait 1.7 s for case and timing turns 
 alone; a batch's case turns averaged 205 ms). Case turns shared by two or four students at once were tried too
 (300 on an H200, one call: 104.4 s alone, 106.3 s by two, 109.3 s by four): the GPU time-slices between
 contexts, and a loop shaped like a case turn took 3.1 times as long beside one other such loop and 23 times as
-long beside a spinning kernel (a hung student's), so each would only slow the other.
+long beside a spinning kernel (a hung student's; `bench/gpu_contention.py --only alone "1 other turn"
+"1 spinning kernel"`), so each would only slow the other.
 Launches under a sanitizer tool share their turns with each other (not with cases or timing): what a
 tool finds is its analysis of the kernel's accesses and barriers, not the luck of a schedule, and
 instrumented launches are long (racecheck of a racy kernel: over a second), so one at a time they would
