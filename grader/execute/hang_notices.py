@@ -29,7 +29,8 @@ DIVERGENT = frozenset({"divergence", "warp_divergence"})
 
 class GpuHangs:
     """Cases the GPU hung in, each with the limit it had there; each listener hears every one, those before it
-    began listening too. Thread-safe: the GPU run's events are read on one thread, the emulator's on another."""
+    began listening too. And the emulator's verdicts, which the GPU run asks after a hang (left_out_after_hang).
+    Thread-safe: the GPU run's events are read on one thread, the emulator's on another."""
 
     def __init__(self):
         self._lock = threading.Lock()
