@@ -344,10 +344,13 @@ def test_what_a_batch_killed_mid_grade_leaves_the_next_batch_clears(small_config
         time.sleep(0.05)
     running.send_signal(signal.SIGKILL)
     running.wait()
+    workers = owners_of(graded_in())
+    assert len(workers) == 2, left_in(temp_root)  # one worker per student, each its folders
+    wait_until_gone(workers)  # its workers die with it (until then they may still make and remove folders)
     left = graded_in()
-    assert len(owners_of(left)) == 2, left_in(temp_root)  # one worker per student, each its folders
-    wait_until_gone(owners_of(left))  # its workers die with it
-    assert [name for name in left_in(temp_root) if name.startswith("sgemm-grade-")] == left  # kept: nobody clears
+    assert owners_of(left) == workers, left_in(temp_root)
+    time.sleep(0.5)
+    assert graded_in() == left  # kept: nobody clears
 
     again = batch(small_config, SUBMISSIONS / "compile_error", "-o", tmp_path / "next", env=env)
     stdout, stderr = again.communicate(timeout=180)
