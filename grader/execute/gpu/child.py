@@ -371,7 +371,7 @@ class Worker:
         pristine_a, pristine_b = memory.pristine[spec.name]
         first_landing, reference_landing = memory.landing[spec.name]
         memory.poison_image(spec.m, spec.n)
-        self.differences.clear(launches)
+        self.differences.clear()
         for launch in range(launches):
             memory.restore_inputs(spec.name, a, b)  # as the case made them, whatever the last launch stored
             memory.poison_past_inputs(a, b)
@@ -392,7 +392,7 @@ class Worker:
         reference.launch(spec.m, spec.n, spec.k, memory.a, memory.b, memory.reference)
         guarded(cuda.memcpy_dtoh_async, reference_landing, memory.reference)
         synchronize()  # the case's one wait: a fault or a hang in any of its launches shows here
-        changed = self.differences.read(launches)
+        changed = self.differences.read()
         outputs = [first_landing]
         for launch in range(1, launches):
             if changed[launch][2]:  # rare (a race, a launch that reads C): compared here, kept if new
@@ -517,8 +517,8 @@ class Differences:
         self.counts = guarded(cuda.mem_alloc, 4 * self.PAIRS * launches)
         self.host = cuda.pagelocked_zeros((launches, self.PAIRS), np.uint32)
 
-    def clear(self, launches: int) -> None:
-        guarded(cuda.memset_d32, self.counts, 0, self.PAIRS * launches)
+    def clear(self) -> None:
+        guarded(cuda.memset_d32, self.counts, 0, self.host.size)
 
     def count(self, launch: int, *pairs: tuple[int, int, int]) -> None:
         """Queue, for each (pointer, pointer, word count), the count of words that differ bit for bit."""
@@ -528,10 +528,10 @@ class Differences:
                 np.uintp(int(x)), np.uintp(int(y)), np.uint32(words), counter,
                 block=(256, 1, 1), grid=((words + 255) // 256, 1)))
 
-    def read(self, launches: int) -> list[list[int]]:
+    def read(self) -> list[list[int]]:
         """Each launch's counts, in the order its pairs were given (0 where it gave fewer)."""
         guarded(cuda.memcpy_dtoh, self.host, self.counts)
-        return [[int(count) for count in row] for row in self.host[:launches]]
+        return self.host.tolist()
 
 
 def download(pointer, like: np.ndarray) -> np.ndarray:
@@ -616,10 +616,11 @@ class CaseMemory:
         self.events = [(cuda.Event(), cuda.Event()) for _ in range(launches)]  # each launch's start and end
         self.pristine: dict[str, tuple[int, int]] = {}  # case -> its A's and B's pristine copies
         for spec, a, b, _ in inputs:
-            self.pristine[spec.name] = (pristine, pristine + 4 * _aligned(a.size))
-            for pointer, host in zip(self.pristine[spec.name], (a, b)):
-                guarded(cuda.memcpy_htod, pointer, host)
-            pristine += 4 * (_aligned(a.size) + _aligned(b.size))
+            b_at = pristine + 4 * _aligned(a.size)
+            self.pristine[spec.name] = (pristine, b_at)
+            guarded(cuda.memcpy_htod, pristine, a)
+            guarded(cuda.memcpy_htod, b_at, b)
+            pristine = b_at + 4 * _aligned(b.size)
         # case -> where its first output (C with its guard bands) and the reference's C land on the host
         self.landing = {spec.name: (cuda.pagelocked_empty(guarded_size(spec.m, spec.n), np.float32),
                                     cuda.pagelocked_empty((spec.m, spec.n), np.float32)) for spec in cases}
